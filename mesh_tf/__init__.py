@@ -1,0 +1,45 @@
+"""mesh-tf: Mesh TensorFlow reimplemented, with an automatic layout optimizer.
+
+``import mesh_tf as mtf`` gives the public API.  Importing it does not import
+TensorFlow; only lowering onto real devices does.
+"""
+
+from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
+from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
+from mesh_tf.core.dtypes import as_dtype
+from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rules
+from mesh_tf.graph import Graph, Mesh, Operation, Tensor
+from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
+                              LazyAllreduceSum, Lowering, MeshImpl,
+                              PlacementMeshImpl, ShapeMeshImpl,
+                              logical_cpu_devices)
+from mesh_tf.ops.control import depend, stop_gradient
+from mesh_tf.ops.creation import (constant, import_fully_replicated,
+                                  import_tf_tensor, mtf_range, ones, ones_like,
+                                  zeros, zeros_like)
+from mesh_tf.ops.creation import range  # pylint: disable=redefined-builtin
+from mesh_tf.ops.einsum import einsum, matmul
+from mesh_tf.ops.elementwise import (abs, add, add_n, cast, cos, divide, elu,
+                                     equal, exp, floordiv, gelu, greater,
+                                     greater_equal, identity, leaky_relu, less,
+                                     less_equal, log, logical_and, logical_not,
+                                     logical_or, maximum, minimum, mod,
+                                     multiply, negative, not_equal, pow,
+                                     reciprocal, relu, rsqrt, selu, sigmoid,
+                                     sign, sin, softplus, sqrt, square,
+                                     subtract, swish, tanh, to_bfloat16,
+                                     to_float, to_int32, where)
+from mesh_tf.ops.reduce import (log_softmax, reduce_all, reduce_any,
+                                reduce_logsumexp, reduce_max, reduce_mean,
+                                reduce_min, reduce_sum, softmax)
+from mesh_tf.ops.variables import (Variable, assign, assign_add, assign_sub,
+                                   constant_initializer, get_variable,
+                                   ones_initializer, random_normal_initializer,
+                                   random_uniform_initializer, read,
+                                   zeros_initializer)
+
+float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
+                                            "int32", "int64")
+bool = "bool"  # pylint: disable=redefined-builtin
+
+__version__ = "0.1.0"

@@ -1,0 +1,12 @@
+"""Pure-Python value types of the mtf language: dims, shapes, layouts, errors."""
+
+from mesh_tf.core.dims import (Dimension, Shape, convert_to_dimension,
+                               convert_to_shape)
+from mesh_tf.core.dtypes import as_dtype, size_of
+from mesh_tf.core.errors import (DimMappedTwiceError, DTypeError,
+                                 IndivisibleDimError, LayoutError,
+                                 MeshAxisReuseError, MeshSizeError, MtfError,
+                                 ParseError, ShapeError, UnknownNameError,
+                                 UnsplittableDimError)
+from mesh_tf.core.layout import (LayoutRules, TensorLayout,
+                                 convert_to_layout_rules)

@@ -1,0 +1,196 @@
+"""Graph objects: Graph, Mesh, Tensor, Operation.
+
+Building a graph records operations and nothing else: no TensorFlow is
+imported and no memory is allocated for tensor values.  There is no global
+state; the graph is reached through the mesh each op is built on.
+"""
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import MtfError, ShapeError
+
+
+class Graph:
+  """A list of operations in the order they were built (a topological order).
+
+  Names are unique and deterministic: a repeated name gets ``_1``, ``_2``...
+  """
+
+  def __init__(self):
+    self.operations = []
+    self.all_variables = []
+    self.trainable_variables = []
+    self._names = {}
+
+  def unique_name(self, name):
+    name = name or "op"
+    n = self._names.get(name)
+    if n is None:
+      self._names[name] = 1
+      return name
+    while True:
+      candidate = f"{name}_{n}"
+      n += 1
+      if candidate not in self._names:
+        self._names[name] = n
+        self._names[candidate] = 1
+        return candidate
+
+  @property
+  def tensors(self):
+    return [t for op in self.operations for t in op.outputs]
+
+  def consumers(self):
+    """Maps each tensor to the list of operations that read it."""
+    out = {}
+    for op in self.operations:
+      for t in op.inputs:
+        out.setdefault(t, []).append(op)
+    return out
+
+  def __repr__(self):
+    return f"Graph({len(self.operations)} ops)"
+
+
+class Mesh:
+  """A named mesh of processors in a graph; its shape comes at lowering time."""
+
+  def __init__(self, graph, name):
+    self.graph = graph
+    self.name = name
+
+  def __repr__(self):
+    return f"Mesh({self.name!r})"
+
+
+class Tensor:
+  """A named-dim tensor: the output of an :class:`Operation`."""
+
+  def __init__(self, operation, shape, dtype, name=None, index=0):
+    self.operation = operation
+    self.shape = dims_lib.convert_to_shape(shape)
+    self.dtype = dtypes_lib.as_dtype(dtype)
+    self.index = index
+    self.name = name or f"{operation.name}:{index}"
+
+  @property
+  def mesh(self):
+    return self.operation.mesh
+
+  @property
+  def graph(self):
+    return self.operation.graph
+
+  @property
+  def size(self):
+    return self.shape.size
+
+  def __repr__(self):
+    return f"Tensor[{self.name}, {self.shape}, {self.dtype}]"
+
+  # Arithmetic, broadcasting by dim name.  Imported lazily: ops import graph.
+  def __add__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.add(self, other)
+
+  def __radd__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.add(other, self)
+
+  def __sub__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.subtract(self, other)
+
+  def __rsub__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.subtract(other, self)
+
+  def __mul__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.multiply(self, other)
+
+  def __rmul__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.multiply(other, self)
+
+  def __truediv__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.divide(self, other)
+
+  def __rtruediv__(self, other):
+    from mesh_tf.ops import elementwise
+    return elementwise.divide(other, self)
+
+  def __neg__(self):
+    from mesh_tf.ops import elementwise
+    return elementwise.negative(self)
+
+
+class Operation:
+  """Base class of every op.
+
+  Subclasses set ``self._outputs`` in ``__init__`` and implement
+  ``lower(lowering)``.  They may override ``unsplittable_dims`` (dim names the
+  layout must not split for this op) and ``gradient(grad_ys)``.
+  """
+
+  def __init__(self, inputs, mesh=None, name=None):
+    inputs = list(inputs)
+    if mesh is None:
+      if not inputs:
+        raise MtfError(f"operation {name!r} has no inputs, so it needs a mesh")
+      mesh = inputs[0].mesh
+    for t in inputs:
+      if not isinstance(t, Tensor):
+        raise ShapeError(f"operation {name!r} got input {t!r}, which is not "
+                         "an mtf Tensor")
+      if t.mesh is not mesh:
+        raise MtfError(
+            f"operation {name!r} mixes tensors of mesh {mesh.name!r} and "
+            f"{t.mesh.name!r} ({t.name}); move tensors between meshes "
+            "explicitly")
+    self._inputs = inputs
+    self._mesh = mesh
+    self._name = mesh.graph.unique_name(name or type(self).__name__)
+    self._outputs = []
+    mesh.graph.operations.append(self)
+
+  @property
+  def name(self):
+    return self._name
+
+  @property
+  def inputs(self):
+    return self._inputs
+
+  @property
+  def outputs(self):
+    return self._outputs
+
+  @property
+  def mesh(self):
+    return self._mesh
+
+  @property
+  def graph(self):
+    return self._mesh.graph
+
+  @property
+  def unsplittable_dims(self):
+    """Names of dims that this op's lowering cannot split."""
+    return frozenset()
+
+  @property
+  def has_gradient(self):
+    return type(self).gradient is not Operation.gradient
+
+  def gradient(self, grad_ys):
+    raise MtfError(f"operation {self.name} ({type(self).__name__}) has no "
+                   "gradient")
+
+  def lower(self, lowering):
+    raise NotImplementedError(type(self).__name__)
+
+  def __repr__(self):
+    ins = ", ".join(t.name for t in self._inputs)
+    return f"{type(self).__name__}[{self.name}]({ins})"

@@ -1,0 +1,460 @@
+"""The MeshImpl contract: what every lowering backend must provide.
+
+A backend holds a mesh shape and layout rules and operates on
+:class:`LaidOutTensor` values (one slice per processor).  The public methods
+here (``allreduce``, ``allconcat``, ``alltoall``, ``receive``, ``slicewise``...)
+record into ``self.trace`` and then call the backend's primitive
+(``_allreduce``...), so that every backend running the same op lowering code
+produces the same trace.
+"""
+
+import abc
+import contextlib
+import functools
+import math
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import (MtfError, UnknownNameError,
+                                 UnsplittableDimError)
+from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.lowering.trace import (CollectiveRecord, CollectiveTrace,
+                                    ComputeRecord)
+
+
+class LaidOutTensor:
+  """One tensor as per-processor slices.
+
+  ``tensor_list`` holds one backend value per processor (TF tensors for
+  :class:`PlacementMeshImpl`); it is None for the shape-only backend.
+  """
+  __slots__ = ("slice_shape", "dtype", "tensor_list")
+
+  def __init__(self, slice_shape, dtype, tensor_list=None):
+    self.slice_shape = tuple(int(s) for s in slice_shape)
+    self.dtype = dtypes_lib.as_dtype(dtype)
+    self.tensor_list = tensor_list
+
+  @property
+  def slice_size(self):
+    return math.prod(self.slice_shape)
+
+  @property
+  def slice_bytes(self):
+    return self.slice_size * dtypes_lib.size_of(self.dtype)
+
+  def to_laid_out_tensor(self):
+    return self
+
+  def __repr__(self):
+    return f"LaidOutTensor({self.slice_shape}, {self.dtype})"
+
+
+class LazyAllreduceSum:
+  """A SUM all-reduce that has not happened yet.
+
+  Adding two lazy sums over the same axes adds the partial sums locally and
+  stays lazy, so that ``einsum(...) + einsum(...)`` all-reduces once.
+  """
+
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes):
+    self.mesh_impl = mesh_impl
+    self.laid_out_input = laid_out_input
+    self.mesh_axes = tuple(sorted(mesh_axes))
+    self._reduced = None
+
+  @property
+  def slice_shape(self):
+    return self.laid_out_input.slice_shape
+
+  @property
+  def dtype(self):
+    return self.laid_out_input.dtype
+
+  def to_laid_out_tensor(self):
+    if self._reduced is None:
+      self._reduced = self.mesh_impl.allreduce(
+          self.laid_out_input, self.mesh_axes, "SUM")
+    return self._reduced
+
+  def __repr__(self):
+    return f"LazyAllreduceSum({self.laid_out_input}, axes={self.mesh_axes})"
+
+
+class MeshImpl(abc.ABC):
+  """Abstract backend: a mesh shape, layout rules, and the primitives.
+
+  Backends implement the abstract methods, which receive mesh-axis *indices*.
+  Ops call the public, recorded methods.
+
+  Args:
+    shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
+    layout: layout rules, LayoutRules or string like ``"batch:rows"``.
+  """
+
+  def __init__(self, shape, layout):
+    self.shape = dims_lib.convert_to_shape(shape)
+    self.layout_rules = convert_to_layout_rules(layout)
+    for dim_name, axis in self.layout_rules:
+      if axis not in self.shape:
+        raise UnknownNameError(
+            f"layout rule {dim_name}:{axis} names mesh axis {axis!r}, which "
+            f"is not in mesh {self.shape!r}; use one of "
+            f"{self.shape.dimension_names}")
+    self.trace = CollectiveTrace()
+    self._op_name = "<outside op>"
+    self._strides = tuple(self._compute_strides())
+
+  # --- geometry ---------------------------------------------------------
+  @property
+  def size(self):
+    return self.shape.size
+
+  @property
+  def ndims(self):
+    return self.shape.ndims
+
+  def _compute_strides(self):
+    strides, s = [], 1
+    for d in reversed(self.shape.dims):
+      strides.append(s)
+      s *= d.size
+    return reversed(strides)
+
+  def mesh_axis_index(self, axis):
+    """Index of a mesh axis given by index or name."""
+    if isinstance(axis, int):
+      return axis
+    return self.shape.index(axis)
+
+  def pnum_to_processor_coordinates(self, pnum):
+    return tuple((pnum // st) % d.size
+                 for st, d in zip(self._strides, self.shape.dims))
+
+  def processor_coordinates_to_pnum(self, coords):
+    return sum(c * st for c, st in zip(coords, self._strides))
+
+  @functools.lru_cache(maxsize=None)
+  def processor_groups(self, mesh_axes):
+    """Groups of pnums that vary only along ``mesh_axes`` (tuple of indices).
+
+    Each group lists its pnums in row-major order of their coordinates on
+    ``mesh_axes``; the groups themselves are ordered by their first pnum.
+    """
+    mesh_axes = tuple(mesh_axes)
+    groups = {}
+    for p in range(self.size):
+      c = self.pnum_to_processor_coordinates(p)
+      key = tuple(x for i, x in enumerate(c) if i not in mesh_axes)
+      groups.setdefault(key, []).append(p)
+    return [tuple(g) for g in groups.values()]
+
+  def tensor_layout(self, arg):
+    """The TensorLayout of an mtf Tensor or Shape (validated)."""
+    name = getattr(arg, "name", None)
+    shape = getattr(arg, "shape", arg)
+    return self.layout_rules.tensor_layout(shape, self.shape, name)
+
+  def tensor_dimension_to_mesh_axis(self, dim):
+    return self.layout_rules.tensor_dimension_to_mesh_axis(dim, self.shape)
+
+  def slice_shape(self, arg):
+    """Per-processor slice shape (tuple of ints) of a Tensor or Shape."""
+    shape = getattr(arg, "shape", arg)
+    shape = dims_lib.convert_to_shape(shape)
+    layout = self.tensor_layout(arg)
+    return tuple(d.size // (self.shape[a].size if a is not None else 1)
+                 for d, a in zip(shape.dims, layout))
+
+  def slice_begin(self, arg, pnum):
+    """Offsets of processor ``pnum``'s slice in the full tensor."""
+    shape = dims_lib.convert_to_shape(getattr(arg, "shape", arg))
+    layout = self.tensor_layout(arg)
+    coords = self.pnum_to_processor_coordinates(pnum)
+    out = []
+    for d, a in zip(shape.dims, layout):
+      if a is None:
+        out.append(0)
+      else:
+        out.append(coords[a] * (d.size // self.shape[a].size))
+    return tuple(out)
+
+  def check_splittable(self, op):
+    """Raises UnsplittableDimError if ``op`` would split a dim it cannot."""
+    bad = op.unsplittable_dims
+    if not bad:
+      return
+    for t in list(op.inputs) + list(op.outputs):
+      for d in t.shape:
+        if d.name in bad:
+          a = self.tensor_dimension_to_mesh_axis(d)
+          if a is not None:
+            raise UnsplittableDimError(
+                f"operation {op.name} ({type(op).__name__}) cannot split dim "
+                f"{d} of tensor {t.name}, but the layout maps it to mesh axis "
+                f"{self.shape[a]}; remove the rule {d.name}:"
+                f"{self.shape[a].name} or rename the dim for this op")
+
+  @contextlib.contextmanager
+  def recording(self, op_name):
+    """Attributes trace records made inside to ``op_name``."""
+    old, self._op_name = self._op_name, op_name
+    try:
+      yield
+    finally:
+      self._op_name = old
+
+  # --- recorded public methods -----------------------------------------
+  def _axes(self, mesh_axes):
+    if isinstance(mesh_axes, (int, str)):
+      mesh_axes = [mesh_axes]
+    axes = sorted({self.mesh_axis_index(a) for a in mesh_axes})
+    return tuple(a for a in axes if self.shape[a].size > 1)
+
+  def _record(self, kind, x, axes, reduction=None):
+    self.trace.collectives.append(CollectiveRecord(
+        self._op_name, kind, tuple(self.shape[a].name for a in axes),
+        math.prod(self.shape[a].size for a in axes), x.slice_bytes,
+        reduction))
+
+  def allreduce(self, x, mesh_axes, reduction="SUM"):
+    """Reduces ``x`` over ``mesh_axes``; every participant gets the result.
+
+    ``reduction`` is "SUM", "MAX" or "MIN".
+    """
+    x = x.to_laid_out_tensor()
+    if reduction not in ("SUM", "MAX", "MIN"):
+      raise MtfError(f"unknown all-reduce reduction {reduction!r}")
+    axes = self._axes(mesh_axes)
+    if not axes:
+      return x
+    self._record("allreduce", x, axes, reduction)
+    return self._allreduce(x, axes, reduction)
+
+  def allconcat(self, x, mesh_axis, concat_axis):
+    """Concatenates the slices of ``x`` along ``mesh_axis`` on tensor axis
+    ``concat_axis``; every participant gets the concatenation."""
+    x = x.to_laid_out_tensor()
+    axes = self._axes(mesh_axis)
+    if not axes:
+      return x
+    self._record("allconcat", x, axes)
+    return self._allconcat(x, axes[0], concat_axis)
+
+  def allsplit(self, x, mesh_axis, split_axis):
+    """Keeps, on each processor, its part of tensor axis ``split_axis``
+    according to its coordinate on ``mesh_axis``.  No communication."""
+    x = x.to_laid_out_tensor()
+    axes = self._axes(mesh_axis)
+    if not axes:
+      return x
+    a = axes[0]
+    n = self.shape[a].size
+    shape = list(x.slice_shape)
+    if shape[split_axis] % n:
+      raise MtfError(f"allsplit: slice axis {split_axis} of size "
+                     f"{shape[split_axis]} is not divisible by mesh axis "
+                     f"{self.shape[a]}")
+    shape[split_axis] //= n
+    size = shape[split_axis]
+
+    def fn(pnum, t):
+      from mesh_tf.lowering.lazy_tf import tf
+      begin = [0] * len(shape)
+      begin[split_axis] = self.pnum_to_processor_coordinates(pnum)[a] * size
+      return tf.slice(t, begin, shape)
+    return self.slicewise_pnum(fn, x, slice_shape=shape, flops=0)
+
+  def alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    """Splits each slice along ``split_axis`` into n parts, sends part j to
+    the processor with coordinate j on ``mesh_axis``, and concatenates what
+    arrives along ``concat_axis`` in source order."""
+    x = x.to_laid_out_tensor()
+    axes = self._axes(mesh_axis)
+    if not axes:
+      return x
+    n = self.shape[axes[0]].size
+    if x.slice_shape[split_axis] % n:
+      raise MtfError(f"alltoall: slice axis {split_axis} of size "
+                     f"{x.slice_shape[split_axis]} is not divisible by "
+                     f"mesh axis {self.shape[axes[0]]}")
+    self._record("alltoall", x, axes)
+    return self._alltoall(x, axes[0], split_axis, concat_axis)
+
+  def receive(self, x, mesh_axis, source_pcoord):
+    """Each processor with coordinate c on ``mesh_axis`` gets the slice of
+    the processor with coordinate ``source_pcoord[c]`` (zeros if None)."""
+    x = x.to_laid_out_tensor()
+    a = self.mesh_axis_index(mesh_axis)
+    source_pcoord = tuple(source_pcoord)
+    if source_pcoord == tuple(range(self.shape[a].size)):
+      return x
+    self._record("receive", x, (a,))
+    return self._receive(x, a, source_pcoord)
+
+  def shift_by_n_processors(self, x, mesh_axis, offset, wrap):
+    """Moves each slice ``offset`` processors along ``mesh_axis``."""
+    n = self.shape[self.mesh_axis_index(mesh_axis)].size
+    source = []
+    for c in range(n):
+      s = c - offset
+      if wrap:
+        s %= n
+      source.append(s if 0 <= s < n else None)
+    return self.receive(x, mesh_axis, source)
+
+  def slicewise(self, fn, *inputs, shape=None, slice_shape=None, dtype=None,
+                flops=None):
+    """Applies ``fn`` to each processor's slices of ``inputs``.
+
+    ``inputs`` are LaidOutTensors (or lazy sums, which are forced) or plain
+    Python values passed as they are.  The output slice shape comes from
+    ``shape`` (an mtf Shape laid out by the rules) or ``slice_shape``; give
+    lists of them for several outputs.  ``flops`` defaults to the number of
+    output elements per device.
+    """
+    return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,
+                                  flops, with_pnum=False)
+
+  def slicewise_pnum(self, fn, *inputs, shape=None, slice_shape=None,
+                     dtype=None, flops=None):
+    """Like :meth:`slicewise`, but calls ``fn(pnum, *slices)``."""
+    return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,
+                                  flops, with_pnum=True)
+
+  def _slicewise_common(self, fn, inputs, shape, slice_shape, dtype, flops,
+                        with_pnum):
+    inputs = [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor")
+              else x for x in inputs]
+    multi = isinstance(shape, (list, tuple)) or (
+        slice_shape is not None and slice_shape
+        and isinstance(slice_shape[0], (list, tuple)))
+    shapes = list(shape) if isinstance(shape, (list, tuple)) else [shape]
+    if slice_shape is not None:
+      slice_shapes = list(slice_shape) if multi else [slice_shape]
+    else:
+      slice_shapes = [self.slice_shape(s) for s in shapes]
+    if dtype is None:
+      laid = [x for x in inputs if isinstance(x, LaidOutTensor)]
+      dtype = laid[0].dtype if laid else "float32"
+    dtypes = list(dtype) if isinstance(dtype, (list, tuple)) else (
+        [dtype] * len(slice_shapes))
+    outs = [LaidOutTensor(s, d) for s, d in zip(slice_shapes, dtypes)]
+    if flops is None:
+      flops = sum(o.slice_size for o in outs)
+    self.trace.compute.append(ComputeRecord(
+        self._op_name, int(flops), sum(o.slice_bytes for o in outs)))
+    self._slicewise(fn, inputs, outs, with_pnum)
+    return outs if multi else outs[0]
+
+  def import_laid_out(self, value, shape, dtype):
+    """Slices a full (host) value onto the processors; not a collective."""
+    shape = dims_lib.convert_to_shape(shape)
+    return self._import(value, shape, self.slice_shape(shape),
+                        dtypes_lib.as_dtype(dtype))
+
+  def random(self, shape, dtype, kind, seed, **params):
+    """A random tensor whose values depend on ``seed`` and each element's
+    global index only, so every layout gives the same tensor."""
+    from mesh_tf.lowering import random_kernels
+    shape = dims_lib.convert_to_shape(shape)
+    full = tuple(shape.to_integer_list())
+    sl = self.slice_shape(shape)
+
+    def fn(pnum):
+      return random_kernels.tf_random(
+          full, self.slice_begin(shape, pnum), sl, dtype, kind, seed, **params)
+    return self.slicewise_pnum(fn, shape=shape, dtype=dtype)
+
+  def laid_out_pnum(self):
+    """A scalar int32 slice per processor holding its pnum."""
+    from mesh_tf.lowering.lazy_tf import tf
+    return self.slicewise_pnum(lambda p: tf.constant(p, tf.int32),
+                               slice_shape=(), dtype="int32", flops=0)
+
+  def laid_out_pcoord(self, mesh_axis):
+    """A scalar int32 slice per processor holding its coordinate on an axis."""
+    from mesh_tf.lowering.lazy_tf import tf
+    a = self.mesh_axis_index(mesh_axis)
+    return self.slicewise_pnum(
+        lambda p: tf.constant(self.pnum_to_processor_coordinates(p)[a],
+                              tf.int32),
+        slice_shape=(), dtype="int32", flops=0)
+
+  def make_variable(self, name, shape, dtype, initializer, trainable=True):
+    """Creates (or returns the existing) laid-out variable ``name``.
+
+    ``initializer(full_shape, slice_begin, slice_shape, dtype)`` returns the
+    initial value of one slice.
+    """
+    shape = dims_lib.convert_to_shape(shape)
+    sl = self.slice_shape(shape)
+    nbytes = math.prod(sl) * dtypes_lib.size_of(dtype)
+    self.trace.variables[name] = nbytes
+    return self._make_variable(name, shape, sl, dtypes_lib.as_dtype(dtype),
+                               initializer, trainable)
+
+  # --- backend primitives ----------------------------------------------
+  @abc.abstractmethod
+  def _allreduce(self, x, mesh_axes, reduction):
+    """All-reduce over a tuple of mesh-axis indices."""
+
+  @abc.abstractmethod
+  def _allconcat(self, x, mesh_axis, concat_axis):
+    """All-gather over one mesh-axis index, concatenating on concat_axis."""
+
+  @abc.abstractmethod
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    """All-to-all over one mesh-axis index."""
+
+  @abc.abstractmethod
+  def _receive(self, x, mesh_axis, source_pcoord):
+    """Point-to-point: coordinate c gets coordinate source_pcoord[c]'s slice."""
+
+  @abc.abstractmethod
+  def _slicewise(self, fn, inputs, outputs, with_pnum):
+    """Runs fn per processor, filling each output LaidOutTensor in place."""
+
+  @abc.abstractmethod
+  def _import(self, value, shape, slice_shape, dtype):
+    """Slices a full host value onto the processors."""
+
+  @abc.abstractmethod
+  def export_to_tf_tensor(self, x, shape):
+    """Assembles a full (TF) tensor from a LaidOutTensor of mtf ``shape``."""
+
+  @abc.abstractmethod
+  def _make_variable(self, name, shape, slice_shape, dtype, initializer,
+                     trainable):
+    """Creates per-processor variable slices; returns a LaidOutVariable."""
+
+
+class LaidOutVariable:
+  """Per-processor variable slices owned by a backend.
+
+  ``value()`` reads them as a LaidOutTensor; ``assign(laid_out)`` writes.
+  """
+
+  def __init__(self, name, shape, slice_shape, dtype, slices=None):
+    self.name = name
+    self.shape = shape
+    self.slice_shape = tuple(slice_shape)
+    self.dtype = dtype
+    self.slices = slices
+
+  def value(self):
+    if self.slices is None:
+      return LaidOutTensor(self.slice_shape, self.dtype)
+    return LaidOutTensor(self.slice_shape, self.dtype,
+                         [v.read_value() for v in self.slices])
+
+  def assign(self, laid_out, mode="assign"):
+    """Writes ``laid_out``'s slices (``mode``: assign, assign_add, assign_sub).
+
+    Returns the list of assign ops (None for the shape-only backend).
+    """
+    laid_out = laid_out.to_laid_out_tensor()
+    if self.slices is None:
+      return None
+    return [getattr(v, mode)(t) for v, t in zip(self.slices,
+                                                  laid_out.tensor_list)]

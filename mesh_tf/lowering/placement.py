@@ -1,0 +1,171 @@
+"""PlacementMeshImpl: processor p's slice lives on ``devices[p]``.
+
+Devices may be TF logical CPU devices, GPUs, or remote
+``/job:worker/task:k/device:CPU:0`` strings.  Collectives move data between
+those devices with explicit cross-device reads: each participant computes the
+result from its peers' slices under its own ``tf.device`` scope, so TensorFlow
+copies the data there (in eager mode, in ``tf.function`` and in v1 graphs).
+"""
+
+from mesh_tf.core.errors import MeshSizeError
+from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
+
+
+class PlacementMeshImpl(MeshImpl):
+  """A mesh backend that places one slice per TensorFlow device.
+
+  Args:
+    shape: mesh shape, e.g. ``"rows:2;cols:4"``.
+    layout: layout rules, e.g. ``"batch:rows;d_ff:cols"``.
+    devices: one device string per processor, in row-major mesh order.
+
+  Raises:
+    MeshSizeError: if ``len(devices)`` differs from the mesh size.
+  """
+
+  def __init__(self, shape, layout, devices):
+    super().__init__(shape, layout)
+    devices = list(devices)
+    if len(devices) != self.size:
+      raise MeshSizeError(
+          f"mesh {self.shape!r} has {self.size} processors but "
+          f"{len(devices)} devices were given; pass exactly {self.size} "
+          "devices or change the mesh shape")
+    self.devices = devices
+    self._variables = {}
+
+  def _group_lists(self, x, axes):
+    return [(g, [x.tensor_list[p] for p in g])
+            for g in self.processor_groups(tuple(axes))]
+
+  def _allreduce(self, x, mesh_axes, reduction):
+    out = [None] * self.size
+    for group, ts in self._group_lists(x, mesh_axes):
+      for p in group:
+        with tf.device(self.devices[p]):
+          if reduction == "SUM":
+            out[p] = tf.add_n(ts)
+          elif reduction == "MAX":
+            out[p] = tf.reduce_max(tf.stack(ts), 0)
+          else:
+            out[p] = tf.reduce_min(tf.stack(ts), 0)
+    return LaidOutTensor(x.slice_shape, x.dtype, out)
+
+  def _allconcat(self, x, mesh_axis, concat_axis):
+    out = [None] * self.size
+    for group, ts in self._group_lists(x, (mesh_axis,)):
+      for p in group:
+        with tf.device(self.devices[p]):
+          out[p] = tf.concat(ts, concat_axis)
+    shape = list(x.slice_shape)
+    shape[concat_axis] *= self.shape[mesh_axis].size
+    return LaidOutTensor(shape, x.dtype, out)
+
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    n = self.shape[mesh_axis].size
+    out = [None] * self.size
+    for group, ts in self._group_lists(x, (mesh_axis,)):
+      parts = []
+      for p, t in zip(group, ts):
+        with tf.device(self.devices[p]):
+          parts.append(tf.split(t, n, axis=split_axis))
+      for j, p in enumerate(group):
+        with tf.device(self.devices[p]):
+          out[p] = tf.concat([parts[i][j] for i in range(n)], concat_axis)
+    shape = list(x.slice_shape)
+    shape[split_axis] //= n
+    shape[concat_axis] *= n
+    return LaidOutTensor(shape, x.dtype, out)
+
+  def _receive(self, x, mesh_axis, source_pcoord):
+    out = [None] * self.size
+    for group, ts in self._group_lists(x, (mesh_axis,)):
+      for c, p in enumerate(group):
+        src = source_pcoord[c]
+        with tf.device(self.devices[p]):
+          out[p] = (tf.zeros_like(ts[c]) if src is None
+                    else tf.identity(ts[src]))
+    return LaidOutTensor(x.slice_shape, x.dtype, out)
+
+  def _slicewise(self, fn, inputs, outputs, with_pnum):
+    results = []
+    for p in range(self.size):
+      args = [x.tensor_list[p] if isinstance(x, LaidOutTensor) else x
+              for x in inputs]
+      with tf.device(self.devices[p]):
+        r = fn(p, *args) if with_pnum else fn(*args)
+      if len(outputs) == 1:
+        r = [r]
+      for o, t in zip(outputs, r):
+        if tuple(t.shape) != o.slice_shape:
+          raise AssertionError(f"slicewise kernel gave shape {t.shape}, "
+                               f"expected {o.slice_shape}")
+      results.append(list(r))
+    for i, o in enumerate(outputs):
+      o.tensor_list = [results[p][i] for p in range(self.size)]
+
+  def _import(self, value, shape, slice_shape, dtype):
+    full = tf.convert_to_tensor(value)
+    if full.dtype.name != dtype:
+      full = tf.cast(full, dtype)
+    out = []
+    for p in range(self.size):
+      begin = self.slice_begin(shape, p)
+      with tf.device(self.devices[p]):
+        out.append(tf.slice(full, begin, slice_shape))
+    return LaidOutTensor(slice_shape, dtype, out)
+
+  def export_to_tf_tensor(self, x, shape):
+    """Concatenates the slices of ``x`` into the full tensor (not traced)."""
+    x = x.to_laid_out_tensor()
+    layout = self.tensor_layout(shape)
+    ts = list(x.tensor_list)
+    for ta, ma in enumerate(layout):
+      if ma is None or self.shape[ma].size == 1:
+        continue
+      new = list(ts)
+      for group in self.processor_groups((ma,)):
+        with tf.device(self.devices[group[0]]):
+          joined = tf.concat([ts[p] for p in group], ta)
+        for p in group:
+          new[p] = joined
+      ts = new
+    with tf.device(self.devices[0]):
+      return tf.identity(ts[0])
+
+  def _make_variable(self, name, shape, slice_shape, dtype, initializer,
+                     trainable):
+    existing = self._variables.get(name)
+    if existing is not None:
+      return existing
+    slices = []
+    full = tuple(shape.to_integer_list())
+    with tf.init_scope():
+      for p in range(self.size):
+        begin = self.slice_begin(shape, p)
+        with tf.device(self.devices[p]):
+          init = initializer(full, begin, slice_shape, dtype)
+          slices.append(tf.Variable(init, trainable=trainable,
+                                    name=f"{name}_slice_{p}".replace(":", "_")))
+    v = LaidOutVariable(name, shape, slice_shape, dtype, slices)
+    self._variables[name] = v
+    return v
+
+  @property
+  def variables(self):
+    """Laid-out variables created so far, by name."""
+    return dict(self._variables)
+
+
+def logical_cpu_devices(n=None):
+  """Names of the first ``n`` local logical CPU devices."""
+  devs = [d.name for d in tf.config.list_logical_devices("CPU")]
+  if n is not None:
+    if n > len(devs):
+      raise MeshSizeError(
+          f"{n} CPU devices requested but only {len(devs)} logical CPU devices "
+          "exist; call tf.config.set_logical_device_configuration before "
+          "TensorFlow initialises")
+    devs = devs[:n]
+  return devs

@@ -1,0 +1,43 @@
+"""ShapeMeshImpl: runs the lowering on slice shapes only, without TensorFlow.
+
+It records the same collective trace and slicewise FLOPs as
+:class:`PlacementMeshImpl`, because the op lowering code is the same; only
+the primitives differ.  The cost model prices its trace.
+"""
+
+from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
+
+
+class ShapeMeshImpl(MeshImpl):
+  """A backend that tracks slice shapes and dtypes, nothing else."""
+
+  def _allreduce(self, x, mesh_axes, reduction):
+    return LaidOutTensor(x.slice_shape, x.dtype)
+
+  def _allconcat(self, x, mesh_axis, concat_axis):
+    shape = list(x.slice_shape)
+    shape[concat_axis] *= self.shape[mesh_axis].size
+    return LaidOutTensor(shape, x.dtype)
+
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    n = self.shape[mesh_axis].size
+    shape = list(x.slice_shape)
+    shape[split_axis] //= n
+    shape[concat_axis] *= n
+    return LaidOutTensor(shape, x.dtype)
+
+  def _receive(self, x, mesh_axis, source_pcoord):
+    return LaidOutTensor(x.slice_shape, x.dtype)
+
+  def _slicewise(self, fn, inputs, outputs, with_pnum):
+    pass  # Outputs already carry their slice shapes.
+
+  def _import(self, value, shape, slice_shape, dtype):
+    return LaidOutTensor(slice_shape, dtype)
+
+  def export_to_tf_tensor(self, x, shape):
+    raise NotImplementedError("ShapeMeshImpl holds no values to export")
+
+  def _make_variable(self, name, shape, slice_shape, dtype, initializer,
+                     trainable):
+    return LaidOutVariable(name, shape, slice_shape, dtype, None)

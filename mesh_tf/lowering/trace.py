@@ -1,0 +1,71 @@
+"""The record of what a lowering did: collectives, slicewise compute, variables.
+
+Both backends write the same record, because the same op lowering code calls
+the same recorded ``MeshImpl`` methods.  The cost model prices this record.
+"""
+
+import collections
+from typing import NamedTuple, Optional, Tuple
+
+
+class CollectiveRecord(NamedTuple):
+  """One collective as the lowering issued it.
+
+  ``bytes_per_device`` is the size of each participant's *input* slice.
+  ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``.
+  """
+  op_name: str
+  kind: str
+  mesh_axes: Tuple[str, ...]
+  group_size: int
+  bytes_per_device: int
+  reduction: Optional[str] = None
+
+  def key(self):
+    """What the cost model must predict: everything but the op name."""
+    return (self.kind, self.mesh_axes, self.group_size, self.bytes_per_device,
+            self.reduction)
+
+
+class ComputeRecord(NamedTuple):
+  """One slicewise computation: FLOPs and output bytes on each device."""
+  op_name: str
+  flops_per_device: int
+  output_bytes_per_device: int
+
+
+class CollectiveTrace:
+  """Ordered records of one lowering on one mesh."""
+
+  def __init__(self):
+    self.collectives = []
+    self.compute = []
+    self.variables = collections.OrderedDict()  # name -> bytes per device
+
+  def collective_keys(self):
+    return sorted(c.key() for c in self.collectives)
+
+  def by_op(self):
+    out = collections.OrderedDict()
+    for c in self.collectives:
+      out.setdefault(c.op_name, []).append(c)
+    return out
+
+  @property
+  def total_flops_per_device(self):
+    return sum(c.flops_per_device for c in self.compute)
+
+  @property
+  def total_collective_bytes(self):
+    return sum(c.bytes_per_device for c in self.collectives)
+
+  def __eq__(self, other):
+    return (isinstance(other, CollectiveTrace)
+            and self.collectives == other.collectives
+            and self.compute == other.compute
+            and self.variables == other.variables)
+
+  def __repr__(self):
+    return (f"CollectiveTrace({len(self.collectives)} collectives, "
+            f"{len(self.compute)} compute records, "
+            f"{len(self.variables)} variables)")

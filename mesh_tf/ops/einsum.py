@@ -1,0 +1,135 @@
+"""Einsum, the workhorse: contraction over named dims.
+
+Lowering: each processor contracts its slices; a reduced dim that is split
+leaves partial sums, which become a lazy SUM all-reduce over that dim's mesh
+axis.  FLOPs per device are ``2 * prod(slice sizes of all dims)``.
+"""
+
+import math
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import ShapeError
+from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
+from mesh_tf.ops.base import einsum_letters
+
+
+def _infer_output_shape(xs, reduced_dims):
+  if reduced_dims is not None:
+    reduced = {d.name for d in dims_lib.convert_to_shape(reduced_dims)}
+    dims, seen = [], set()
+    for x in xs:
+      for d in x.shape:
+        if d.name not in reduced and d.name not in seen:
+          seen.add(d.name)
+          dims.append(d)
+    return dims_lib.Shape(dims)
+  counts = {}
+  for x in xs:
+    for d in x.shape:
+      counts[d.name] = counts.get(d.name, 0) + 1
+  dims, seen = [], set()
+  for x in xs:
+    for d in x.shape:
+      if counts[d.name] == 1 and d.name not in seen:
+        seen.add(d.name)
+        dims.append(d)
+  return dims_lib.Shape(dims)
+
+
+class EinsumOperation(Operation):
+  """Contraction of ``xs`` onto ``output_shape``."""
+
+  def __init__(self, xs, output_shape, name=None):
+    super().__init__(xs, name=name or "einsum")
+    sizes = {}
+    for x in xs:
+      for d in x.shape:
+        if sizes.setdefault(d.name, d.size) != d.size:
+          raise ShapeError(
+              f"einsum {self.name}: dim {d.name!r} has sizes "
+              f"{sizes[d.name]} and {d.size} in its inputs "
+              f"{[x.name for x in xs]}")
+    for d in output_shape:
+      if sizes.get(d.name) != d.size:
+        raise ShapeError(
+            f"einsum {self.name}: output dim {d} is not a dim of any input "
+            f"({[str(x.shape) for x in xs]})")
+    dtype = xs[0].dtype
+    self._outputs = [Tensor(self, output_shape, dtype)]
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    out = self.outputs[0]
+    out_names = set(out.shape.dimension_names)
+    all_dims = {}
+    for x in self.inputs:
+      for d in x.shape:
+        all_dims[d.name] = d
+    reduced_axes = set()
+    for d in all_dims.values():
+      a = impl.tensor_dimension_to_mesh_axis(d)
+      if a is not None and d.name not in out_names:
+        reduced_axes.add(a)
+    # An output dim split on the same axis as a split reduced dim: gather it
+    # in the inputs, reduce over the axis, then split the output again.
+    resplit = [(i, d, a) for i, d in enumerate(out.shape)
+               for a in [impl.tensor_dimension_to_mesh_axis(d)]
+               if a is not None and a in reduced_axes]
+    resplit_names = {d.name for _, d, _ in resplit}
+    slices, in_shapes = [], []
+    for x in self.inputs:
+      laid = lowering.laid_out(x)
+      for j, d in enumerate(x.shape):
+        if d.name in resplit_names:
+          laid = impl.allconcat(laid, impl.tensor_dimension_to_mesh_axis(d), j)
+      slices.append(laid)
+      in_shapes.append(x.shape)
+    sizes = {}
+    for laid, x in zip(slices, self.inputs):
+      for s, d in zip(laid.slice_shape, x.shape):
+        sizes[d.name] = s
+    out_slice = tuple(sizes[d.name] for d in out.shape)
+    flops = math.prod(sizes.values()) * (2 if len(self.inputs) > 1 else 1)
+    eq = einsum_letters(in_shapes, out.shape)
+    y = impl.slicewise(lambda *ts: tf.einsum(eq, *ts), *slices,
+                       slice_shape=out_slice, dtype=out.dtype, flops=flops)
+    if resplit:
+      y = impl.allreduce(y, sorted(reduced_axes), "SUM")
+      for i, d, a in resplit:
+        y = impl.allsplit(y, a, i)
+      lowering.set_tensor_lowering(out, y)
+    elif reduced_axes:
+      lowering.set_tensor_lowering(
+          out, LazyAllreduceSum(impl, y, reduced_axes))
+    else:
+      lowering.set_tensor_lowering(out, y)
+
+
+def einsum(xs, output_shape=None, reduced_dims=None, name=None):
+  """Einstein summation over named dims.
+
+  Args:
+    xs: list of mtf Tensors.
+    output_shape: the output Shape; by default the dims that appear in exactly
+      one input (or, with ``reduced_dims``, all dims but those).
+    reduced_dims: dims to sum out, when ``output_shape`` is not given.
+    name: op name.
+
+  Example:
+    >>> y = einsum([x, w], reduced_dims=[d_model])   # doctest: +SKIP
+  """
+  xs = list(xs)
+  if not xs:
+    raise ShapeError("einsum needs at least one input")
+  if output_shape is None:
+    output_shape = _infer_output_shape(xs, reduced_dims)
+  return EinsumOperation(xs, dims_lib.convert_to_shape(output_shape),
+                         name=name).outputs[0]
+
+
+def matmul(a, b, output_shape=None, reduced_dims=None, name=None):
+  """``einsum([a, b])``: contracts the dims ``a`` and ``b`` share."""
+  return einsum([a, b], output_shape=output_shape, reduced_dims=reduced_dims,
+                name=name or "matmul")

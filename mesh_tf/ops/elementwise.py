@@ -1,0 +1,197 @@
+"""Elementwise ops: unary maps and binary ops that broadcast by dim name.
+
+Elementwise ops split every dim, need no communication, and cost one FLOP
+per output element (a few for transcendental functions, as rooflines count).
+"""
+
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import ShapeError
+from mesh_tf.graph import Tensor
+from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
+from mesh_tf.ops.base import GenericOperation, broadcast_shapes
+
+
+class UnaryOperation(GenericOperation):
+  """``y = fn(x)`` elementwise; ``kind`` names the function for gradients."""
+
+  def __init__(self, kind, fn, x, output_dtype=None, name=None, flops=1,
+               **params):
+    self.kind = kind
+    self.params = params
+    super().__init__(fn, [x], x.shape, output_dtype or x.dtype,
+                     name=name or kind, flops_per_element=flops)
+
+
+def _unary(kind, tf_fn, flops=1, out_dtype=None):
+  def op(x, name=None):
+    return UnaryOperation(kind, tf_fn, x, output_dtype=out_dtype, name=name,
+                          flops=flops).outputs[0]
+  op.__name__ = kind
+  op.__doc__ = f"Elementwise ``{kind}`` of an mtf Tensor."
+  return op
+
+
+identity = _unary("identity", lambda x: tf.identity(x), flops=0)
+negative = _unary("negative", lambda x: tf.negative(x))
+abs = _unary("abs", lambda x: tf.abs(x))  # pylint: disable=redefined-builtin
+sign = _unary("sign", lambda x: tf.sign(x))
+square = _unary("square", lambda x: tf.square(x))
+sqrt = _unary("sqrt", lambda x: tf.sqrt(x), flops=4)
+rsqrt = _unary("rsqrt", lambda x: tf.math.rsqrt(x), flops=4)
+reciprocal = _unary("reciprocal", lambda x: tf.math.reciprocal(x), flops=4)
+exp = _unary("exp", lambda x: tf.exp(x), flops=4)
+log = _unary("log", lambda x: tf.math.log(x), flops=4)
+sin = _unary("sin", lambda x: tf.sin(x), flops=4)
+cos = _unary("cos", lambda x: tf.cos(x), flops=4)
+tanh = _unary("tanh", lambda x: tf.tanh(x), flops=4)
+sigmoid = _unary("sigmoid", lambda x: tf.sigmoid(x), flops=4)
+relu = _unary("relu", lambda x: tf.nn.relu(x))
+elu = _unary("elu", lambda x: tf.nn.elu(x), flops=4)
+selu = _unary("selu", lambda x: tf.nn.selu(x), flops=4)
+softplus = _unary("softplus", lambda x: tf.nn.softplus(x), flops=8)
+swish = _unary("swish", lambda x: x * tf.sigmoid(x), flops=5)
+logical_not = _unary("logical_not", lambda x: tf.logical_not(x))
+
+
+def gelu(x, name=None):
+  """Gaussian error linear unit (tanh approximation, as in GPT-2/BERT)."""
+  return UnaryOperation(
+      "gelu", lambda t: tf.nn.gelu(t, approximate=True), x, name=name,
+      flops=8).outputs[0]
+
+
+def leaky_relu(x, alpha=0.2, name=None):
+  return UnaryOperation("leaky_relu",
+                        lambda t: tf.nn.leaky_relu(t, alpha=alpha), x,
+                        name=name, alpha=alpha).outputs[0]
+
+
+def cast(x, dtype, name=None):
+  dtype = dtypes_lib.as_dtype(dtype)
+  if dtype == x.dtype:
+    return x
+  return UnaryOperation("cast", lambda t: tf.cast(t, dtype), x,
+                        output_dtype=dtype, name=name or "cast").outputs[0]
+
+
+def to_float(x, name=None):
+  return cast(x, "float32", name=name)
+
+
+def to_int32(x, name=None):
+  return cast(x, "int32", name=name)
+
+
+def to_bfloat16(x, name=None):
+  return cast(x, "bfloat16", name=name)
+
+
+class BinaryOperation(GenericOperation):
+  """``fn(x, y)`` broadcast by dim name; scalars are folded into ``fn``."""
+
+  def __init__(self, kind, fn, x, y, output_dtype=None, name=None, flops=1):
+    self.kind = kind
+    inputs = [t for t in (x, y) if isinstance(t, Tensor)]
+    shape = broadcast_shapes(*[t.shape for t in inputs])
+    if isinstance(x, Tensor) and isinstance(y, Tensor):
+      kernel = fn
+    elif isinstance(x, Tensor):
+      kernel = lambda a: fn(a, tf.constant(y, a.dtype))
+    else:
+      kernel = lambda b: fn(tf.constant(x, b.dtype), b)
+    self.scalar = None if len(inputs) == 2 else (y if inputs[0] is x else x)
+    super().__init__(kernel, inputs, shape, output_dtype or inputs[0].dtype,
+                     name=name or kind, flops_per_element=flops)
+
+  def lower(self, lowering):
+    # A sum of pending SUM all-reduces over the same axes stays pending.
+    if (self.kind in ("add", "subtract") and len(self.inputs) == 2
+        and self.inputs[0].shape == self.inputs[1].shape):
+      a, b = (lowering.tensors[t] for t in self.inputs)
+      if (isinstance(a, LazyAllreduceSum) and isinstance(b, LazyAllreduceSum)
+          and a.mesh_axes == b.mesh_axes):
+        impl = lowering.mesh_impl(self)
+        fn = tf.add if self.kind == "add" else tf.subtract
+        partial = impl.slicewise(fn, a.laid_out_input, b.laid_out_input,
+                                 shape=self.outputs[0].shape)
+        lowering.set_tensor_lowering(
+            self.outputs[0], LazyAllreduceSum(impl, partial, a.mesh_axes))
+        return
+    super().lower(lowering)
+
+
+def _binary(kind, tf_fn, bool_out=False, flops=1):
+  def op(x1, x2, output_shape=None, name=None):
+    if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
+      raise ShapeError(f"{kind} needs at least one mtf Tensor, got "
+                       f"{x1!r} and {x2!r}")
+    out = BinaryOperation(kind, tf_fn, x1, x2,
+                          output_dtype="bool" if bool_out else None,
+                          name=name, flops=flops).outputs[0]
+    if output_shape is not None:
+      from mesh_tf.ops.reshape import broadcast
+      out = broadcast(out, output_shape)
+    return out
+  op.__name__ = kind
+  op.__doc__ = f"Elementwise ``{kind}``, broadcasting by dim name."
+  return op
+
+
+add = _binary("add", lambda a, b: tf.add(a, b))
+subtract = _binary("subtract", lambda a, b: tf.subtract(a, b))
+multiply = _binary("multiply", lambda a, b: tf.multiply(a, b))
+divide = _binary("divide", lambda a, b: tf.divide(a, b))
+floordiv = _binary("floordiv", lambda a, b: tf.math.floordiv(a, b))
+mod = _binary("mod", lambda a, b: tf.math.floormod(a, b))
+minimum = _binary("minimum", lambda a, b: tf.minimum(a, b))
+maximum = _binary("maximum", lambda a, b: tf.maximum(a, b))
+pow = _binary("pow", lambda a, b: tf.pow(a, b), flops=8)  # pylint: disable=redefined-builtin
+less = _binary("less", lambda a, b: tf.less(a, b), bool_out=True)
+less_equal = _binary("less_equal", lambda a, b: tf.less_equal(a, b),
+                     bool_out=True)
+greater = _binary("greater", lambda a, b: tf.greater(a, b), bool_out=True)
+greater_equal = _binary("greater_equal", lambda a, b: tf.greater_equal(a, b),
+                        bool_out=True)
+equal = _binary("equal", lambda a, b: tf.equal(a, b), bool_out=True)
+not_equal = _binary("not_equal", lambda a, b: tf.not_equal(a, b),
+                    bool_out=True)
+logical_and = _binary("logical_and", lambda a, b: tf.logical_and(a, b),
+                      bool_out=True)
+logical_or = _binary("logical_or", lambda a, b: tf.logical_or(a, b),
+                     bool_out=True)
+
+
+def add_n(xs, name=None):
+  """Sum of a list of tensors, broadcasting by dim name."""
+  xs = list(xs)
+  if not xs:
+    raise ShapeError("add_n needs at least one tensor")
+  out = xs[0]
+  for x in xs[1:]:
+    out = add(out, x, name=name)
+  return out
+
+
+class WhereOperation(GenericOperation):
+  def __init__(self, condition, x, y, name=None):
+    shape = broadcast_shapes(condition.shape, x.shape, y.shape)
+    super().__init__(lambda c, a, b: tf.where(c, a, b), [condition, x, y],
+                     shape, x.dtype, name=name or "where")
+
+
+def where(condition, x, y, output_shape=None, name=None):
+  """Elementwise select: ``x`` where ``condition`` is true, else ``y``."""
+  mesh = condition.mesh
+  from mesh_tf.ops.creation import constant
+  if not isinstance(x, Tensor):
+    x = constant(mesh, x, dtype=y.dtype if isinstance(y, Tensor)
+                 else "float32")
+  if not isinstance(y, Tensor):
+    y = constant(mesh, y, dtype=x.dtype)
+  out = WhereOperation(condition, x, y, name=name).outputs[0]
+  if output_shape is not None:
+    from mesh_tf.ops.reshape import broadcast
+    out = broadcast(out, output_shape)
+  return out
+

@@ -1,0 +1,237 @@
+"""Variables, layout-invariant initializers, and assignment.
+
+A variable's slices are created by the backend (``MeshImpl.make_variable``)
+and kept there, so a ``tf.function`` that re-lowers the graph on each trace
+reuses the same slices.  Initial values depend only on the variable name (or
+seed) and each element's global index, never on the layout.
+"""
+
+import zlib
+
+import numpy as np
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import MtfError
+from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering import random_kernels
+from mesh_tf.lowering.lazy_tf import tf
+
+
+# --- initializers: fn(full_shape, slice_begin, slice_shape, dtype, seed) ----
+class Initializer:
+  """Base class: computes one slice of a variable's initial value."""
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    raise NotImplementedError
+
+  def numpy(self, full_shape, dtype, seed):
+    """The full initial value, for references and checkpoints."""
+    raise NotImplementedError
+
+
+class constant_initializer(Initializer):  # pylint: disable=invalid-name
+  """Every element equals ``value``."""
+
+  def __init__(self, value=0.0):
+    self.value = value
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    return tf.fill(slice_shape, tf.constant(self.value, dtype))
+
+  def numpy(self, full_shape, dtype, seed):
+    return np.full(full_shape, self.value, dtype=dtype)
+
+
+def zeros_initializer():
+  return constant_initializer(0.0)
+
+
+def ones_initializer():
+  return constant_initializer(1.0)
+
+
+class random_normal_initializer(Initializer):  # pylint: disable=invalid-name
+  """Normal(mean, stddev) from the layout-invariant counter-based RNG."""
+
+  def __init__(self, mean=0.0, stddev=1.0, seed=None):
+    self.mean, self.stddev, self.seed = mean, stddev, seed
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    return random_kernels.tf_random(full_shape, begin, slice_shape, dtype,
+                                    "normal", self.seed if self.seed
+                                    is not None else seed,
+                                    mean=self.mean, stddev=self.stddev)
+
+  def numpy(self, full_shape, dtype, seed):
+    return random_kernels.numpy_random(
+        full_shape, self.seed if self.seed is not None else seed, "normal",
+        mean=self.mean, stddev=self.stddev, dtype=dtype)
+
+
+class random_uniform_initializer(Initializer):  # pylint: disable=invalid-name
+  """Uniform[minval, maxval) from the layout-invariant RNG."""
+
+  def __init__(self, minval=-0.05, maxval=0.05, seed=None):
+    self.minval, self.maxval, self.seed = minval, maxval, seed
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    return random_kernels.tf_random(full_shape, begin, slice_shape, dtype,
+                                    "uniform", self.seed if self.seed
+                                    is not None else seed,
+                                    minval=self.minval, maxval=self.maxval)
+
+  def numpy(self, full_shape, dtype, seed):
+    return random_kernels.numpy_random(
+        full_shape, self.seed if self.seed is not None else seed, "uniform",
+        minval=self.minval, maxval=self.maxval, dtype=dtype)
+
+
+class _ValueInitializer(Initializer):
+  """A full NumPy value, or a callable ``(shape, dtype) -> value`` (e.g. a
+  Keras initializer), computed once on the host and sliced."""
+
+  def __init__(self, value):
+    self.value = value
+
+  def _full(self, full_shape, dtype):
+    v = self.value
+    if callable(v):
+      v = v(list(full_shape), dtype=dtype)
+    return v
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    return tf.slice(tf.cast(self._full(full_shape, dtype), dtype), begin,
+                    slice_shape)
+
+  def numpy(self, full_shape, dtype, seed):
+    return np.asarray(self._full(full_shape, dtype)).astype(dtype)
+
+
+def _as_initializer(init):
+  if init is None:
+    return random_normal_initializer(stddev=1.0)
+  if isinstance(init, Initializer):
+    return init
+  if np.ndim(init) == 0 and not callable(init):
+    return constant_initializer(init)
+  return _ValueInitializer(init)
+
+
+def name_seed(name):
+  """A stable seed derived from a variable name."""
+  return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+class Variable(Operation):
+  """A variable; its output tensor is the variable's current value."""
+
+  def __init__(self, mesh, name, shape, dtype, initializer, trainable=True):
+    super().__init__([], mesh=mesh, name=name)
+    self.initializer = _as_initializer(initializer)
+    self.trainable = trainable
+    self.seed = name_seed(self.name)
+    self._outputs = [Tensor(self, shape, dtype, name=self.name)]
+    mesh.graph.all_variables.append(self)
+    if trainable:
+      mesh.graph.trainable_variables.append(self)
+
+  @property
+  def value(self):
+    return self.outputs[0]
+
+  @property
+  def shape(self):
+    return self.outputs[0].shape
+
+  @property
+  def dtype(self):
+    return self.outputs[0].dtype
+
+  def initial_value_numpy(self):
+    """The full initial value as NumPy (layout-independent)."""
+    return self.initializer.numpy(tuple(self.shape.to_integer_list()),
+                                  self.dtype, self.seed)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+
+    def init(full, begin, slice_shape, dtype):
+      return self.initializer(full, begin, slice_shape, dtype, self.seed)
+    v = impl.make_variable(self.name, self.shape, self.dtype, init,
+                           self.trainable)
+    lowering.variables[self] = v
+    lowering.set_tensor_lowering(self.outputs[0], v.value())
+
+
+def get_variable(mesh, name, shape, dtype="float32", initializer=None,
+                 trainable=True, **unused_kwargs):
+  """Creates a variable and returns its value as an mtf Tensor.
+
+  Args:
+    mesh: the Mesh.
+    name: variable name (made unique in the graph).
+    shape: its Shape (or shape string).
+    dtype: element dtype.
+    initializer: an mtf initializer, a scalar, a NumPy array of the full
+      shape, or a callable ``(shape, dtype)`` such as a Keras initializer.
+    trainable: whether ``graph.trainable_variables`` lists it.
+  """
+  shape = dims_lib.convert_to_shape(shape)
+  return Variable(mesh, name, shape, dtypes_lib.as_dtype(dtype), initializer,
+                  trainable).outputs[0]
+
+
+class AssignOperation(Operation):
+  """Writes a new value (or adds/subtracts one) into variables' slices."""
+
+  def __init__(self, variables, new_values, mode="assign", name=None):
+    variables = [_as_variable(v) for v in variables]
+    new_values = list(new_values)
+    for v, x in zip(variables, new_values):
+      if x.shape != v.shape:
+        raise MtfError(f"{mode} to variable {v.name} {v.shape!r} from "
+                       f"{x.name} {x.shape!r}: the shapes differ")
+    super().__init__(new_values, mesh=variables[0].mesh,
+                     name=name or mode)
+    self.variables, self.mode = variables, mode
+
+  def lower(self, lowering):
+    ops = []
+    for v, x in zip(self.variables, self.inputs):
+      laid_v = lowering.variables[v]
+      x_laid = lowering.laid_out(x)
+      if x.dtype != v.dtype:
+        x_laid = lowering.mesh_impl(self).slicewise(
+            lambda t, d=v.dtype: tf.cast(t, d), x_laid, shape=x.shape,
+            dtype=v.dtype)
+      r = laid_v.assign(x_laid, self.mode)
+      if r:
+        ops.extend(r)
+    lowering.lowered_operations[self] = ops
+
+
+def _as_variable(v):
+  if isinstance(v, Variable):
+    return v
+  if isinstance(v, Tensor) and isinstance(v.operation, Variable):
+    return v.operation
+  raise MtfError(f"{v!r} is not a variable")
+
+
+def assign(var, new_val, name=None):
+  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation."""
+  return AssignOperation([var], [new_val], "assign", name=name)
+
+
+def assign_add(var, new_val, name=None):
+  return AssignOperation([var], [new_val], "assign_add", name=name)
+
+
+def assign_sub(var, new_val, name=None):
+  return AssignOperation([var], [new_val], "assign_sub", name=name)
+
+
+def read(var):
+  """The value of a variable, as a tensor (for API compatibility)."""
+  return _as_variable(var).value

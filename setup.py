@@ -1,0 +1,39 @@
+"""mesh-tf: Mesh TensorFlow reimplemented, with an automatic layout optimizer."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="mesh-tf",
+    version="0.1.0",
+    description=("Named-dim tensors lowered onto meshes of TensorFlow devices,"
+                 " with a cost model and an OR-Tools layout optimizer"),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10,<3.13",
+    packages=find_packages(include=["mesh_tf", "mesh_tf.*", "autolayout",
+                                    "autolayout.*", "costmodels",
+                                    "costmodels.*"]),
+    install_requires=[
+        "tensorflow-cpu==2.21.*",
+        "numpy>=1.26,<3",
+        "networkx>=3.2,<4",
+        "ortools==9.15.*",
+        "pandas>=2.1,<4",
+        "matplotlib>=3.8,<4",
+        "rich>=13,<16",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8,<10",
+            "hypothesis>=6.100,<7",
+            "nbclient>=0.10,<0.12",
+            "nbformat>=5.10,<6",
+            "ipykernel>=6.29,<8",
+        ],
+    },
+    entry_points={
+        "console_scripts": [
+            "mtf-demo=mesh_tf.demo:main",
+        ],
+    },
+)
