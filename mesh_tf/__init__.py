@@ -38,6 +38,14 @@ from mesh_tf.ops.variables import (Variable, assign, assign_add, assign_sub,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
 
+# Op families whose modules list their public names in __all__.
+from mesh_tf.ops.reshape import *  # noqa: F401,F403
+from mesh_tf.ops.slicing import *  # noqa: F401,F403
+from mesh_tf.ops.shift import *  # noqa: F401,F403
+from mesh_tf.ops.gather import *  # noqa: F401,F403
+from mesh_tf.ops.topk import *  # noqa: F401,F403
+from mesh_tf.ops.random import *  # noqa: F401,F403
+
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
 bool = "bool"  # pylint: disable=redefined-builtin

@@ -61,6 +61,7 @@ class LazyAllreduceSum:
     self.mesh_impl = mesh_impl
     self.laid_out_input = laid_out_input
     self.mesh_axes = tuple(sorted(mesh_axes))
+    self.source_op = mesh_impl._op_name  # the op that left partial sums
     self._reduced = None
 
   @property
@@ -74,7 +75,8 @@ class LazyAllreduceSum:
   def to_laid_out_tensor(self):
     if self._reduced is None:
       self._reduced = self.mesh_impl.allreduce(
-          self.laid_out_input, self.mesh_axes, "SUM")
+          self.laid_out_input, self.mesh_axes, "SUM",
+          source_op=self.source_op)
     return self._reduced
 
   def __repr__(self):
@@ -211,13 +213,13 @@ class MeshImpl(abc.ABC):
     axes = sorted({self.mesh_axis_index(a) for a in mesh_axes})
     return tuple(a for a in axes if self.shape[a].size > 1)
 
-  def _record(self, kind, x, axes, reduction=None):
+  def _record(self, kind, x, axes, reduction=None, source_op=None):
     self.trace.collectives.append(CollectiveRecord(
         self._op_name, kind, tuple(self.shape[a].name for a in axes),
         math.prod(self.shape[a].size for a in axes), x.slice_bytes,
-        reduction))
+        reduction, source_op or self._op_name))
 
-  def allreduce(self, x, mesh_axes, reduction="SUM"):
+  def allreduce(self, x, mesh_axes, reduction="SUM", source_op=None):
     """Reduces ``x`` over ``mesh_axes``; every participant gets the result.
 
     ``reduction`` is "SUM", "MAX" or "MIN".
@@ -228,7 +230,7 @@ class MeshImpl(abc.ABC):
     axes = self._axes(mesh_axes)
     if not axes:
       return x
-    self._record("allreduce", x, axes, reduction)
+    self._record("allreduce", x, axes, reduction, source_op)
     return self._allreduce(x, axes, reduction)
 
   def allconcat(self, x, mesh_axis, concat_axis):

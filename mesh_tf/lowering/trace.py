@@ -13,6 +13,9 @@ class CollectiveRecord(NamedTuple):
 
   ``bytes_per_device`` is the size of each participant's *input* slice.
   ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``.
+  ``op_name`` is the op being lowered when the collective ran; ``source_op``
+  is the op whose layout caused it (they differ for a lazy SUM all-reduce,
+  which runs when a later op first needs the value).
   """
   op_name: str
   kind: str
@@ -20,6 +23,7 @@ class CollectiveRecord(NamedTuple):
   group_size: int
   bytes_per_device: int
   reduction: Optional[str] = None
+  source_op: Optional[str] = None
 
   def key(self):
     """What the cost model must predict: everything but the op name."""
