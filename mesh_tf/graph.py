@@ -5,6 +5,8 @@ imported and no memory is allocated for tensor values.  There is no global
 state; the graph is reached through the mesh each op is built on.
 """
 
+import functools
+
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError, ShapeError
@@ -133,6 +135,35 @@ class Operation:
   ``lower(lowering)``.  They may override ``unsplittable_dims`` (dim names the
   layout must not split for this op) and ``gradient(grad_ys)``.
   """
+
+  def __init_subclass__(cls, **kwargs):
+    # A subclass validates its arguments after Operation.__init__ has
+    # recorded it in the graph.  If its __init__ raises, take the half-built
+    # op out again, so that the graph still lowers after a caught error.
+    super().__init_subclass__(**kwargs)
+    init = cls.__dict__.get("__init__")
+    if init is None:
+      return
+
+    @functools.wraps(init)
+    def checked_init(self, *args, **kwargs):
+      try:
+        init(self, *args, **kwargs)
+      except BaseException:
+        self._discard()
+        raise
+    cls.__init__ = checked_init
+
+  def _discard(self):
+    mesh = getattr(self, "_mesh", None)
+    if mesh is None:
+      return
+    graph = mesh.graph
+    for lst in (graph.operations, graph.all_variables,
+                graph.trainable_variables):
+      for i in range(len(lst) - 1, -1, -1):
+        if lst[i] is self:
+          del lst[i]
 
   def __init__(self, inputs, mesh=None, name=None):
     inputs = list(inputs)

@@ -124,6 +124,10 @@ class TensorLayout(NamedTuple):
   def __getitem__(self, i):
     return self.tensor_axis_to_mesh_axis[i]
 
+  def __reduce__(self):
+    # NamedTuple's default pickling uses iter(self), which yields the axes.
+    return (TensorLayout, (self.tensor_axis_to_mesh_axis,))
+
   @property
   def is_fully_replicated(self):
     return all(a is None for a in self.tensor_axis_to_mesh_axis)

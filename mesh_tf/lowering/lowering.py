@@ -27,6 +27,8 @@ class Lowering:
     self.lowered_operations = {}
     for op in graph.operations:
       impl = self.mesh_impl(op)
+      for t in op.outputs:  # Layout errors name the tensor, not just a shape.
+        impl.tensor_layout(t)
       impl.check_splittable(op)
       with impl.recording(op.name):
         op.lower(self)

@@ -17,6 +17,8 @@ class UnaryOperation(GenericOperation):
 
   def __init__(self, kind, fn, x, output_dtype=None, name=None, flops=1,
                **params):
+    if not isinstance(x, Tensor):
+      raise ShapeError(f"{name or kind} expects an mtf Tensor, got {x!r}")
     self.kind = kind
     self.params = params
     super().__init__(fn, [x], x.shape, output_dtype or x.dtype,

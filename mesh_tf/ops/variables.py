@@ -12,7 +12,7 @@ import numpy as np
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
-from mesh_tf.core.errors import MtfError
+from mesh_tf.core.errors import MtfError, ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering import random_kernels
 from mesh_tf.lowering.lazy_tf import tf
@@ -190,8 +190,8 @@ class AssignOperation(Operation):
     new_values = list(new_values)
     for v, x in zip(variables, new_values):
       if x.shape != v.shape:
-        raise MtfError(f"{mode} to variable {v.name} {v.shape!r} from "
-                       f"{x.name} {x.shape!r}: the shapes differ")
+        raise ShapeError(f"{mode} to variable {v.name} {v.shape!r} from "
+                         f"{x.name} {x.shape!r}: the shapes differ")
     super().__init__(new_values, mesh=variables[0].mesh,
                      name=name or mode)
     self.variables, self.mode = variables, mode
