@@ -1,0 +1,645 @@
+"""Reverse-mode autodiff on mtf graphs: ``gradients``, ``custom_gradient``,
+``recompute_grad`` and the gradient registry.
+
+The backward pass is built as ordinary mtf ops, so it is laid out by the same
+rules as the forward pass (a gradient has the dims, hence the layout, of its
+tensor), is priced by the cost model, and lowers to the same collectives on
+every backend.
+
+How an op's gradient is found, most specific class first along the op's MRO:
+  1. a function registered for that class with :func:`register_gradient`;
+  2. the class's own ``gradient(grad_ys)`` method, if it overrides
+     ``Operation.gradient``.
+A gradient function takes ``(op, grad_ys)`` (one gradient or None per output)
+and returns one gradient or None per input, each of that input's exact shape.
+
+Elementwise gradients are fused: the gradient of each input of an elementwise
+op is ONE mtf op whose slice kernel computes the derivative (with TF's own
+gradient kernels where TF has one, else by differentiating the op's slice
+kernel with ``tf.GradientTape``), sums locally over broadcast dims, and
+leaves a lazy SUM all-reduce when a broadcast dim is split.  This keeps the
+lowered step small: one TF kernel per device per gradient, where a naive
+composition would emit three to five.
+"""
+
+import copy
+import math
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import MtfError, ShapeError
+from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
+from mesh_tf.ops import control as control_ops
+from mesh_tf.ops import creation as creation_ops
+from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import reduce as reduce_ops
+from mesh_tf.ops import variables as variable_ops
+from mesh_tf.ops.base import GenericOperation, align_slice
+
+__all__ = ["GradientError", "custom_gradient", "gradients",
+           "gradient_function", "recompute_grad", "register_gradient"]
+
+
+class GradientError(MtfError):
+  """An op on the path from ``xs`` to ``ys`` has no gradient, or a gradient
+  function returned a wrong shape."""
+
+
+_REGISTRY = {}
+
+
+def register_gradient(op_class):
+  """Decorator: registers ``fn(op, grad_ys) -> grads`` for ``op_class``.
+
+  Example:
+    >>> @register_gradient(MyOperation)               # doctest: +SKIP
+    ... def _my_grad(op, grad_ys):
+    ...   return [grad_ys[0] * 2.0]
+  """
+  if not (isinstance(op_class, type) and issubclass(op_class, Operation)):
+    raise MtfError(f"register_gradient expects an Operation subclass, got "
+                   f"{op_class!r}")
+
+  def decorate(fn):
+    _REGISTRY[op_class] = fn
+    return fn
+  return decorate
+
+
+def gradient_function(op):
+  """The gradient function ``(op, grad_ys) -> grads`` of ``op``, or None."""
+  for cls in type(op).__mro__:
+    if cls is Operation:
+      break
+    fn = _REGISTRY.get(cls)
+    if fn is not None:
+      return fn
+    if "gradient" in cls.__dict__:
+      return lambda o, grad_ys: o.gradient(grad_ys)
+  return None
+
+
+def _is_float(t):
+  return dtypes_lib.is_floating(t.dtype)
+
+
+# --- the backward pass --------------------------------------------------------
+def gradients(ys, xs, grad_ys=None):
+  """Gradients of ``sum(ys)`` with respect to each of ``xs``.
+
+  Walks the ops that lie between ``xs`` and ``ys`` in reverse graph order,
+  summing the contributions of every path.  Ops made for gradients that no
+  result needs (e.g. the gradient of an input that does not depend on
+  ``xs``) are removed from the graph again, so they cost nothing at lowering.
+
+  Args:
+    ys: an mtf Tensor or list of them.
+    xs: list of mtf Tensors (e.g. ``[v.outputs[0] for v in
+      graph.trainable_variables]``).
+    grad_ys: optional list of initial gradients, one per y (default: ones).
+
+  Returns:
+    A list with, for each x, its gradient (same shape) or None when no y
+    depends on it.
+
+  Raises:
+    GradientError: if an op on a path from ``xs`` to ``ys`` has no gradient.
+
+  Example:
+    >>> [dw] = gradients([loss], [w])                  # doctest: +SKIP
+  """
+  if isinstance(ys, Tensor):
+    ys = [ys]
+  ys, xs = list(ys), list(xs)
+  xs = [x.outputs[0] if isinstance(x, Operation) else x for x in xs]
+  if not ys:
+    raise MtfError("gradients needs at least one y")
+  graph = ys[0].graph
+  if grad_ys is None:
+    grad_ys = [None] * len(ys)
+  grad_ys = list(grad_ys)
+  if len(grad_ys) != len(ys):
+    raise MtfError(f"gradients got {len(ys)} ys but {len(grad_ys)} grad_ys")
+  start = len(graph.operations)
+  forward = list(graph.operations)
+
+  downstream = set(xs)
+  for op in forward:
+    if any(t in downstream for t in op.inputs):
+      downstream.update(op.outputs)
+
+  pending = {}
+  for y, gy in zip(ys, grad_ys):
+    if gy is None:
+      gy = creation_ops.ones_like(y)
+    _check_grad(y, gy, "grad_ys")
+    pending.setdefault(y, []).append(gy)
+
+  for op in reversed(forward):
+    if not any(t in pending for t in op.outputs):
+      continue
+    if not any(t in downstream and _is_float(t) for t in op.inputs):
+      continue
+    out_grads = [_sum_grads(pending.get(t)) for t in op.outputs]
+    for t, g in zip(op.outputs, out_grads):
+      if g is not None:
+        pending[t] = [g]
+    fn = gradient_function(op)
+    if fn is None:
+      raise GradientError(
+          f"operation {op.name} ({type(op).__name__}) lies between the xs and "
+          f"ys of gradients() but has no gradient; register one with "
+          f"mesh_tf.gradients.register_gradient({type(op).__name__}) or cut "
+          "the path with stop_gradient")
+    in_grads = list(fn(op, out_grads))
+    if len(in_grads) != len(op.inputs):
+      raise GradientError(
+          f"the gradient function of {op.name} ({type(op).__name__}) "
+          f"returned {len(in_grads)} gradients for {len(op.inputs)} inputs")
+    for t, g in zip(op.inputs, in_grads):
+      if g is None or t not in downstream or not _is_float(t):
+        continue
+      _check_grad(t, g, f"gradient of {op.name} ({type(op).__name__})")
+      pending.setdefault(t, []).append(g)
+
+  results = [_sum_grads(pending.get(x)) for x in xs]
+  _prune(graph, start, [r for r in results if r is not None])
+  return results
+
+
+def _check_grad(t, g, what):
+  if not isinstance(g, Tensor):
+    raise GradientError(f"{what}: gradient of {t.name} is {g!r}, not an mtf "
+                        "Tensor")
+  if g.shape != t.shape:
+    raise GradientError(f"{what}: gradient of {t.name} {t.shape!r} has shape "
+                        f"{g.shape!r}; a gradient has its tensor's dims in "
+                        "the same order")
+
+
+def _sum_grads(gs):
+  if not gs:
+    return None
+  out = gs[0]
+  for g in gs[1:]:
+    out = ew.add(out, g)
+  return out
+
+
+def _prune(graph, start, keep):
+  """Removes ops made since ``start`` that no tensor in ``keep`` needs."""
+  new_ops = graph.operations[start:]
+  if not new_ops:
+    return
+  new_set = set(new_ops)
+  needed = set()
+  stack = [t.operation for t in keep]
+  while stack:
+    op = stack.pop()
+    if op in needed or op not in new_set:
+      continue
+    needed.add(op)
+    stack.extend(t.operation for t in op.inputs)
+    stack.extend(getattr(op, "dependency_ops", ()))
+  graph.operations[start:] = [op for op in new_ops
+                              if op in needed or isinstance(
+                                  op, variable_ops.Variable)]
+
+
+# --- helpers that build gradient ops ----------------------------------------
+class BroadcastToOperation(Operation):
+  """Broadcasts ``x`` to ``shape`` (a superset of its dims), locally."""
+
+  def __init__(self, x, shape, name=None):
+    super().__init__([x], name=name or "broadcast_grad")
+    for d in x.shape:
+      if d not in shape:
+        raise ShapeError(f"{self.name}: cannot broadcast {x.name} "
+                         f"{x.shape!r} to {shape!r}: dim {d} is missing")
+    self._outputs = [Tensor(self, shape, x.dtype)]
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    x, out = self.inputs[0], self.outputs[0]
+    sl = impl.slice_shape(out)
+
+    def fn(t):
+      t = align_slice(tf, t, x.shape, out.shape)
+      if tuple(t.shape) != sl:
+        t = tf.broadcast_to(t, sl)
+      return t
+    lowering.set_tensor_lowering(out, impl.slicewise(
+        fn, lowering.laid_out(x), shape=out.shape, flops=0))
+
+
+def broadcast_to(x, shape):
+  """``x`` broadcast (and transposed) to ``shape``; a no-op if equal."""
+  shape = dims_lib.convert_to_shape(shape)
+  if x.shape == shape:
+    return x
+  return BroadcastToOperation(x, shape).outputs[0]
+
+
+def sum_to(g, shape):
+  """Sums ``g`` over its dims not in ``shape`` and orders it like ``shape``."""
+  shape = dims_lib.convert_to_shape(shape)
+  if g.shape == shape:
+    return g
+  return reduce_ops.reduce_sum(g, output_shape=shape)
+
+
+class ElementwiseGradOperation(Operation):
+  """The gradient of one input of an elementwise op, as one fused op.
+
+  ``kernel(g, *xs, y)`` gets the output gradient, the op's inputs and its
+  output, each slice aligned (transposed, size-1 dims inserted) to the output
+  shape, and returns the gradient with respect to input ``index``, either of
+  the output's slice shape or already summed to the aligned input's shape.
+  The lowering sums over the input's broadcast dims locally, orders the
+  result like the input, and leaves a lazy SUM all-reduce over the mesh axes
+  of split broadcast dims.
+  """
+
+  def __init__(self, op, grad_y, index, kernel, uses_output=False,
+               flops_per_element=2):
+    inputs = [grad_y] + list(op.inputs)
+    if uses_output:
+      inputs.append(op.outputs[0])
+    super().__init__(inputs, name=f"{op.name}_grad{index}")
+    self.forward_name = op.name
+    self.index = index
+    self.kernel = kernel
+    self.uses_output = uses_output
+    self.flops_per_element = flops_per_element
+    self.n_forward_inputs = len(op.inputs)
+    x = op.inputs[index]
+    self._outputs = [Tensor(self, x.shape, x.dtype)]
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    g = self.inputs[0]
+    xs = self.inputs[1:1 + self.n_forward_inputs]
+    x = xs[self.index]
+    out = self.outputs[0]
+    full = g.shape  # the forward output's shape
+    sources = self.inputs[1:]
+    names = full.dimension_names
+    reduce_axes = [i for i, n in enumerate(names) if n not in x.shape]
+    kept = [n for n in names if n in x.shape]
+    perm = [kept.index(n) for n in x.shape.dimension_names]
+    out_slice = impl.slice_shape(out)
+
+    def fn(gs, *ts):
+      aligned = [align_slice(tf, t, s.shape, full)
+                 for t, s in zip(ts, sources)]
+      r = self.kernel(gs, *aligned)
+      axes = [a for a in reduce_axes if r.shape[a] != 1]
+      if axes:
+        r = tf.reduce_sum(r, axes, keepdims=True)
+      if reduce_axes:
+        r = tf.reshape(r, [r.shape[i] for i in range(len(names))
+                           if i not in reduce_axes])
+      if perm != list(range(len(perm))):
+        r = tf.transpose(r, perm)
+      if r.dtype != out.dtype:
+        r = tf.cast(r, out.dtype)
+      return r
+    laid = [lowering.laid_out(t) for t in self.inputs]
+    n_out = math.prod(impl.slice_shape(g))
+    y = impl.slicewise(fn, *laid, slice_shape=out_slice, dtype=out.dtype,
+                       flops=n_out * self.flops_per_element)
+    axes = sorted({a for d in full if d.name not in x.shape
+                   for a in [impl.tensor_dimension_to_mesh_axis(d)]
+                   if a is not None and impl.shape[a].size > 1})
+    if axes:
+      lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, axes))
+    else:
+      lowering.set_tensor_lowering(out, y)
+
+
+def _tape_kernel(forward_fn, index, n_inputs):
+  """A kernel that differentiates ``forward_fn`` with tf.GradientTape."""
+  def kernel(g, *ts):
+    xs = list(ts[:n_inputs])
+    with tf.GradientTape() as tape:
+      tape.watch(xs[index])
+      y = forward_fn(*xs)
+    r = tape.gradient(y, xs[index], output_gradients=g)
+    if r is None:
+      r = tf.zeros_like(xs[index])
+    return r
+  return kernel
+
+
+def _elementwise_grad(op, g, index, kernel=None, uses_output=False, flops=2):
+  if g is None or not _is_float(op.inputs[index]):
+    return None
+  if kernel is None:
+    kernel = _tape_kernel(op._fn, index, len(op.inputs))  # pylint: disable=protected-access
+  return ElementwiseGradOperation(op, g, index, kernel, uses_output,
+                                  flops).outputs[0]
+
+
+# --- elementwise --------------------------------------------------------------
+def _raw(name):
+  return lambda **kw: getattr(tf.raw_ops, name)(**kw)
+
+
+# kind -> (kernel(g, x, y), uses_output).  TF's own gradient kernels where TF
+# has one, so the numbers equal tf.GradientTape's.
+_UNARY = {
+    "abs": (lambda g, x: g * tf.sign(x), False),
+    "square": (lambda g, x: g * (2.0 * x), False),
+    "sqrt": (lambda g, x, y: tf.raw_ops.SqrtGrad(y=y, dy=g), True),
+    "rsqrt": (lambda g, x, y: tf.raw_ops.RsqrtGrad(y=y, dy=g), True),
+    "reciprocal": (lambda g, x, y: tf.raw_ops.ReciprocalGrad(y=y, dy=g), True),
+    "exp": (lambda g, x, y: g * y, True),
+    "log": (lambda g, x: g * tf.math.reciprocal(x), False),
+    "sin": (lambda g, x: g * tf.cos(x), False),
+    "cos": (lambda g, x: g * -tf.sin(x), False),
+    "tanh": (lambda g, x, y: tf.raw_ops.TanhGrad(y=y, dy=g), True),
+    "sigmoid": (lambda g, x, y: tf.raw_ops.SigmoidGrad(y=y, dy=g), True),
+    "relu": (lambda g, x, y: tf.raw_ops.ReluGrad(gradients=g, features=y),
+             True),
+    "elu": (lambda g, x, y: tf.raw_ops.EluGrad(gradients=g, outputs=y), True),
+    "selu": (lambda g, x, y: tf.raw_ops.SeluGrad(gradients=g, outputs=y),
+             True),
+    "softplus": (lambda g, x: tf.raw_ops.SoftplusGrad(gradients=g,
+                                                      features=x), False),
+}
+_NONDIFFERENTIABLE = {"sign", "logical_not", "floordiv", "less", "less_equal",
+                      "greater", "greater_equal", "equal", "not_equal",
+                      "logical_and", "logical_or"}
+
+
+@register_gradient(ew.UnaryOperation)
+def _unary_grad(op, grad_ys):
+  g = grad_ys[0]
+  kind = op.kind
+  x = op.inputs[0]
+  if g is None or kind in _NONDIFFERENTIABLE or not _is_float(x):
+    return [None]
+  if kind == "identity":
+    return [g]
+  if kind == "negative":
+    return [ew.negative(g)]
+  if kind == "cast":
+    return [ew.cast(g, x.dtype) if _is_float(g) else None]
+  if kind == "leaky_relu":
+    alpha = op.params["alpha"]
+    return [_elementwise_grad(op, g, 0, lambda gg, xx: tf.raw_ops.
+                              LeakyReluGrad(gradients=gg, features=xx,
+                                            alpha=alpha))]
+  if kind in _UNARY:
+    kernel, uses_output = _UNARY[kind]
+    return [_elementwise_grad(op, g, 0, kernel, uses_output)]
+  return [_elementwise_grad(op, g, 0, flops=8)]
+
+
+def _max_mask(greater):
+  """Kernels for maximum/minimum: ties send the gradient to x, as in TF."""
+  cmp = tf.greater_equal if greater else tf.less_equal
+
+  def gx(g, x, y):
+    return tf.where(cmp(x, y), g, tf.zeros_like(g))
+
+  def gy(g, x, y):
+    return tf.where(cmp(x, y), tf.zeros_like(g), g)
+  return gx, gy
+
+
+@register_gradient(ew.BinaryOperation)
+def _binary_grad(op, grad_ys):
+  g = grad_ys[0]
+  kind = op.kind
+  if g is None or kind in _NONDIFFERENTIABLE:
+    return [None] * len(op.inputs)
+  if len(op.inputs) == 1:  # the other operand is a Python scalar
+    if kind == "add":
+      return [g]
+    if kind == "multiply":
+      return [_elementwise_grad(op, g, 0, lambda gg, xx: gg * tf.constant(
+          op.scalar, gg.dtype), flops=1)]
+    return [_elementwise_grad(op, g, 0, flops=4)]
+  x, y = op.inputs
+  if kind == "add":
+    return [sum_to(g, x.shape), sum_to(g, y.shape)]
+  if kind == "subtract":
+    return [sum_to(g, x.shape),
+            _elementwise_grad(op, g, 1, lambda gg, a, b: -gg)]
+  if kind == "multiply":
+    return [_elementwise_grad(op, g, 0, lambda gg, a, b: gg * b),
+            _elementwise_grad(op, g, 1, lambda gg, a, b: gg * a)]
+  if kind == "divide":
+    return [_elementwise_grad(op, g, 0, lambda gg, a, b: gg / b),
+            _elementwise_grad(op, g, 1, lambda gg, a, b, z: -gg * z / b,
+                              uses_output=True, flops=3)]
+  if kind in ("maximum", "minimum"):
+    gx, gy = _max_mask(kind == "maximum")
+    return [_elementwise_grad(op, g, 0, gx), _elementwise_grad(op, g, 1, gy)]
+  return [_elementwise_grad(op, g, i, flops=8) for i in range(2)]
+
+
+@register_gradient(ew.WhereOperation)
+def _where_grad(op, grad_ys):
+  g = grad_ys[0]
+  if g is None:
+    return [None, None, None]
+  return [None,
+          _elementwise_grad(op, g, 1, lambda gg, c, a, b: tf.where(
+              c, gg, tf.zeros_like(gg)), flops=1),
+          _elementwise_grad(op, g, 2, lambda gg, c, a, b: tf.where(
+              c, tf.zeros_like(gg), gg), flops=1)]
+
+
+@register_gradient(GenericOperation)
+def _generic_grad(op, grad_ys):
+  """Any other slicewise op: differentiate its kernel with GradientTape."""
+  g = grad_ys[0]
+  out = op.outputs[0]
+  for x in op.inputs:
+    if not all(d in out.shape for d in x.shape):
+      raise GradientError(
+          f"operation {op.name} ({type(op).__name__}) has input {x.name} "
+          f"{x.shape!r} with dims its output {out.shape!r} lacks, so it is "
+          "not elementwise; give it a gradient with register_gradient")
+  return [_elementwise_grad(op, g, i, flops=8) if g is not None else None
+          for i in range(len(op.inputs))]
+
+
+@register_gradient(control_ops.StopGradientOperation)
+def _stop_gradient_grad(op, grad_ys):
+  del grad_ys
+  return [None]
+
+
+@register_gradient(control_ops.DependOperation)
+def _depend_grad(op, grad_ys):
+  return [grad_ys[0]] + [None] * (len(op.inputs) - 1)
+
+
+# --- einsum and reductions ------------------------------------------------------
+@register_gradient(einsum_ops.EinsumOperation)
+def _einsum_grad(op, grad_ys):
+  g = grad_ys[0]
+  if g is None:
+    return [None] * len(op.inputs)
+  out = []
+  for i, x in enumerate(op.inputs):
+    if not _is_float(x):
+      out.append(None)
+      continue
+    others = [t for j, t in enumerate(op.inputs) if j != i]
+    have = set(g.shape.dimension_names)
+    for t in others:
+      have.update(t.shape.dimension_names)
+    target = dims_lib.Shape([d for d in x.shape if d.name in have])
+    if not others and g.shape == target:
+      gx = g
+    else:
+      gx = einsum_ops.einsum([g] + others, output_shape=target,
+                             name=f"{op.name}_grad{i}")
+    out.append(broadcast_to(gx, x.shape))
+  return out
+
+
+@register_gradient(reduce_ops.ReduceOperation)
+def _reduce_grad(op, grad_ys):
+  g = grad_ys[0]
+  x, y = op.inputs[0], op.outputs[0]
+  if g is None or not _is_float(x):
+    return [None]
+  if op.reduction_type == "SUM":
+    return [broadcast_to(g, x.shape)]
+  if op.reduction_type in ("MAX", "MIN"):
+    # TF splits the gradient evenly between tied extrema; so do we, counting
+    # ties over the whole (possibly split) reduced dims.
+    hit = ew.cast(ew.equal(x, y), x.dtype)
+    count = reduce_ops.reduce_sum(hit, output_shape=y.shape)
+    return [broadcast_to(ew.multiply(hit, ew.divide(g, count)), x.shape)]
+  return [None]
+
+
+# --- custom gradients and recomputation -----------------------------------------
+class CustomGradientOperation(Operation):
+  """Marks the outputs of a sub-computation whose gradient is user-given.
+
+  Its inputs are ``forward_inputs`` followed by the sub-computation's
+  outputs; its outputs alias those outputs at lowering (no TF ops).  The
+  gradient flows only through ``grad_fn``, never into the sub-computation.
+  """
+
+  def __init__(self, forward_inputs, forward_outputs, grad_fn, name=None):
+    super().__init__(list(forward_inputs) + list(forward_outputs),
+                     mesh=forward_outputs[0].mesh,
+                     name=name or "custom_gradient")
+    self.forward_inputs = list(forward_inputs)
+    self.forward_outputs = list(forward_outputs)
+    self.grad_fn = grad_fn
+    self._outputs = [Tensor(self, t.shape, t.dtype, index=i)
+                     for i, t in enumerate(forward_outputs)]
+
+  def lower(self, lowering):
+    for src, out in zip(self.forward_outputs, self.outputs):
+      lowering.set_tensor_lowering(out, lowering.tensors[src])
+
+  def gradient(self, grad_ys):
+    grads = list(self.grad_fn(self, grad_ys))
+    if len(grads) != len(self.forward_inputs):
+      raise GradientError(
+          f"{self.name}: grad_fn returned {len(grads)} gradients for "
+          f"{len(self.forward_inputs)} inputs")
+    return grads + [None] * len(self.forward_outputs)
+
+
+def custom_gradient(fn, grad_fn, inputs, name=None):
+  """``fn(*inputs)``, differentiated by ``grad_fn`` instead of autodiff.
+
+  Args:
+    fn: builds the forward computation; returns a Tensor or list of them.
+    grad_fn: ``grad_fn(forward_op, grad_ys)`` returns one gradient (or None)
+      per input; ``forward_op.forward_inputs`` and ``forward_op.outputs``
+      are the inputs and outputs.
+    inputs: list of mtf Tensors.
+
+  Returns:
+    The output(s) of ``fn``, as a Tensor or list like ``fn`` returned.
+
+  Example:
+    >>> y = custom_gradient(lambda x: x * 2.0,          # doctest: +SKIP
+    ...                     lambda op, dy: [dy[0] * 2.0], [x])
+  """
+  inputs = list(inputs)
+  outputs = fn(*inputs)
+  single = isinstance(outputs, Tensor)
+  outputs = [outputs] if single else list(outputs)
+  op = CustomGradientOperation(inputs, outputs, grad_fn, name=name)
+  return op.outputs[0] if single else list(op.outputs)
+
+
+def _clone_ops(ops, mapping):
+  """Re-creates ``ops`` reading remapped inputs; returns the new mapping.
+
+  Variables are not cloned: recomputation reads the same variables.
+  """
+  mapping = dict(mapping)
+  for op in ops:
+    if isinstance(op, variable_ops.Variable):
+      continue
+    clone = copy.copy(op)
+    clone._inputs = [mapping.get(t, t) for t in op.inputs]  # pylint: disable=protected-access
+    clone._name = op.graph.unique_name(op.name + "_recompute")  # pylint: disable=protected-access
+    clone._outputs = [Tensor(clone, t.shape, t.dtype, index=t.index)  # pylint: disable=protected-access
+                      for t in op.outputs]
+    op.graph.operations.append(clone)
+    for t, c in zip(op.outputs, clone.outputs):
+      mapping[t] = c
+  return mapping
+
+
+def recompute_grad(fn, explicit_inputs, name=None):
+  """``fn(*explicit_inputs)``, recomputed during the backward pass.
+
+  The activations inside ``fn`` need not stay alive until the backward pass:
+  its gradient re-builds the forward ops of ``fn`` (reading the same
+  variables) and differentiates the copies.  Variables that ``fn`` creates or
+  reads get their gradients as usual.
+
+  Args:
+    fn: builds the computation from the explicit inputs; returns a Tensor.
+    explicit_inputs: list of mtf Tensors.
+
+  Returns:
+    The Tensor that ``fn`` returned.
+  """
+  explicit_inputs = list(explicit_inputs)
+  graph = explicit_inputs[0].graph
+  start = len(graph.operations)
+  output = fn(*explicit_inputs)
+  if not isinstance(output, Tensor):
+    raise MtfError("recompute_grad: fn must return one mtf Tensor")
+  inner = graph.operations[start:]
+  made = {t for op in inner for t in op.outputs}
+  external = list(explicit_inputs)
+  for op in inner:
+    if isinstance(op, variable_ops.Variable):
+      if op.outputs[0] not in external:
+        external.append(op.outputs[0])
+      continue
+    for t in op.inputs:
+      if t not in made and t not in external:
+        external.append(t)
+
+  def grad_fn(forward_op, grad_ys):
+    mapping = _clone_ops(inner, {})
+    recomputed = mapping[output]
+    float_ext = [t for t in external if _is_float(t)]
+    grads = gradients([recomputed], float_ext, [grad_ys[0]])
+    by_tensor = dict(zip(float_ext, grads))
+    return [by_tensor.get(t) for t in external]
+
+  return custom_gradient(lambda *unused: output, grad_fn, external,
+                         name=name or "recompute_grad")

@@ -1,0 +1,170 @@
+"""Running a training step lowered on a mesh.
+
+A :class:`TrainStep` holds an mtf graph with its loss, the gradient and
+optimizer ops built on it, and a backend (:class:`PlacementMeshImpl`) that
+owns the variables.  Calling it runs the whole step -- forward, backward and
+update -- as ONE ``tf.function``: the mtf graph is lowered while that
+function is traced (once per input signature), so a step costs one TF graph
+execution, with no Python in the loop.
+
+Variables are created once, eagerly, before the first trace (or restored from
+a checkpoint), and live in the backend across steps and traces.
+
+Example:
+  >>> def build(mesh):                                        # doctest: +SKIP
+  ...   x = mtf.import_tf_tensor(mesh, None, "batch:8;d:4", dtype="float32")
+  ...   w = mtf.get_variable(mesh, "w", "d:4;k:2")
+  ...   loss = mtf.reduce_mean(mtf.square(mtf.einsum([x, w], "batch:8;k:2")))
+  ...   return loss, [x]
+  >>> step = make_train_step(build, "rows:2;cols:4", "batch:rows",
+  ...                        mtf.logical_cpu_devices(8), SgdOptimizer(0.1))
+  >>> loss = step(x_value)        # a float32 TF scalar; variables updated
+"""
+
+from mesh_tf.core.errors import MtfError
+from mesh_tf.graph import Graph, Mesh, Tensor
+from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.placement import PlacementMeshImpl
+from mesh_tf.ops import creation as creation_ops
+
+__all__ = ["TrainStep", "make_train_step"]
+
+
+class TrainStep:
+  """One training step of ``loss`` on a mesh, as a single ``tf.function``.
+
+  Args:
+    graph: the mtf Graph holding the model.
+    mesh: the Mesh of the model (one mesh).
+    loss: the scalar loss Tensor.
+    inputs: the Tensors made by ``import_tf_tensor(mesh, None, shape)`` that
+      the step's arguments feed, in argument order.
+    mesh_impl: the backend, normally a :class:`PlacementMeshImpl`.
+    optimizer: an optimizer from :mod:`mesh_tf.optimize`, or None for a
+      forward-only step (evaluation).
+    variables: the variables to train (default: the graph's trainable ones).
+    outputs: extra Tensors to return after the loss (e.g. logits).
+
+  Raises:
+    MtfError: if the loss is not a scalar or an input is not an import.
+
+  Attributes:
+    update_ops: the mtf assign ops of the update.
+    grads: the mtf gradient Tensors, one per variable.
+  """
+
+  def __init__(self, graph, mesh, loss, inputs, mesh_impl, optimizer=None,
+               variables=None, outputs=()):
+    from mesh_tf.gradients import gradients
+    if loss.shape.ndims != 0:
+      raise MtfError(f"the loss {loss.name} must be a scalar, but has shape "
+                     f"{loss.shape!r}; reduce it, e.g. with reduce_mean")
+    self.graph, self.mesh, self.loss = graph, mesh, loss
+    self.inputs = list(inputs)
+    for t in self.inputs:
+      if not isinstance(t.operation, creation_ops.ImportOperation):
+        raise MtfError(f"input {t.name} is made by {t.operation.name}, not "
+                       "import_tf_tensor; step arguments feed imports only")
+    self.mesh_impl = mesh_impl
+    self.outputs = list(outputs)
+    self.optimizer = optimizer
+    if variables is None:
+      variables = list(graph.trainable_variables)
+    self.variables = list(variables)
+    self.grads, self.update_ops = [], []
+    if optimizer is not None:
+      self.grads = gradients([loss], [v.outputs[0] for v in self.variables])
+      self.update_ops = optimizer.apply_grads(self.grads, self.variables)
+    self.lowering = None
+    self._function = tf.function(
+        self._step, autograph=False,
+        input_signature=[tf.TensorSpec(t.shape.to_integer_list(), t.dtype)
+                         for t in self.inputs])
+
+  def initialize_variables(self):
+    """Creates, eagerly, every variable of the graph not yet in the backend.
+
+    Called by the first step; call it earlier to time it separately.
+    Variables restored from a checkpoint beforehand are kept.
+    """
+    for v in self.graph.all_variables:
+      def init(full, begin, slice_shape, dtype, v=v):
+        return v.initializer(full, begin, slice_shape, dtype, v.seed)
+      self.mesh_impl.make_variable(v.name, v.shape, v.dtype, init,
+                                   v.trainable)
+
+  def _step(self, *args):
+    self.lowering = Lowering(self.graph, {self.mesh: self.mesh_impl},
+                             feeds=dict(zip(self.inputs, args)))
+    results = [self.lowering.export_to_tf_tensor(t)
+               for t in [self.loss] + self.outputs]
+    updates = []
+    for op in self.update_ops:
+      updates.extend(self.lowering.lowered_operation(op) or [])
+    with tf.control_dependencies(updates):
+      results = [tf.identity(r) for r in results]
+    return results if self.outputs else results[0]
+
+  def concrete_function(self):
+    """The traced step (lowering happens here the first time)."""
+    self.initialize_variables()
+    return self._function.get_concrete_function()
+
+  def __call__(self, *args):
+    """Runs one step on full input values; returns the loss (and outputs)."""
+    if len(args) != len(self.inputs):
+      raise MtfError(f"the step takes {len(self.inputs)} inputs "
+                     f"({[t.name for t in self.inputs]}), got {len(args)}")
+    self.initialize_variables()
+    return self._function(*args)
+
+  def variable_values(self):
+    """The full value of every variable, as NumPy arrays by name."""
+    out = {}
+    for v in self.graph.all_variables:
+      laid = self.mesh_impl.variables[v.name]
+      out[v.name] = self.mesh_impl.export_to_tf_tensor(
+          laid.value(), v.shape).numpy()
+    return out
+
+  def save(self, path):
+    """Saves every variable to a TF checkpoint; see :mod:`checkpoint`."""
+    from mesh_tf import checkpoint
+    self.initialize_variables()
+    return checkpoint.save(path, self.mesh_impl, self.graph.all_variables)
+
+  def restore(self, path):
+    """Restores every variable from a checkpoint saved under any layout."""
+    from mesh_tf import checkpoint
+    checkpoint.restore(path, self.mesh_impl, self.graph.all_variables)
+
+
+def make_train_step(build_fn, mesh_shape, layout, devices, optimizer,
+                    mesh_name="mesh"):
+  """Builds a model and returns its :class:`TrainStep` on ``devices``.
+
+  Args:
+    build_fn: ``build_fn(mesh)`` returns ``(loss, inputs)``: the scalar loss
+      and the list of fed inputs (``import_tf_tensor(mesh, None, shape,
+      dtype=...)``), or ``(loss, inputs, outputs)``.
+    mesh_shape: e.g. ``"rows:2;cols:4"``.
+    layout: layout rules, e.g. ``"batch:rows;d_ff:cols"``.
+    devices: one TF device name per processor, e.g.
+      ``mtf.logical_cpu_devices(8)``.
+    optimizer: e.g. ``SgdOptimizer(0.1)``; None for a forward-only step.
+
+  Returns:
+    A :class:`TrainStep`; ``step(*input_values)`` runs one step.
+  """
+  graph = Graph()
+  mesh = Mesh(graph, mesh_name)
+  built = build_fn(mesh)
+  if isinstance(built, Tensor) or len(built) not in (2, 3):
+    raise MtfError("build_fn(mesh) must return (loss, inputs) or "
+                   "(loss, inputs, outputs)")
+  loss, inputs = built[0], built[1]
+  outputs = built[2] if len(built) == 3 else ()
+  impl = PlacementMeshImpl(mesh_shape, layout, devices)
+  return TrainStep(graph, mesh, loss, inputs, impl, optimizer,
+                   outputs=outputs)
