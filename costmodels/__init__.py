@@ -1,0 +1,33 @@
+"""Cost models: hardware as data, topologies, collective costs, rooflines,
+memory liveness, and the per-layout :class:`CostReport`.
+
+Nothing here imports TensorFlow: collectives and FLOPs come from lowering the
+graph on :class:`mesh_tf.ShapeMeshImpl`, and are priced on a topology.
+
+Example:
+  >>> import costmodels
+  >>> costmodels.get_topology("dgx-h100").num_chips
+  8
+"""
+
+from costmodels.hardware import (CHIPS, INFINIBAND, PCIE, ChipSpec, LinkSpec,
+                                 get_chip, get_network)
+from costmodels.topology import (AxisLink, MeshMapping, PhysicalDim, Segment,
+                                 Topology, TopologyError, get_topology,
+                                 gpu_cluster, list_topologies, map_mesh,
+                                 torus, tpu_slice)
+from costmodels.collectives import (LinkParams, allgather_time,
+                                    allreduce_time, alltoall_time,
+                                    permute_time, reduce_scatter_time,
+                                    time_on_links, torus_allgather_time,
+                                    torus_allreduce_time,
+                                    torus_alltoall_time,
+                                    torus_reduce_scatter_time)
+from costmodels.compute import compute_time, roofline_time
+from costmodels import memory
+from costmodels.memory import (live_intervals, live_sets, peak_memory,
+                               schedule, tensor_bytes_per_device)
+from costmodels.report import CostReport
+from costmodels.evaluate import (OpCost, collective_time,
+                                 collective_time_by_axis, evaluate, op_costs,
+                                 trace_graph)

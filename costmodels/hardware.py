@@ -1,0 +1,215 @@
+"""Chip and link specifications, kept as data.
+
+Every number has its unit in the field name and a comment saying where it
+comes from.  Bandwidths are in bytes per second and **per direction** unless
+the name says otherwise; FLOP/s are dense (no structured sparsity) bf16.
+
+A :class:`LinkSpec` describes what one chip can push in one direction over one
+kind of link:
+
+* ``ici``: one inter-chip-interconnect link of a TPU torus (a chip has two
+  such links per torus dimension, one towards each neighbour);
+* ``nvlink``: the whole NVLink bandwidth of one GPU into the NVSwitch;
+* ``infiniband``: one GPU's network port (one NIC per GPU, "rail-optimised");
+* ``pcie``: one GPU's PCIe x16 slot.
+
+Latencies are per step of a collective algorithm (software launch, hop and
+synchronisation together).  They are order-of-magnitude *assumptions*, not
+vendor figures, and say so in their comments.
+
+Example:
+  >>> CHIPS["h100"].hbm_bytes
+  80000000000
+"""
+
+from typing import NamedTuple, Optional
+
+
+class LinkSpec(NamedTuple):
+  """One kind of link, as seen by one chip.
+
+  Attributes:
+    name: e.g. ``"ici-v4"``, ``"nvlink4"``, ``"infiniband-ndr"``.
+    kind: ``"ici"``, ``"nvlink"``, ``"infiniband"`` or ``"pcie"``.
+    bandwidth_bytes_per_s: bytes per second one chip sends in one direction
+      over one such link (see the module docstring).
+    latency_s: per-step latency of a collective over this link.
+  """
+  name: str
+  kind: str
+  bandwidth_bytes_per_s: float
+  latency_s: float
+
+  def __repr__(self):
+    return (f"LinkSpec({self.name}: {self.bandwidth_bytes_per_s / 1e9:g} GB/s"
+            f" per direction, {self.latency_s * 1e6:g} us)")
+
+
+class ChipSpec(NamedTuple):
+  """One accelerator chip.
+
+  Attributes:
+    name: e.g. ``"tpu-v4"``, ``"h100"``.
+    kind: ``"tpu"`` or ``"gpu"``.
+    peak_bf16_flops_per_s: dense bf16 peak of the whole chip.
+    hbm_bytes: high-bandwidth memory capacity.
+    hbm_bandwidth_bytes_per_s: HBM bandwidth.
+    link: the chip's own fast link (ICI for TPUs, NVLink for GPUs).
+    ici_links_per_chip: ICI ports per TPU chip (0 for GPUs).
+    default_network: for GPUs, the InfiniBand generation its usual DGX/HGX
+      system ships with (a key of :data:`INFINIBAND`); None for TPUs.
+  """
+  name: str
+  kind: str
+  peak_bf16_flops_per_s: float
+  hbm_bytes: int
+  hbm_bandwidth_bytes_per_s: float
+  link: LinkSpec
+  ici_links_per_chip: int = 0
+  default_network: Optional[str] = None
+
+  def __repr__(self):
+    return (f"ChipSpec({self.name}: {self.peak_bf16_flops_per_s / 1e12:g} "
+            f"TFLOP/s bf16, {self.hbm_bytes / 2**30:.1f} GiB HBM at "
+            f"{self.hbm_bandwidth_bytes_per_s / 1e9:g} GB/s, {self.link!r})")
+
+
+_GB = 1e9
+_GIB = 2**30
+
+# --- Latency assumptions (not vendor numbers; order of magnitude only) -----
+# ICI: a neighbour hop on a TPU torus is on the order of a microsecond.
+_ICI_LATENCY_S = 1e-6
+# NVLink through NVSwitch: NCCL's low-latency protocol needs about a
+# microsecond per ring step inside a node.
+_NVLINK_LATENCY_S = 1e-6
+# InfiniBand: a few microseconds per message between nodes (RDMA + switch).
+_IB_LATENCY_S = 5e-6
+# PCIe: host-bridge round trips, a couple of microseconds.
+_PCIE_LATENCY_S = 2e-6
+
+# --- Networks between GPU nodes: one NIC port per GPU ------------------------
+INFINIBAND = {
+    # HDR: 200 Gbit/s per port (NVIDIA ConnectX-6 / Quantum datasheets).
+    "hdr": LinkSpec("infiniband-hdr", "infiniband", 200e9 / 8, _IB_LATENCY_S),
+    # NDR: 400 Gbit/s per port (ConnectX-7 / Quantum-2 datasheets).
+    "ndr": LinkSpec("infiniband-ndr", "infiniband", 400e9 / 8, _IB_LATENCY_S),
+    # XDR: 800 Gbit/s per port (ConnectX-8 / Quantum-X800 datasheets).
+    "xdr": LinkSpec("infiniband-xdr", "infiniband", 800e9 / 8, _IB_LATENCY_S),
+}
+
+PCIE = {
+    # PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 encoding = 31.5 GB/s each way.
+    "gen4": LinkSpec("pcie-gen4-x16", "pcie", 16e9 * 16 * 128 / 130 / 8,
+                     _PCIE_LATENCY_S),
+    # PCIe 5.0 x16: 32 GT/s x 16 lanes x 128/130 = 63 GB/s each way.
+    "gen5": LinkSpec("pcie-gen5-x16", "pcie", 32e9 * 16 * 128 / 130 / 8,
+                     _PCIE_LATENCY_S),
+}
+
+CHIPS = {
+    # TPU v3 (Cloud TPU docs, "TPU v3": 123 TFLOP/s bf16 per chip, 32 GiB HBM2
+    # at 900 GB/s, 2D torus).  ICI: 4 links of 656 Gbit/s (Jouppi et al.,
+    # "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021,
+    # Table 1), read as both directions together: 41 GB/s each way.
+    "tpu-v3": ChipSpec(
+        "tpu-v3", "tpu", peak_bf16_flops_per_s=123e12, hbm_bytes=32 * _GIB,
+        hbm_bandwidth_bytes_per_s=900 * _GB,
+        link=LinkSpec("ici-v3", "ici", 656e9 / 8 / 2, _ICI_LATENCY_S),
+        ici_links_per_chip=4),
+    # TPU v4 (Cloud TPU docs, "TPU v4": 275 TFLOP/s bf16, 32 GiB HBM2 at
+    # 1200 GB/s, 3D torus of 6 links per chip).  ICI one-way bandwidth per
+    # link 4.5e10 B/s (Austin et al., "How to Scale Your Model", TPU chapter).
+    "tpu-v4": ChipSpec(
+        "tpu-v4", "tpu", peak_bf16_flops_per_s=275e12, hbm_bytes=32 * _GIB,
+        hbm_bandwidth_bytes_per_s=1200 * _GB,
+        link=LinkSpec("ici-v4", "ici", 45 * _GB, _ICI_LATENCY_S),
+        ici_links_per_chip=6),
+    # TPU v5e (Cloud TPU docs, "TPU v5e": 197 TFLOP/s bf16, 16 GB HBM2 at
+    # 819 GB/s, 400 GB/s bidirectional ICI per chip over 4 ports, 2D torus):
+    # 400 / 4 ports / 2 directions = 50 GB/s per link each way.
+    "tpu-v5e": ChipSpec(
+        "tpu-v5e", "tpu", peak_bf16_flops_per_s=197e12, hbm_bytes=16 * 10**9,
+        hbm_bandwidth_bytes_per_s=819 * _GB,
+        link=LinkSpec("ici-v5e", "ici", 400 * _GB / 4 / 2, _ICI_LATENCY_S),
+        ici_links_per_chip=4),
+    # TPU v5p (Cloud TPU docs, "TPU v5p": 459 TFLOP/s bf16, 95 GiB HBM2e at
+    # 2765 GB/s, 1200 GB/s bidirectional ICI per chip, 3D torus of 6 links):
+    # 1200 / 6 / 2 = 100 GB/s per link each way.
+    "tpu-v5p": ChipSpec(
+        "tpu-v5p", "tpu", peak_bf16_flops_per_s=459e12, hbm_bytes=95 * _GIB,
+        hbm_bandwidth_bytes_per_s=2765 * _GB,
+        link=LinkSpec("ici-v5p", "ici", 1200 * _GB / 6 / 2, _ICI_LATENCY_S),
+        ici_links_per_chip=6),
+    # A100 SXM4 80GB (NVIDIA A100 datasheet: 312 TFLOP/s dense bf16, 80 GB
+    # HBM2e at 2039 GB/s, NVLink3 600 GB/s total = 300 GB/s each way).  DGX
+    # A100 ships ConnectX-6 HDR, one port per GPU.
+    "a100": ChipSpec(
+        "a100", "gpu", peak_bf16_flops_per_s=312e12, hbm_bytes=80 * 10**9,
+        hbm_bandwidth_bytes_per_s=2039 * _GB,
+        link=LinkSpec("nvlink3", "nvlink", 300 * _GB, _NVLINK_LATENCY_S),
+        default_network="hdr"),
+    # H100 SXM5 (NVIDIA H100 datasheet: 989 TFLOP/s dense bf16, 80 GB HBM3 at
+    # 3.35 TB/s, NVLink4 900 GB/s total = 450 GB/s each way).  DGX H100 ships
+    # ConnectX-7 NDR 400 Gbit/s, one port per GPU.
+    "h100": ChipSpec(
+        "h100", "gpu", peak_bf16_flops_per_s=989e12, hbm_bytes=80 * 10**9,
+        hbm_bandwidth_bytes_per_s=3350 * _GB,
+        link=LinkSpec("nvlink4", "nvlink", 450 * _GB, _NVLINK_LATENCY_S),
+        default_network="ndr"),
+    # H200 SXM (NVIDIA H200 datasheet: 989 TFLOP/s dense bf16, 141 GB HBM3e
+    # at 4.8 TB/s, NVLink4 900 GB/s total).  DGX H200: ConnectX-7 NDR.
+    "h200": ChipSpec(
+        "h200", "gpu", peak_bf16_flops_per_s=989e12, hbm_bytes=141 * 10**9,
+        hbm_bandwidth_bytes_per_s=4800 * _GB,
+        link=LinkSpec("nvlink4", "nvlink", 450 * _GB, _NVLINK_LATENCY_S),
+        default_network="ndr"),
+    # B200 (NVIDIA DGX/HGX B200 datasheets: 72 PFLOP/s FP8 training for 8
+    # GPUs with sparsity -> 2.25 PFLOP/s dense bf16 per GPU; 1440 GB HBM3e
+    # and 64 TB/s for 8 GPUs -> 180 GB at 8 TB/s each; NVLink5 1.8 TB/s
+    # total = 900 GB/s each way).  DGX B200 ships ConnectX-7 NDR.
+    "b200": ChipSpec(
+        "b200", "gpu", peak_bf16_flops_per_s=2250e12, hbm_bytes=180 * 10**9,
+        hbm_bandwidth_bytes_per_s=8000 * _GB,
+        link=LinkSpec("nvlink5", "nvlink", 900 * _GB, _NVLINK_LATENCY_S),
+        default_network="ndr"),
+}
+
+
+def get_chip(chip):
+  """The :class:`ChipSpec` named ``chip`` (or ``chip`` itself).
+
+  Raises:
+    costmodels.topology.TopologyError: for an unknown name.
+  """
+  if isinstance(chip, ChipSpec):
+    return chip
+  key = str(chip).lower()
+  if key.startswith("v") and f"tpu-{key}" in CHIPS:
+    key = f"tpu-{key}"
+  if key not in CHIPS:
+    from costmodels.topology import TopologyError
+    raise TopologyError(f"unknown chip {chip!r}; use one of {sorted(CHIPS)} "
+                        "or build a ChipSpec")
+  return CHIPS[key]
+
+
+def get_network(network):
+  """The :class:`LinkSpec` of an InfiniBand generation or PCIe generation.
+
+  ``network`` is a LinkSpec, ``"hdr"``, ``"ndr"``, ``"xdr"`` (InfiniBand),
+  ``"pcie-gen4"`` or ``"pcie-gen5"``.
+  """
+  if isinstance(network, LinkSpec):
+    return network
+  key = str(network).lower()
+  if key.startswith("infiniband-"):
+    key = key[len("infiniband-"):]
+  if key in INFINIBAND:
+    return INFINIBAND[key]
+  if key.startswith("pcie-") and key[5:] in PCIE:
+    return PCIE[key[5:]]
+  from costmodels.topology import TopologyError
+  raise TopologyError(
+      f"unknown network {network!r}; use one of {sorted(INFINIBAND)} "
+      f"(InfiniBand), {['pcie-' + k for k in sorted(PCIE)]} or a LinkSpec")

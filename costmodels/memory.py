@@ -1,0 +1,297 @@
+"""Per-device memory under a layout: tensor bytes, a schedule, liveness, peak.
+
+The model, which the layout optimizer reproduces exactly:
+
+* **Schedule.** :func:`schedule` orders the graph's operations once, for
+  every layout, so that memory stays low (see its docstring).
+* **Liveness.** Step ``i`` runs ``schedule[i]``.  A tensor is live from the
+  step that produces it through the last step that reads it; a tensor nobody
+  reads is live at its own step only.  Graph outputs stay live until the
+  last step.  Variables are live at every step (they are resident before
+  the program starts and after it ends).
+* **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
+  slice under the layout rules (the size of the slice the lowering creates).
+* **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
+  once.  Categories: trainable variables are ``params``, non-trainable
+  variables (optimizer slots, step counters) are ``optimizer``, and every
+  other tensor is ``activations``.
+
+Example:
+  >>> import mesh_tf as mtf
+  >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+  >>> x = mtf.zeros(mesh, "b:8,d:4")
+  >>> y = mtf.exp(x)
+  >>> peak_memory(g, "rows:2", "b:rows")[0]   # x and y, 4*4 floats each
+  128
+"""
+
+import heapq
+
+import numpy as np
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.layout import convert_to_layout_rules
+
+CATEGORIES = ("params", "optimizer", "activations")
+
+
+def tensor_bytes_per_device(tensor, mesh_shape, layout_rules):
+  """Bytes of ``tensor``'s slice on each device under ``layout_rules``.
+
+  Each dim mapped to a mesh axis is divided by that axis' size.
+
+  Raises:
+    mesh_tf.LayoutError: subclasses, for a layout invalid for this tensor.
+    mesh_tf.UnknownNameError: if a rule names an axis not in the mesh.
+
+  Example:
+    >>> import mesh_tf as mtf
+    >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    >>> w = mtf.get_variable(mesh, "w", "d_model:8,d_ff:32")
+    >>> tensor_bytes_per_device(w, "model:4", "d_ff:model")
+    256
+  """
+  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  rules = convert_to_layout_rules(layout_rules)
+  layout = rules.tensor_layout(tensor.shape, mesh_shape, tensor.name)
+  n = 1
+  for d, a in zip(tensor.shape.dims, layout):
+    n *= d.size // (mesh_shape[a].size if a is not None else 1)
+  return n * dtypes_lib.size_of(tensor.dtype)
+
+
+def full_bytes(tensor):
+  """Bytes of the whole (unsplit) tensor."""
+  return tensor.shape.size * dtypes_lib.size_of(tensor.dtype)
+
+
+def _variable_ops(graph):
+  return list(graph.all_variables)
+
+
+def default_outputs(graph):
+  """The tensors that no operation reads, in graph order."""
+  consumed = set()
+  for op in graph.operations:
+    consumed.update(op.inputs)
+  return [t for op in graph.operations for t in op.outputs
+          if t not in consumed]
+
+
+def _predecessors(op, producer):
+  preds = []
+  for t in op.inputs:
+    p = producer.get(t)
+    if p is not None and p is not op and p not in preds:
+      preds.append(p)
+  for d in getattr(op, "dependency_ops", ()) or ():
+    if d not in preds:
+      preds.append(d)
+  return preds
+
+
+def schedule(graph, outputs=None):
+  """A memory-minimising topological order of ``graph.operations``.
+
+  Variables come first (they are live throughout anyway).  Then a greedy
+  list scheduler repeatedly runs, among the operations whose inputs are all
+  computed, the one with the smallest *memory delta*: the bytes of its
+  outputs minus the bytes of the inputs it frees (inputs it is the last
+  reader of, other than outputs and variables).  Ties go to the operation
+  built first, so the order is deterministic.  Bytes are whole-tensor bytes,
+  so one schedule serves every layout.  ``O((ops + edges) log ops)``.
+
+  Args:
+    graph: an mtf Graph.
+    outputs: tensors that stay live to the end (default: the tensors no
+      operation reads, see :func:`default_outputs`).
+
+  Returns:
+    A list of every operation of the graph, in execution order.
+  """
+  ops = list(graph.operations)
+  index = {op: i for i, op in enumerate(ops)}
+  producer = {t: op for op in ops for t in op.outputs}
+  keep = set(default_outputs(graph) if outputs is None else outputs)
+  variables = set(_variable_ops(graph))
+  keep.update(t for v in variables for t in v.outputs)
+  nbytes = {t: full_bytes(t) for t in producer}
+  readers = {}
+  for op in ops:
+    for t in set(op.inputs):
+      readers.setdefault(t, []).append(op)
+  remaining = {t: len(r) for t, r in readers.items()}
+  successors = {op: [] for op in ops}
+  waiting = {}
+  for op in ops:
+    preds = _predecessors(op, producer)
+    waiting[op] = len(preds)
+    for p in preds:
+      successors[p].append(op)
+
+  def delta(op):
+    freed = sum(nbytes[t] for t in set(op.inputs)
+                if t not in keep and remaining.get(t) == 1)
+    return sum(nbytes[t] for t in op.outputs) - freed
+
+  order, done, heap, score = [], set(), [], {}
+
+  def run(op):
+    order.append(op)
+    done.add(op)
+    for t in set(op.inputs):
+      remaining[t] -= 1
+      if remaining[t] == 1 and t not in keep:
+        # Its last reader now frees it: that reader became more attractive.
+        for r in readers[t]:
+          if r not in done and waiting[r] == 0:
+            score[r] = delta(r)
+            heapq.heappush(heap, (score[r], index[r]))
+    for s in successors[op]:
+      waiting[s] -= 1
+      if waiting[s] == 0 and s not in variables:
+        score[s] = delta(s)
+        heapq.heappush(heap, (score[s], index[s]))
+
+  for op in ops:
+    if op in variables and waiting[op] == 0:
+      run(op)
+  for op in ops:
+    if op not in done and waiting[op] == 0 and op not in variables:
+      score[op] = delta(op)
+      heapq.heappush(heap, (score[op], index[op]))
+  while heap:
+    s, i = heapq.heappop(heap)
+    op = ops[i]
+    if op in done or score.get(op) != s:
+      continue
+    run(op)
+  if len(order) != len(ops):
+    missing = [op.name for op in ops if op not in done][:5]
+    raise AssertionError(f"schedule: operations {missing} were never ready; "
+                         "the graph has a cycle")
+  return order
+
+
+def live_intervals(graph, schedule_ops, outputs=None):
+  """``{tensor: (first_step, last_step)}`` under ``schedule_ops`` (inclusive).
+
+  See the module docstring for the rules.  Every output of every scheduled
+  operation appears.
+  """
+  step = {op: i for i, op in enumerate(schedule_ops)}
+  last = len(schedule_ops) - 1
+  keep = set(default_outputs(graph) if outputs is None else outputs)
+  variables = {t for v in _variable_ops(graph) for t in v.outputs}
+  out = {}
+  for op in schedule_ops:
+    for t in op.outputs:
+      out[t] = [step[op], step[op]]
+  for op in schedule_ops:
+    s = step[op]
+    for t in op.inputs:
+      iv = out.get(t)
+      if iv is not None and s > iv[1]:
+        iv[1] = s
+  for t, iv in out.items():
+    if t in variables:
+      iv[0], iv[1] = 0, last
+    elif t in keep:
+      iv[1] = last
+  return {t: (a, b) for t, (a, b) in out.items()}
+
+
+def live_sets(graph, schedule_ops, outputs=None):
+  """For each step, the list of tensors live then (graph order within a step).
+
+  ``O(steps x live tensors)``; :func:`peak_memory` uses
+  :func:`live_intervals` and a sweep instead.
+  """
+  intervals = live_intervals(graph, schedule_ops, outputs)
+  sets = [[] for _ in schedule_ops]
+  for t, (a, b) in intervals.items():
+    for i in range(a, b + 1):
+      sets[i].append(t)
+  return sets
+
+
+def tensor_category(tensor):
+  """``"params"``, ``"optimizer"`` or ``"activations"`` (module docstring)."""
+  from mesh_tf.ops.variables import Variable
+  op = tensor.operation
+  if isinstance(op, Variable):
+    return "params" if op.trainable else "optimizer"
+  return "activations"
+
+
+class MemoryProfile:
+  """Per-step memory of one layout: what :func:`peak_memory` computes.
+
+  Attributes:
+    peak_bytes: the largest per-device total over the steps.
+    peak_step: the first step where it is reached.
+    peak_op: the operation run at that step (None for an empty graph).
+    breakdown: bytes per category at the peak step.
+    bytes_by_step: numpy int64 array of the per-device total at each step.
+    tensor_bytes: ``{tensor: bytes per device}``.
+  """
+
+  def __init__(self, peak_bytes, peak_step, peak_op, breakdown, bytes_by_step,
+               tensor_bytes):
+    self.peak_bytes = peak_bytes
+    self.peak_step = peak_step
+    self.peak_op = peak_op
+    self.breakdown = breakdown
+    self.bytes_by_step = bytes_by_step
+    self.tensor_bytes = tensor_bytes
+
+  def __repr__(self):
+    return (f"MemoryProfile(peak {self.peak_bytes} B at step {self.peak_step}"
+            f" ({getattr(self.peak_op, 'name', None)}), {self.breakdown})")
+
+
+def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
+                   outputs=None):
+  """The :class:`MemoryProfile` of ``graph`` under a layout."""
+  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  rules = convert_to_layout_rules(layout_rules)
+  if schedule_ops is None:
+    schedule_ops = schedule(graph, outputs)
+  steps = len(schedule_ops)
+  intervals = live_intervals(graph, schedule_ops, outputs)
+  tensor_bytes = {}
+  diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in CATEGORIES}
+  for t, (a, b) in intervals.items():
+    n = tensor_bytes_per_device(t, mesh_shape, rules)
+    tensor_bytes[t] = n
+    d = diffs[tensor_category(t)]
+    d[a] += n
+    d[b + 1] -= n
+  per_cat = {c: np.cumsum(diffs[c])[:steps] for c in CATEGORIES}
+  total = sum(per_cat.values()) if steps else np.zeros(0, dtype=np.int64)
+  if steps == 0:
+    return MemoryProfile(0, 0, None, {c: 0 for c in CATEGORIES}, total,
+                         tensor_bytes)
+  peak_step = int(np.argmax(total))
+  breakdown = {c: int(per_cat[c][peak_step]) for c in CATEGORIES}
+  return MemoryProfile(int(total[peak_step]), peak_step,
+                       schedule_ops[peak_step], breakdown, total, tensor_bytes)
+
+
+def peak_memory(graph, mesh_shape, layout_rules, schedule=None, outputs=None):
+  """Peak per-device bytes of ``graph`` under a layout.
+
+  Args:
+    graph: an mtf Graph.
+    mesh_shape: mesh Shape or string.
+    layout_rules: LayoutRules or string.
+    schedule: an operation order (default :func:`schedule`).
+    outputs: tensors that stay live to the end (default: unread tensors).
+
+  Returns:
+    ``(peak_bytes, step_index, breakdown)`` with ``breakdown`` the bytes per
+    category (``params``, ``optimizer``, ``activations``) at that step.
+  """
+  p = memory_profile(graph, mesh_shape, layout_rules, schedule, outputs)
+  return p.peak_bytes, p.peak_step, p.breakdown

@@ -1,0 +1,167 @@
+"""The :class:`CostReport` of one (graph, mesh, layout, topology)."""
+
+import math
+
+VIEWS = ("ops", "axes", "memory", "collectives", "variables")
+
+
+class CostReport:
+  """Predicted step time and memory of a graph under one layout.
+
+  Built by :func:`costmodels.evaluate`.  Times are seconds per step and per
+  device; bytes are per device.
+
+  Attributes:
+    step_time_s: ``math.fsum`` of every record's time (compute + comm;
+      nothing overlaps).
+    compute_time_s: roofline time of the slicewise compute.
+    comm_time_s: time of the collectives.
+    comm_time_by_axis: ``{mesh axis: seconds}`` for every mesh axis; a
+      collective over several axes is split by the phases of its algorithm
+      (see :class:`costmodels.evaluate.OpCost`).  Sums to ``comm_time_s``
+      up to rounding.
+    peak_memory_bytes: peak per-device bytes (see :mod:`costmodels.memory`).
+    peak_step, peak_op: where the peak is reached in the schedule.
+    memory_by_category: ``{"params", "optimizer", "activations": bytes}``
+      at the peak step.
+    memory_by_step: per-step totals (numpy array).
+    variable_bytes_per_device: ``{variable name: bytes}`` from the trace.
+    collectives: the priced collectives (``OpCost`` with category "comm").
+    op_costs: every priced record (compute first, then collectives).
+    flops_per_device: total FLOPs per device.
+    hbm_bytes: the chip's memory; ``fits_in_memory`` compares the peak.
+    mesh_shape, layout_rules, topology, mapping, trace, graph.
+  """
+
+  def __init__(self, graph, mesh_shape, layout_rules, topology, mapping,
+               trace, op_costs, memory):
+    self.graph = graph
+    self.mesh_shape = mesh_shape
+    self.layout_rules = layout_rules
+    self.topology = topology
+    self.mapping = mapping
+    self.trace = trace
+    self.op_costs = list(op_costs)
+    self.memory = memory
+    comp = [c for c in self.op_costs if c.category == "compute"]
+    self.collectives = [c for c in self.op_costs if c.category == "comm"]
+    self.step_time_s = math.fsum(c.time_s for c in self.op_costs)
+    self.compute_time_s = math.fsum(c.time_s for c in comp)
+    self.comm_time_s = math.fsum(c.time_s for c in self.collectives)
+    by_axis = {a.name: [] for a in mesh_shape.dims}
+    for c in self.collectives:
+      for a, t in c.time_by_axis:
+        by_axis.setdefault(a, []).append(t)
+    self.comm_time_by_axis = {a: math.fsum(ts) for a, ts in by_axis.items()}
+    self.flops_per_device = sum(c.flops_per_device for c in comp)
+    self.peak_memory_bytes = memory.peak_bytes
+    self.peak_step = memory.peak_step
+    self.peak_op = memory.peak_op
+    self.memory_by_category = dict(memory.breakdown)
+    self.memory_by_step = memory.bytes_by_step
+    self.variable_bytes_per_device = dict(trace.variables)
+    self.hbm_bytes = topology.chip.hbm_bytes
+
+  @property
+  def fits_in_memory(self):
+    return self.peak_memory_bytes <= self.hbm_bytes
+
+  def summary(self):
+    """A few lines: step time split, memory split, busiest axis."""
+    mib = 2**20
+    lines = [
+        f"{self.graph!r} on {self.mesh_shape} ({self.topology.name}), "
+        f"layout {self.layout_rules or '(replicated)'}",
+        f"  step {self.step_time_s * 1e3:.4g} ms = compute "
+        f"{self.compute_time_s * 1e3:.4g} ms + comm "
+        f"{self.comm_time_s * 1e3:.4g} ms "
+        f"({len(self.collectives)} collectives)",
+        "  comm by axis: " + ", ".join(
+            f"{a} {t * 1e3:.4g} ms" for a, t in self.comm_time_by_axis.items()),
+        f"  peak memory {self.peak_memory_bytes / mib:.4g} MiB per device "
+        f"(params {self.memory_by_category['params'] / mib:.4g}, optimizer "
+        f"{self.memory_by_category['optimizer'] / mib:.4g}, activations "
+        f"{self.memory_by_category['activations'] / mib:.4g}) of "
+        f"{self.hbm_bytes / mib:.6g} MiB HBM",
+    ]
+    return "\n".join(lines)
+
+  def __repr__(self):
+    return (f"CostReport(step_time_s={self.step_time_s:.6g}, "
+            f"compute_time_s={self.compute_time_s:.6g}, "
+            f"comm_time_s={self.comm_time_s:.6g}, "
+            f"peak_memory_bytes={self.peak_memory_bytes})")
+
+  def to_dataframe(self, view="ops"):
+    """A pandas DataFrame of one view.
+
+    Views:
+      ``ops``: one row per op (collectives under the op that caused them,
+        ``source_op``): compute and comm seconds, FLOPs, collective count.
+      ``axes``: one row per mesh axis: its links and comm seconds.
+      ``memory``: one row per category at the peak step, plus ``total``.
+      ``collectives``: one row per collective.
+      ``variables``: one row per variable: bytes per device, category.
+    """
+    import pandas as pd
+    if view == "ops":
+      rows = {}
+      for c in self.op_costs:
+        name = c.op_name if c.category == "compute" else c.source_op
+        r = rows.setdefault(name, {"op": name, "compute_time_s": 0.0,
+                                   "comm_time_s": 0.0, "flops_per_device": 0,
+                                   "output_bytes_per_device": 0,
+                                   "collectives": 0})
+        if c.category == "compute":
+          r["compute_time_s"] += c.time_s
+          r["flops_per_device"] += c.flops_per_device
+          r["output_bytes_per_device"] += c.bytes_per_device
+        else:
+          r["comm_time_s"] += c.time_s
+          r["collectives"] += 1
+      df = pd.DataFrame(list(rows.values()),
+                        columns=["op", "compute_time_s", "comm_time_s",
+                                 "flops_per_device", "output_bytes_per_device",
+                                 "collectives"])
+      df["time_s"] = df["compute_time_s"] + df["comm_time_s"]
+      return df.set_index("op")
+    if view == "axes":
+      rows = []
+      for a in self.mapping.axes:
+        mine = [c for c in self.collectives if a.axis in c.mesh_axes]
+        rows.append({"axis": a.axis, "size": a.size, "link": a.link_kind,
+                     "structure": a.structure,
+                     "bandwidth_bytes_per_s": a.bandwidth_bytes_per_s,
+                     "latency_s": a.latency_s,
+                     "collectives": len(mine),
+                     "bytes_per_device": sum(c.bytes_per_device for c in mine),
+                     "comm_time_s": self.comm_time_by_axis.get(a.axis, 0.0)})
+      return pd.DataFrame(rows).set_index("axis")
+    if view == "memory":
+      rows = [{"category": k, "bytes_per_device": v}
+              for k, v in self.memory_by_category.items()]
+      rows.append({"category": "total",
+                   "bytes_per_device": self.peak_memory_bytes})
+      df = pd.DataFrame(rows).set_index("category")
+      df["fraction_of_hbm"] = df["bytes_per_device"] / self.hbm_bytes
+      return df
+    if view == "collectives":
+      rows = [{"op": c.op_name, "source_op": c.source_op, "kind": c.kind,
+               "mesh_axes": ",".join(c.mesh_axes), "group_size": c.group_size,
+               "bytes_per_device": c.bytes_per_device,
+               "reduction": c.reduction, "time_s": c.time_s}
+              for c in self.collectives]
+      return pd.DataFrame(rows, columns=["op", "source_op", "kind",
+                                         "mesh_axes", "group_size",
+                                         "bytes_per_device", "reduction",
+                                         "time_s"])
+    if view == "variables":
+      cats = {v.name: ("params" if v.trainable else "optimizer")
+              for v in self.graph.all_variables}
+      rows = [{"variable": n, "bytes_per_device": b,
+               "category": cats.get(n, "params")}
+              for n, b in self.variable_bytes_per_device.items()]
+      return pd.DataFrame(rows, columns=["variable", "bytes_per_device",
+                                         "category"]).set_index("variable")
+    from mesh_tf.core.errors import MtfError
+    raise MtfError(f"unknown CostReport view {view!r}; use one of {VIEWS}")
