@@ -1,0 +1,34 @@
+"""autolayout: the layout search of mesh-tf.
+
+Finds the layout rules (and optionally the mesh shape) that minimise the
+step time :func:`costmodels.evaluate` predicts on a topology, under a
+per-device memory budget, with an exact integer program solved by OR-Tools
+CP-SAT.
+
+Modules: :mod:`~autolayout.view` (networkx view of named dims),
+:mod:`~autolayout.assignments` (valid local assignments),
+:mod:`~autolayout.tables` (per-op cost tables), :mod:`~autolayout.formulation`
+(the program, written out as math), :mod:`~autolayout.solve` (solve and
+validate), :mod:`~autolayout.result`, :mod:`~autolayout.mesh_search` and
+:mod:`~autolayout.pareto`.
+"""
+
+# OR-Tools before anything that may load TensorFlow (protobuf clash).
+from ortools.sat.python import cp_model  # noqa: F401  isort:skip
+
+from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
+                               SolverError)
+from autolayout.result import LayoutResult
+from autolayout.solve import auto_layout, validate
+from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
+from autolayout.pareto import pareto
+from autolayout.view import (build_view, dims_used_together, repeated_ops,
+                             splittable_dims, to_dot, write_dot,
+                             write_graphml)
+from autolayout.assignments import all_layouts
+
+__all__ = ["AutoLayoutError", "InfeasibleLayoutError", "SolverError",
+           "LayoutResult", "auto_layout", "auto_mesh_and_layout",
+           "mesh_factorizations", "pareto", "validate", "build_view",
+           "dims_used_together", "repeated_ops", "splittable_dims", "to_dot",
+           "write_dot", "write_graphml", "all_layouts"]

@@ -1,0 +1,131 @@
+"""Valid assignments of named dims to mesh axes.
+
+A *local assignment* of a scope (a tuple of dim names) gives each dim of the
+scope a mesh axis or None (not split).  It is valid when
+
+* every split dim is splittable (no op marks it unsplittable) and its size is
+  divisible by the size of its axis, and
+* no two dims that share a tensor anywhere in the graph share an axis.
+
+Mesh axes of size 1 are never used: splitting over them changes nothing.
+A global layout is a local assignment of the scope of all dims.
+"""
+
+import itertools
+from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import ShapeError
+from mesh_tf.core.layout import LayoutRules
+
+Assignment = Tuple[Optional[str], ...]
+
+
+class DimSpace(NamedTuple):
+  """What the search may do with each dim of a graph on one mesh.
+
+  Attributes:
+    mesh_shape: the mesh Shape.
+    sizes: dim name -> size.
+    options: dim name -> tuple of mesh-axis names the dim may map to.
+    conflicts: frozensets {a, b} of dim names that share some tensor.
+    unsplittable: dim names some op cannot split.
+  """
+  mesh_shape: dims_lib.Shape
+  sizes: Dict[str, int]
+  options: Dict[str, Tuple[str, ...]]
+  conflicts: FrozenSet[FrozenSet[str]]
+  unsplittable: FrozenSet[str]
+
+  @property
+  def dims(self):
+    return tuple(sorted(self.sizes))
+
+  @property
+  def axes(self):
+    return tuple(a.name for a in self.mesh_shape if a.size > 1)
+
+  def axis_size(self, axis):
+    return self.mesh_shape.get_dim_by_name(axis).size
+
+
+def dim_space(graph, mesh_shape):
+  """The :class:`DimSpace` of ``graph`` on ``mesh_shape``.
+
+  Raises:
+    ShapeError: if one dim name has two sizes in the graph.
+  """
+  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  sizes, where, unsplittable, conflicts = {}, {}, set(), set()
+  for op in graph.operations:
+    unsplittable |= set(op.unsplittable_dims)
+    for t in list(op.inputs) + list(op.outputs):
+      names = t.shape.dimension_names
+      for d in t.shape:
+        if sizes.setdefault(d.name, d.size) != d.size:
+          raise ShapeError(
+              f"dim name {d.name!r} has size {sizes[d.name]} in "
+              f"{where[d.name]} and {d.size} in {t.name}; layout rules are "
+              "keyed by dim name, so give dims of different sizes different "
+              "names")
+        where.setdefault(d.name, t.name)
+      for a, b in itertools.combinations(sorted(names), 2):
+        conflicts.add(frozenset((a, b)))
+  axes = [a for a in mesh_shape if a.size > 1]
+  options = {
+      n: tuple(a.name for a in axes
+               if n not in unsplittable and s % a.size == 0)
+      for n, s in sizes.items()}
+  return DimSpace(mesh_shape, sizes, options, frozenset(conflicts),
+                  frozenset(unsplittable & set(sizes)))
+
+
+def local_assignments(space, scope):
+  """All valid local assignments of ``scope`` (a tuple of dim names).
+
+  The order is deterministic: the all-replicated assignment comes first.
+
+  Example:
+    >>> space = dim_space(graph, "x:2")          # doctest: +SKIP
+    >>> local_assignments(space, ("b", "k"))     # doctest: +SKIP
+    [(None, None), (None, 'x'), ('x', None)]
+  """
+  scope = tuple(scope)
+  out = []
+  choices = [(None,) + space.options[d] for d in scope]
+  pairs = [(i, j) for i, j in itertools.combinations(range(len(scope)), 2)
+           if frozenset((scope[i], scope[j])) in space.conflicts]
+  for combo in itertools.product(*choices):
+    if any(combo[i] is not None and combo[i] == combo[j] for i, j in pairs):
+      continue
+    out.append(combo)
+  return out
+
+
+def to_rules(scope, assignment):
+  """The LayoutRules of a local assignment."""
+  return LayoutRules([(d, a) for d, a in zip(scope, assignment)
+                      if a is not None])
+
+
+def from_rules(scope, rules):
+  """The local assignment of ``scope`` under global LayoutRules."""
+  m = rules.as_dict()
+  return tuple(m.get(d) for d in scope)
+
+
+def restrict(scope, assignment, sub_scope):
+  """The assignment of ``sub_scope`` (a subset of ``scope``)."""
+  pos = {d: i for i, d in enumerate(scope)}
+  return tuple(assignment[pos[d]] for d in sub_scope)
+
+
+def all_layouts(graph, mesh_shape):
+  """Every valid global layout of ``graph`` on ``mesh_shape``, as LayoutRules.
+
+  For brute-force checks on small graphs; the count grows exponentially with
+  the number of dims.
+  """
+  space = dim_space(graph, mesh_shape)
+  scope = space.dims
+  return [to_rules(scope, a) for a in local_assignments(space, scope)]

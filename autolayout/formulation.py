@@ -1,0 +1,266 @@
+r"""The layout search as a CP-SAT integer program.
+
+Sets
+  * :math:`D`: dim names; :math:`A`: mesh axes of size > 1;
+    :math:`A(d) \subseteq A`: axes dim :math:`d` may map to (divisible and
+    splittable).
+  * :math:`\mathcal{S}`: *scope tables*, the maximal dim sets of the cost
+    factors (see :mod:`autolayout.tables`); every factor's scope lies inside
+    one table.  :math:`\Sigma(S)`: the valid local assignments of
+    :math:`S \in \mathcal{S}` (:mod:`autolayout.assignments`).
+  * :math:`\mathcal{T}`: distinct dim sets of tensors.
+  * :math:`K`: memory steps, after compressing the schedule (equal live
+    multisets merged, dominated ones dropped).
+
+Variables
+  * :math:`x_{d,a} \in \{0,1\}`: dim :math:`d` is split over axis :math:`a`
+    (created only for :math:`a \in A(d)`: divisibility and unsplittable dims).
+  * :math:`y_{S,\sigma} \in \{0,1\}`: table :math:`S` takes local assignment
+    :math:`\sigma`.  Repeated layers share tables, so the model grows with the
+    number of distinct dim sets, not with depth.
+  * :math:`P \in \mathbb{Z}_{\ge 0}`: peak bytes per device (memory
+    objective only).
+
+Constraints
+  1. :math:`\sum_{a} x_{d,a} \le 1` for every :math:`d` (one axis per dim).
+  2. :math:`\sum_{d \in T} x_{d,a} \le 1` for every :math:`T \in \mathcal{T},
+     a \in A` (an axis splits at most one dim of a tensor).
+  3. :math:`\sum_{\sigma} y_{S,\sigma} = 1` for every table.
+  4. :math:`x_{d,a} = \sum_{\sigma \in \Sigma(S): \sigma(d) = a}
+     y_{S,\sigma}` for every table :math:`S`, :math:`d \in S`, :math:`a`
+     (tables agree with the global rules).
+  5. :math:`\sum_{S,\sigma} m_{k,S,\sigma} \, y_{S,\sigma} \le M` for every
+     step :math:`k`, where :math:`m_{k,S,\sigma}` is the bytes per device of
+     the tensors live at step :math:`k` hosted by table :math:`S` under
+     :math:`\sigma` and :math:`M` the budget (or :math:`P`).
+
+Objective
+  * ``"time"``: :math:`\min \sum_{S,\sigma} \lfloor c_{S,\sigma}/u \rceil
+    y_{S,\sigma}`, with :math:`c_{S,\sigma}` the summed compute and
+    collective seconds of the table's factors (times their counts) and
+    :math:`u` a time unit chosen so that the largest possible total is about
+    :math:`10^{12}` units;
+  * ``"comm"``: the same with collective seconds only;
+  * ``"memory"``: :math:`\min P`.
+  * Ties are broken deterministically by later phases that fix the optimum
+    of the earlier ones: step time, then memory, then
+    :math:`\min \sum_i 2^i x_i` over a fixed order of the :math:`x`
+    (a unique solution, so the same input gives the same rules).
+"""
+
+import collections
+import itertools
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from ortools.sat.python import cp_model
+
+from autolayout import assignments
+
+TIME_UNITS_TOTAL = 10**12
+
+
+class DimAxis(NamedTuple):
+  """Key of :math:`x`: a dim name and a mesh-axis name."""
+  dim: str
+  axis: str
+
+
+class TableChoice(NamedTuple):
+  """Key of :math:`y`: a scope table (tuple of dim names) and an assignment."""
+  scope: Tuple[str, ...]
+  assignment: Tuple[Optional[str], ...]
+
+
+class Table(NamedTuple):
+  """A scope table with its per-assignment costs (seconds)."""
+  scope: Tuple[str, ...]
+  choices: Tuple[Tuple[Optional[str], ...], ...]
+  time_s: Tuple[float, ...]
+  comm_s: Tuple[float, ...]
+
+
+class Variables:
+  """The typed variable container of the program."""
+
+  def __init__(self):
+    self.x: Dict[DimAxis, cp_model.IntVar] = {}
+    self.y: Dict[TableChoice, cp_model.IntVar] = {}
+    self.peak: Optional[cp_model.IntVar] = None
+
+
+class Formulation(NamedTuple):
+  """A built program: the model, its variables and its objective terms."""
+  model: cp_model.CpModel
+  vars: Variables
+  tables: Tuple[Table, ...]
+  objectives: Dict[str, cp_model.LinearExpr]
+  units: Dict[str, float]   # seconds (or bytes) per objective unit
+  tie_break: Tuple[Tuple[DimAxis, ...], ...]
+  memory_steps: int
+
+
+# --- scope tables ---------------------------------------------------------
+def host_scopes(scopes):
+  """Maps each scope to the table that hosts it: the smallest maximal scope
+  containing it (ties: lexicographically first)."""
+  scopes = sorted(set(tuple(s) for s in scopes), key=lambda s: (-len(s), s))
+  maximal = []
+  for s in scopes:
+    ss = set(s)
+    if not any(ss <= set(m) for m in maximal):
+      maximal.append(s)
+  host = {}
+  for s in scopes:
+    ss = set(s)
+    cands = [m for m in maximal if ss <= set(m)]
+    host[s] = min(cands, key=lambda m: (len(m), m))
+  return host
+
+
+def build_tables(tables, space, extra_scopes=()):
+  """Folds every factor of ``tables`` (a GraphTables) into scope tables.
+
+  Returns ``(list of Table, host map scope -> table scope)``.  Local
+  assignments under which some factor's lowering is invalid are dropped.
+  """
+  host = host_scopes([f.scope for f in tables.factors] + list(extra_scopes))
+  by_host = collections.defaultdict(list)
+  for f in tables.factors:
+    by_host[host[f.scope]].append(f)
+  out = []
+  for scope in sorted(set(host.values())):
+    factors = by_host.get(scope, [])
+    choices, times, comms = [], [], []
+    memo = {}
+    for sigma in assignments.local_assignments(space, scope):
+      ok, t_sum, c_sum = True, 0.0, 0.0
+      for f in factors:
+        sub = assignments.restrict(scope, sigma, f.scope)
+        v = memo.get((f.kind, f.key, sub))
+        if v is None:
+          v = memo[(f.kind, f.key, sub)] = tables.value(f, sub)
+        if not v[0]:
+          ok = False
+          break
+        t_sum += f.count * (v[1] + v[2])
+        c_sum += f.count * v[2]
+      if ok:
+        choices.append(sigma)
+        times.append(t_sum)
+        comms.append(c_sum)
+    out.append(Table(scope, tuple(choices), tuple(times), tuple(comms)))
+  return out, host
+
+
+# --- constraint families (each adds to the model; some return terms) -----
+def add_dim_axis_vars(model, v, space):
+  """:math:`x_{d,a}` for allowed pairs, and constraint 1."""
+  for d in space.dims:
+    for a in space.options[d]:
+      v.x[DimAxis(d, a)] = model.new_bool_var(f"x[{d},{a}]")
+    xs = [v.x[DimAxis(d, a)] for a in space.options[d]]
+    if len(xs) > 1:
+      model.add_at_most_one(xs)
+
+
+def add_tensor_axis_constraints(model, v, graph, space):
+  """Constraint 2: an axis splits at most one dim of each tensor."""
+  seen = set()
+  for t in graph.tensors:
+    names = tuple(sorted(t.shape.dimension_names))
+    if names in seen or len(names) < 2:
+      continue
+    seen.add(names)
+    for a in space.axes:
+      xs = [v.x[DimAxis(d, a)] for d in names if DimAxis(d, a) in v.x]
+      if len(xs) > 1:
+        model.add_at_most_one(xs)
+
+
+def add_table_vars(model, v, tables):
+  """:math:`y_{S,\\sigma}` and constraints 3 and 4."""
+  for tb in tables:
+    ys = []
+    for sigma in tb.choices:
+      k = TableChoice(tb.scope, sigma)
+      v.y[k] = model.new_bool_var(f"y[{','.join(tb.scope)}|{sigma}]")
+      ys.append(v.y[k])
+    model.add_exactly_one(ys)
+    for i, d in enumerate(tb.scope):
+      by_axis = collections.defaultdict(list)
+      for sigma, y in zip(tb.choices, ys):
+        if sigma[i] is not None:
+          by_axis[sigma[i]].append(y)
+      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d}):
+        x = v.x.get(DimAxis(d, a))
+        terms = by_axis.get(a, [])
+        if x is None:
+          for y in terms:
+            model.add(y == 0)
+        else:
+          model.add(x == sum(terms))
+
+
+def time_objective(v, tables, which="time"):
+  """The scaled step-time (or comm-time) objective; returns (expr, unit)."""
+  costs = [(tb, tb.time_s if which == "time" else tb.comm_s) for tb in tables]
+  top = sum(max(c) for _, c in costs if c)
+  unit = top / TIME_UNITS_TOTAL if top > 0 else 1.0
+  ys, coeffs = [], []
+  for tb, c in costs:
+    lo = min(c) if c else 0.0
+    for sigma, s in zip(tb.choices, c):
+      q = int(round(s / unit))
+      if q:
+        ys.append(v.y[TableChoice(tb.scope, sigma)])
+        coeffs.append(q)
+  return cp_model.LinearExpr.weighted_sum(ys, coeffs), unit
+
+
+def add_memory_constraints(model, v, steps, host, budget, with_peak):
+  """Constraint 5.  ``steps`` is a list of ``{scope: {sigma: bytes}}``.
+
+  With ``with_peak`` it creates :math:`P` (bounded by ``budget`` if given)
+  and returns it; else it bounds every step by ``budget``.
+  """
+  bound = None
+  if with_peak:
+    ub = max(1, sum(max(c.values()) for step in steps for c in step.values()))
+    if budget is not None:
+      ub = min(ub, int(budget))
+    v.peak = model.new_int_var(0, max(ub, 0), "peak_bytes")
+    bound = v.peak
+  elif budget is None:
+    return None
+  else:
+    bound = int(budget)
+  for step in steps:
+    ys, coeffs = [], []
+    for scope, per in step.items():
+      tscope = host[scope]
+      for sigma_t in _choices_of(v, tscope):
+        sub = assignments.restrict(tscope, sigma_t, scope)
+        b = per.get(sub, 0)
+        if b:
+          ys.append(v.y[TableChoice(tscope, sigma_t)])
+          coeffs.append(int(b))
+    if ys:
+      model.add(cp_model.LinearExpr.weighted_sum(ys, coeffs) <= bound)
+  return v.peak
+
+
+def _choices_of(v, scope):
+  cache = getattr(v, "_by_scope", None)
+  if cache is None:
+    cache = collections.defaultdict(list)
+    for k in v.y:
+      cache[k.scope].append(k.assignment)
+    v._by_scope = cache  # pylint: disable=protected-access
+  return cache[scope]
+
+
+def tie_break_groups(v, chunk=50):
+  """The :math:`x` in a fixed order, in chunks whose weights
+  :math:`2^i` fit in 64-bit integers."""
+  keys = sorted(v.x)
+  return tuple(tuple(keys[i:i + chunk]) for i in range(0, len(keys), chunk))

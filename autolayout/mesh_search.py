@@ -1,0 +1,102 @@
+"""Search over mesh shapes: every factorisation that embeds in a topology.
+
+``auto_mesh_and_layout(graph, 64, ...)`` tries 64, 2x32, 4x16, 8x8, 16x4,
+2x4x8, ... (any integer factors, ordered, not only powers of two), keeps
+those :func:`costmodels.map_mesh` can lay onto the topology, solves each
+exactly and ranks the results by predicted step time.
+"""
+
+import pandas as pd
+
+import costmodels
+from autolayout.errors import InfeasibleLayoutError
+from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
+                              DEFAULT_TIME_LIMIT_S, auto_layout)
+
+AXIS_NAMES = ("x", "y", "z", "w")
+
+
+def _factorizations(n, max_axes, min_factor=2):
+  if n == 1:
+    yield ()
+    return
+  if max_axes == 0:
+    return
+  for f in range(min_factor, n + 1):
+    if n % f == 0:
+      for rest in _factorizations(n // f, max_axes - 1, 2):
+        yield (f,) + rest
+
+
+def mesh_factorizations(num_devices, max_axes=3, axis_names=AXIS_NAMES):
+  """Every ordered factorisation of ``num_devices`` into 1..``max_axes``
+  factors > 1, as mesh strings such as ``"x:4;y:16"``.
+
+  Example:
+    >>> mesh_factorizations(8, 2)
+    ['x:8', 'x:2;y:4', 'x:4;y:2']
+  """
+  out = []
+  for fs in _factorizations(int(num_devices), max_axes):
+    out.append(";".join(f"{a}:{f}" for a, f in zip(axis_names, fs)))
+  if num_devices == 1:
+    out = [f"{axis_names[0]}:1"]
+  return sorted(out, key=lambda s: (s.count(":"), s))
+
+
+def auto_mesh_and_layout(graph, num_devices, outputs=None,
+                         topology="dgx-h100", memory_budget=None,
+                         objective="time", max_axes=3,
+                         time_limit_s=DEFAULT_TIME_LIMIT_S,
+                         num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+  """Solves every mesh shape of ``num_devices`` that fits ``topology``.
+
+  Returns:
+    ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
+    feasible layout, best first (by step time, then peak memory, then mesh
+    string), and a DataFrame with one row per tried mesh (``status``
+    ``"no-fit"`` when it does not embed, ``"infeasible"`` when no layout fits
+    the budget).
+
+  Raises:
+    InfeasibleLayoutError: if no mesh shape has a layout within the budget.
+  """
+  results, rows, best_peak = [], [], None
+  for mesh in mesh_factorizations(num_devices, max_axes):
+    try:
+      costmodels.map_mesh(topology, mesh)
+    except costmodels.TopologyError as e:
+      rows.append({"mesh": mesh, "status": "no-fit", "rules": None,
+                   "step_time_s": None, "peak_memory_bytes": None,
+                   "solve_time_s": None, "note": str(e).split(";")[0]})
+      continue
+    try:
+      r = auto_layout(graph, mesh, outputs, topology, memory_budget,
+                      objective, time_limit_s, num_workers, seed)
+    except InfeasibleLayoutError as e:
+      if best_peak is None or e.min_peak_bytes < best_peak[0]:
+        best_peak = (e.min_peak_bytes, mesh, e)
+      rows.append({"mesh": mesh, "status": "infeasible", "rules": None,
+                   "step_time_s": None,
+                   "peak_memory_bytes": e.min_peak_bytes,
+                   "solve_time_s": None, "note": "over budget"})
+      continue
+    results.append(r)
+    rows.append({"mesh": mesh, "status": r.status, "rules": str(r.rules),
+                 "step_time_s": r.step_time_s,
+                 "peak_memory_bytes": r.peak_memory_bytes,
+                 "solve_time_s": r.solve_time_s, "note": ""})
+  if not results and best_peak is not None:
+    raise InfeasibleLayoutError(
+        f"no mesh shape of {num_devices} devices has a layout within "
+        f"{memory_budget} bytes per device; the best, {best_peak[1]}, "
+        f"peaks at {best_peak[0]} bytes. {best_peak[2]}",
+        memory_budget=memory_budget, min_peak_bytes=best_peak[0],
+        dominating=best_peak[2].dominating)
+  results.sort(key=lambda r: (r.step_time_s, r.peak_memory_bytes,
+                              str(r.mesh_shape)))
+  table = pd.DataFrame(rows)
+  if len(table):
+    table = table.sort_values(["step_time_s", "mesh"], na_position="last",
+                              kind="stable").reset_index(drop=True)
+  return results, table

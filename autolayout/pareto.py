@@ -1,0 +1,40 @@
+"""The memory-versus-step-time Pareto front of layouts on one mesh.
+
+Starting from the fastest layout (with the least memory among the fastest),
+it repeatedly asks for the fastest layout that needs strictly less memory
+than the last one, until none exists.  Every point is optimal for its
+budget, so the list is exactly the front.
+"""
+
+import pandas as pd
+
+from autolayout.errors import InfeasibleLayoutError
+from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
+                              DEFAULT_TIME_LIMIT_S, auto_layout)
+
+
+def pareto(graph, mesh_shape, outputs=None, topology="dgx-h100",
+           max_points=20, time_limit_s=DEFAULT_TIME_LIMIT_S,
+           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+  """The Pareto front of (peak memory, step time).
+
+  Returns:
+    ``(results, table)``: :class:`LayoutResult`s from fastest (most memory)
+    to leanest, and a DataFrame with ``rules``, ``step_time_s``,
+    ``peak_memory_bytes`` and ``status`` per point.
+  """
+  results, budget = [], None
+  while len(results) < max_points:
+    try:
+      r = auto_layout(graph, mesh_shape, outputs, topology, budget, "time",
+                      time_limit_s, num_workers, seed, tie_break=("memory",))
+    except InfeasibleLayoutError:
+      break
+    results.append(r)
+    budget = r.peak_memory_bytes - 1
+    if budget < 0:
+      break
+  table = pd.DataFrame([{"rules": str(r.rules), "step_time_s": r.step_time_s,
+                         "peak_memory_bytes": r.peak_memory_bytes,
+                         "status": r.status} for r in results])
+  return results, table

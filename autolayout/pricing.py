@@ -1,0 +1,40 @@
+"""Prices of trace records on a topology, from :mod:`costmodels`.
+
+The cost model's step time is the sum, over the records of a lowering, of
+each compute record's roofline time and each collective's time on the links
+its mesh axes map to.  The search prices the records of each op's stand-in
+lowering with the same functions, so its objective is the cost model's.
+"""
+
+import costmodels
+from costmodels import compute as cm_compute
+from mesh_tf.core import dims as dims_lib
+
+
+class Pricer:
+  """Seconds of compute and collective records on one mesh and topology.
+
+  Raises:
+    costmodels.TopologyError: if the mesh does not embed in the topology.
+  """
+
+  def __init__(self, topology, mesh_shape):
+    self.topology = costmodels.get_topology(topology)
+    self.mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+    self.mapping = costmodels.map_mesh(self.topology, self.mesh_shape)
+    self._cache = {}
+
+  def compute_s(self, record):
+    key = ("c", record.flops_per_device, record.output_bytes_per_device)
+    v = self._cache.get(key)
+    if v is None:
+      v = self._cache[key] = cm_compute.compute_time(record,
+                                                     self.topology.chip)
+    return v
+
+  def collective_s(self, record):
+    key = record.key()
+    v = self._cache.get(key)
+    if v is None:
+      v = self._cache[key] = costmodels.collective_time(record, self.mapping)
+    return v

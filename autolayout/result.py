@@ -1,0 +1,131 @@
+"""LayoutResult: the answer of the layout search, with its evidence."""
+
+import dataclasses
+from typing import Any, Dict, Optional, Tuple
+
+import pandas as pd
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import LayoutError
+from mesh_tf.core.layout import LayoutRules
+
+
+@dataclasses.dataclass(frozen=True)
+class LayoutResult:
+  """What :func:`autolayout.auto_layout` found.
+
+  Attributes:
+    rules: the chosen :class:`mtf.LayoutRules` (usable by PlacementMeshImpl).
+    mesh_shape: the mesh Shape it is for.
+    report: the cost model's :class:`CostReport` of ``rules``.
+    objective: ``"time"``, ``"comm"`` or ``"memory"``.
+    objective_value: the program's optimum in seconds (time, comm) or bytes
+      (memory), equal to the report's value.
+    status: ``"optimal"`` (proven) or ``"feasible"`` (time limit reached).
+    best_bound: the solver's lower bound on the objective, same unit.
+    gap: ``(value - bound) / value`` (0.0 when optimal).
+    solve_time_s: wall time in CP-SAT, all phases.
+    build_time_s: wall time to build the cost tables and the model.
+    model_size: counts of variables, constraints, tables, memory steps.
+    memory_budget: the per-device budget in bytes, or None.
+    topology: the topology it was priced on.
+  """
+  rules: LayoutRules
+  mesh_shape: dims_lib.Shape
+  report: Any
+  objective: str
+  objective_value: float
+  status: str
+  best_bound: float
+  gap: float
+  solve_time_s: float
+  build_time_s: float
+  model_size: Dict[str, int]
+  memory_budget: Optional[int]
+  topology: Any
+  graph: Any = dataclasses.field(repr=False, compare=False, default=None)
+  outputs: Tuple[Any, ...] = dataclasses.field(repr=False, compare=False,
+                                               default=())
+
+  @property
+  def step_time_s(self):
+    return self.report.step_time_s
+
+  @property
+  def peak_memory_bytes(self):
+    return self.report.peak_memory_bytes
+
+  @property
+  def is_optimal(self):
+    return self.status == "optimal"
+
+  def __str__(self):
+    return (f"LayoutResult[{self.rules}] on {self.mesh_shape}: step "
+            f"{self.step_time_s * 1e3:.4g} ms, peak "
+            f"{self.peak_memory_bytes / 2**20:.4g} MiB/device, {self.status}"
+            f" (gap {self.gap:.2%}), solved in {self.solve_time_s:.2f} s")
+
+  def summary(self):
+    """One-row DataFrame of the headline numbers."""
+    return pd.DataFrame([{
+        "mesh": str(self.mesh_shape), "rules": str(self.rules),
+        "step_time_s": self.step_time_s,
+        "compute_time_s": self.report.compute_time_s,
+        "comm_time_s": self.report.comm_time_s,
+        "peak_memory_bytes": self.peak_memory_bytes,
+        "status": self.status, "gap": self.gap,
+        "solve_time_s": self.solve_time_s,
+        **{f"model_{k}": v for k, v in self.model_size.items()}}])
+
+  def explain(self):
+    """For each chosen rule, what the step time and peak memory would be
+    without it, and with the dim on its runner-up axis.
+
+    Returns a DataFrame with one row per rule: ``dim``, ``axis``, the chosen
+    ``step_time_s`` and ``peak_memory_bytes``, ``without_step_time_s``,
+    ``without_peak_memory_bytes``, ``runner_up_axis`` (the best other valid
+    axis, or None), ``runner_up_step_time_s`` and
+    ``runner_up_peak_memory_bytes``.  Alternatives that are not valid
+    layouts (an axis already used by a dim sharing a tensor) are skipped.
+    """
+    import costmodels
+    from autolayout import assignments
+    space = assignments.dim_space(self.graph, self.mesh_shape)
+    base = dict(self.rules.pairs)
+
+    def cost(rules):
+      try:
+        for t in self.graph.tensors:
+          rules.tensor_layout(t.shape, self.mesh_shape, t.name)
+        r = costmodels.evaluate(self.graph, self.mesh_shape, rules,
+                                self.topology, outputs=list(self.outputs))
+      except LayoutError:
+        return None
+      return r
+    rows = []
+    for dim, axis in self.rules.pairs:
+      without = {k: v for k, v in base.items() if k != dim}
+      r0 = cost(LayoutRules(without.items()))
+      best = None
+      for other in space.options.get(dim, ()):
+        if other == axis:
+          continue
+        r = cost(LayoutRules(list(without.items()) + [(dim, other)]))
+        if r is not None and (best is None or r.step_time_s
+                              < best[1].step_time_s):
+          best = (other, r)
+      rows.append({
+          "dim": dim, "axis": axis,
+          "step_time_s": self.report.step_time_s,
+          "peak_memory_bytes": self.report.peak_memory_bytes,
+          "without_step_time_s": r0.step_time_s if r0 else None,
+          "without_peak_memory_bytes": r0.peak_memory_bytes if r0 else None,
+          "runner_up_axis": best[0] if best else None,
+          "runner_up_step_time_s": best[1].step_time_s if best else None,
+          "runner_up_peak_memory_bytes": (best[1].peak_memory_bytes
+                                          if best else None)})
+    return pd.DataFrame(rows, columns=[
+        "dim", "axis", "step_time_s", "peak_memory_bytes",
+        "without_step_time_s", "without_peak_memory_bytes",
+        "runner_up_axis", "runner_up_step_time_s",
+        "runner_up_peak_memory_bytes"])

@@ -1,0 +1,334 @@
+"""Build the program, solve it with CP-SAT, and re-check the answer.
+
+``auto_layout`` is the entry point.  Its stages are separate functions:
+:func:`build_problem` (cost tables, memory steps, the CP-SAT model),
+:func:`solve_phases` (a short, explicit CP-SAT run per objective phase) and
+:func:`validate` (re-checks a solution with the cost model, without the
+solver).
+"""
+
+import math
+import time
+from typing import NamedTuple, Optional
+
+# OR-Tools must be imported before TensorFlow in any process (protobuf
+# clash); mesh_tf loads TensorFlow lazily, after this.
+from ortools.sat.python import cp_model
+
+import costmodels
+from costmodels import memory as cm_memory
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import LayoutError, MtfError
+from mesh_tf.core.layout import LayoutRules
+from autolayout import assignments, formulation, memory_steps, tables
+from autolayout.errors import InfeasibleLayoutError, SolverError
+from autolayout.pricing import Pricer
+from autolayout.result import LayoutResult
+
+OBJECTIVES = ("time", "comm", "memory")
+DEFAULT_TIME_LIMIT_S = 60.0
+DEFAULT_NUM_WORKERS = 2
+DEFAULT_SEED = 0
+
+
+class Problem(NamedTuple):
+  """Everything built for one (graph, mesh, topology, outputs)."""
+  graph: object
+  mesh_shape: dims_lib.Shape
+  outputs: tuple
+  topology: object
+  space: assignments.DimSpace
+  form: formulation.Formulation
+  host: dict
+  build_time_s: float
+
+
+def _outputs(graph, outputs):
+  if outputs is None:
+    return tuple(cm_memory.default_outputs(graph))
+  if not isinstance(outputs, (list, tuple)):
+    outputs = [outputs]
+  return tuple(outputs)
+
+
+def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
+                  need_peak=False):
+  """Builds the cost tables and the CP-SAT model (see
+  :mod:`autolayout.formulation` for the math)."""
+  t0 = time.perf_counter()
+  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  outputs = _outputs(graph, outputs)
+  pricer = Pricer(topology, mesh_shape)
+  space = assignments.dim_space(graph, mesh_shape)
+  gt = tables.GraphTables(graph, mesh_shape, outputs, pricer, space)
+  ms = memory_steps.compress(graph, list(outputs))
+  coeffs = memory_steps.step_coefficients(ms, space)
+  tbls, host = formulation.build_tables(gt, space,
+                                        [ty.scope for ty in ms.types])
+  model = cp_model.CpModel()
+  v = formulation.Variables()
+  formulation.add_dim_axis_vars(model, v, space)
+  formulation.add_tensor_axis_constraints(model, v, graph, space)
+  formulation.add_table_vars(model, v, tbls)
+  if any(not tb.choices for tb in tbls):
+    bad = [tb.scope for tb in tbls if not tb.choices]
+    raise SolverError(f"no valid local assignment for dims {bad[0]} on mesh "
+                      f"{mesh_shape}; every layout of them fails to lower")
+  formulation.add_memory_constraints(model, v, coeffs, host, memory_budget,
+                                     with_peak=need_peak)
+  objectives, units = {}, {}
+  for which in ("time", "comm"):
+    objectives[which], units[which] = formulation.time_objective(v, tbls,
+                                                                 which)
+  if v.peak is not None:
+    objectives["memory"], units["memory"] = v.peak, 1.0
+  form = formulation.Formulation(model, v, tuple(tbls), objectives, units,
+                                 formulation.tie_break_groups(v),
+                                 len(ms.steps))
+  return Problem(graph, mesh_shape, outputs, costmodels.get_topology(topology),
+                 space, form, host, time.perf_counter() - t0)
+
+
+class PhaseResult(NamedTuple):
+  """The solution and statistics of :func:`solve_phases`."""
+  x: dict                  # DimAxis -> 0/1
+  status: str              # "optimal" or "feasible"
+  value: float             # first-phase objective, in objective units
+  bound: float
+  solve_time_s: float
+
+
+def solve_phases(form, phases, time_limit_s, num_workers, seed):
+  """Minimises ``phases`` (objective names, or "tie") lexicographically.
+
+  Each phase after the first keeps the earlier optima fixed.  The first
+  phase decides the status; later phases only run while the earlier ones
+  were proven optimal.
+
+  Raises:
+    InfeasibleLayoutError: (without details) if the first phase is
+      infeasible; the caller adds them.
+    SolverError: if no solution is found in time or the model is invalid.
+  """
+  model, v = form.model, form.vars
+  solver = cp_model.CpSolver()
+  solver.parameters.num_workers = int(num_workers)
+  solver.parameters.random_seed = int(seed)
+  exprs = []
+  for p in phases:
+    if p == "tie":
+      for group in form.tie_break:
+        exprs.append(cp_model.LinearExpr.weighted_sum(
+            [v.x[k] for k in group], [2**i for i in range(len(group))]))
+    else:
+      exprs.append(form.objectives[p])
+  start, first, x = time.perf_counter(), None, None
+  for i, expr in enumerate(exprs):
+    left = time_limit_s - (time.perf_counter() - start)
+    if left <= 0:
+      break
+    solver.parameters.max_time_in_seconds = left
+    model.minimize(expr)
+    status = solver.solve(model)
+    if i == 0:
+      if status == cp_model.INFEASIBLE:
+        raise InfeasibleLayoutError("infeasible")
+      if status == cp_model.MODEL_INVALID:
+        raise SolverError(f"CP-SAT rejected the model: "
+                          f"{model.validate()}")
+      if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        raise SolverError(
+            f"CP-SAT found no layout within {time_limit_s:g} s "
+            f"({solver.status_name(status)}); raise time_limit_s")
+      first = (("optimal" if status == cp_model.OPTIMAL else "feasible"),
+               solver.objective_value, solver.best_objective_bound)
+    elif status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+      break
+    x = {k: int(solver.value(var)) for k, var in v.x.items()}
+    if status != cp_model.OPTIMAL:
+      break
+    model.add(expr == int(round(solver.objective_value)))
+    model.clear_hints()
+    for k, var in v.x.items():
+      model.add_hint(var, x[k])
+  return PhaseResult(x, first[0], first[1], first[2],
+                     time.perf_counter() - start)
+
+
+def rules_of(x):
+  """LayoutRules from the values of :math:`x`."""
+  return LayoutRules([(k.dim, k.axis) for k, val in sorted(x.items()) if val])
+
+
+def table_values(problem, rules):
+  """``(time_s, comm_s)`` the program's tables give ``rules`` (no solver)."""
+  t = c = 0.0
+  for tb in problem.form.tables:
+    sigma = assignments.from_rules(tb.scope, rules)
+    try:
+      i = tb.choices.index(sigma)
+    except ValueError:
+      raise SolverError(f"rules {rules} give dims {tb.scope} the assignment "
+                        f"{sigma}, which the program does not allow")
+    t += tb.time_s[i]
+    c += tb.comm_s[i]
+  return t, c
+
+
+def validate(problem, rules, memory_budget=None, objective=None, value=None):
+  """Re-checks ``rules`` without the solver and returns its CostReport.
+
+  Checks that every tensor's layout and every op's unsplittable dims are
+  respected, that the peak memory is within ``memory_budget``, and that the
+  program's own value of ``rules`` (summed from its tables) equals the cost
+  model's step time and communication time, and its peak memory when
+  ``objective == "memory"`` (then ``value`` is the solver's peak).
+
+  Raises:
+    SolverError: if any check fails (a bug in the search, not a user error).
+  """
+  g, mesh_shape = problem.graph, problem.mesh_shape
+  try:
+    for t in g.tensors:
+      rules.tensor_layout(t.shape, mesh_shape, t.name)
+    split = set(rules.as_dict())
+    for op in g.operations:
+      bad = split & set(op.unsplittable_dims)
+      if bad:
+        raise SolverError(f"rules {rules} split {sorted(bad)}, which "
+                          f"{op.name} cannot split")
+  except LayoutError as e:
+    raise SolverError(f"the solver returned invalid rules {rules}: {e}")
+  report = costmodels.evaluate(g, mesh_shape, rules, problem.topology,
+                               outputs=list(problem.outputs))
+  t, c = table_values(problem, rules)
+  for name, mine, theirs in (("step time", t, report.step_time_s),
+                             ("communication time", c, report.comm_time_s)):
+    if not math.isclose(mine, theirs, rel_tol=1e-9, abs_tol=1e-18):
+      raise SolverError(
+          f"the program values rules {rules} at {name} {mine!r} s but "
+          f"costmodels.evaluate says {theirs!r} s on {mesh_shape}")
+  if memory_budget is not None and report.peak_memory_bytes > memory_budget:
+    raise SolverError(f"rules {rules} peak at {report.peak_memory_bytes} "
+                      f"bytes per device, over the budget {memory_budget}")
+  if objective == "memory" and value is not None and int(round(value)) != \
+      report.peak_memory_bytes:
+    raise SolverError(f"the program's peak {value} differs from the cost "
+                      f"model's {report.peak_memory_bytes} for rules {rules}")
+  return report
+
+
+def _model_size(problem):
+  proto = problem.form.model.proto
+  return {"variables": len(proto.variables),
+          "constraints": len(proto.constraints),
+          "tables": len(problem.form.tables),
+          "table_choices": sum(len(tb.choices) for tb in problem.form.tables),
+          "memory_steps": problem.form.memory_steps}
+
+
+def _phases(objective, extra=()):
+  first = {"time": ["time"], "comm": ["comm", "time"],
+           "memory": ["memory", "time"]}[objective]
+  return first + [p for p in extra if p not in first] + ["tie"]
+
+
+def min_peak_layout(graph, mesh_shape, outputs, topology,
+                    time_limit_s=DEFAULT_TIME_LIMIT_S,
+                    num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+  """``(peak bytes, rules)`` of the layout with the smallest peak memory."""
+  problem = build_problem(graph, mesh_shape, outputs, topology,
+                          need_peak=True)
+  pr = solve_phases(problem.form, ["memory"], time_limit_s, num_workers,
+                    seed)
+  return int(round(pr.value)), rules_of(pr.x), problem
+
+
+def _infeasible(graph, mesh_shape, outputs, topology, budget, time_limit_s,
+                num_workers, seed):
+  peak, rules, problem = min_peak_layout(graph, mesh_shape, outputs,
+                                         topology, time_limit_s, num_workers,
+                                         seed)
+  prof = cm_memory.memory_profile(graph, problem.mesh_shape, rules,
+                                  outputs=list(problem.outputs))
+  sched = cm_memory.schedule(graph, list(problem.outputs))
+  iv = cm_memory.live_intervals(graph, sched, list(problem.outputs))
+  live = [(t.name, prof.tensor_bytes[t]) for t, (a, b) in iv.items()
+          if a <= prof.peak_step <= b]
+  live.sort(key=lambda p: (-p[1], p[0]))
+  top = live[:5]
+  mesh = ", ".join(str(d) for d in problem.mesh_shape)
+  raise InfeasibleLayoutError(
+      f"no layout of the graph on mesh [{mesh}] keeps per-device memory "
+      f"within the budget of {budget} bytes ({budget / 2**20:.4g} MiB): the "
+      f"smallest peak any valid layout reaches is {peak} bytes "
+      f"({peak / 2**20:.4g} MiB, layout {rules or 'replicated'!s}), at op "
+      f"{getattr(prof.peak_op, 'name', '?')}, dominated by "
+      + ", ".join(f"{n} ({b} bytes)" for n, b in top)
+      + f"; raise memory_budget to at least {peak} bytes, use a mesh with "
+      "more devices, or shrink those tensors",
+      memory_budget=budget, min_peak_bytes=peak, dominating=top)
+
+
+def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
+                memory_budget=None, objective="time",
+                time_limit_s=DEFAULT_TIME_LIMIT_S,
+                num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+                tie_break=()):
+  """Finds the layout rules that minimise predicted step time.
+
+  Args:
+    graph: an mtf Graph (one mesh).
+    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"``.
+    outputs: tensors whose values are exported (default: those nobody
+      reads).
+    topology: a costmodels Topology or its name (``"dgx-h100"``...).
+    memory_budget: bytes per device, or None for no limit.
+    objective: ``"time"`` (step time), ``"comm"`` (communication time) or
+      ``"memory"`` (peak memory per device).
+    time_limit_s: CP-SAT wall-time limit for all phases together.
+    num_workers: CP-SAT worker threads.
+    seed: CP-SAT random seed.
+    tie_break: extra objectives (e.g. ``("memory",)``) to minimise, in
+      order, among optima of the main one, before the fixed rule order.
+
+  Returns:
+    A :class:`LayoutResult`; ``status`` is "optimal" when proven.
+
+  Raises:
+    InfeasibleLayoutError: if no layout fits ``memory_budget``; it states
+      the smallest reachable peak and the tensors that dominate it.
+    costmodels.TopologyError: if the mesh does not embed in the topology.
+    SolverError: if CP-SAT finds no layout within ``time_limit_s``.
+
+  Example:
+    >>> r = auto_layout(graph, "data:2;model:4", [loss],
+    ...                 topology="dgx-h100")              # doctest: +SKIP
+    >>> str(r.rules)                                     # doctest: +SKIP
+    'batch:data;d_ff:model;heads:model'
+  """
+  if objective not in OBJECTIVES:
+    raise MtfError(f"unknown objective {objective!r}; use one of "
+                   f"{OBJECTIVES}")
+  phases = _phases(objective, tie_break)
+  problem = build_problem(graph, mesh_shape, outputs, topology,
+                          memory_budget, need_peak="memory" in phases)
+  try:
+    pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed)
+  except InfeasibleLayoutError:
+    _infeasible(graph, mesh_shape, outputs, topology, memory_budget,
+                time_limit_s, num_workers, seed)
+  rules = rules_of(pr.x)
+  unit = problem.form.units[objective]
+  report = validate(problem, rules, memory_budget, objective,
+                    pr.value if objective == "memory" else None)
+  value = {"time": report.step_time_s, "comm": report.comm_time_s,
+           "memory": report.peak_memory_bytes}[objective]
+  bound = pr.bound * unit
+  gap = 0.0 if pr.status == "optimal" else max(
+      0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)
+  return LayoutResult(rules, problem.mesh_shape, report, objective, value,
+                      pr.status, bound, gap, pr.solve_time_s,
+                      problem.build_time_s, _model_size(problem),
+                      memory_budget, problem.topology, graph=graph,
+                      outputs=problem.outputs)

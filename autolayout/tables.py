@@ -1,0 +1,353 @@
+"""Per-op cost tables: what each op costs under each local assignment.
+
+An op's trace records depend only on the layout of the dims it touches, with
+one exception, the lazy SUM all-reduce: an op that sums over a split dim
+(einsum, reduce_sum, ...) leaves its output *pending*, and the all-reduce is
+recorded when (and only if) a later op forces it; an ``add`` of two pending
+sums over the same mesh axes stays pending and all-reduces once.
+
+To price this exactly the tables are built from *factors*, each a function of
+the local assignment of a small scope of dims:
+
+* **op factor** of op ``O``: the compute and the collectives ``O`` records
+  itself (``source_op == O``), given its inputs' pending states.  Its scope
+  ``E(O)`` is the dims of ``O`` plus the dims that decide whether its inputs
+  are pending (``D(t)`` of each input ``t`` that may be pending).
+* **all-reduce factor** of a tensor ``t`` that may be pending: the price of
+  ``t``'s all-reduce if ``t`` is pending and some consumer (or the export of
+  an output) forces it.  Its scope is ``D(t)``, plus the scopes of the
+  consumers that force ``t`` only under some assignments (the ``add`` that
+  merges two pending sums).
+
+Every factor is computed by running the op's own lowering code on a
+:class:`~mesh_tf.ShapeMeshImpl` (no TensorFlow) with the layout rules of the
+local assignment and stand-in inputs in the right pending state, so the
+tables agree with :func:`costmodels.evaluate` by construction.  Ops with
+equal signatures (repeated layers) share one table: the work grows with the
+number of distinct ops, not with depth.
+"""
+
+import itertools
+from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+
+from mesh_tf.core.errors import MtfError
+from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.mesh_impl import (LaidOutTensor, LaidOutVariable,
+                                        LazyAllreduceSum)
+from mesh_tf.lowering.shape_impl import ShapeMeshImpl
+from mesh_tf.lowering.trace import CollectiveRecord
+from autolayout import assignments
+from autolayout.view import op_signature
+
+_LAZY_SOURCE = "\x00pending-input-{}"
+
+# A pending state: (mesh-axis indices of the pending all-reduce, bytes of
+# each device's partial sum), or None for an ordinary (materialised) tensor.
+PendingState = Optional[Tuple[Tuple[int, ...], int]]
+
+
+class Outcome(NamedTuple):
+  """One op lowered under one local assignment and input states."""
+  valid: bool
+  compute_s: float
+  comm_s: float
+  out_states: Tuple[PendingState, ...]
+  forced: FrozenSet[int]  # positions of inputs whose pending sum it forced
+  error: str = ""
+
+
+class Factor(NamedTuple):
+  """A term of the objective: ``count`` times a table over ``scope``."""
+  kind: str          # "op" or "allreduce"
+  key: int           # interned structural key; equal keys share the table
+  scope: Tuple[str, ...]
+  count: int
+  example: str       # an op or tensor name it stands for
+
+
+class _AnyFeed(dict):
+  """Feeds for stand-in lowering: imports need a value, never looked at."""
+
+  def get(self, key, default=None):
+    v = super().get(key, default)
+    return 0 if v is None else v
+
+
+class _StandInVariables(dict):
+  def __init__(self, impl):
+    super().__init__()
+    self._impl = impl
+
+  def __missing__(self, v):
+    lv = LaidOutVariable(v.name, v.shape, self._impl.slice_shape(v.shape),
+                         v.dtype, None)
+    self[v] = lv
+    return lv
+
+
+class LocalLowering(Lowering):
+  """A Lowering that lowers single ops on stand-in inputs.
+
+  It deliberately skips ``Lowering.__init__`` (which lowers the whole graph)
+  and offers the same interface to op lowering code.
+  """
+
+  def __init__(self, graph, mesh, impl):  # pylint: disable=super-init-not-called
+    self.graph = graph
+    self.mesh_to_impl = {mesh: impl}
+    self.feeds = _AnyFeed()
+    self.tensors = {}
+    self.variables = _StandInVariables(impl)
+    self.lowered_operations = {}
+
+
+def lower_op(op, mesh_shape, rules, input_states, pricer):
+  """Lowers ``op`` alone under ``rules`` with inputs in ``input_states``.
+
+  Returns an :class:`Outcome`; ``valid`` is False (with the error message)
+  if the op's lowering rejects the layout.
+  """
+  impl = ShapeMeshImpl(mesh_shape, rules)
+  lw = LocalLowering(op.graph, op.mesh, impl)
+  sources = {}
+  try:
+    for i, (t, st) in enumerate(zip(op.inputs, input_states)):
+      if t in lw.tensors:
+        continue
+      sl = LaidOutTensor(impl.slice_shape(t), t.dtype)
+      if st is None:
+        lw.tensors[t] = sl
+      else:
+        src = _LAZY_SOURCE.format(i)
+        sources[src] = i
+        with impl.recording(src):
+          lw.tensors[t] = LazyAllreduceSum(impl, sl, st[0])
+    impl.check_splittable(op)
+    with impl.recording(op.name):
+      op.lower(lw)
+  except MtfError as e:
+    return Outcome(False, 0.0, 0.0, (), frozenset(), str(e))
+  forced, comm = set(), 0.0
+  for rec in impl.trace.collectives:
+    if rec.source_op in sources:
+      forced.add(sources[rec.source_op])
+      continue
+    comm += pricer.collective_s(rec)
+  compute = sum(pricer.compute_s(rec) for rec in impl.trace.compute)
+  outs = []
+  for t in op.outputs:
+    v = lw.tensors.get(t)
+    if isinstance(v, LazyAllreduceSum) and v._reduced is None:  # pylint: disable=protected-access
+      outs.append((tuple(v.mesh_axes), v.laid_out_input.slice_bytes))
+    else:
+      outs.append(None)
+  return Outcome(True, compute, comm, tuple(outs), frozenset(forced))
+
+
+def pending_allreduce_record(mesh_shape, state):
+  """The CollectiveRecord that forcing a pending sum in ``state`` makes
+  (None if its axes all have size 1)."""
+  axes = [a for a in state[0] if mesh_shape[a].size > 1]
+  if not axes:
+    return None
+  group = 1
+  for a in axes:
+    group *= mesh_shape[a].size
+  return CollectiveRecord("", "allreduce", tuple(mesh_shape[a].name
+                                                 for a in axes),
+                          group, state[1], "SUM", "")
+
+
+class GraphTables:
+  """The factors of a graph on one mesh, and their values.
+
+  Args:
+    graph: the mtf Graph (one mesh).
+    mesh_shape: the mesh Shape.
+    outputs: tensors whose values are exported (their pending sums forced).
+    pricer: prices trace records (see :mod:`autolayout.pricing`).
+    space: the :class:`~autolayout.assignments.DimSpace`.
+
+  Attributes:
+    factors: list of :class:`Factor`, in a deterministic order.
+  """
+
+  def __init__(self, graph, mesh_shape, outputs, pricer, space):
+    self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
+    self.space = space
+    meshes = {op.mesh for op in graph.operations}
+    if len(meshes) > 1:
+      raise MtfError(f"the layout search handles one mesh; graph uses "
+                     f"{sorted(m.name for m in meshes)}")
+    self._intern: Dict[object, int] = {}
+    self._op_cache: Dict[tuple, Outcome] = {}
+    self._key_scope: Dict[int, Tuple[str, ...]] = {}
+    self._key_op: Dict[int, object] = {}
+    self._key_inputs: Dict[int, tuple] = {}   # op key -> per-input (D, key)
+    self._ar_info: Dict[int, tuple] = {}
+    self.may_pend: Dict[object, bool] = {}
+    self.tensor_key: Dict[object, Optional[int]] = {}
+    self.pend_scope: Dict[object, Tuple[str, ...]] = {}
+    self.op_key: Dict[object, int] = {}
+    self._build(set(outputs or ()))
+
+  # --- keys and scopes --------------------------------------------------
+  def _key(self, obj):
+    k = self._intern.get(obj)
+    if k is None:
+      k = self._intern[obj] = len(self._intern)
+    return k
+
+  @staticmethod
+  def _dims(op):
+    names = set()
+    for t in list(op.inputs) + list(op.outputs):
+      names |= set(t.shape.dimension_names)
+    return names
+
+  def _build(self, forced_outputs):
+    consumers = {}
+    op_counts, op_example = {}, {}
+    for op in self.graph.operations:
+      for i, t in enumerate(op.inputs):
+        consumers.setdefault(t, []).append((op, i))
+      ins = tuple(self.tensor_key.get(t) for t in op.inputs)
+      key = self._key(("op", op_signature(op), ins))
+      self.op_key[op] = key
+      if key not in self._key_scope:
+        scope = self._dims(op)
+        for t in op.inputs:
+          scope |= set(self.pend_scope.get(t, ()))
+        self._key_scope[key] = tuple(sorted(scope))
+        self._key_op[key] = op
+        self._key_inputs[key] = tuple(
+            (self.pend_scope.get(t, ()), self.tensor_key.get(t))
+            for t in op.inputs)
+        self._table(key)
+      op_counts[key] = op_counts.get(key, 0) + 1
+      op_example.setdefault(key, op.name)
+      table = self._table(key)
+      for j, t in enumerate(op.outputs):
+        pend = any(o.valid and o.out_states[j] is not None
+                   for o in table.values())
+        self.may_pend[t] = pend
+        if pend:
+          self.tensor_key[t] = self._key(("out", key, j))
+          self.pend_scope[t] = self._key_scope[key]
+          self._ar_info.setdefault(self.tensor_key[t], (key, j))
+    factors = [Factor("op", k, self._key_scope[k], c, op_example[k])
+               for k, c in op_counts.items()]
+    ar_counts, ar_example = {}, {}
+    for t, pend in self.may_pend.items():
+      if not pend:
+        continue
+      conditional = []
+      always = t in forced_outputs
+      for c, i in consumers.get(t, []):
+        if not always and self._forces_always(c, t):
+          always = True
+      if not always:
+        seen = set()
+        for c, i in consumers.get(t, []):
+          pos = c.inputs.index(t)
+          if (self.op_key[c], pos) not in seen:
+            seen.add((self.op_key[c], pos))
+            conditional.append((self.op_key[c], pos))
+        if not conditional:
+          continue  # never forced: no all-reduce ever happens
+      structure = "always" if always else tuple(sorted(conditional))
+      akey = self._key(("ar", self.tensor_key[t], structure))
+      if akey not in self._ar_info:
+        scope = set(self.pend_scope[t])
+        if not always:
+          for ck, _ in conditional:
+            scope |= set(self._key_scope[ck])
+        self._ar_info[akey] = (self.tensor_key[t], structure,
+                               tuple(sorted(scope)))
+      ar_counts[akey] = ar_counts.get(akey, 0) + 1
+      ar_example.setdefault(akey, t.name)
+    factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])
+                for k, c in ar_counts.items()]
+    self.factors = factors
+
+  # --- op tables --------------------------------------------------------
+  def _table(self, key):
+    """Outcome of op ``key`` for every local assignment of its scope."""
+    cached = self._op_cache.get(("table", key))
+    if cached is not None:
+      return cached
+    scope = self._key_scope[key]
+    table = {}
+    for sigma in assignments.local_assignments(self.space, scope):
+      table[sigma] = self._outcome(key, scope, sigma)
+    self._op_cache[("table", key)] = table
+    return table
+
+  def _outcome(self, key, scope, sigma):
+    op = self._key_op[key]
+    states = []
+    for pscope, tkey in self._key_inputs[key]:
+      if tkey is None:
+        states.append(None)
+      else:
+        states.append(self.state(tkey, assignments.restrict(scope, sigma,
+                                                            pscope)))
+    states = tuple(states)
+    dims = tuple(sorted(self._dims(op)))
+    local = assignments.restrict(scope, sigma, dims)
+    ck = (key, local, states)
+    out = self._op_cache.get(ck)
+    if out is None:
+      out = lower_op(op, self.mesh_shape, assignments.to_rules(dims, local),
+                     states, self.pricer)
+      self._op_cache[ck] = out
+    return out
+
+  def state(self, tensor_key, sigma):
+    """Pending state of tensors of ``tensor_key`` under the local assignment
+    ``sigma`` of their pending scope (None: not pending or invalid)."""
+    op_key, j = self._ar_info[tensor_key]
+    o = self._table(op_key)[sigma]
+    return o.out_states[j] if o.valid else None
+
+  def _forces_always(self, consumer, t):
+    """True if ``consumer`` forces ``t`` whenever ``t`` is pending."""
+    key = self.op_key[consumer]
+    pos = consumer.inputs.index(t)
+    scope = self._key_scope[key]
+    pscope, tkey = self._key_inputs[key][pos]
+    for sigma, o in self._table(key).items():
+      if not o.valid:
+        continue
+      st = self.state(tkey, assignments.restrict(scope, sigma, pscope))
+      if st is not None and pos not in o.forced:
+        return False
+    return True
+
+  # --- factor values ----------------------------------------------------
+  def value(self, factor, sigma):
+    """``(valid, compute_s, comm_s)`` of one instance of
+    ``factor`` under the local assignment ``sigma`` of its scope."""
+    if factor.kind == "op":
+      o = self._table(factor.key)[sigma]
+      return o.valid, o.compute_s, o.comm_s
+    tkey, structure, scope = self._ar_info[factor.key]
+    op_key, _ = self._ar_info[tkey]
+    pscope = self._key_scope[op_key]
+    st = self.state(tkey, assignments.restrict(scope, sigma, pscope))
+    if st is None:
+      return True, 0.0, 0.0
+    if structure != "always":
+      forced = False
+      for ck, pos in structure:
+        o = self._table(ck)[assignments.restrict(scope, sigma,
+                                                 self._key_scope[ck])]
+        if o.valid and pos in o.forced:
+          forced = True
+          break
+      if not forced:
+        return True, 0.0, 0.0
+    rec = pending_allreduce_record(self.mesh_shape, st)
+    if rec is None:
+      return True, 0.0, 0.0
+    return True, 0.0, self.pricer.collective_s(rec)
