@@ -1,0 +1,22 @@
+"""Neural-network layers on named-dim tensors (``mtf.layers``).
+
+Mesh TensorFlow's names and signatures where they exist: ``dense``,
+``layer_norm``, ``rms_norm``, ``embedding``, ``dense_relu_dense``,
+``dropout``, ``softmax_cross_entropy_with_logits``, ``multihead_attention``,
+a top-2 mixture-of-experts layer (``moe``), and ``conv1d/2d/3d`` with
+max/avg pooling whose spatial dims may be split across the mesh.
+"""
+
+from mesh_tf.layers.attention import (MASK_BIAS, attention,
+                                      attention_mask_autoregressive,
+                                      attention_mask_ignore_padding,
+                                      multihead_attention, softmax)
+from mesh_tf.layers.conv import (avg_pool1d, avg_pool2d, avg_pool3d, conv1d,
+                                 conv2d, conv3d, max_pool1d, max_pool2d,
+                                 max_pool3d)
+from mesh_tf.layers.core import (dense, dense_relu_dense, dropout,
+                                 embedding, embedding_weights,
+                                 get_activation, layer_norm, one_hot,
+                                 rms_norm, sigmoid_cross_entropy_with_logits,
+                                 softmax_cross_entropy_with_logits)
+from mesh_tf.layers.moe import expert_capacity, moe, top2_gating

@@ -1,0 +1,310 @@
+"""Basic layers: dense, normalisation, embedding, feed-forward, dropout, loss.
+
+Layers are plain functions of mtf Tensors.  They create their variables with
+:func:`mesh_tf.get_variable` under a unique name scope (``dense``,
+``dense_1``, ... or ``name/...``) with layout-invariant initializers, so a
+model gives the same values under every layout and mesh.
+"""
+
+import math
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import ShapeError
+from mesh_tf.ops import einsum as einsum_lib
+from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import reduce as reduce_lib
+from mesh_tf.ops import variables as var_lib
+
+
+def _unique_scope(graph, name):
+  # Scopes share the graph's name table with ops, so "dense" and "dense_1"
+  # never collide with each other or with op names.
+  return graph.unique_name(name)
+
+
+def _dims_list(x, what):
+  if x is None:
+    return []
+  if isinstance(x, (dims_lib.Dimension, str)):
+    x = [x]
+  if isinstance(x, dims_lib.Shape):
+    return x.dims
+  return [dims_lib.convert_to_dimension(d) for d in x]
+
+
+def _resolve(x, dims, what):
+  """Dims of ``x`` given as Dimensions or names."""
+  out = []
+  for d in dims:
+    name = d if isinstance(d, str) else d.name
+    if name not in x.shape:
+      raise ShapeError(f"{what}: dim {d} is not a dim of {x.name} "
+                       f"{x.shape!r}")
+    out.append(x.shape.get_dim_by_name(name))
+  return out
+
+
+def _maybe_cast(t, dtype):
+  return ew.cast(t, dtype) if t.dtype != dtype else t
+
+
+ACTIVATIONS = {
+    None: None, "linear": None, "relu": ew.relu, "gelu": ew.gelu,
+    "swish": ew.swish, "silu": ew.swish, "tanh": ew.tanh,
+    "sigmoid": ew.sigmoid, "elu": ew.elu, "selu": ew.selu,
+}
+
+
+def get_activation(activation):
+  """An activation function given by name ("relu", "gelu"...) or callable."""
+  if callable(activation):
+    return activation
+  if activation not in ACTIVATIONS:
+    raise ShapeError(f"unknown activation {activation!r}; use one of "
+                     f"{sorted(k for k in ACTIVATIONS if k)} or a function")
+  return ACTIVATIONS[activation]
+
+
+def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
+          activation=None, master_dtype="float32", kernel_initializer=None,
+          bias_initializer=None, name=None):
+  """A dense (fully connected) layer: ``activation(x . W + b)``.
+
+  Args:
+    x: an mtf Tensor.
+    new_dims: the output dim(s) that replace ``reduced_dims``.
+    reduced_dims: dims of ``x`` to contract (default: its last dim).
+    expert_dims: dims of ``x`` that get separate weights (e.g. experts).
+    use_bias: add a bias over ``new_dims`` (and ``expert_dims``).
+    activation: None, a name such as "relu"/"gelu", or a function.
+    master_dtype: dtype of the variables; they are cast to ``x.dtype``.
+    kernel_initializer: default Normal(0, 1/sqrt(fan_in)), layout-invariant.
+    bias_initializer: default zeros.
+    name: scope of the variables ``name/kernel`` and ``name/bias``.
+
+  Returns:
+    Tensor of shape ``x.shape - reduced_dims + new_dims``.
+
+  Example:
+    >>> y = dense(x, mtf.Dimension("d_ff", 2048), name="wi")   # doctest: +SKIP
+  """
+  new_dims = _dims_list(new_dims, "new_dims")
+  if reduced_dims is None:
+    reduced_dims = [x.shape.dims[-1]]
+  reduced_dims = _resolve(x, _dims_list(reduced_dims, "reduced_dims"),
+                          "dense")
+  expert_dims = _resolve(x, _dims_list(expert_dims, "expert_dims"), "dense")
+  for d in new_dims:
+    if d.name in x.shape and d not in reduced_dims:
+      raise ShapeError(f"dense: new dim {d} is already a dim of {x.name} "
+                       f"{x.shape!r}; give the output dim another name")
+  scope = _unique_scope(x.graph, name or "dense")
+  fan_in = math.prod(d.size for d in reduced_dims)
+  if kernel_initializer is None:
+    kernel_initializer = var_lib.random_normal_initializer(
+        stddev=1.0 / math.sqrt(max(1, fan_in)))
+  w = var_lib.get_variable(x.mesh, f"{scope}/kernel",
+                           dims_lib.Shape(expert_dims + reduced_dims
+                                          + new_dims),
+                           master_dtype, kernel_initializer)
+  w = _maybe_cast(w, x.dtype)
+  out_shape = (x.shape - reduced_dims) + dims_lib.Shape(
+      [d for d in new_dims])
+  y = einsum_lib.einsum([x, w], output_shape=out_shape, name=f"{scope}/einsum")
+  if use_bias:
+    b = var_lib.get_variable(
+        x.mesh, f"{scope}/bias", dims_lib.Shape(expert_dims + new_dims),
+        master_dtype, bias_initializer or var_lib.zeros_initializer())
+    y = ew.add(y, _maybe_cast(b, x.dtype), name=f"{scope}/bias_add")
+  act = get_activation(activation)
+  return act(y) if act is not None else y
+
+
+def _norm_dim(x, dim, what):
+  if dim is None:
+    return x.shape.dims[-1]
+  return _resolve(x, [dim], what)[0]
+
+
+def layer_norm(x, dim=None, epsilon=1e-6, use_bias=True, name=None):
+  """Layer normalisation over ``dim`` with learned scale (and bias).
+
+  ``y = (x - mean) * rsqrt(var + epsilon) * scale + bias``, with mean and
+  variance over ``dim`` (default: the last dim).  ``dim`` may be split
+  across the mesh (the reductions all-reduce).
+  """
+  dim = _norm_dim(x, dim, "layer_norm")
+  scope = _unique_scope(x.graph, name or "layer_norm")
+  rest = x.shape - [dim]
+  mean = reduce_lib.reduce_mean(x, output_shape=rest)
+  xc = x - mean
+  var = reduce_lib.reduce_mean(ew.square(xc), output_shape=rest)
+  scale = var_lib.get_variable(x.mesh, f"{scope}/scale", [dim], "float32",
+                               var_lib.ones_initializer())
+  y = xc * ew.rsqrt(var + epsilon) * _maybe_cast(scale, x.dtype)
+  if use_bias:
+    bias = var_lib.get_variable(x.mesh, f"{scope}/bias", [dim], "float32",
+                                var_lib.zeros_initializer())
+    y = y + _maybe_cast(bias, x.dtype)
+  return y
+
+
+def rms_norm(x, dim=None, epsilon=1e-6, name=None):
+  """RMS normalisation: ``x * rsqrt(mean(x^2) + epsilon) * scale``."""
+  dim = _norm_dim(x, dim, "rms_norm")
+  scope = _unique_scope(x.graph, name or "rms_norm")
+  ms = reduce_lib.reduce_mean(ew.square(x), output_shape=x.shape - [dim])
+  scale = var_lib.get_variable(x.mesh, f"{scope}/scale", [dim], "float32",
+                               var_lib.ones_initializer())
+  return x * ew.rsqrt(ms + epsilon) * _maybe_cast(scale, x.dtype)
+
+
+def embedding_weights(mesh, vocab_dim, output_dim, variable_dtype="float32",
+                      name=None, initializer=None):
+  """The ``[vocab_dim, output_dim]`` embedding table (Normal(0, 1) init)."""
+  scope = _unique_scope(mesh.graph, name or "embedding")
+  vocab_dim = dims_lib.convert_to_dimension(vocab_dim)
+  output_dim = dims_lib.convert_to_dimension(output_dim)
+  return var_lib.get_variable(
+      mesh, f"{scope}/weights", dims_lib.Shape([vocab_dim, output_dim]),
+      variable_dtype,
+      initializer or var_lib.random_normal_initializer(stddev=1.0))
+
+
+def one_hot(indices, output_dim, on_value=1.0, off_value=0.0,
+            dtype="float32", name=None):
+  """``indices`` one-hot encoded over ``output_dim`` (see ``mtf.one_hot``)."""
+  from mesh_tf.ops.gather import one_hot as one_hot_op
+  return one_hot_op(indices, dims_lib.convert_to_dimension(output_dim),
+                    on_value=on_value, off_value=off_value, dtype=dtype,
+                    name=name)
+
+
+def embedding(indices, vocab_dim, output_dim, variable_dtype="float32",
+              name=None, weights=None, dtype=None):
+  """Looks up ``indices`` (int ids) in an embedding table.
+
+  Args:
+    indices: integer mtf Tensor of token ids.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the embedding Dimension (e.g. ``d_model``).
+    variable_dtype: dtype of the table.
+    name: scope of the table variable ``name/weights``.
+    weights: an existing ``[vocab_dim, output_dim]`` table (e.g. tied with
+      the softmax); no variable is created then.
+    dtype: activation dtype (default: the table's).
+
+  Returns:
+    Tensor of shape ``indices.shape + [output_dim]``.  The lookup is an
+    ``mtf.gather``, which handles a vocab dim split across the mesh.
+  """
+  from mesh_tf.ops.gather import gather
+  vocab_dim = dims_lib.convert_to_dimension(vocab_dim)
+  if weights is None:
+    weights = embedding_weights(indices.mesh, vocab_dim, output_dim,
+                                variable_dtype, name)
+  if dtype is not None:
+    weights = _maybe_cast(weights, dtypes_lib.as_dtype(dtype))
+  return gather(weights, indices, vocab_dim)
+
+
+def dropout(x, rate=0.0, noise_shape=None, is_training=True, seed=None,
+            name=None):
+  """Zeros each element with probability ``rate`` and scales the rest by
+  ``1 / (1 - rate)``; identity when not training or when ``rate`` is 0.
+
+  ``noise_shape`` (a sub-shape of ``x``) shares one draw along the missing
+  dims.  The mask is layout-invariant: it depends on ``seed`` and each
+  element's global index only.
+  """
+  if not is_training or rate == 0.0:
+    return x
+  from mesh_tf.ops import random as random_lib
+  return random_lib.dropout(x, rate=rate, noise_shape=noise_shape,
+                            seed=seed, name=name)
+
+
+_dense, _dropout = dense, dropout  # dense_relu_dense's args shadow them.
+
+
+def dense_relu_dense(x, hidden_channels, dropout_rate=0.0,
+                     dropout_broadcast_dims=None, activation="relu",
+                     master_dtype="float32", name=None, is_training=True,
+                     dropout=None):
+  """The Transformer feed-forward block: ``dense(activation(dense(x)))``.
+
+  Args:
+    x: Tensor whose last dim is the io channel dim (e.g. ``d_model``).
+    hidden_channels: the hidden Dimension (e.g. ``d_ff``).
+    dropout_rate: dropout on the hidden layer.
+    dropout_broadcast_dims: dims along which the dropout mask is shared.
+    activation: hidden activation ("relu", "gelu"...).
+    name: scope; variables are ``name/wi/kernel`` and ``name/wo/kernel``.
+
+  Returns:
+    Tensor of the shape of ``x``.
+  """
+  if dropout is not None:  # Mesh TF spelling: dropout=rate.
+    dropout_rate = dropout
+  io_channels = x.shape.dims[-1]
+  scope = _unique_scope(x.graph, name or "dense_relu_dense")
+  h = _dense(x, hidden_channels, use_bias=False,
+             activation=activation, master_dtype=master_dtype,
+             name=f"{scope}/wi")
+  if dropout_rate:
+    noise = None
+    if dropout_broadcast_dims:
+      noise = h.shape - _dims_list(dropout_broadcast_dims, "broadcast")
+    h = _dropout(h, dropout_rate, noise_shape=noise, is_training=is_training)
+  return _dense(h, io_channels, use_bias=False, master_dtype=master_dtype,
+                name=f"{scope}/wo")
+
+
+def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
+  """Per-example softmax cross entropy, with an optional z-loss.
+
+  ``loss = logsumexp(logits) - sum(targets * logits)`` over ``vocab_dim``,
+  plus ``z_loss * logsumexp(logits)**2`` (which keeps the softmax normaliser
+  near 1, as in Mesh TensorFlow).
+
+  Args:
+    logits: float Tensor with ``vocab_dim``.
+    targets: a distribution over ``vocab_dim`` with the shape of ``logits``,
+      or integer class ids with the shape of ``logits`` minus ``vocab_dim``.
+    vocab_dim: the class Dimension (may be split across the mesh).
+    z_loss: coefficient of the z-loss.
+
+  Returns:
+    Tensor of shape ``logits.shape - vocab_dim``.
+
+  Raises:
+    ShapeError: if ``targets`` fits neither form.
+  """
+  vocab_dim = _resolve(logits, [vocab_dim], "softmax_cross_entropy")[0]
+  if vocab_dim.name not in targets.shape:
+    if not dtypes_lib.is_integer(targets.dtype):
+      raise ShapeError(
+          f"softmax_cross_entropy_with_logits: targets {targets.name} "
+          f"{targets.shape!r} has no dim {vocab_dim} and is not integer ids; "
+          "pass a distribution over the vocab dim or int class ids")
+    targets = one_hot(targets, vocab_dim, dtype=logits.dtype)
+  elif targets.shape != logits.shape and set(
+      targets.shape.dimension_names) != set(logits.shape.dimension_names):
+    raise ShapeError(
+        f"softmax_cross_entropy_with_logits: targets {targets.name} "
+        f"{targets.shape!r} and logits {logits.name} {logits.shape!r} need "
+        "the same dims")
+  lse = reduce_lib.reduce_logsumexp(logits, vocab_dim)
+  picked = reduce_lib.reduce_sum(logits * _maybe_cast(targets, logits.dtype),
+                                 output_shape=lse.shape)
+  loss = lse - picked
+  if z_loss:
+    loss = loss + ew.square(lse) * z_loss
+  return loss
+
+
+def sigmoid_cross_entropy_with_logits(logits, targets):
+  """Elementwise ``max(x,0) - x*z + log(1+exp(-|x|))``."""
+  return (ew.relu(logits) - logits * targets
+          + ew.softplus(ew.negative(ew.abs(logits))))

@@ -1,0 +1,85 @@
+"""Named model configs: tiny ones for tests and well-known real sizes.
+
+Real sizes (parameters as computed by ``config.num_parameters()``):
+
+* ``gpt2_small``: 12 layers, d_model 768, 12 heads -- about 124M, like
+  GPT-2 small (vocab 50257 padded to 50304, a multiple of 128, so that it
+  splits over any power-of-two mesh axis up to 128).
+* ``mtf_5b``: a ~5B-parameter LM shaped like the largest language models of
+  the Mesh-TensorFlow paper (Shazeer et al., 2018): few, very wide layers
+  (d_ff 262144, 256 heads of 128) that only fit with model parallelism.
+* ``gpt3_175b``: 96 layers, d_model 12288, 96 heads of 128, d_ff 49152,
+  2048 tokens, batch 1536 -- about 175B, like GPT-3 (Brown et al., 2020).
+* ``moe_gpt2_small_64e``: GPT-2-small-sized with a 64-expert top-2 MoE FFN
+  in every other layer.
+* ``conv3d_large``: 8 full-resolution 3-D conv layers on 256^3 volumes, with
+  about 17 GB of activations per layer.
+"""
+
+import dataclasses
+
+from mesh_tf.core.errors import MtfError
+from mesh_tf.models.conv3d import Conv3DConfig
+from mesh_tf.models.mlp import MLPConfig
+from mesh_tf.models.moe import MoETransformerConfig
+from mesh_tf.models.transformer import TransformerConfig
+
+PRESETS = {
+    # Tiny configs, for tests.
+    "transformer_tiny": TransformerConfig(),
+    "mlp_tiny": MLPConfig(),
+    "moe_tiny": MoETransformerConfig(),
+    "conv3d_tiny": Conv3DConfig(),
+    # Real sizes.
+    "gpt2_small": TransformerConfig(
+        layers=12, d_model=768, heads=12, d_kv=64, d_ff=3072, vocab=50304,
+        length=1024, batch=512, activation="gelu"),
+    "mtf_5b": TransformerConfig(
+        layers=7, d_model=1024, heads=256, d_kv=128, d_ff=262144,
+        vocab=32768, length=256, batch=256),
+    "gpt3_175b": TransformerConfig(
+        layers=96, d_model=12288, heads=96, d_kv=128, d_ff=49152,
+        vocab=50304, length=2048, batch=1536, activation="gelu"),
+    "moe_gpt2_small_64e": MoETransformerConfig(
+        layers=12, d_model=768, heads=12, d_kv=64, d_ff=3072, vocab=50304,
+        length=1024, batch=512, activation="gelu", experts=64, moe_every=2,
+        capacity_factor=2.0),
+    "mlp_large": MLPConfig(layers=8, batch=1024, d_model=8192, d_ff=32768,
+                           classes=1024),
+    "conv3d_large": Conv3DConfig(layers=8, batch=4, depth=256, height=256,
+                                 width=256, image_channels=1, channels=32,
+                                 classes=4),
+}
+
+
+def list_models():
+  """Names of the presets."""
+  return sorted(PRESETS)
+
+
+def get_config(name, **overrides):
+  """The preset ``name`` with fields replaced by ``overrides``.
+
+  Raises:
+    MtfError: for an unknown name or field.
+  """
+  if name not in PRESETS:
+    raise MtfError(f"unknown model {name!r}; use one of {list_models()}")
+  config = PRESETS[name]
+  fields = {f.name for f in dataclasses.fields(config)}
+  bad = sorted(set(overrides) - fields)
+  if bad:
+    raise MtfError(f"model {name!r} has no parameter(s) {bad}; its "
+                   f"parameters are {sorted(fields)}")
+  return dataclasses.replace(config, **overrides)
+
+
+def build_model(name, mesh_name="mesh", **overrides):
+  """Builds the preset ``name`` with ``overrides``.
+
+  Example:
+    >>> model = build_model("gpt3_175b", layers=2)
+    >>> model.loss.shape
+    Shape[]
+  """
+  return get_config(name, **overrides).build(mesh_name=mesh_name)

@@ -1,0 +1,169 @@
+"""A decoder-only Transformer language model (GPT-style, pre-norm).
+
+Dim names: ``batch``, ``length``, ``memory_length`` (keys/values),
+``d_model``, ``heads``, ``d_kv``, ``d_ff``, ``vocab``, so layouts such as
+``batch:rows;d_ff:cols;heads:cols;vocab:cols`` give data parallelism over
+``rows`` and Megatron-style model parallelism over ``cols``.
+"""
+
+import dataclasses
+
+from mesh_tf.core.dims import Dimension, Shape
+from mesh_tf.core.errors import ShapeError
+from mesh_tf import layers
+from mesh_tf.models.base import InputSpec, ModelGraph, new_graph
+from mesh_tf.ops import creation
+from mesh_tf.ops import einsum as einsum_lib
+from mesh_tf.ops import reduce as reduce_lib
+from mesh_tf.ops import variables as var_lib
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Sizes and options of :func:`transformer_lm`."""
+  layers: int = 2
+  d_model: int = 16
+  heads: int = 4
+  d_kv: int = 4
+  d_ff: int = 32
+  vocab: int = 64
+  length: int = 8
+  batch: int = 8
+  activation: str = "relu"
+  norm: str = "layer_norm"
+  dropout: float = 0.0
+  z_loss: float = 0.0
+  pad_id: int = None
+  dtype: str = "float32"
+
+  def num_parameters(self):
+    """Trainable parameters, computed without building the graph."""
+    norm = 2 * self.d_model if self.norm == "layer_norm" else self.d_model
+    per_layer = (4 * self.d_model * self.heads * self.d_kv
+                 + 2 * self.d_model * self.d_ff + 2 * norm)
+    return (self.layers * per_layer + self.vocab * self.d_model
+            + self.length * self.d_model + norm)
+
+  def build(self, mesh_name="mesh"):
+    return transformer_lm(**dataclasses.asdict(self), mesh_name=mesh_name)
+
+
+def _norm_fn(norm):
+  if norm == "layer_norm":
+    return layers.layer_norm
+  if norm == "rms_norm":
+    return layers.rms_norm
+  raise ShapeError(f"unknown norm {norm!r}; use 'layer_norm' or 'rms_norm'")
+
+
+def lm_inputs(mesh, batch, length, vocab):
+  """``inputs`` and ``targets``: int32 token ids ``[batch, length]``."""
+  shape = Shape([batch, length])
+  inputs = creation.import_tf_tensor(mesh, None, shape, name="inputs",
+                                     dtype="int32")
+  targets = creation.import_tf_tensor(mesh, None, shape, name="targets",
+                                      dtype="int32")
+  return inputs, targets
+
+
+def lm_bias(mesh, inputs, length, pad_id):
+  """Causal attention bias, plus padding bias when ``pad_id`` is set."""
+  pos = creation.range(mesh, length, dtype="int32", name="positions")
+  bias = layers.attention_mask_autoregressive(pos)
+  if pad_id is not None:
+    bias = bias + layers.attention_mask_ignore_padding(inputs, pad_id=pad_id)
+  return bias
+
+
+def embed(mesh, inputs, vocab, d_model, length, dtype):
+  """Token embedding (its table, tied with the softmax) + positions."""
+  table = layers.embedding_weights(mesh, vocab, d_model, name="embedding")
+  x = layers.embedding(inputs, vocab, d_model, weights=table, dtype=dtype)
+  pos = var_lib.get_variable(
+      mesh, "positional_embedding", Shape([length, d_model]), "float32",
+      var_lib.random_normal_initializer(stddev=0.02))
+  return x + layers.core._maybe_cast(pos, dtype), table
+
+
+def lm_head(x, table, vocab, d_model, targets, z_loss):
+  """Logits through the tied embedding table, and the mean loss."""
+  x = x * (d_model.size ** -0.5)
+  logits = einsum_lib.einsum(
+      [x, layers.core._maybe_cast(table, x.dtype)],
+      output_shape=x.shape - [d_model] + Shape([vocab]), name="logits")
+  loss = layers.softmax_cross_entropy_with_logits(
+      logits, targets, vocab, z_loss=z_loss)
+  return logits, reduce_lib.reduce_mean(loss, name="loss")
+
+
+def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
+                   length=8, batch=8, activation="relu", norm="layer_norm",
+                   dropout=0.0, z_loss=0.0, pad_id=None, dtype="float32",
+                   mesh_name="mesh", ffn_fn=None):
+  """Builds a decoder-only Transformer LM graph.
+
+  Each layer is ``x += attention(norm(x)); x += ffn(norm(x))`` with causal
+  self-attention; the output softmax shares the embedding table.  The loss
+  is the mean next-token cross entropy of ``targets`` (int32 ``[batch,
+  length]``) given ``inputs`` (same shape).
+
+  Args:
+    layers, d_model, heads, d_kv, d_ff, vocab, length, batch: sizes.
+    activation: the FFN activation ("relu", "gelu"...).
+    norm: "layer_norm" or "rms_norm".
+    dropout: dropout rate (attention weights and FFN hidden layer).
+    z_loss: z-loss coefficient of the softmax.
+    pad_id: token id of padding, masked out of attention (None: no mask).
+    dtype: activation dtype (variables are float32).
+    mesh_name: name of the mesh.
+    ffn_fn: optional ``fn(i, x) -> (y, aux_loss or None)`` replacing the
+      FFN of layer ``i`` (the MoE Transformer uses it).
+
+  Returns:
+    :class:`~mesh_tf.models.base.ModelGraph` with inputs ``inputs`` and
+    ``targets``, output ``logits`` and the scalar ``loss``.  Building
+    allocates no weights: variables hold initializers only.
+  """
+  config = TransformerConfig(
+      layers=layers, d_model=d_model, heads=heads, d_kv=d_kv, d_ff=d_ff,
+      vocab=vocab, length=length, batch=batch, activation=activation,
+      norm=norm, dropout=dropout, z_loss=z_loss, pad_id=pad_id, dtype=dtype)
+  num_layers = layers
+  from mesh_tf import layers as L
+  graph, mesh = new_graph(mesh_name)
+  b, n = Dimension("batch", batch), Dimension("length", length)
+  m, h = Dimension("d_model", d_model), Dimension("heads", heads)
+  k, f = Dimension("d_kv", d_kv), Dimension("d_ff", d_ff)
+  v = Dimension("vocab", vocab)
+  inputs, targets = lm_inputs(mesh, b, n, v)
+  x, table = embed(mesh, inputs, v, m, n, dtype)
+  bias = lm_bias(mesh, inputs, n, pad_id)
+  normalize = _norm_fn(norm)
+  aux_losses = []
+  for i in range(num_layers):
+    y = normalize(x, m, name=f"layer_{i}/attention_norm")
+    x = x + L.multihead_attention(y, None, bias, k, h, dropout=dropout,
+                                  name=f"layer_{i}/attention")
+    y = normalize(x, m, name=f"layer_{i}/ffn_norm")
+    if ffn_fn is not None:
+      y, aux = ffn_fn(i, y)
+      if aux is not None:
+        aux_losses.append(aux)
+    else:
+      y = L.dense_relu_dense(y, f, dropout_rate=dropout,
+                             activation=activation, name=f"layer_{i}/ffn")
+    x = x + y
+  x = normalize(x, m, name="final_norm")
+  logits, loss = lm_head(x, table, v, m, targets, z_loss)
+  outputs = {"logits": logits}
+  if aux_losses:
+    aux = aux_losses[0]
+    for a in aux_losses[1:]:
+      aux = aux + a
+    outputs["lm_loss"] = loss
+    outputs["aux_loss"] = aux
+    loss = loss + aux
+  return ModelGraph(
+      graph, mesh, {"inputs": inputs, "targets": targets}, outputs, loss,
+      config, {"inputs": InputSpec(inputs, vocab),
+               "targets": InputSpec(targets, vocab)})
