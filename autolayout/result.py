@@ -88,8 +88,7 @@ class LayoutResult:
     ``runner_up_peak_memory_bytes``.  Alternatives that are not valid
     layouts (an axis already used by a dim sharing a tensor) are skipped.
     """
-    import costmodels
-    from autolayout import assignments
+    from autolayout import assignments, evaluation
     space = assignments.dim_space(self.graph, self.mesh_shape)
     base = dict(self.rules.pairs)
 
@@ -97,7 +96,7 @@ class LayoutResult:
       try:
         for t in self.graph.tensors:
           rules.tensor_layout(t.shape, self.mesh_shape, t.name)
-        r = costmodels.evaluate(self.graph, self.mesh_shape, rules,
+        r = evaluation.evaluate(self.graph, self.mesh_shape, rules,
                                 self.topology, outputs=list(self.outputs))
       except LayoutError:
         return None
