@@ -643,3 +643,49 @@ def recompute_grad(fn, explicit_inputs, name=None):
 
   return custom_gradient(lambda *unused: output, grad_fn, external,
                          name=name or "recompute_grad")
+
+
+# --- index ops, order statistics, scans -----------------------------------------
+def _register_index_ops():
+  from mesh_tf.ops import gather as gather_ops
+  from mesh_tf.ops import topk as topk_ops
+
+  @register_gradient(gather_ops.GatherOperation)
+  def _gather_grad(op, grad_ys):
+    # Scatter-add dy into the gathered rows: a contraction with the one-hot
+    # of the indices, laid out (and all-reduced) like any einsum.
+    g = grad_ys[0]
+    weights, indices = op.inputs
+    if g is None or not _is_float(weights):
+      return [None, None]
+    hot = gather_ops.one_hot(indices, op.dim, dtype=g.dtype,
+                             name=f"{op.name}_grad_one_hot")
+    return [einsum_ops.einsum([hot, g], output_shape=weights.shape,
+                              name=f"{op.name}_grad"), None]
+
+  @register_gradient(topk_ops.TopKOperation)
+  def _top_k_grad(op, grad_ys):
+    g = grad_ys[0]  # the indices output has no gradient
+    x = op.inputs[0]
+    if g is None or not _is_float(x):
+      return [None]
+    hot = gather_ops.one_hot(op.outputs[1], op.reduced_dim, dtype=g.dtype,
+                             name=f"{op.name}_grad_one_hot")
+    return [einsum_ops.einsum([hot, g], output_shape=x.shape,
+                              name=f"{op.name}_grad")]
+
+  @register_gradient(topk_ops.CumsumOperation)
+  def _cumsum_grad(op, grad_ys):
+    # dx_i = sum_{j >= i} dy_j (inclusive) or sum_{j > i} dy_j (exclusive):
+    # the total minus the opposite-exclusivity prefix sum.
+    g = grad_ys[0]
+    x = op.inputs[0]
+    if g is None or not _is_float(x):
+      return [None]
+    total = reduce_ops.reduce_sum(g, output_shape=g.shape - [op.dim])
+    prefix = topk_ops.cumsum(g, op.dim, exclusive=not op.exclusive)
+    # -(prefix - total) keeps x's dim order, and equals total - prefix.
+    return [ew.negative(ew.subtract(prefix, total))]
+
+
+_register_index_ops()
