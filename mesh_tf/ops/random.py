@@ -159,7 +159,7 @@ def dropout(x, keep_prob=None, rate=None, noise_shape=None, seed=0,
       dim that ``x`` does not have.
 
   Example:
-    >>> h = dropout(h, rate=0.1, noise_shape=[batch, d_model], seed=7)  # doctest: +SKIP
+    >>> h = dropout(h, rate=0.1, seed=7)  # doctest: +SKIP
   """
   what = name or "dropout"
   if (keep_prob is None) == (rate is None):

@@ -128,7 +128,7 @@ def test_random_ops_reject_bad_arguments():
   assert mesh.graph.operations == []
 
 
-# --- dropout -------------------------------------------------------------------
+# --- dropout ------------------------------------------------------------------
 XV = np.random.RandomState(3).randn(4, 8, 2).astype(np.float32)
 
 

@@ -21,7 +21,7 @@ def _import(mesh, value, shape):
   return mtf.import_tf_tensor(mesh, value, mtf.Shape(shape))
 
 
-# --- top_k, top_1, argmax ------------------------------------------------------
+# --- top_k, top_1, argmax -----------------------------------------------------
 def test_top_k_top_1_argmax_break_ties_like_one_device_under_every_layout():
   def build(mesh):
     x = _import(mesh, XV, [B, V])
@@ -145,7 +145,7 @@ def test_top_k_records_its_gradient_attributes():
                                                             mtf.Shape([B]))
 
 
-# --- cumsum --------------------------------------------------------------------
+# --- cumsum -------------------------------------------------------------------
 def test_cumsum_inclusive_and_exclusive_under_every_layout():
   xi = XV.astype(np.int32)
 
