@@ -29,11 +29,15 @@ from mesh_tf.core.layout import convert_to_layout_rules
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
+from mesh_tf.ops.creation import ImportOperation
 from costmodels import collectives as coll
 from costmodels import compute as compute_lib
 from costmodels import memory as memory_lib
 from costmodels.report import CostReport
 from costmodels.topology import get_topology, map_mesh
+
+
+_NO_VALUE = object()
 
 
 class OpCost(NamedTuple):
@@ -177,7 +181,11 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
   mesh = _single_mesh(graph)
   if mesh is None:
     return impl.trace
-  lowering = Lowering(graph, {mesh: impl})
+  # Inputs imported without a value (fed at run time) need none here: the
+  # shape-only backend ignores values.
+  feeds = {op.outputs[0]: _NO_VALUE for op in graph.operations
+           if isinstance(op, ImportOperation) and op.value is None}
+  lowering = Lowering(graph, {mesh: impl}, feeds=feeds)
   if outputs is None:
     outputs = memory_lib.default_outputs(graph)
   for t in outputs:

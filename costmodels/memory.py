@@ -26,12 +26,14 @@ Example:
 """
 
 import heapq
+import weakref
 
 import numpy as np
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.ops.variables import Variable
 
 CATEGORIES = ("params", "optimizer", "activations")
 
@@ -218,11 +220,26 @@ def live_sets(graph, schedule_ops, outputs=None):
 
 def tensor_category(tensor):
   """``"params"``, ``"optimizer"`` or ``"activations"`` (module docstring)."""
-  from mesh_tf.ops.variables import Variable
   op = tensor.operation
   if isinstance(op, Variable):
     return "params" if op.trainable else "optimizer"
   return "activations"
+
+
+# Schedules depend on the graph only, not on the layout, so evaluating many
+# layouts of one graph reuses them.  Keyed weakly by graph and validated by
+# its op count (graphs only grow).
+_CACHE = weakref.WeakKeyDictionary()
+
+
+def _cached(graph, outputs, what, fn):
+  key = (what, len(graph.operations),
+         None if outputs is None else tuple(id(t) for t in outputs))
+  per_graph = _CACHE.setdefault(graph, {})
+  hit = per_graph.get(key)
+  if hit is None:
+    hit = per_graph[key] = fn()
+  return hit
 
 
 class MemoryProfile:
@@ -257,13 +274,20 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
   rules = convert_to_layout_rules(layout_rules)
   if schedule_ops is None:
-    schedule_ops = schedule(graph, outputs)
+    schedule_ops = _cached(graph, outputs, "schedule",
+                           lambda: schedule(graph, outputs))
+    intervals = _cached(graph, outputs, "intervals",
+                        lambda: live_intervals(graph, schedule_ops, outputs))
+  else:
+    intervals = live_intervals(graph, schedule_ops, outputs)
   steps = len(schedule_ops)
-  intervals = live_intervals(graph, schedule_ops, outputs)
-  tensor_bytes = {}
+  tensor_bytes, by_shape = {}, {}
   diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in CATEGORIES}
   for t, (a, b) in intervals.items():
-    n = tensor_bytes_per_device(t, mesh_shape, rules)
+    key = (t.shape, t.dtype)
+    n = by_shape.get(key)
+    if n is None:
+      n = by_shape[key] = tensor_bytes_per_device(t, mesh_shape, rules)
     tensor_bytes[t] = n
     d = diffs[tensor_category(t)]
     d[a] += n

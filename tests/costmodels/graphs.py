@@ -24,18 +24,23 @@ def mlp(mesh, batch=8, d_model=8, d_ff=16, dtype="float32"):
 
 
 def attention(mesh, batch=4, length=4, memory=4, d_model=8, heads=2, d_kv=4,
-              layers=1):
+              layers=1, zeros=False):
   """Cross-attention blocks (queries from x, keys/values from a memory)
-  with a ReLU MLP and residuals: einsum chains, softmax, reductions."""
+  with a ReLU MLP and residuals: einsum chains, softmax, reductions.
+  ``zeros``: constant inputs instead of random imports (for big graphs)."""
   b, s, m, d, h, k, f = dims(
       f"batch:{batch},length:{length},memory:{memory},d_model:{d_model},"
       f"heads:{heads},d_kv:{d_kv},d_ff:{2 * d_model}")
-  x = mtf.import_tf_tensor(
-      mesh, RNG.randn(batch, length, d_model).astype("float32"),
-      mtf.Shape([b, s, d]), name="x")
-  mem = mtf.import_tf_tensor(
-      mesh, RNG.randn(batch, memory, d_model).astype("float32"),
-      mtf.Shape([b, m, d]), name="mem")
+  if zeros:
+    x = mtf.zeros(mesh, mtf.Shape([b, s, d]), name="x")
+    mem = mtf.zeros(mesh, mtf.Shape([b, m, d]), name="mem")
+  else:
+    x = mtf.import_tf_tensor(
+        mesh, RNG.randn(batch, length, d_model).astype("float32"),
+        mtf.Shape([b, s, d]), name="x")
+    mem = mtf.import_tf_tensor(
+        mesh, RNG.randn(batch, memory, d_model).astype("float32"),
+        mtf.Shape([b, m, d]), name="mem")
   init = mtf.random_normal_initializer(stddev=0.3)
   for i in range(layers):
     wq = mtf.get_variable(mesh, f"l{i}_wq", mtf.Shape([d, h, k]),
