@@ -1,8 +1,22 @@
 """Cost models: hardware as data, topologies, collective costs, rooflines,
 memory liveness, and the per-layout :class:`CostReport`.
 
-Nothing here imports TensorFlow: collectives and FLOPs come from lowering the
-graph on :class:`mesh_tf.ShapeMeshImpl`, and are priced on a topology.
+Nothing here imports TensorFlow.  Collectives, FLOPs and variable slices come
+from lowering the graph on :class:`mesh_tf.ShapeMeshImpl` (the same op
+lowering code that runs on real devices), and are priced on a topology:
+
+* :mod:`costmodels.hardware`: chip and link specs with units and sources;
+* :mod:`costmodels.topology`: TPU tori and GPU clusters, presets, and
+  :func:`map_mesh`, which lays a logical mesh onto one (row-major) so that
+  every mesh axis knows its links;
+* :mod:`costmodels.collectives`: pure alpha-beta formulas (ring, line,
+  switch, and dimension-ordered torus/hierarchical variants);
+* :mod:`costmodels.compute`: the per-record roofline;
+* :mod:`costmodels.memory`: per-device tensor bytes, a layout-independent
+  memory-minimising schedule, liveness and the peak;
+* :mod:`costmodels.evaluate`: :func:`evaluate`, :func:`op_costs` and
+  :func:`collective_time`.  The step time is the plain sum of every record's
+  price (no overlap), so it decomposes exactly by op.
 
 Example:
   >>> import costmodels

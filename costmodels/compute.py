@@ -8,7 +8,8 @@ computes its whole slice.
 
 Time per record is the roofline
 
-    ``t = max(flops / peak_bf16_flops_per_s, bytes / hbm_bandwidth_bytes_per_s)``
+    ``t = max(flops / peak_bf16_flops_per_s,
+              bytes / hbm_bandwidth_bytes_per_s)``
 
 with ``bytes`` the record's output bytes (what the kernel writes to HBM).
 Reads are not in the trace, so memory-bound kernels are, if anything,

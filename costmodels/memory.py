@@ -93,16 +93,29 @@ def _predecessors(op, producer):
   return preds
 
 
+def _key(delta, index):
+  # Free memory first (most freed first); otherwise follow build order.
+  return (0, delta, index) if delta <= 0 else (1, index, 0)
+
+
 def schedule(graph, outputs=None):
   """A memory-minimising topological order of ``graph.operations``.
 
   Variables come first (they are live throughout anyway).  Then a greedy
-  list scheduler repeatedly runs, among the operations whose inputs are all
-  computed, the one with the smallest *memory delta*: the bytes of its
-  outputs minus the bytes of the inputs it frees (inputs it is the last
-  reader of, other than outputs and variables).  Ties go to the operation
-  built first, so the order is deterministic.  Bytes are whole-tensor bytes,
-  so one schedule serves every layout.  ``O((ops + edges) log ops)``.
+  list scheduler repeatedly picks, among the operations whose inputs are all
+  computed:
+
+  1. the one that frees the most memory, if any frees memory or is neutral
+     (*memory delta* = bytes of its outputs minus bytes of the inputs it is
+     the last reader of, outputs and variables excepted, is <= 0);
+  2. otherwise the one built first (programs are usually written in a
+     sensible order; running growing ops early only lengthens lifetimes).
+
+  Ties go to the operation built first.  Finally the result is compared with
+  the build order itself and the one with the lower peak is returned, so the
+  schedule is never worse than the program order.  Bytes are whole-tensor
+  bytes, so one schedule serves every layout.  Deterministic;
+  ``O((ops + edges) log ops)``.
 
   Args:
     graph: an mtf Graph.
@@ -112,6 +125,24 @@ def schedule(graph, outputs=None):
   Returns:
     A list of every operation of the graph, in execution order.
   """
+  greedy = _greedy_schedule(graph, outputs)
+  build = list(graph.operations)
+  if _whole_peak(graph, build, outputs) < _whole_peak(graph, greedy, outputs):
+    return build
+  return greedy
+
+
+def _whole_peak(graph, order, outputs):
+  steps = len(order)
+  diff = np.zeros(steps + 1, dtype=np.int64)
+  for t, (a, b) in live_intervals(graph, order, outputs).items():
+    n = full_bytes(t)
+    diff[a] += n
+    diff[b + 1] -= n
+  return int(np.cumsum(diff)[:steps].max()) if steps else 0
+
+
+def _greedy_schedule(graph, outputs):
   ops = list(graph.operations)
   index = {op: i for i, op in enumerate(ops)}
   producer = {t: op for op in ops for t in op.outputs}
@@ -148,12 +179,12 @@ def schedule(graph, outputs=None):
         # Its last reader now frees it: that reader became more attractive.
         for r in readers[t]:
           if r not in done and waiting[r] == 0:
-            score[r] = delta(r)
+            score[r] = _key(delta(r), index[r])
             heapq.heappush(heap, (score[r], index[r]))
     for s in successors[op]:
       waiting[s] -= 1
       if waiting[s] == 0 and s not in variables:
-        score[s] = delta(s)
+        score[s] = _key(delta(s), index[s])
         heapq.heappush(heap, (score[s], index[s]))
 
   for op in ops:
@@ -161,7 +192,7 @@ def schedule(graph, outputs=None):
       run(op)
   for op in ops:
     if op not in done and waiting[op] == 0 and op not in variables:
-      score[op] = delta(op)
+      score[op] = _key(delta(op), index[op])
       heapq.heappush(heap, (score[op], index[op]))
   while heap:
     s, i = heapq.heappop(heap)

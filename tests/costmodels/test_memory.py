@@ -98,3 +98,23 @@ def test_depend_orders_after_its_dependencies():
   assert order.index(upd) < order.index(y.operation)
   assert sorted(op.name for op in order) == sorted(
       op.name for op in g.operations)
+
+
+def test_schedule_is_never_worse_than_build_order_on_a_training_step():
+  from mesh_tf.gradients import gradients
+  from mesh_tf.optimize import AdamWeightDecayOptimizer
+  from tests.costmodels import graphs
+  g, mesh = _graph()
+  (loss,) = graphs.attention(mesh, layers=3, zeros=True)
+  variables = list(g.trainable_variables)
+  grads = gradients([loss], [v.outputs[0] for v in variables])
+  AdamWeightDecayOptimizer(learning_rate=0.01).apply_grads(grads, variables)
+  order = memory.schedule(g)
+  assert len(order) == len(g.operations)
+  position = {op: i for i, op in enumerate(order)}
+  for op in order:        # a topological order
+    assert all(position[t.operation] < position[op] for t in op.inputs)
+  for layout in ("", "batch:x", "d_ff:x"):
+    greedy = memory.peak_memory(g, "x:2", layout, schedule=order)[0]
+    built = memory.peak_memory(g, "x:2", layout, schedule=g.operations)[0]
+    assert greedy <= built * 1.01, layout
