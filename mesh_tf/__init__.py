@@ -45,6 +45,9 @@ from mesh_tf.ops.shift import *  # noqa: F401,F403
 from mesh_tf.ops.gather import *  # noqa: F401,F403
 from mesh_tf.ops.topk import *  # noqa: F401,F403
 from mesh_tf.ops.random import *  # noqa: F401,F403
+from mesh_tf.ops.conv import *  # noqa: F401,F403
+
+from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
 
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
