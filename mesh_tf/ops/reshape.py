@@ -82,7 +82,8 @@ def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
     between input and output costs at most one collective: an all-to-all
     when the output's digit is a block split of a free input dim (or the
     input's digit is a block split of a free output dim), otherwise an
-    all-concat before and a free all-split after the local reshape.
+    all-concat before the local reshape and a free all-split (before it when
+    the output's digit is a block split of a free input dim, else after).
 
   Example:
     >>> s = dims_lib.convert_to_shape
@@ -140,6 +141,16 @@ def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
       middle[spare] = a
     else:
       gather(a)
+  # A new split that is a block split of a free input dim is made before the
+  # local reshape (free either way, but the reshape then works on less).
+  for a in sorted(outs):
+    if a not in carried and outs[a] not in middle:
+      k = _block_dim(in_shape, in_pos, out_pos[outs[a]], size[a],
+                     exclude=set(cur))
+      if k is not None:
+        before.append(RelayoutStep("allsplit", a, k))
+        cur[k] = a
+        middle[outs[a]] = a
   after = [RelayoutStep("alltoall", a, outs[a], carried[a])
            for a in sorted(carried)]
   after += [RelayoutStep("allsplit", a, outs[a])

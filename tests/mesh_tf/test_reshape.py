@@ -132,6 +132,15 @@ def test_reshape_plan_of_unsplit_tensors_is_a_local_reshape():
   assert plan == ((), (None,), ())
 
 
+def test_new_split_of_a_free_input_dim_is_made_before_the_reshape():
+  s = mtf.convert_to_shape
+  plan = reshape_plan(s("a:4,b:4"), s("c:16"), s("x:2"), (None, None), (0,))
+  assert plan == ((RelayoutStep("allsplit", 0, 0),), (0,), ())
+  # c's digit (1, 4) is no block split of a:2: split after the reshape.
+  plan = reshape_plan(s("a:2,b:8"), s("c:16"), s("x:4"), (None, None), (0,))
+  assert plan == ((), (None,), (RelayoutStep("allsplit", 0, 0),))
+
+
 def test_reshape_records_no_flops():
   (v,), trace = run(_reshaper(X, "a:4,b:8", "c:8,d:4"), "x:2", "a:x;c:x")
   np.testing.assert_array_equal(v, X.reshape(8, 4))
