@@ -70,19 +70,15 @@ CASES = {
         ("rows:2;cols:4", ""),
         ("rows:2;cols:4", "batch:rows;d_ff:cols"),
         ("rows:2;cols:4", "d_model:cols;d_ff:rows"),
-        ("x:8", "d_ff:x"),
         ("x:8", "batch:x"),
     ]),
     "attention": (graphs.attention, {}, [
         ("rows:2;cols:4", "batch:rows;memory:cols"),
         ("rows:2;cols:4", "heads:rows;d_model:cols"),
-        ("rows:2;cols:4", "d_kv:cols;d_ff:rows"),
-        ("x:8", "d_ff:x"),
     ]),
     "einsum_chain": (graphs.einsum_chain, {}, [
         ("rows:2;cols:4", "j:cols"),
         ("rows:2;cols:4", "k:cols;i:rows"),
-        ("rows:2;cols:4", "l:cols;k:rows"),
         ("x:8", "i:x"),
     ]),
 }
