@@ -65,7 +65,7 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   ms = memory_steps.compress(graph, list(outputs))
   coeffs = memory_steps.step_coefficients(ms, space)
   tbls, host = formulation.build_tables(gt, space,
-                                        [ty.scope for ty in ms.types])
+                                        ms.scopes)
   model = cp_model.CpModel()
   v = formulation.Variables()
   formulation.add_dim_axis_vars(model, v, space)

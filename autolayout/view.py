@@ -122,13 +122,15 @@ _SKIP = frozenset(("_name", "_inputs", "_outputs", "_mesh", "_fn", "seed",
 
 def op_signature(op):
   """What an op's lowering cost can depend on: its type, its inputs' and
-  outputs' shapes and dtypes, and its plain attributes (not its name).
+  outputs' shapes and dtypes, and its plain attributes (not its name, nor
+  string attributes ``*_name`` that refer to other ops by name).
 
   Ops of identical layers have equal signatures, so the search prices them
   once.
   """
   attrs = tuple((k, _freeze(v)) for k, v in sorted(vars(op).items())
-                if k not in _SKIP and not callable(v))
+                if k not in _SKIP and not callable(v)
+                and not (k.endswith("_name") and isinstance(v, str)))
   return (type(op).__name__,
           tuple((t.shape, t.dtype) for t in op.inputs),
           tuple((t.shape, t.dtype) for t in op.outputs), attrs)

@@ -1,0 +1,88 @@
+"""Layout-search benchmark: solve time and model size vs. depth.
+
+Builds Transformer LMs (forward + backward + Adam update) of 2, 24, 96 and
+192 layers, and solves each on a 2D and a 3D mesh with 2 CP-SAT workers,
+printing the time to build the cost tables and the program, the CP-SAT
+time to proven optimality, the time the solver-independent check takes,
+and the model size.  The last column compares solve time with the 2-layer
+model's.
+
+Reproduce:
+  python benchmarks/solve.py                  # all depths
+  python benchmarks/solve.py --layers 2 24    # some
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+
+# OR-Tools before TensorFlow (which the gradient kernels may load).
+from ortools.sat.python import cp_model  # noqa: F401,E402  isort:skip
+
+import rich.console  # noqa: E402
+import rich.table  # noqa: E402
+
+from autolayout import solve as solve_lib  # noqa: E402
+from mesh_tf import optimize  # noqa: E402
+from mesh_tf.gradients import gradients  # noqa: E402
+from mesh_tf.models.transformer import transformer_lm  # noqa: E402
+
+MESHES = [("2D", "data:2;model:4", "dgx-h100"),
+          ("3D", "node:4;data:2;model:4", "h100x8-nodes4")]
+
+
+def build_model(num_layers):
+  m = transformer_lm(layers=num_layers, d_model=1024, heads=16, d_kv=64,
+                     d_ff=4096, vocab=32768, length=1024, batch=64)
+  grads = gradients([m.loss], m.graph.trainable_variables)
+  optimize.AdamWeightDecayOptimizer(1e-4).apply_grads(
+      grads, m.graph.trainable_variables)
+  return m
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--layers", type=int, nargs="*", default=[2, 24, 96, 192])
+  p.add_argument("--workers", type=int, default=2)
+  p.add_argument("--time-limit", type=float, default=120.0)
+  args = p.parse_args(argv)
+  console = rich.console.Console(width=250)
+  table = rich.table.Table(title="autolayout: Transformer LM, fwd+bwd+Adam")
+  for col in ("layers", "ops", "mesh", "rules", "build s", "solve s",
+              "check s", "status", "vars", "constraints", "tables",
+              "choices", "mem steps", "solve / 2-layer"):
+    table.add_column(col)
+  base = {}
+  for n in args.layers:
+    t0 = time.perf_counter()
+    m = build_model(n)
+    graph_s = time.perf_counter() - t0
+    for label, mesh, topo in MESHES:
+      problem = solve_lib.build_problem(m.graph, mesh, None, topo)
+      pr = solve_lib.solve_phases(problem.form, ["time", "tie"],
+                                  args.time_limit, args.workers, 0)
+      rules = solve_lib.rules_of(pr.x)
+      t1 = time.perf_counter()
+      solve_lib.validate(problem, rules)
+      check_s = time.perf_counter() - t1
+      size = solve_lib._model_size(problem)  # pylint: disable=protected-access
+      base.setdefault(label, pr.solve_time_s)
+      table.add_row(
+          str(n), str(len(m.graph.operations)), f"{label} {mesh}",
+          str(rules), f"{problem.build_time_s:.2f}",
+          f"{pr.solve_time_s:.3f}", f"{check_s:.2f}", pr.status,
+          str(size["variables"]), str(size["constraints"]),
+          str(size["tables"]), str(size["table_choices"]),
+          str(size["memory_steps"]),
+          f"{pr.solve_time_s / base[label]:.2f}x")
+      console.print(f"{n} layers ({graph_s:.1f} s to build the graph), "
+                    f"{label}: done")
+  console.print(table)
+
+
+if __name__ == "__main__":
+  main()

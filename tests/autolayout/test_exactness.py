@@ -1,0 +1,77 @@
+"""The search's answer is the brute-force optimum under costmodels.evaluate,
+and its objective value is that evaluation."""
+
+import math
+
+import hypothesis
+from hypothesis import strategies as st
+import pytest
+
+import autolayout
+from tests.autolayout import graphs
+
+MESHES = ["rows:2;cols:4", "x:2;y:2;z:2"]
+
+
+def _check(graph, mesh, outputs, objective="time"):
+  key = {"time": lambda r: r.step_time_s, "comm": lambda r: r.comm_time_s,
+         "memory": lambda r: r.peak_memory_bytes}[objective]
+  res = autolayout.auto_layout(graph, mesh, outputs, graphs.TOPOLOGY,
+                               objective=objective, time_limit_s=30)
+  assert res.status == "optimal" and res.gap == 0.0
+  every = graphs.brute_force(graph, mesh, outputs, key=key)
+  best = min(v for v, _, _ in every)
+  mine = key(res.report)
+  assert math.isclose(mine, best, rel_tol=1e-9, abs_tol=1e-15), (
+      f"{objective}: solver {res.rules} gives {mine}, brute force "
+      f"{min(every, key=lambda e: e[0])[:2]}")
+  assert math.isclose(res.objective_value, mine, rel_tol=1e-12)
+  # The program's own value (from its tables) equals the cost model's.
+  t, c = autolayout.solve.table_values(
+      autolayout.solve.build_problem(graph, mesh, outputs, graphs.TOPOLOGY),
+      res.rules)
+  assert math.isclose(t, res.report.step_time_s, rel_tol=1e-9)
+  assert math.isclose(c, res.report.comm_time_s, rel_tol=1e-9, abs_tol=1e-18)
+  return res, every
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+@pytest.mark.parametrize("objective", ["time", "comm", "memory"])
+def test_mlp_matches_brute_force(mesh, objective):
+  g, outs = graphs.mlp()
+  res, every = _check(g, mesh, outs, objective)
+  assert len(every) >= 13
+
+
+@pytest.mark.parametrize("mesh", MESHES)
+def test_merged_lazy_sums_match_brute_force(mesh):
+  g, outs = graphs.merged_sums()
+  res, every = _check(g, mesh, outs)
+  # Splitting k leaves the einsums pending: the add merges two of them into
+  # one all-reduce (caused by the add), the exp forces the third.
+  r = graphs.evaluation.evaluate(g, mesh, "k:" + mesh.split(":")[0],
+                                 graphs.TOPOLOGY, outputs=outs)
+  sums = [c for c in r.collectives if c.reduction == "SUM"]
+  assert sorted(c.source_op.split("_")[0] for c in sums) == ["add", "einsum"]
+
+
+@st.composite
+def random_specs(draw):
+  n = draw(st.integers(4, 6))
+  sizes = draw(st.lists(st.sampled_from([4, 6, 8, 64, 512]), min_size=n,
+                        max_size=n))
+  kinds = st.sampled_from(["einsum", "einsum", "add", "mul", "exp", "sum",
+                           "max"])
+  steps = draw(st.lists(st.tuples(kinds, st.integers(0, 9),
+                                  st.integers(0, 9),
+                                  st.integers(1, 2**n - 1)),
+                        min_size=3, max_size=8))
+  return sizes, steps
+
+
+@hypothesis.settings(max_examples=25, deadline=None, derandomize=True)
+@hypothesis.given(random_specs(), st.sampled_from(MESHES),
+                  st.sampled_from(["time", "time", "comm", "memory"]))
+def test_random_graphs_match_brute_force(spec, mesh, objective):
+  g, outs = graphs.build_random(spec)
+  _check(g, mesh, outs, objective)
