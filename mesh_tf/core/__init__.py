@@ -3,7 +3,7 @@
 from mesh_tf.core.dims import (Dimension, Shape, convert_to_dimension,
                                convert_to_shape)
 from mesh_tf.core.dtypes import as_dtype, size_of
-from mesh_tf.core.errors import (DimMappedTwiceError, DTypeError,
+from mesh_tf.core.errors import (DimMappedTwiceError, DTypeError, FeedError,
                                  IndivisibleDimError, LayoutError,
                                  MeshAxisReuseError, MeshSizeError, MtfError,
                                  ParseError, ShapeError, UnknownNameError,

@@ -49,3 +49,7 @@ class MeshSizeError(MtfError):
 
 class DTypeError(MtfError):
   """An unknown or unsupported dtype."""
+
+
+class FeedError(MtfError):
+  """An imported tensor has no value and none was fed at lowering time."""

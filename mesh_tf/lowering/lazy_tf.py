@@ -24,11 +24,27 @@ class _LazyModule:
       except ImportError:  # OR-Tools is optional for lowering.
         pass
       m = importlib.import_module("tensorflow")
+      _skip_autograph()
       object.__setattr__(self, "_module", m)
     return m
 
   def __getattr__(self, name):
     return getattr(self._load(), name)
+
+
+def _skip_autograph():
+  """Tells AutoGraph not to convert mesh-tf's own code.
+
+  Lowering is plain Python that builds TF ops; converting it inside a user's
+  ``tf.function`` only costs tracing time (seconds for a deep model).
+  """
+  try:
+    from tensorflow.python.autograph.core import config  # pylint: disable=g-import-not-at-top
+    rule = config.DoNotConvert("mesh_tf")
+    if rule not in config.CONVERSION_RULES:
+      config.CONVERSION_RULES = (rule,) + tuple(config.CONVERSION_RULES)
+  except (ImportError, AttributeError):  # Private API moved: only slower.
+    pass
 
 
 tf = _LazyModule()

@@ -7,7 +7,7 @@ result from its peers' slices under its own ``tf.device`` scope, so TensorFlow
 copies the data there (in eager mode, in ``tf.function`` and in v1 graphs).
 """
 
-from mesh_tf.core.errors import MeshSizeError
+from mesh_tf.core.errors import FeedError, MeshSizeError
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
 
@@ -106,6 +106,11 @@ class PlacementMeshImpl(MeshImpl):
       o.tensor_list = [results[p][i] for p in range(self.size)]
 
   def _import(self, value, shape, slice_shape, dtype):
+    if value is None:
+      raise FeedError(
+          f"operation {self._op_name} imports a tensor of {shape!r} without "
+          "a value; feed one with Lowering(graph, impls, "
+          "feeds={tensor: value})")
     full = tf.convert_to_tensor(value)
     if full.dtype.name != dtype:
       full = tf.cast(full, dtype)

@@ -48,30 +48,47 @@ def _second_key(s):
   return int(_np_hash(_np_hash(np.int64(s))))
 
 
-def _np_bits(full_shape, seed, stream):
-  idx = np.arange(int(np.prod(full_shape, dtype=np.int64)), dtype=np.int64)
+def _np_global_index(full_shape, begin, slice_shape):
+  if begin is None:
+    return np.arange(int(np.prod(full_shape, dtype=np.int64)),
+                     dtype=np.int64).reshape(full_shape)
+  idx = np.zeros(slice_shape, np.int64)
+  n = len(slice_shape)
+  for i, (b, l, st) in enumerate(zip(begin, slice_shape,
+                                     _strides(full_shape))):
+    r = np.arange(b, b + l, dtype=np.int64) * st
+    idx = idx + r.reshape([l if j == i else 1 for j in range(n)])
+  return idx
+
+
+def _np_bits(full_shape, seed, stream, begin=None, slice_shape=None):
+  idx = _np_global_index(full_shape, begin, slice_shape)
   idx = idx * 2 + stream
   s = _seed32(seed)
   h = _np_hash((idx & _M32) ^ s)
-  h = _np_hash(h ^ ((idx >> 32) & _M32) ^ _second_key(s))
-  return h.reshape(full_shape)
+  return _np_hash(h ^ ((idx >> 32) & _M32) ^ _second_key(s))
 
 
-def _np_uniform01(full_shape, seed, stream):
-  return ((_np_bits(full_shape, seed, stream) >> 8).astype(np.float64)
+def _np_uniform01(full_shape, seed, stream, begin=None, slice_shape=None):
+  return ((_np_bits(full_shape, seed, stream, begin, slice_shape) >> 8).astype(np.float64)
           + 0.5) / float(1 << 24)
 
 
 def numpy_random(full_shape, seed, kind="uniform", minval=0.0, maxval=1.0,
-                 mean=0.0, stddev=1.0, dtype="float32"):
-  """The full tensor that :func:`tf_random` slices, computed in NumPy."""
+                 mean=0.0, stddev=1.0, dtype="float32", begin=None,
+                 slice_shape=None):
+  """The full tensor that :func:`tf_random` slices, computed in NumPy.
+
+  With ``begin`` and ``slice_shape``, only that slice of it (the same values).
+  """
   full_shape = tuple(full_shape)
+  where = (begin, slice_shape)
   if kind == "uniform":
-    u = _np_uniform01(full_shape, seed, 0)
+    u = _np_uniform01(full_shape, seed, 0, *where)
     out = minval + (maxval - minval) * u
   elif kind == "normal":
-    u1 = _np_uniform01(full_shape, seed, 0)
-    u2 = _np_uniform01(full_shape, seed, 1)
+    u1 = _np_uniform01(full_shape, seed, 0, *where)
+    u2 = _np_uniform01(full_shape, seed, 1, *where)
     out = mean + stddev * np.sqrt(-2.0 * np.log(u1)) * np.cos(2 * np.pi * u2)
   else:
     raise ValueError(f"unknown random kind {kind!r}")

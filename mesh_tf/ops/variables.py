@@ -51,40 +51,47 @@ def ones_initializer():
   return constant_initializer(1.0)
 
 
-class random_normal_initializer(Initializer):  # pylint: disable=invalid-name
-  """Normal(mean, stddev) from the layout-invariant counter-based RNG."""
+class _RandomInitializer(Initializer):
+  """Random values from the layout-invariant counter-based RNG.
+
+  Slices are computed on the host with NumPy (one TF op per slice instead of
+  dozens of eager hash ops), from the same hash as ``MeshImpl.random``.
+  """
+  kind = None
+
+  def __init__(self, seed=None, **params):
+    self.seed, self.params = seed, params
+
+  def _seed(self, seed):
+    return self.seed if self.seed is not None else seed
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    value = random_kernels.numpy_random(
+        full_shape, self._seed(seed), self.kind, begin=begin,
+        slice_shape=slice_shape, **self.params)
+    return tf.cast(tf.constant(value), dtype)
+
+  def numpy(self, full_shape, dtype, seed):
+    return random_kernels.numpy_random(full_shape, self._seed(seed),
+                                       self.kind, dtype=dtype, **self.params)
+
+
+class random_normal_initializer(_RandomInitializer):  # pylint: disable=invalid-name
+  """Normal(mean, stddev), the same for every layout."""
+  kind = "normal"
 
   def __init__(self, mean=0.0, stddev=1.0, seed=None):
-    self.mean, self.stddev, self.seed = mean, stddev, seed
-
-  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    return random_kernels.tf_random(full_shape, begin, slice_shape, dtype,
-                                    "normal", self.seed if self.seed
-                                    is not None else seed,
-                                    mean=self.mean, stddev=self.stddev)
-
-  def numpy(self, full_shape, dtype, seed):
-    return random_kernels.numpy_random(
-        full_shape, self.seed if self.seed is not None else seed, "normal",
-        mean=self.mean, stddev=self.stddev, dtype=dtype)
+    super().__init__(seed, mean=mean, stddev=stddev)
+    self.mean, self.stddev = mean, stddev
 
 
-class random_uniform_initializer(Initializer):  # pylint: disable=invalid-name
-  """Uniform[minval, maxval) from the layout-invariant RNG."""
+class random_uniform_initializer(_RandomInitializer):  # pylint: disable=invalid-name
+  """Uniform[minval, maxval), the same for every layout."""
+  kind = "uniform"
 
   def __init__(self, minval=-0.05, maxval=0.05, seed=None):
-    self.minval, self.maxval, self.seed = minval, maxval, seed
-
-  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    return random_kernels.tf_random(full_shape, begin, slice_shape, dtype,
-                                    "uniform", self.seed if self.seed
-                                    is not None else seed,
-                                    minval=self.minval, maxval=self.maxval)
-
-  def numpy(self, full_shape, dtype, seed):
-    return random_kernels.numpy_random(
-        full_shape, self.seed if self.seed is not None else seed, "uniform",
-        minval=self.minval, maxval=self.maxval, dtype=dtype)
+    super().__init__(seed, minval=minval, maxval=maxval)
+    self.minval, self.maxval = minval, maxval
 
 
 class _ValueInitializer(Initializer):
