@@ -292,9 +292,10 @@ def test_other_errors():
   with pytest.raises(mtf.MtfError, match="has no inputs, so it needs a mesh"):
     mtf.Operation([], name="lonely")
   fed = mtf.import_tf_tensor(mesh, None, "b:8", name="fed")
-  with pytest.raises(mtf.ShapeError, match="fed:0 was imported without a "
-                                           "value; feed one"):
-    mtf.Lowering(graph, {mesh: mtf.ShapeMeshImpl("r:2", "")})
+  with pytest.raises(mtf.MtfError, match="without a value; feed one with "
+                                         "Lowering"):
+    mtf.Lowering(graph, {mesh: mtf.PlacementMeshImpl(
+        "r:2", "", mtf.logical_cpu_devices(2))})
   # Feeding it fixes the graph.
   lowering = mtf.Lowering(
       graph, {mesh: mtf.PlacementMeshImpl("r:2", "b:r",
