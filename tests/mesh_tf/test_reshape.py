@@ -221,7 +221,7 @@ def test_broadcast_is_local_and_a_no_op_on_equal_shapes():
   assert trace.collectives == []
 
 
-# --- errors ---------------------------------------------------------------------
+# --- errors ------------------------------------------------------------------
 def _x():
   mesh = mtf.Mesh(mtf.Graph(), "mesh")
   return mtf.import_tf_tensor(mesh, X, "a:4,b:8")

@@ -147,7 +147,7 @@ def test_halo_exchange_of_zero_is_the_input():
   assert mtf.halo_exchange(x, "a", "s", 0) is x
 
 
-# --- errors ---------------------------------------------------------------------
+# --- errors ------------------------------------------------------------------
 def _x():
   mesh = mtf.Mesh(mtf.Graph(), "mesh")
   return mtf.import_tf_tensor(mesh, X, "a:2,s:16")

@@ -133,7 +133,7 @@ def test_pad_of_a_split_dim_gathers_once():
   assert _kinds(trace) == [("allconcat", ("x",))]
 
 
-# --- errors ---------------------------------------------------------------------
+# --- errors ------------------------------------------------------------------
 def _x():
   mesh = mtf.Mesh(mtf.Graph(), "mesh")
   return mtf.import_tf_tensor(mesh, X, "a:4,b:16")
