@@ -284,10 +284,9 @@ class Segment(NamedTuple):
 def _segment(pdim, index, size, stride, owners):
   if pdim.structure == "switch":
     structure = "switch"
-  elif pdim.wraparound and size * stride == pdim.size and size > 2:
-    structure = "ring"
-  elif pdim.wraparound and size * stride == pdim.size and size == 2:
-    # Two chips on a wraparound dimension are joined by two links.
+  elif pdim.wraparound and size * stride == pdim.size:
+    # The group goes all the way round (two chips on a wraparound dimension
+    # are joined by two links, which works the same way).
     structure = "ring"
   else:
     structure = "line"
