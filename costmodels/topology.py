@@ -361,6 +361,9 @@ class MeshMapping:
   def __setattr__(self, name, value):
     raise AttributeError("MeshMapping is immutable")
 
+  def __reduce__(self):
+    return (MeshMapping, (self.topology, self.mesh_shape, self.axes))
+
   def __getitem__(self, axis):
     try:
       return self._by_name[axis]

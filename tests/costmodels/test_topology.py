@@ -63,6 +63,8 @@ def test_mapping_on_a_3d_torus():
   # A wraparound ring: both directions, 2 x 45 GB/s.
   assert m["model"].bandwidth_bytes_per_s == 90e9
   assert m["model"].latency_s == cm.CHIPS["tpu-v4"].link.latency_s
+  again = pickle.loads(pickle.dumps(m))
+  assert again == m and again["data"] == m["data"]
 
 
 def test_gpu_axis_inside_a_node_uses_nvlink_and_across_nodes_infiniband():

@@ -1,0 +1,17 @@
+"""The examples in the costmodels docstrings run."""
+
+import doctest
+import importlib
+
+import pytest
+
+MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
+           "costmodels.collectives", "costmodels.compute",
+           "costmodels.memory", "costmodels.evaluate"]
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_docstring_examples(name):
+  result = doctest.testmod(importlib.import_module(name))
+  assert result.failed == 0
+  assert result.attempted > 0
