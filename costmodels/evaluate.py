@@ -203,7 +203,10 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     layout_rules: e.g. ``"batch:data;d_ff:model"``.
     topology: a :class:`costmodels.Topology` or name (``"tpu-v4-4x4x8"``).
     outputs: tensors that are results of the step (forced, and kept live);
-      default: every tensor no op reads.
+      default: every tensor no op reads.  The memory model is
+      ``memory.schedule(graph, outputs)`` and ``memory.live_intervals(graph,
+      that schedule, outputs)`` with these same outputs.  Inputs imported
+      without a value (fed at run time) need no feed here.
     schedule: an operation order for the memory model (default
       :func:`costmodels.memory.schedule`).
 
