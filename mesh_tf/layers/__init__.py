@@ -10,7 +10,7 @@ max/avg pooling whose spatial dims may be split across the mesh.
 from mesh_tf.layers.attention import (MASK_BIAS, attention,
                                       attention_mask_autoregressive,
                                       attention_mask_ignore_padding,
-                                      multihead_attention, softmax)
+                                      multihead_attention)
 from mesh_tf.layers.conv import (avg_pool1d, avg_pool2d, avg_pool3d, conv1d,
                                  conv2d, conv3d, max_pool1d, max_pool2d,
                                  max_pool3d)
@@ -20,3 +20,6 @@ from mesh_tf.layers.core import (dense, dense_relu_dense, dropout,
                                  rms_norm, sigmoid_cross_entropy_with_logits,
                                  softmax_cross_entropy_with_logits)
 from mesh_tf.layers.moe import expert_capacity, moe, top2_gating
+from mesh_tf.layers.norm import NormGradOperation, NormOperation
+from mesh_tf.layers.softmax import (SoftmaxGradOperation, SoftmaxOperation,
+                                    softmax)

@@ -12,10 +12,9 @@ import math
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import _dropout, _maybe_cast, _unique_scope
-from mesh_tf.ops import control
+from mesh_tf.layers.softmax import softmax
 from mesh_tf.ops import einsum as einsum_lib
 from mesh_tf.ops import elementwise as ew
-from mesh_tf.ops import reduce as reduce_lib
 from mesh_tf.ops import variables as var_lib
 
 # A large negative logit bias that masks a position out.
@@ -63,18 +62,6 @@ def attention_mask_ignore_padding(inputs, length_name=None,
   length_name = length_name or inputs.shape.dims[-1].name
   memory_ids = _rename(inputs, length_name, memory_length_name)
   return ew.cast(ew.equal(memory_ids, pad_id), dtype) * MASK_BIAS
-
-
-def softmax(x, reduced_dim):
-  """Softmax over ``reduced_dim``: exp(x - max) / sum(exp(x - max)).
-
-  Fewer ops than ``mtf.softmax`` (which goes through log_softmax); the max
-  is a stop-gradient constant, as in the numerically stable formula.
-  """
-  rest = x.shape - [reduced_dim]
-  m = control.stop_gradient(reduce_lib.reduce_max(x, output_shape=rest))
-  e = ew.exp(x - m)
-  return e / reduce_lib.reduce_sum(e, output_shape=rest)
 
 
 def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None,

@@ -65,7 +65,7 @@ def _make(n):
     return _conv_layer(n, x, output_dim, filter_size or default_size,
                        strides, padding, filter_initializer, use_bias,
                        activation, master_dtype, spatial_dims, name)
-  layer.__name__ = f"conv{n}d"
+  layer.__name__ = layer.__qualname__ = f"conv{n}d"
   layer.__doc__ = f"""A {n}-d convolution layer with filter and bias variables.
 
   Args:

@@ -131,33 +131,46 @@ def layer_norm(x, dim=None, epsilon=1e-6, use_bias=True, name=None):
   """Layer normalisation over ``dim`` with learned scale (and bias).
 
   ``y = (x - mean) * rsqrt(var + epsilon) * scale + bias``, with mean and
-  variance over ``dim`` (default: the last dim).  ``dim`` may be split
-  across the mesh (the reductions all-reduce).
+  variance over ``dim`` (default: the last dim).  One fused op each way
+  (see :mod:`mesh_tf.layers.norm`); ``dim`` may be split across the mesh
+  (the statistics are all-reduced).
+
+  Args:
+    x: a float Tensor.
+    dim: the normalised Dimension or its name (default: the last dim).
+    epsilon: added to the variance.
+    use_bias: learn a bias too.
+    name: scope of ``name/scale`` and ``name/bias`` (shape ``[dim]``).
+
+  Returns:
+    Tensor of the shape of ``x``.
   """
+  from mesh_tf.layers.norm import NormOperation
   dim = _norm_dim(x, dim, "layer_norm")
   scope = _unique_scope(x.graph, name or "layer_norm")
-  rest = x.shape - [dim]
-  mean = reduce_lib.reduce_mean(x, output_shape=rest)
-  xc = x - mean
-  var = reduce_lib.reduce_mean(ew.square(xc), output_shape=rest)
   scale = var_lib.get_variable(x.mesh, f"{scope}/scale", [dim], "float32",
                                var_lib.ones_initializer())
-  y = xc * ew.rsqrt(var + epsilon) * _maybe_cast(scale, x.dtype)
+  bias = None
   if use_bias:
-    bias = var_lib.get_variable(x.mesh, f"{scope}/bias", [dim], "float32",
-                                var_lib.zeros_initializer())
-    y = y + _maybe_cast(bias, x.dtype)
-  return y
+    bias = _maybe_cast(var_lib.get_variable(
+        x.mesh, f"{scope}/bias", [dim], "float32",
+        var_lib.zeros_initializer()), x.dtype)
+  return NormOperation(x, dim, _maybe_cast(scale, x.dtype), bias, epsilon,
+                       name=f"{scope}/norm").outputs[0]
 
 
 def rms_norm(x, dim=None, epsilon=1e-6, name=None):
-  """RMS normalisation: ``x * rsqrt(mean(x^2) + epsilon) * scale``."""
+  """RMS normalisation: ``x * rsqrt(mean(x^2) + epsilon) * scale``.
+
+  Like :func:`layer_norm` without centring and bias.
+  """
+  from mesh_tf.layers.norm import NormOperation
   dim = _norm_dim(x, dim, "rms_norm")
   scope = _unique_scope(x.graph, name or "rms_norm")
-  ms = reduce_lib.reduce_mean(ew.square(x), output_shape=x.shape - [dim])
   scale = var_lib.get_variable(x.mesh, f"{scope}/scale", [dim], "float32",
                                var_lib.ones_initializer())
-  return x * ew.rsqrt(ms + epsilon) * _maybe_cast(scale, x.dtype)
+  return NormOperation(x, dim, _maybe_cast(scale, x.dtype), None, epsilon,
+                       rms=True, name=f"{scope}/norm").outputs[0]
 
 
 def embedding_weights(mesh, vocab_dim, output_dim, variable_dtype="float32",

@@ -428,7 +428,7 @@ def _convnd(n):
       strides = list(strides)[1:-1]
     return conv(x, conv_filter, spatial_dims, strides=strides,
                 padding=padding, name=name or f"conv{n}d")
-  op.__name__ = f"conv{n}d"
+  op.__name__ = op.__qualname__ = f"conv{n}d"
   op.__doc__ = (f"{n}-d convolution of ``x [batch..., spatial x{n}, in]`` "
                 f"with ``conv_filter [{n} filter dims, in, out]``; the "
                 f"spatial dims default to the {n} dims before ``x``'s last.")
@@ -550,7 +550,7 @@ def _poolnd(n, kind):
       ksize = [ksize] * n
     return PoolOperation(x, spatial_dims, ksize, kind,
                          name=name or f"{kind}_pool{n}d").outputs[0]
-  op.__name__ = f"{kind}_pool{n}d"
+  op.__name__ = op.__qualname__ = f"{kind}_pool{n}d"
   op.__doc__ = (f"{'Max' if kind == 'max' else 'Average'} pooling over "
                 f"{n} spatial dims (default: the {n} before the last dim) "
                 "with window = stride = ``ksize`` (default 2) and VALID "

@@ -9,6 +9,7 @@ import pytest
 
 import mesh_tf as mtf
 from mesh_tf import layers as L
+from mesh_tf.gradients import gradients
 from tests.layout_harness import check_layouts, run
 
 B, N, M = mtf.Dimension("batch", 4), mtf.Dimension("length", 4), \
@@ -111,6 +112,66 @@ def test_rms_norm_matches_numpy_with_split_d_model():
     return X / np.sqrt((X.astype(np.float64) ** 2).mean(-1, keepdims=True)
                        + 1e-6) * w["rms/scale"]
   check_layouts(build, [N, M], ref, limit=4, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_norm_gradients_match_gradient_tape_with_split_d_model(rms):
+  r = RNG.randn(4, 4, 8).astype(np.float32)
+  xv = X * 2.0 + 0.5
+
+  def build(mesh):
+    x = _x(mesh, xv)
+    y = L.rms_norm(x, M, name="n") if rms else L.layer_norm(x, M, name="n")
+    loss = mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, r, x.shape))
+    variables = [v.outputs[0] for v in mesh.graph.trainable_variables]
+    return gradients([loss], [x] + variables)
+
+  def ref():
+    import tensorflow as tf
+    x = tf.constant(xv)
+    scale = tf.constant(RNG_SCALE)
+    bias = tf.constant(RNG_BIAS)
+    with tf.GradientTape() as tape:
+      tape.watch([x, scale, bias])
+      if rms:
+        y = x * tf.math.rsqrt(tf.reduce_mean(x * x, -1, keepdims=True)
+                              + 1e-6) * scale
+      else:
+        mu, var = tf.nn.moments(x, [-1], keepdims=True)
+        y = (x - mu) * tf.math.rsqrt(var + 1e-6) * scale + bias
+      loss = tf.reduce_sum(y * r)
+    grads = tape.gradient(loss, [x, scale] + ([] if rms else [bias]))
+    return [g.numpy() for g in grads]
+  check_layouts(build, [B, M], ref, limit=3, rtol=1e-4, atol=1e-4,
+                meshes=["x:2", "rows:2;cols:4"])
+
+
+RNG_SCALE = np.ones(8, np.float32)   # the initializers' values
+RNG_BIAS = np.zeros(8, np.float32)
+
+
+def test_fused_softmax_and_its_gradient_match_tf_with_split_dim():
+  xv = RNG.randn(4, 8).astype(np.float32) * 3
+  r = RNG.randn(4, 8).astype(np.float32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, mtf.Shape([B, V]))
+    y = L.softmax(x, V)
+    loss = mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, r, x.shape))
+    return [y] + gradients([loss], [x])
+
+  def ref():
+    import tensorflow as tf
+    x = tf.constant(xv)
+    with tf.GradientTape() as tape:
+      tape.watch(x)
+      y = tf.nn.softmax(x)
+      loss = tf.reduce_sum(y * r)
+    return [y.numpy(), tape.gradient(loss, x).numpy()]
+  check_layouts(build, [B, V], ref, limit=3, rtol=1e-4, atol=1e-5,
+                meshes=["x:2", "rows:2;cols:4"])
+  _, trace = run(build, "x:2", "vocab:x")
+  assert [c.reduction for c in trace.collectives] == ["MAX", "SUM", "SUM"]
 
 
 # --- embedding, feed-forward, dropout ----------------------------------------
