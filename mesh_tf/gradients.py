@@ -27,7 +27,7 @@ import math
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
-from mesh_tf.core.errors import MtfError, ShapeError
+from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
@@ -210,45 +210,24 @@ def _prune(graph, start, keep):
 
 
 # --- helpers that build gradient ops ----------------------------------------
-class BroadcastToOperation(Operation):
-  """Broadcasts ``x`` to ``shape`` (a superset of its dims), locally."""
-
-  def __init__(self, x, shape, name=None):
-    super().__init__([x], name=name or "broadcast_grad")
-    for d in x.shape:
-      if d not in shape:
-        raise ShapeError(f"{self.name}: cannot broadcast {x.name} "
-                         f"{x.shape!r} to {shape!r}: dim {d} is missing")
-    self._outputs = [Tensor(self, shape, x.dtype)]
-
-  def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    x, out = self.inputs[0], self.outputs[0]
-    sl = impl.slice_shape(out)
-
-    def fn(t):
-      t = align_slice(tf, t, x.shape, out.shape)
-      if tuple(t.shape) != sl:
-        t = tf.broadcast_to(t, sl)
-      return t
-    lowering.set_tensor_lowering(out, impl.slicewise(
-        fn, lowering.laid_out(x), shape=out.shape, flops=0))
-
-
 def broadcast_to(x, shape):
   """``x`` broadcast (and transposed) to ``shape``; a no-op if equal."""
-  shape = dims_lib.convert_to_shape(shape)
-  if x.shape == shape:
-    return x
-  return BroadcastToOperation(x, shape).outputs[0]
+  from mesh_tf.ops import reshape as reshape_ops
+  return reshape_ops.broadcast(x, dims_lib.convert_to_shape(shape),
+                               name=f"{x.operation.name}_broadcast")
 
 
 def sum_to(g, shape):
-  """Sums ``g`` over its dims not in ``shape`` and orders it like ``shape``."""
+  """Sums ``g`` over its dims not in ``shape`` and orders it like ``shape``.
+
+  A one-operand einsum: one TF kernel per processor, and a lazy SUM
+  all-reduce when a summed dim is split.
+  """
   shape = dims_lib.convert_to_shape(shape)
   if g.shape == shape:
     return g
-  return reduce_ops.reduce_sum(g, output_shape=shape)
+  return einsum_ops.einsum([g], output_shape=shape,
+                           name=f"{g.operation.name}_sum")
 
 
 class ElementwiseGradOperation(Operation):
@@ -296,12 +275,10 @@ class ElementwiseGradOperation(Operation):
       aligned = [align_slice(tf, t, s.shape, full)
                  for t, s in zip(ts, sources)]
       r = self.kernel(gs, *aligned)
-      axes = [a for a in reduce_axes if r.shape[a] != 1]
-      if axes:
-        r = tf.reduce_sum(r, axes, keepdims=True)
-      if reduce_axes:
-        r = tf.reshape(r, [r.shape[i] for i in range(len(names))
-                           if i not in reduce_axes])
+      if any(r.shape[a] != 1 for a in reduce_axes):
+        r = tf.reduce_sum(r, reduce_axes)
+      elif reduce_axes:  # already summed (e.g. by GradientTape): drop them
+        r = tf.squeeze(r, reduce_axes)
       if perm != list(range(len(perm))):
         r = tf.transpose(r, perm)
       if r.dtype != out.dtype:
@@ -413,6 +390,8 @@ def _max_mask(greater):
 
 @register_gradient(ew.BinaryOperation)
 def _binary_grad(op, grad_ys):
+  # Products and sums are einsums over named dims: one TF kernel each, which
+  # broadcasts, sums out and transposes at once (as Mesh TF does).
   g = grad_ys[0]
   kind = op.kind
   if g is None or kind in _NONDIFFERENTIABLE:
@@ -421,26 +400,32 @@ def _binary_grad(op, grad_ys):
     if kind == "add":
       return [g]
     if kind == "multiply":
-      return [_elementwise_grad(op, g, 0, lambda gg, xx: gg * tf.constant(
-          op.scalar, gg.dtype), flops=1)]
+      return [ew.multiply(g, op.scalar)]
     return [_elementwise_grad(op, g, 0, flops=4)]
   x, y = op.inputs
   if kind == "add":
     return [sum_to(g, x.shape), sum_to(g, y.shape)]
   if kind == "subtract":
-    return [sum_to(g, x.shape),
-            _elementwise_grad(op, g, 1, lambda gg, a, b: -gg)]
+    return [sum_to(g, x.shape), ew.negative(sum_to(g, y.shape))]
   if kind == "multiply":
-    return [_elementwise_grad(op, g, 0, lambda gg, a, b: gg * b),
-            _elementwise_grad(op, g, 1, lambda gg, a, b: gg * a)]
+    return [_float_only(x, lambda: einsum_ops.einsum(
+        [g, y], output_shape=x.shape, name=f"{op.name}_grad0")),
+            _float_only(y, lambda: einsum_ops.einsum(
+                [g, x], output_shape=y.shape, name=f"{op.name}_grad1"))]
   if kind == "divide":
-    return [_elementwise_grad(op, g, 0, lambda gg, a, b: gg / b),
-            _elementwise_grad(op, g, 1, lambda gg, a, b, z: -gg * z / b,
-                              uses_output=True, flops=3)]
+    # d(x/y)/dy = -(x/y)/y: sum g*z over y's broadcast dims first.
+    z = op.outputs[0]
+    return [sum_to(ew.divide(g, y), x.shape),
+            ew.negative(ew.divide(einsum_ops.einsum(
+                [g, z], output_shape=y.shape, name=f"{op.name}_grad1"), y))]
   if kind in ("maximum", "minimum"):
     gx, gy = _max_mask(kind == "maximum")
     return [_elementwise_grad(op, g, 0, gx), _elementwise_grad(op, g, 1, gy)]
   return [_elementwise_grad(op, g, i, flops=8) for i in range(2)]
+
+
+def _float_only(x, make):
+  return make() if _is_float(x) else None
 
 
 @register_gradient(ew.WhereOperation)
@@ -689,3 +674,97 @@ def _register_index_ops():
 
 
 _register_index_ops()
+
+
+# --- reshapes, slicing, shifts ------------------------------------------------------
+def _zeros_for(grads, tensors):
+  """Output gradients with None replaced by zeros (for ops that glue them)."""
+  return [g if g is not None else creation_ops.zeros_like(t)
+          for g, t in zip(grads, tensors)]
+
+
+def _register_layout_ops():
+  from mesh_tf.ops import reshape as reshape_ops
+  from mesh_tf.ops import shift as shift_ops
+  from mesh_tf.ops import slicing
+
+  @register_gradient(reshape_ops.ReshapeOperation)
+  def _reshape_grad(op, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else reshape_ops.reshape(
+        g, op.old_shape, name=f"{op.name}_grad")]
+
+  @register_gradient(reshape_ops.TransposeOperation)
+  def _transpose_grad(op, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else reshape_ops.transpose(
+        g, op.old_shape, name=f"{op.name}_grad")]
+
+  @register_gradient(reshape_ops.BroadcastOperation)
+  def _broadcast_grad(op, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else sum_to(g, op.old_shape)]
+
+  @register_gradient(slicing.ConcatOperation)
+  def _concat_grad(op, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None] * len(op.inputs)
+    if len(op.inputs) == 1:
+      return [g]
+    return list(slicing.split(g, op.dim_name, list(op.sizes),
+                              name=f"{op.name}_grad"))
+
+  @register_gradient(slicing.SplitOperation)
+  def _split_grad(op, grad_ys):
+    if all(g is None for g in grad_ys):
+      return [None]
+    gs = _zeros_for(grad_ys, op.outputs)
+    return [gs[0] if len(gs) == 1 else slicing.concat(
+        gs, op.dim_name, name=f"{op.name}_grad")]
+
+  @register_gradient(slicing.StackOperation)
+  def _stack_grad(op, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None] * len(op.inputs)
+    return list(slicing.unstack(g, op.outputs[0].shape[op.axis],
+                                name=f"{op.name}_grad"))
+
+  @register_gradient(slicing.UnstackOperation)
+  def _unstack_grad(op, grad_ys):
+    if all(g is None for g in grad_ys):
+      return [None]
+    return [slicing.stack(_zeros_for(grad_ys, op.outputs), op.dim_name,
+                          op.axis, name=f"{op.name}_grad")]
+
+  @register_gradient(slicing.SliceOperation)
+  def _slice_grad(op, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None]
+    after = op.old_size - op.begin - op.size
+    if op.begin == 0 and after == 0:
+      return [g]
+    return [slicing.pad(g, [op.begin, after], op.dim_name,
+                        name=f"{op.name}_grad")]
+
+  @register_gradient(slicing.PadOperation)
+  def _pad_grad(op, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None]
+    size = op.inputs[0].shape.get_dim_by_name(op.dim_name).size
+    if not any(op.paddings):
+      return [g]
+    return [slicing.slice(g, op.paddings[0], size, op.dim_name,
+                          name=f"{op.name}_grad")]
+
+  @register_gradient(shift_ops.ShiftOperation)
+  def _shift_grad(op, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else shift_ops.shift(
+        g, -op.offset, op.dim, op.wrap, name=f"{op.name}_grad")]
+
+
+_register_layout_ops()

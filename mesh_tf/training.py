@@ -28,7 +28,7 @@ from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.ops import creation as creation_ops
 
-__all__ = ["TrainStep", "make_train_step"]
+__all__ = ["TrainStep", "make_train_step", "train_step_for_model"]
 
 
 class TrainStep:
@@ -39,7 +39,8 @@ class TrainStep:
     mesh: the Mesh of the model (one mesh).
     loss: the scalar loss Tensor.
     inputs: the Tensors made by ``import_tf_tensor(mesh, None, shape)`` that
-      the step's arguments feed, in argument order.
+      the step's arguments feed, in argument order; or a dict name -> Tensor
+      (then the arguments follow the sorted names, or are given by name).
     mesh_impl: the backend, normally a :class:`PlacementMeshImpl`.
     optimizer: an optimizer from :mod:`mesh_tf.optimize`, or None for a
       forward-only step (evaluation).
@@ -61,6 +62,11 @@ class TrainStep:
       raise MtfError(f"the loss {loss.name} must be a scalar, but has shape "
                      f"{loss.shape!r}; reduce it, e.g. with reduce_mean")
     self.graph, self.mesh, self.loss = graph, mesh, loss
+    if isinstance(inputs, dict):
+      self.input_names = sorted(inputs)
+      inputs = [inputs[k] for k in self.input_names]
+    else:
+      self.input_names = [t.name for t in inputs]
     self.inputs = list(inputs)
     for t in self.inputs:
       if not isinstance(t.operation, creation_ops.ImportOperation):
@@ -111,8 +117,15 @@ class TrainStep:
     self.initialize_variables()
     return self._function.get_concrete_function()
 
-  def __call__(self, *args):
-    """Runs one step on full input values; returns the loss (and outputs)."""
+  def __call__(self, *args, **named):
+    """Runs one step on full input values (positional, or by input name);
+    returns the loss (a list ``[loss, *outputs]`` if there are outputs)."""
+    if named:
+      unknown = set(named) - set(self.input_names)
+      if args or unknown or len(named) != len(self.inputs):
+        raise MtfError(f"give every input by name, exactly once: "
+                       f"{self.input_names} (got {sorted(named)})")
+      args = [named[k] for k in self.input_names]
     if len(args) != len(self.inputs):
       raise MtfError(f"the step takes {len(self.inputs)} inputs "
                      f"({[t.name for t in self.inputs]}), got {len(args)}")
@@ -138,6 +151,25 @@ class TrainStep:
     """Restores every variable from a checkpoint saved under any layout."""
     from mesh_tf import checkpoint
     checkpoint.restore(path, self.mesh_impl, self.graph.all_variables)
+
+
+def train_step_for_model(model, mesh_shape, layout, devices, optimizer,
+                         outputs=()):
+  """The :class:`TrainStep` of a zoo model (a ``mesh_tf.models.ModelGraph``).
+
+  The step takes the model's inputs by name, e.g.
+  ``step(inputs=ids, targets=ids)``.
+
+  Example:
+    >>> model = mesh_tf.models.transformer_lm(layers=2)    # doctest: +SKIP
+    >>> step = train_step_for_model(model, "rows:2;cols:4",
+    ...     "batch:rows;d_ff:cols;heads:cols;vocab:cols",
+    ...     mtf.logical_cpu_devices(8), SgdOptimizer(0.1))
+    >>> loss = step(**model.random_values())
+  """
+  impl = PlacementMeshImpl(mesh_shape, layout, devices)
+  return TrainStep(model.graph, model.mesh, model.loss, dict(model.inputs),
+                   impl, optimizer, outputs=outputs)
 
 
 def make_train_step(build_fn, mesh_shape, layout, devices, optimizer,

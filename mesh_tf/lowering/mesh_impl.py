@@ -447,8 +447,10 @@ class LaidOutVariable:
   def value(self):
     if self.slices is None:
       return LaidOutTensor(self.slice_shape, self.dtype)
+    # ``value()`` is a bare ReadVariableOp; ``read_value()`` would add an
+    # Identity per slice to every lowered step.
     return LaidOutTensor(self.slice_shape, self.dtype,
-                         [v.read_value() for v in self.slices])
+                         [v.value() for v in self.slices])
 
   def assign(self, laid_out, mode="assign"):
     """Writes ``laid_out``'s slices (``mode``: assign, assign_add, assign_sub).

@@ -1,0 +1,256 @@
+"""Benchmark: one training step (forward + backward + SGD) of the zoo
+Transformer LM lowered on 8 logical CPU devices, against the same model in
+plain single-device TensorFlow.
+
+Model: d_model 128, 8 heads, d_kv 16, d_ff 512, vocab 256, batch 8, length
+64; 1, 8 and 32 layers.  Mesh ``rows:2;cols:4``, layout
+``batch:rows;heads:cols;d_ff:cols;vocab:cols``.
+
+Reported per layer count (each in a fresh subprocess, so that peak RSS and
+TF state are its own):
+  * graph build: model + gradients + optimizer ops (pure Python);
+  * variable init: creating the variable slices on the devices;
+  * lowering: tracing the step's tf.function (the mtf lowering runs here);
+  * first step: lowering + the first call (TF graph optimisation + run);
+  * steady step: median of the following steps;
+  * TF ops in the lowered step: ``len(concrete_function.graph
+    .get_operations())`` (deterministic), and per layer;
+  * peak RSS;
+  * the plain-TF baseline's steady step and TF ops, and the ratios.
+
+Targets (issue 3): at most 1,800 TF ops per layer on 8 devices; lowering plus
+first step of the 32-layer model within 25 s on a 2-core machine.
+
+Reproduce:
+  python benchmarks/train_step.py                 # 1, 8 and 32 layers
+  python benchmarks/train_step.py --layers 1 8 --steps 5
+"""
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+D_MODEL, HEADS, D_KV, D_FF, VOCAB, BATCH, LENGTH = 128, 8, 16, 512, 256, 8, 64
+MESH = "rows:2;cols:4"
+LAYOUT = "batch:rows;heads:cols;d_ff:cols;vocab:cols"
+
+
+def _setup_tf(num_devices=8):
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  import ortools.sat.python.cp_model  # noqa: F401  (must precede TF)
+  import tensorflow as tf
+  cpus = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(
+      cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+  return tf
+
+
+def _peak_rss_mib():
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def run_mesh(layers, steps):
+  """Times the mtf step on 8 devices; returns a dict of numbers."""
+  tf = _setup_tf(8)
+  import mesh_tf as mtf
+  from mesh_tf import models, optimize, training
+  out = {"layers": layers}
+  t0 = time.perf_counter()
+  model = models.transformer_lm(
+      layers=layers, d_model=D_MODEL, heads=HEADS, d_kv=D_KV, d_ff=D_FF,
+      vocab=VOCAB, length=LENGTH, batch=BATCH)
+  step = training.train_step_for_model(
+      model, MESH, LAYOUT, mtf.logical_cpu_devices(8),
+      optimize.SgdOptimizer(0.01))
+  out["graph_build_s"] = time.perf_counter() - t0
+  out["mtf_ops"] = len(model.graph.operations)
+  t0 = time.perf_counter()
+  step.initialize_variables()
+  out["variable_init_s"] = time.perf_counter() - t0
+  values = model.random_values(seed=0)
+  t0 = time.perf_counter()
+  fn = step.concrete_function()
+  out["lowering_s"] = time.perf_counter() - t0
+  out["tf_ops"] = len(fn.graph.get_operations())
+  t1 = time.perf_counter()
+  loss = float(step(**values))
+  out["first_step_s"] = time.perf_counter() - t0
+  out["first_call_s"] = time.perf_counter() - t1
+  times = []
+  for _ in range(steps):
+    t1 = time.perf_counter()
+    loss = float(step(**values))
+    times.append(time.perf_counter() - t1)
+  out["steady_step_s"] = sorted(times)[len(times) // 2]
+  out["loss"] = loss
+  out["peak_rss_mib"] = _peak_rss_mib()
+  return out
+
+
+def _plain_tf_model(tf, layers):
+  """The same Transformer LM in plain single-device TF (pre-norm, tied)."""
+  rng = tf.random.Generator.from_seed(0)
+
+  def var(shape, std=0.02, value=None):
+    if value is not None:
+      return tf.Variable(tf.fill(shape, value))
+    return tf.Variable(rng.normal(shape, stddev=std))
+  params = {"emb": var([VOCAB, D_MODEL], 1.0),
+            "pos": var([LENGTH, D_MODEL]),
+            "final_scale": var([D_MODEL], value=1.0),
+            "final_bias": var([D_MODEL], value=0.0)}
+  for i in range(layers):
+    for n in ("q", "k", "v", "o"):
+      params[f"{i}/{n}"] = var([D_MODEL, HEADS, D_KV])
+    params[f"{i}/wi"] = var([D_MODEL, D_FF])
+    params[f"{i}/wo"] = var([D_FF, D_MODEL])
+    for n in ("ln1", "ln2"):
+      params[f"{i}/{n}_scale"] = var([D_MODEL], value=1.0)
+      params[f"{i}/{n}_bias"] = var([D_MODEL], value=0.0)
+  names = sorted(params)
+  variables = [params[n] for n in names]
+
+  def norm(x, scale, bias):
+    mean = tf.reduce_mean(x, -1, keepdims=True)
+    xc = x - mean
+    var_ = tf.reduce_mean(tf.square(xc), -1, keepdims=True)
+    return xc * tf.math.rsqrt(var_ + 1e-6) * scale + bias
+
+  causal = tf.linalg.band_part(tf.ones([LENGTH, LENGTH]), -1, 0)
+  bias = (1.0 - causal) * -1e9
+
+  def loss_fn(inputs, targets):
+    p = params
+    x = tf.gather(p["emb"], inputs) + p["pos"]
+    for i in range(layers):
+      y = norm(x, p[f"{i}/ln1_scale"], p[f"{i}/ln1_bias"])
+      q = tf.einsum("bld,dhk->bhlk", y, p[f"{i}/q"])
+      k = tf.einsum("bld,dhk->bhlk", y, p[f"{i}/k"])
+      v = tf.einsum("bld,dhk->bhlk", y, p[f"{i}/v"])
+      logits = tf.einsum("bhlk,bhmk->bhlm", q, k) + bias
+      w = tf.nn.softmax(logits, -1)
+      a = tf.einsum("bhlm,bhmk->bhlk", w, v)
+      x = x + tf.einsum("bhlk,dhk->bld", a, p[f"{i}/o"])
+      y = norm(x, p[f"{i}/ln2_scale"], p[f"{i}/ln2_bias"])
+      x = x + tf.nn.relu(y @ p[f"{i}/wi"]) @ p[f"{i}/wo"]
+    x = norm(x, p["final_scale"], p["final_bias"]) * (D_MODEL ** -0.5)
+    logits = tf.einsum("bld,vd->blv", x, p["emb"])
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+        targets, logits))
+
+  @tf.function(input_signature=[tf.TensorSpec([BATCH, LENGTH], tf.int32)] * 2)
+  def step(inputs, targets):
+    with tf.GradientTape() as tape:
+      loss = loss_fn(inputs, targets)
+    grads = tape.gradient(loss, variables)
+    for v, g in zip(variables, grads):
+      v.assign_sub(0.01 * tf.convert_to_tensor(g))
+    return loss
+  return step
+
+
+def run_plain(layers, steps):
+  """Times the same model in plain single-device TF."""
+  tf = _setup_tf(1)
+  import numpy as np
+  step = _plain_tf_model(tf, layers)
+  rng = np.random.RandomState(0)
+  ids = rng.randint(0, VOCAB, size=(BATCH, LENGTH)).astype("int32")
+  t0 = time.perf_counter()
+  fn = step.get_concrete_function()
+  out = {"layers": layers, "tf_ops": len(fn.graph.get_operations())}
+  float(step(ids, ids))
+  out["first_step_s"] = time.perf_counter() - t0
+  times = []
+  for _ in range(steps):
+    t1 = time.perf_counter()
+    float(step(ids, ids))
+    times.append(time.perf_counter() - t1)
+  out["steady_step_s"] = sorted(times)[len(times) // 2]
+  out["peak_rss_mib"] = _peak_rss_mib()
+  return out
+
+
+def _subprocess(kind, layers, steps):
+  cmd = [sys.executable, os.path.abspath(__file__), "--single", kind,
+         "--layers", str(layers), "--steps", str(steps)]
+  env = dict(os.environ)
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+  res = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                       check=False)
+  for line in res.stdout.splitlines():
+    if line.startswith("RESULT "):
+      return json.loads(line[len("RESULT "):])
+  raise RuntimeError(f"{kind} run with {layers} layers failed:\n"
+                     f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}")
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32])
+  parser.add_argument("--steps", type=int, default=10,
+                      help="steady-state steps to time (median reported)")
+  parser.add_argument("--single", choices=["mesh", "plain"], default=None,
+                      help=argparse.SUPPRESS)
+  parser.add_argument("--no-baseline", action="store_true",
+                      help="skip the plain-TF baseline")
+  args = parser.parse_args(argv)
+  if args.single:
+    fn = run_mesh if args.single == "mesh" else run_plain
+    print("RESULT " + json.dumps(fn(args.layers[0], args.steps)))
+    return 0
+
+  from rich.console import Console
+  from rich.table import Table
+  console = Console()
+  rows = []
+  for n in args.layers:
+    console.print(f"[bold]{n} layer(s)[/bold]: mesh step ...")
+    mesh = _subprocess("mesh", n, args.steps)
+    plain = None
+    if not args.no_baseline:
+      console.print(f"[bold]{n} layer(s)[/bold]: plain TF baseline ...")
+      plain = _subprocess("plain", n, args.steps)
+    rows.append((mesh, plain))
+  base_ops = {m["layers"]: m["tf_ops"] for m, _ in rows}
+  table = Table(title=f"train step, mesh {MESH}, layout {LAYOUT}")
+  for col in ("layers", "build s", "var init s", "lowering s",
+              "first step s", "steady s", "TF ops", "TF ops/layer",
+              "peak RSS MiB", "plain TF steady s", "plain TF ops",
+              "steady ratio", "op ratio"):
+    table.add_column(col, justify="right")
+  smallest = min(base_ops)
+  for mesh, plain in rows:
+    n = mesh["layers"]
+    per_layer = ((mesh["tf_ops"] - base_ops[smallest]) / (n - smallest)
+                 if n != smallest else float("nan"))
+    table.add_row(
+        str(n), f"{mesh['graph_build_s']:.2f}",
+        f"{mesh['variable_init_s']:.2f}", f"{mesh['lowering_s']:.2f}",
+        f"{mesh['first_step_s']:.2f}", f"{mesh['steady_step_s']:.3f}",
+        str(mesh["tf_ops"]),
+        "-" if per_layer != per_layer else f"{per_layer:.0f}",
+        f"{mesh['peak_rss_mib']:.0f}",
+        "-" if plain is None else f"{plain['steady_step_s']:.3f}",
+        "-" if plain is None else str(plain["tf_ops"]),
+        "-" if plain is None else
+        f"{mesh['steady_step_s'] / plain['steady_step_s']:.2f}x",
+        "-" if plain is None else f"{mesh['tf_ops'] / plain['tf_ops']:.1f}x")
+  console.print(table)
+  console.print("TF ops/layer = (ops(L) - ops(smallest L)) / (L - smallest "
+                "L); target <= 1800.  Target: lowering + first step of 32 "
+                "layers <= 25 s.")
+  console.print(f"reproduce: python benchmarks/train_step.py --layers "
+                f"{' '.join(map(str, args.layers))} --steps {args.steps}")
+  console.print("RESULTS " + json.dumps([r[0] for r in rows] +
+                                        [r[1] for r in rows if r[1]]))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
