@@ -667,7 +667,7 @@ def _first_line(error):
 
 
 def connect(cluster, devices_per_task=None, device_type="CPU",
-            timeout_s=30.0):
+            timeout_s=30.0, client_address=None):
   """Connects this process, as the client, to the workers of ``cluster``.
 
   Waits (up to ``timeout_s``) for every task to accept connections, then
@@ -684,6 +684,11 @@ def connect(cluster, devices_per_task=None, device_type="CPU",
     device_type: ``CPU`` (``mtf-worker --cpu-devices``), ``GPU``...
     timeout_s: bound of the whole connect, and default bound of
       :meth:`Connection.run`.
+    client_address: ``host:port`` at which the workers can reach this
+      client, which then joins the cluster as job ``client``.  By default
+      TensorFlow serves the client at ``localhost:<free port>``, which the
+      workers cannot reach from other hosts; pass a routable address (with
+      an open port) when they run elsewhere.
 
   Returns:
     A :class:`Connection`.
@@ -701,6 +706,14 @@ def connect(cluster, devices_per_task=None, device_type="CPU",
     >>> loss = conn.run(step, inputs)                   # doctest: +SKIP
   """
   cluster = convert_to_cluster(cluster)
+  jobs, client_job = cluster.as_dict(), "localhost"
+  if client_address is not None:
+    split_address(client_address)
+    if "client" in jobs:
+      raise ClusterSpecError(
+          "the cluster already has a job named 'client', which connect uses "
+          "for client_address; rename that job")
+    jobs["client"], client_job = [client_address], "client"
   start = time.monotonic()
   check_health(cluster, timeout_s)
   set_fail_fast_default()
@@ -708,8 +721,8 @@ def connect(cluster, devices_per_task=None, device_type="CPU",
 
   def attach():
     tf.config.experimental_connect_to_cluster(
-        cluster.to_cluster_spec(), protocol="grpc",
-        make_master_device_default=False)
+        tf.train.ClusterSpec(jobs), job_name=client_job, task_index=0,
+        protocol="grpc", make_master_device_default=False)
     return [d.name for d in tf.config.list_logical_devices(device_type)]
   left = max(1.0, timeout_s - (time.monotonic() - start))
   conn = Connection(cluster, device_type, devices_per_task, timeout_s)

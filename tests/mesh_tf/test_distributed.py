@@ -68,17 +68,19 @@ def _jsonable(x):
 
 
 # --- client side (runs in a subprocess) -----------------------------------
-def _client(cluster, victim_pid, out_dir):
+def _client(cluster, victim_pid, client_port, out_dir):
   """Connects, trains, then kills worker 1 and records the errors."""
   report = {}
+  client_address = f"127.0.0.1:{client_port}"
   t = time.monotonic()
   try:  # Workers expose 4 devices each: asking for 8 must fail up front.
-    dist.connect(cluster, devices_per_task=8, timeout_s=60)
+    dist.connect(cluster, devices_per_task=8, timeout_s=90,
+                 client_address=client_address)
   except dist.ClusterMeshMismatchError as e:
     report["mismatch"] = str(e)
   report["mismatch_s"] = time.monotonic() - t
   conn = dist.connect(cluster, devices_per_task=DEVICES_PER_TASK,
-                      timeout_s=30)
+                      timeout_s=30, client_address=client_address)
   report["connect_s"] = time.monotonic() - t
   step, args = make_step(conn.mesh_devices(MESH))
   t = time.monotonic()
@@ -114,8 +116,8 @@ def _client(cluster, victim_pid, out_dir):
 
 
 def _client_main(argv):
-  cluster, victim_pid, out_dir = argv
-  report = _client(cluster, int(victim_pid), out_dir)
+  cluster, victim_pid, client_port, out_dir = argv
+  report = _client(cluster, int(victim_pid), int(client_port), out_dir)
   with open(os.path.join(out_dir, "report.json"), "w",
             encoding="utf-8") as f:
     json.dump(report, f)
@@ -167,8 +169,8 @@ def cluster_run(tmp_path_factory):
   single-process reference meanwhile, and returns both results.  Kills
   every process it started, whatever happens."""
   out = str(tmp_path_factory.mktemp("distributed"))
-  cluster = dist.Cluster.from_addresses(
-      [f"127.0.0.1:{p}" for p in free_ports(2)])
+  *ports, client_port = free_ports(3)
+  cluster = dist.Cluster.from_addresses([f"127.0.0.1:{p}" for p in ports])
   procs, logs = [], []
   try:
     for k in range(2):
@@ -182,7 +184,8 @@ def cluster_run(tmp_path_factory):
     with open(logs[-1], "wb") as log:
       client = subprocess.Popen(
           [sys.executable, "-m", "tests.mesh_tf.test_distributed",
-           ",".join(cluster.addresses), str(procs[1].pid), out],
+           ",".join(cluster.addresses), str(procs[1].pid),
+           str(client_port), out],
           cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
           stdin=subprocess.DEVNULL)
     procs.append(client)
@@ -360,6 +363,15 @@ def test_cluster_parsing_and_tf_config():
 def test_bad_cluster_specs(spec, pattern):
   with pytest.raises(dist.ClusterSpecError, match=pattern):
     dist.convert_to_cluster(spec)
+
+
+def test_connect_rejects_client_job_clash_before_any_network():
+  with pytest.raises(dist.ClusterSpecError, match="already has a job named "
+                                                  "'client'"):
+    dist.connect({"client": ["a:1"], "worker": ["b:1"]},
+                 client_address="c:1")
+  with pytest.raises(dist.ClusterSpecError, match="invalid task address"):
+    dist.connect("b:1", client_address="c")
 
 
 def test_check_health_names_unreachable_task_in_bounded_time():
