@@ -130,6 +130,15 @@ def test_pooling_matches_tf_and_needs_no_communication(kind):
   assert trace.collectives == []
 
 
+def test_pooling_needs_spatial_dims_that_are_multiples_of_the_window():
+  graph = mtf.Graph()
+  x = mtf.import_tf_tensor(mtf.Mesh(graph, "mesh"), _f(2, 8, 4, 4),
+                           mtf.Shape([B, H, W, CI]))
+  with pytest.raises(mtf.ShapeError, match="h=8 of .* not a multiple of the "
+                     "pooling window 3"):
+    C.max_pool2d(x, ksize=3)
+
+
 # --- gradients -----------------------------------------------------------------
 R2 = _f(2, 8, 4, 4)
 

@@ -89,6 +89,13 @@ def test_dense_rejects_an_output_dim_already_in_the_input():
     L.dense(x, N)
 
 
+def test_dense_rejects_reduced_dims_not_in_the_input():
+  graph = mtf.Graph()
+  x = _x(mtf.Mesh(graph, "mesh"))
+  with pytest.raises(mtf.ShapeError, match="dim vocab=8 is not a dim of"):
+    L.dense(x, F, reduced_dims=[V])
+
+
 def test_unknown_activation_names_the_choices():
   with pytest.raises(mtf.ShapeError, match="unknown activation 'relu6'"):
     L.get_activation("relu6")

@@ -47,16 +47,21 @@ def test_tiny_model_on_8_devices_matches_1_device(name, layout):
   assert trace.collectives  # the layout really distributes the model
 
 
-def test_transformer_lm_gradients_on_8_devices_match_1_device():
-  model = models.build_model("transformer_tiny", layers=1, pad_id=0)
+@pytest.mark.parametrize("name,layout,overrides", [
+    ("transformer_tiny", LM_LAYOUT, dict(layers=1, pad_id=0)),
+    ("moe_tiny", "batch:rows;experts:rows;d_ff:cols;heads:cols", {}),
+    ("conv3d_tiny", "depth:rows;height:cols", dict(layers=1)),
+])
+def test_gradients_on_8_devices_match_1_device(name, layout, overrides):
+  model = models.build_model(name, **overrides)
   variables = [v.outputs[0] for v in model.graph.trainable_variables]
   grads = gradients([model.loss], variables)
   values = model.random_values(seed=2)
   base, _ = lower(model, "all:1", "", values, grads)
-  vals, _ = lower(model, "rows:2;cols:4", LM_LAYOUT, values, grads)
-  for v, b in zip(vals, base):
-    np.testing.assert_allclose(v, b, rtol=1e-4, atol=1e-6)
-  assert all(np.abs(b).sum() > 0 for b in base)
+  vals, _ = lower(model, "rows:2;cols:4", layout, values, grads)
+  for v, b, var in zip(vals, base, variables):
+    np.testing.assert_allclose(v, b, rtol=1e-4, atol=1e-6, err_msg=var.name)
+    assert np.abs(b).sum() > 0, f"{var.name} gets no gradient"
 
 
 def test_lm_inputs_are_int32_token_ids_and_loss_is_scalar():
@@ -112,6 +117,8 @@ def test_build_model_overrides_and_errors():
     models.build_model("gpt5")
   with pytest.raises(mtf.MtfError, match=r"no parameter\(s\) \['experts'\]"):
     models.build_model("gpt2_small", experts=8)
+  with pytest.raises(mtf.ShapeError, match="unknown norm 'batch_norm'"):
+    models.build_model("transformer_tiny", norm="batch_norm")
 
 
 def test_moe_transformer_uses_moe_every_other_layer_and_adds_aux_loss():
