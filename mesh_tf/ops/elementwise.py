@@ -114,7 +114,8 @@ class BinaryOperation(GenericOperation):
       if (isinstance(a, LazyAllreduceSum) and isinstance(b, LazyAllreduceSum)
           and a.mesh_axes == b.mesh_axes):
         impl = lowering.mesh_impl(self)
-        fn = tf.add if self.kind == "add" else tf.subtract
+        fn = ((lambda u, v: tf.add(u, v)) if self.kind == "add"
+              else (lambda u, v: tf.subtract(u, v)))
         partial = impl.slicewise(fn, a.laid_out_input, b.laid_out_input,
                                  shape=self.outputs[0].shape)
         lowering.set_tensor_lowering(
