@@ -23,7 +23,7 @@ def _unique_scope(graph, name):
   return graph.unique_name(name)
 
 
-def _dims_list(x, what):
+def _dims_list(x):
   if x is None:
     return []
   if isinstance(x, (dims_lib.Dimension, str)):
@@ -89,12 +89,12 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   Example:
     >>> y = dense(x, mtf.Dimension("d_ff", 2048), name="wi")   # doctest: +SKIP
   """
-  new_dims = _dims_list(new_dims, "new_dims")
+  new_dims = _dims_list(new_dims)
   if reduced_dims is None:
     reduced_dims = [x.shape.dims[-1]]
-  reduced_dims = _resolve(x, _dims_list(reduced_dims, "reduced_dims"),
+  reduced_dims = _resolve(x, _dims_list(reduced_dims),
                           "dense")
-  expert_dims = _resolve(x, _dims_list(expert_dims, "expert_dims"), "dense")
+  expert_dims = _resolve(x, _dims_list(expert_dims), "dense")
   for d in new_dims:
     if d.name in x.shape and d not in reduced_dims:
       raise ShapeError(f"dense: new dim {d} is already a dim of {x.name} "
@@ -268,7 +268,7 @@ def dense_relu_dense(x, hidden_channels, dropout_rate=0.0,
   if dropout_rate:
     noise = None
     if dropout_broadcast_dims:
-      noise = h.shape - _dims_list(dropout_broadcast_dims, "broadcast")
+      noise = h.shape - _dims_list(dropout_broadcast_dims)
     h = _dropout(h, dropout_rate, noise_shape=noise, is_training=is_training)
   return _dense(h, io_channels, use_bias=False, master_dtype=master_dtype,
                 name=f"{scope}/wo")

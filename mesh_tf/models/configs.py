@@ -13,7 +13,7 @@ Real sizes (parameters as computed by ``config.num_parameters()``):
 * ``moe_gpt2_small_64e``: GPT-2-small-sized with a 64-expert top-2 MoE FFN
   in every other layer.
 * ``conv3d_large``: 8 full-resolution 3-D conv layers on 256^3 volumes, with
-  about 17 GB of activations per layer.
+  about 8.6 GB (float32) per layer activation.
 """
 
 import dataclasses

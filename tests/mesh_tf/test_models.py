@@ -29,14 +29,17 @@ def lower(model, mesh_shape, layout, values, tensors):
   return out, impl.trace
 
 
-@pytest.mark.parametrize("name,layout", [
-    ("transformer_tiny", LM_LAYOUT),
-    ("mlp_tiny", "batch:rows;d_ff:cols;classes:cols"),
-    ("moe_tiny", "batch:rows;experts:rows;d_ff:cols;heads:cols"),
-    ("conv3d_tiny", "depth:rows;height:cols"),
+@pytest.mark.parametrize("name,layout,overrides", [
+    ("transformer_tiny", LM_LAYOUT, {}),
+    # Dropout masks, gelu and rms_norm are layout-invariant too.
+    ("transformer_tiny", "batch:cols;length:rows",
+     dict(layers=1, dropout=0.2, activation="gelu", norm="rms_norm")),
+    ("mlp_tiny", "batch:rows;d_ff:cols;classes:cols", {}),
+    ("moe_tiny", "batch:rows;experts:rows;d_ff:cols;heads:cols", {}),
+    ("conv3d_tiny", "depth:rows;height:cols", {}),
 ])
-def test_tiny_model_on_8_devices_matches_1_device(name, layout):
-  model = models.build_model(name)
+def test_tiny_model_on_8_devices_matches_1_device(name, layout, overrides):
+  model = models.build_model(name, **overrides)
   values = model.random_values(seed=1)
   tensors = [model.loss, model.outputs["logits"]]
   base, _ = lower(model, "all:1", "", values, tensors)
