@@ -333,6 +333,21 @@ def test_classify_collectives_by_processor_groups():
     dist.classify_collectives(records, "rows:2;cols:4", devices[:3])
 
 
+@pytest.mark.parametrize("mesh_shape", [
+    "hosts:2;local:4", "a:4;b:2", "a:2;b:2;c:2", "x:8", "a:2;b:4;c:1"])
+def test_process_spanning_axes_agree_with_cost_model_topology(mesh_shape):
+  """The axes whose collectives cross workers are the ones the cost model
+  puts on the inter-node network of a 2-node x 4-chip cluster (both number
+  processors row-major, nodes major)."""
+  from costmodels import topology
+  cluster = dist.Cluster.from_addresses("a:1,b:1")
+  devices = dist.mesh_devices(mesh_shape, cluster, 4)
+  mapping = topology.map_mesh(
+      topology.gpu_cluster("h100", nodes=2, gpus_per_node=4), mesh_shape)
+  assert dist.process_spanning_axes(mesh_shape, devices) == tuple(
+      link.axis for link in mapping if link.spans_nodes)
+
+
 def test_cluster_parsing_and_tf_config():
   c = dist.convert_to_cluster(" 10.0.0.1:2222, host-b:2223 ")
   assert c.addresses == ("10.0.0.1:2222", "host-b:2223")
