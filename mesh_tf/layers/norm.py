@@ -63,7 +63,11 @@ class _NormLowering:
     return t * r, r
 
   def stats(self, laid_x):
-    """(mean or None, r): laid-out keepdims statistics of x."""
+    """Laid-out keepdims statistics of x over the (split) normalised dim.
+
+    Returns ``(mean or None for RMS, variance or mean square, rsqrt_fn)``,
+    where ``rsqrt_fn(v)`` is ``rsqrt(v + epsilon)``.
+    """
     eps = self.epsilon
     if self.rms:
       ms = self.mean(tf.square, laid_x)
