@@ -34,6 +34,8 @@ setup(
     entry_points={
         "console_scripts": [
             "mtf-demo=mesh_tf.demo:main",
+            "mtf-layout=autolayout.cli:main",
+            "mtf-worker=mesh_tf.worker:main",
         ],
     },
 )
