@@ -49,6 +49,12 @@ from mesh_tf.ops.conv import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
 
+# Autodiff and optimizers.  ``mtf.gradients`` is the function; import the
+# module's other names with ``from mesh_tf.gradients import ...``.
+from mesh_tf.gradients import (custom_gradient, gradients,  # noqa: E402
+                               recompute_grad, register_gradient)
+from mesh_tf import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
+
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
 bool = "bool"  # pylint: disable=redefined-builtin

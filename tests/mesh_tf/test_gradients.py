@@ -6,8 +6,9 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf import gradients as grad_lib
-from mesh_tf.gradients import GradientError, gradients
+from mesh_tf.gradients import (GradientError, custom_gradient,
+                               gradient_function, gradients, recompute_grad,
+                               register_gradient)
 from tests.layout_harness import check_layouts, run
 
 B, D, K = mtf.Dimension("b", 4), mtf.Dimension("d", 8), mtf.Dimension("k", 4)
@@ -251,7 +252,7 @@ def test_unused_gradient_ops_are_pruned():
 def test_custom_gradient_uses_grad_fn():
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, ZV, mtf.Shape([B, D]))
-    y = grad_lib.custom_gradient(
+    y = custom_gradient(
         lambda t: mtf.square(t),
         lambda op, dys: [dys[0] * 10.0],  # deliberately not 2x
         [x])
@@ -270,7 +271,7 @@ def test_recompute_grad_matches_plain_gradient_and_rebuilds_ops():
   def build(recompute):
     def b(mesh):
       x = mtf.import_tf_tensor(mesh, ZV, mtf.Shape([B, D]))
-      y = grad_lib.recompute_grad(block, [x]) if recompute else block(x)
+      y = recompute_grad(block, [x]) if recompute else block(x)
       w = mesh.graph.trainable_variables[0]
       out = gradients([y], [x, w.outputs[0]])
       if recompute:
@@ -304,7 +305,7 @@ def test_registered_gradient_and_bad_shape_error():
       super().__init__([x], name="twice")
       self._outputs = [mtf.Tensor(self, x.shape, x.dtype)]
 
-  @grad_lib.register_gradient(Twice)
+  @register_gradient(Twice)
   def _bad(op, grad_ys):
     return [mtf.reduce_sum(grad_ys[0], reduced_dim=B)]
 
@@ -312,7 +313,7 @@ def test_registered_gradient_and_bad_shape_error():
   mesh = mtf.Mesh(graph, "m")
   x = mtf.import_tf_tensor(mesh, XV, mtf.Shape([B, D]))
   y = Twice(x).outputs[0]
-  assert grad_lib.gradient_function(y.operation) is _bad
+  assert gradient_function(y.operation) is _bad
   with pytest.raises(GradientError, match=r"gradient of import.*has shape"):
     gradients([mtf.reduce_sum(y)], [x])
 
