@@ -18,6 +18,8 @@ import numpy as np
 from costmodels import memory as cm_memory
 from autolayout import assignments
 
+MAX_LAYOUTS_TO_SCAN = 200_000
+
 
 class MemorySteps(NamedTuple):
   """Compressed steps: ``bytes[k, j]`` whole bytes of live tensors whose dim
@@ -67,6 +69,41 @@ def compress(graph, outputs=None, schedule_ops=None):
     kept.append(k)
   kept.sort()
   return MemorySteps(scopes, mat[kept], tuple(steps[k] for k in kept), n)
+
+
+def _divisors(space, scope, layouts, dims):
+  pos = [dims.index(d) for d in scope]
+  div = np.ones(len(layouts), dtype=np.float64)
+  for i, lay in enumerate(layouts):
+    for p in pos:
+      if lay[p] is not None:
+        div[i] *= space.axis_size(lay[p])
+  return div
+
+
+def prune_by_layouts(ms, space, max_layouts=MAX_LAYOUTS_TO_SCAN):
+  """Keeps only the steps that are the peak under some valid global layout
+  (the first such step on ties).  Exact: under every layout the peak over
+  the kept steps equals the peak over all steps.  Returns ``ms`` unchanged
+  when the mesh admits more than ``max_layouts`` layouts."""
+  if len(ms.steps) <= 1:
+    return ms
+  dims = space.dims
+  count = 1
+  for d in dims:
+    count *= 1 + len(space.options[d])
+  if count > max_layouts:
+    return ms
+  layouts = assignments.local_assignments(space, dims)
+  inv = np.stack([1.0 / _divisors(space, scope, layouts, dims)
+                  for scope in ms.scopes])            # scopes x layouts
+  keep = set()
+  for lo in range(0, len(layouts), 4096):
+    per = ms.bytes.astype(np.float64) @ inv[:, lo:lo + 4096]
+    keep.update(int(k) for k in np.argmax(per, axis=0))
+  kept = sorted(keep)
+  return MemorySteps(ms.scopes, ms.bytes[kept],
+                     tuple(ms.steps[k] for k in kept), ms.total_steps)
 
 
 def step_coefficients(ms, space):

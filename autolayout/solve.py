@@ -63,7 +63,9 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   space = assignments.dim_space(graph, mesh_shape)
   gt = tables.GraphTables(graph, mesh_shape, outputs, pricer, space)
   ms = memory_steps.compress(graph, list(outputs))
-  coeffs = memory_steps.step_coefficients(ms, space)
+  memory_bound = memory_budget is not None or need_peak
+  if memory_bound:
+    ms = memory_steps.prune_by_layouts(ms, space)
   tbls, host = formulation.build_tables(gt, space,
                                         ms.scopes)
   model = cp_model.CpModel()
@@ -75,8 +77,10 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
     bad = [tb.scope for tb in tbls if not tb.choices]
     raise SolverError(f"no valid local assignment for dims {bad[0]} on mesh "
                       f"{mesh_shape}; every layout of them fails to lower")
-  formulation.add_memory_constraints(model, v, coeffs, host, memory_budget,
-                                     with_peak=need_peak)
+  if memory_bound:
+    formulation.add_memory_constraints(
+        model, v, memory_steps.step_coefficients(ms, space), host,
+        memory_budget, with_peak=need_peak)
   objectives, units = {}, {}
   for which in ("time", "comm"):
     objectives[which], units[which] = formulation.time_objective(v, tbls,

@@ -314,6 +314,14 @@ class GraphTables:
     """True if ``consumer`` forces ``t`` whenever ``t`` is pending."""
     key = self.op_key[consumer]
     pos = consumer.inputs.index(t)
+    hit = self._op_cache.get(("always", key, pos))
+    if hit is not None:
+      return hit
+    result = self._forces_always_uncached(key, pos)
+    self._op_cache[("always", key, pos)] = result
+    return result
+
+  def _forces_always_uncached(self, key, pos):
     scope = self._key_scope[key]
     pscope, tkey = self._key_inputs[key][pos]
     for sigma, o in self._table(key).items():

@@ -1,0 +1,262 @@
+"""Models for the ``mtf-layout`` CLI: zoo presets with overrides, or a
+user's ``path/to/file.py:function``.
+
+Strings are parsed here, once, at the edge: ``--set layers=96,d_model=12288``
+becomes ``{"layers": 96, "d_model": 12288}``, and a model spec becomes a
+:class:`LoadedModel` (graph, outputs, a description).  Nothing here imports
+TensorFlow.
+"""
+
+import dataclasses
+import importlib.util
+import os
+import sys
+from typing import Any, Dict, Optional, Tuple
+
+from mesh_tf.core.errors import MtfError
+
+# Family names a user would type, mapped to a real-sized zoo preset whose
+# fields ``--set`` then overrides (``transformer`` is GPT-2-small sized).
+FAMILIES = {
+    "transformer": "gpt2_small",
+    "mlp": "mlp_large",
+    "moe": "moe_gpt2_small_64e",
+    "conv3d": "conv3d_large",
+}
+
+
+class CliInputError(MtfError):
+  """Bad input given to the CLI.
+
+  Attributes:
+    hint: one line saying what to do instead.
+  """
+
+  def __init__(self, message, hint=None):
+    super().__init__(message)
+    self.hint = hint
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedModel:
+  """A model ready to lay out.
+
+  Attributes:
+    graph: the mtf Graph.
+    outputs: tensors of the step's results, or None for the default (every
+      tensor no op reads).
+    name: what the user asked for (a preset or ``file.py:function``).
+    description: one line: preset, overrides, op and parameter counts.
+    config: the zoo config (None for a user function).
+    overrides: the ``--set`` values.
+  """
+  graph: Any
+  outputs: Optional[Tuple[Any, ...]]
+  name: str
+  description: str
+  config: Any = None
+  overrides: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def parse_value(text):
+  """``"96"`` -> 96, ``"0.1"`` -> 0.1, ``"true"`` -> True, ``"none"`` ->
+  None, anything else stays a string."""
+  low = text.strip().lower()
+  if low in ("none", "null"):
+    return None
+  if low in ("true", "false"):
+    return low == "true"
+  for conv in (int, float):
+    try:
+      return conv(text)
+    except ValueError:
+      pass
+  return text.strip()
+
+
+def parse_overrides(items):
+  """Parses ``--set`` arguments (each ``k=v[,k=v...]``) into a dict.
+
+  Raises:
+    CliInputError: for an item that is not ``name=value``.
+
+  Example:
+    >>> parse_overrides(["layers=2,d_model=64", "activation=gelu"])
+    {'layers': 2, 'd_model': 64, 'activation': 'gelu'}
+  """
+  out = {}
+  for item in items or ():
+    for part in item.split(","):
+      part = part.strip()
+      if not part:
+        continue
+      key, sep, value = part.partition("=")
+      if not sep or not key.strip() or not value.strip():
+        raise CliInputError(
+            f"cannot parse --set item {part!r}: it is not of the form "
+            "name=value",
+            hint="write --set layers=2,d_model=512 (commas between items)")
+      out[key.strip()] = parse_value(value)
+  return out
+
+
+def list_models():
+  """Family names and zoo presets the CLI accepts."""
+  from mesh_tf import models
+  return sorted(FAMILIES) + models.list_models()
+
+
+def _add_training(graph, loss):
+  """Adds gradients and an Adam update, so memory counts optimizer state."""
+  from mesh_tf import optimize
+  from mesh_tf.gradients import gradients
+  variables = list(graph.trainable_variables)
+  grads = gradients([loss], [v.outputs[0] for v in variables])
+  optimize.AdamWeightDecayOptimizer(1e-4).apply_grads(grads, variables)
+
+
+def _load_preset(name, overrides, train):
+  from mesh_tf import models
+  preset = FAMILIES.get(name, name)
+  if preset not in models.PRESETS:
+    raise CliInputError(
+        f"unknown model {name!r}",
+        hint=f"use one of {', '.join(list_models())}, or "
+        "path/to/file.py:function")
+  try:
+    config = models.get_config(preset, **overrides)
+  except MtfError as e:
+    raise CliInputError(str(e), hint=f"--set takes the fields of {preset}: "
+                        + ", ".join(f.name for f in
+                                    dataclasses.fields(models.PRESETS[preset])))
+  except (TypeError, ValueError) as e:
+    raise CliInputError(f"model {name!r} rejects --set {overrides}: {e}",
+                        hint="check the values given with --set")
+  try:
+    model = config.build()
+  except MtfError as e:
+    raise CliInputError(f"model {name!r} with {overrides or 'defaults'} "
+                        f"cannot be built: {e}",
+                        hint="change the sizes given with --set")
+  if train:
+    _add_training(model.graph, model.loss)
+  label = name if name == preset else f"{name} ({preset})"
+  desc = (f"{label}: {len(model.graph.operations)} ops, "
+          f"{_params(model.num_parameters)} params"
+          f"{', training step (Adam)' if train else ', forward'}")
+  return LoadedModel(model.graph, None, name, desc, config, overrides)
+
+
+def _params(n):
+  for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+    if n >= size:
+      return f"{n / size:.3g}{unit}"
+  return str(n)
+
+
+def _import_file(path):
+  if not os.path.isfile(path):
+    raise CliInputError(f"model file {path!r} does not exist",
+                        hint="give --model path/to/file.py:function with a "
+                        "path relative to the current directory")
+  mod_name = "_mtf_layout_user_" + os.path.splitext(
+      os.path.basename(path))[0].replace("-", "_")
+  spec = importlib.util.spec_from_file_location(mod_name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[mod_name] = module
+  try:
+    spec.loader.exec_module(module)
+  except Exception as e:  # pylint: disable=broad-except
+    del sys.modules[mod_name]
+    raise CliInputError(
+        f"model file {path!r} failed to import: {type(e).__name__}: {e}",
+        hint="fix the file so that `python " + path + "` runs, then retry")
+  return module
+
+
+def _unpack_user_result(value, where):
+  """``(graph, outputs, loss)`` from what a user function returned."""
+  from mesh_tf.graph import Graph, Tensor
+  from mesh_tf.models.base import ModelGraph
+  if isinstance(value, ModelGraph):
+    return value.graph, None, value.loss
+  if isinstance(value, tuple) and len(value) == 2 and isinstance(
+      value[0], Graph):
+    graph, outs = value
+    if isinstance(outs, Tensor):
+      outs = [outs]
+    elif isinstance(outs, dict):
+      outs = list(outs.values())
+    outs = tuple(outs) if outs is not None else None
+    if outs is not None and not all(isinstance(t, Tensor) for t in outs):
+      raise CliInputError(
+          f"{where} returned outputs that are not mtf Tensors",
+          hint="return (graph, [tensor, ...]) or a models.ModelGraph")
+    loss = outs[0] if outs and outs[0].shape.ndims == 0 else None
+    return graph, outs, loss
+  raise CliInputError(
+      f"{where} returned {type(value).__name__}, not an mtf graph and its "
+      "outputs",
+      hint="return (graph, outputs) with outputs a Tensor or list of "
+      "Tensors, or a mesh_tf.models.ModelGraph")
+
+
+def _load_file(spec, overrides, train):
+  path, _, fn_name = spec.rpartition(":")
+  if not fn_name.isidentifier():
+    raise CliInputError(f"model {spec!r} does not end in :function",
+                        hint="write --model path/to/file.py:build_fn")
+  module = _import_file(path)
+  fn = getattr(module, fn_name, None)
+  if not callable(fn):
+    raise CliInputError(
+        f"model file {path!r} has no function {fn_name!r}",
+        hint="its functions are: " + (", ".join(
+            n for n, v in vars(module).items()
+            if callable(v) and not n.startswith("_")
+            and getattr(v, "__module__", None) == module.__name__)
+            or "(none)"))
+  where = f"{path}:{fn_name}"
+  try:
+    value = fn(**overrides)
+  except MtfError as e:
+    raise CliInputError(f"{where} raised {type(e).__name__}: {e}",
+                        hint="fix the model or the values given with --set")
+  except Exception as e:  # pylint: disable=broad-except
+    raise CliInputError(f"{where} failed: {type(e).__name__}: {e}",
+                        hint="fix the model function (it runs with the "
+                        "--set values as keyword arguments)")
+  graph, outs, loss = _unpack_user_result(value, where)
+  if train:
+    if loss is None:
+      raise CliInputError(f"--train needs a scalar loss, but {where} "
+                          "returned none",
+                          hint="return the scalar loss first in outputs")
+    _add_training(graph, loss)
+    outs = None
+  n_params = sum(v.shape.size for v in graph.trainable_variables)
+  desc = (f"{where}: {len(graph.operations)} ops, {_params(n_params)} "
+          f"params{', training step (Adam)' if train else ''}")
+  return LoadedModel(graph, outs, where, desc, None, overrides)
+
+
+def load_model(spec, overrides=None, train=False):
+  """Builds the model ``spec``: a zoo family/preset name or
+  ``path/to/file.py:function``.
+
+  Args:
+    spec: e.g. ``"transformer"``, ``"gpt3_175b"``, ``"my_model.py:build"``.
+    overrides: preset fields (or the function's keyword arguments).
+    train: also build the backward pass and an Adam update.
+
+  Returns:
+    A :class:`LoadedModel`.
+
+  Raises:
+    CliInputError: for an unknown model, a bad override, or a model file
+      that fails to import or returns something else than a graph.
+  """
+  overrides = dict(overrides or {})
+  if spec.endswith(".py") or ".py:" in spec:
+    return _load_file(spec, overrides, train)
+  return _load_preset(spec, overrides, train)

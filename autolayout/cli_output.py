@@ -1,0 +1,272 @@
+"""Output of the ``mtf-layout`` CLI: pandas tables, their rich rendering,
+and the stable JSON records (schema in ``docs/cli.md``).
+
+Every table is built as a pandas DataFrame first; :func:`render` shows it
+with rich (numbers formatted, best values marked), ``--format csv`` writes
+the same DataFrame with raw SI numbers (seconds, bytes), and ``--format
+json`` writes the records of :func:`layout_record` and friends.
+"""
+
+import math
+
+import pandas as pd
+
+SCHEMA = "mtf-layout/1"
+CATEGORIES = ("params", "optimizer", "activations")
+
+
+# --- formatting --------------------------------------------------------------
+def fmt_time(seconds, digits=4):
+  """``0.02892`` -> ``"28.92 ms"`` (``digits`` significant digits)."""
+  if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+    return "-"
+  if seconds == 0:
+    return "0"
+  for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+    if abs(seconds) >= scale:
+      return f"{seconds / scale:.{digits}g} {unit}"
+  return f"{seconds / 1e-9:.{digits}g} ns"
+
+
+def fmt_bytes(nbytes, digits=4):
+  """``1.5 * 2**30`` -> ``"1.5 GiB"`` (``digits`` significant digits)."""
+  if nbytes is None or (isinstance(nbytes, float) and math.isnan(nbytes)):
+    return "-"
+  for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                      ("KiB", 2**10)):
+    if abs(nbytes) >= scale:
+      return f"{nbytes / scale:.{digits}g} {unit}"
+  return f"{int(nbytes)} B"
+
+
+def fmt_rate(bytes_per_s):
+  if bytes_per_s is None or math.isinf(bytes_per_s):
+    return "-"
+  return f"{bytes_per_s / 1e9:.4g} GB/s"
+
+
+def fmt_pct(x):
+  return "-" if x is None or (isinstance(x, float) and math.isnan(x)) \
+      else f"{x:.1%}"
+
+
+def fmt_delta(new, base):
+  """``"+3.1 ms (+12%)"``: how ``new`` differs from ``base`` (seconds)."""
+  if new is None or base is None or (isinstance(new, float)
+                                     and math.isnan(new)):
+    return "-"
+  d = new - base
+  rel = f" ({d / base:+.0%})" if base else ""
+  return ("+" if d >= 0 else "-") + fmt_time(abs(d)) + rel
+
+
+def parse_bytes(text, hbm_bytes=None):
+  """``"16GB"``, ``"12GiB"``, ``"512MiB"``, ``"1e9"``, ``"90%"`` (of
+  ``hbm_bytes``), ``"hbm"`` or ``"none"`` -> bytes (or None).
+
+  Raises:
+    ValueError: for anything else.
+
+  Example:
+    >>> parse_bytes("1.5GiB")
+    1610612736
+  """
+  s = str(text).strip().lower().replace(" ", "")
+  if s in ("none", "inf", "unlimited"):
+    return None
+  if s == "hbm":
+    return hbm_bytes
+  if s.endswith("%"):
+    if hbm_bytes is None:
+      raise ValueError(f"{text!r}: a percentage needs a topology")
+    return int(float(s[:-1]) / 100 * hbm_bytes)
+  units = (("kib", 2**10), ("mib", 2**20), ("gib", 2**30), ("tib", 2**40),
+           ("kb", 10**3), ("mb", 10**6), ("gb", 10**9), ("tb", 10**12),
+           ("b", 1))
+  for suffix, scale in units:
+    if s.endswith(suffix):
+      value = float(s[:-len(suffix)])
+      break
+  else:
+    value, scale = float(s), 1
+  if not math.isfinite(value) or value <= 0:
+    raise ValueError(f"{text!r} is not a positive size")
+  return int(value * scale)
+
+
+# --- JSON records ------------------------------------------------------------
+def _num(x):
+  if x is None:
+    return None
+  if isinstance(x, float) and (math.isnan(x) or math.isinf(x)):
+    return None
+  return x
+
+
+def axes_frame(report):
+  """One row per mesh axis: size, link, structure, bandwidth, comm time."""
+  df = report.to_dataframe("axes")
+  return df[["size", "link", "structure", "bandwidth_bytes_per_s",
+             "latency_s", "collectives", "bytes_per_device", "comm_time_s"]]
+
+
+def memory_frame(report):
+  """Rows params / optimizer / activations / peak / hbm (bytes per device,
+  and fraction of HBM)."""
+  rows = [{"category": c, "bytes_per_device":
+           int(report.memory_by_category.get(c, 0))} for c in CATEGORIES]
+  rows.append({"category": "peak",
+               "bytes_per_device": int(report.peak_memory_bytes)})
+  rows.append({"category": "hbm", "bytes_per_device": int(report.hbm_bytes)})
+  df = pd.DataFrame(rows).set_index("category")
+  df["fraction_of_hbm"] = df["bytes_per_device"] / report.hbm_bytes
+  return df
+
+
+def layout_record(report, result=None, label=None):
+  """The JSON record of one layout's cost (see ``docs/cli.md``)."""
+  rec = {
+      "label": label,
+      "mesh": str(report.mesh_shape).replace(",", ";"),
+      "mesh_axes": [{"name": d.name, "size": d.size}
+                    for d in report.mesh_shape.dims],
+      "rules": str(report.layout_rules),
+      "rules_list": [{"dim": d, "axis": a}
+                     for d, a in report.layout_rules.pairs],
+      "topology": report.topology.name,
+      "step_time_s": report.step_time_s,
+      "compute_time_s": report.compute_time_s,
+      "comm_time_s": report.comm_time_s,
+      "comm_time_by_axis_s": dict(report.comm_time_by_axis),
+      "flops_per_device": int(report.flops_per_device),
+      "memory": {
+          "params_bytes": int(report.memory_by_category.get("params", 0)),
+          "optimizer_bytes": int(report.memory_by_category.get("optimizer",
+                                                               0)),
+          "activations_bytes": int(report.memory_by_category.get(
+              "activations", 0)),
+          "peak_bytes": int(report.peak_memory_bytes),
+          "hbm_bytes": int(report.hbm_bytes),
+          "fits": bool(report.fits_in_memory),
+      },
+      "axes": [
+          {"axis": a.axis, "size": a.size, "link": a.link_kind,
+           "structure": a.structure,
+           "bandwidth_bytes_per_s": _num(a.bandwidth_bytes_per_s),
+           "latency_s": a.latency_s,
+           "comm_time_s": report.comm_time_by_axis.get(a.axis, 0.0)}
+          for a in report.mapping.axes],
+      "solver": None,
+  }
+  if result is not None:
+    rec["solver"] = {
+        "objective": result.objective,
+        "objective_value": result.objective_value,
+        "status": result.status,
+        "gap": result.gap,
+        "best_bound": result.best_bound,
+        "solve_time_s": result.solve_time_s,
+        "build_time_s": result.build_time_s,
+        "memory_budget_bytes": result.memory_budget,
+        "model_size": dict(result.model_size),
+    }
+  return rec
+
+
+def summary_row(report, result=None, label=None):
+  """A flat dict (for CSV and the compare table) of one layout."""
+  row = {"layout": label, "mesh": str(report.mesh_shape).replace(",", ";"),
+         "rules": str(report.layout_rules),
+         "step_time_s": report.step_time_s,
+         "compute_time_s": report.compute_time_s,
+         "comm_time_s": report.comm_time_s}
+  for a, t in report.comm_time_by_axis.items():
+    row[f"comm_{a}_s"] = t
+  for c in CATEGORIES:
+    row[f"{c}_bytes"] = int(report.memory_by_category.get(c, 0))
+  row["peak_memory_bytes"] = int(report.peak_memory_bytes)
+  row["hbm_bytes"] = int(report.hbm_bytes)
+  row["fits"] = bool(report.fits_in_memory)
+  if result is not None:
+    row.update(status=result.status, gap=result.gap,
+               solve_time_s=result.solve_time_s)
+  return row
+
+
+def frame_records(df, index_name=None):
+  """``DataFrame`` -> list of dicts with NaN as None (JSON-safe)."""
+  if index_name is not None:
+    df = df.reset_index().rename(columns={"index": index_name})
+  out = []
+  for rec in df.to_dict(orient="records"):
+    out.append({k: _py(v) for k, v in rec.items()})
+  return out
+
+
+def _py(v):
+  if v is pd.NA or v is None:
+    return None
+  if hasattr(v, "item"):
+    v = v.item()
+  if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+    return None
+  return v
+
+
+# --- rich rendering ----------------------------------------------------------
+def render(console, df, title=None, formats=None, best=None, index=True,
+           justify=None, caption=None, show_header=True):
+  """Prints ``df`` as a rich table.
+
+  Args:
+    console: a rich Console.
+    df: the DataFrame.
+    title: table title.
+    formats: ``{column: fn(value) -> str}``; other cells use ``str``.
+    best: ``{column: "min" | "max"}``: the best cell of each is marked with
+      ``*`` and shown in bold green.
+    index: whether to show the index as the first column.
+    justify: ``{column: "left" | "right"}`` (default: numbers right).
+    caption: a line under the table.
+    show_header: whether to show the column names.
+  """
+  from rich import box
+  from rich.table import Table
+  from rich.text import Text
+  formats, best, justify = formats or {}, best or {}, justify or {}
+  table = Table(title=title, box=box.SIMPLE_HEAD, caption=caption,
+                title_justify="left", caption_justify="left", pad_edge=False,
+                show_edge=False, show_header=show_header,
+                title_style="bold", caption_style="dim")
+  frame = df.reset_index() if index else df
+  marks = {}
+  for col, how in best.items():
+    vals = pd.to_numeric(frame[col], errors="coerce")
+    if vals.notna().sum() > 1:
+      target = vals.min() if how == "min" else vals.max()
+      marks[col] = set(frame.index[vals == target])
+  for col in frame.columns:
+    numeric = pd.api.types.is_numeric_dtype(frame[col]) and \
+        frame[col].dtype != bool
+    right = numeric or col in formats
+    table.add_column(str(col), justify=justify.get(
+        col, "right" if right else "left"), overflow="fold",
+        no_wrap=right)
+  for i, row in frame.iterrows():
+    cells = []
+    for col in frame.columns:
+      v = row[col]
+      text = formats[col](v) if col in formats else (
+          "-" if v is None or (isinstance(v, float) and math.isnan(v))
+          else str(v))
+      if i in marks.get(col, ()):
+        cells.append(Text(text + "*", style="bold green"))
+      else:
+        cells.append(Text(text))
+    table.add_row(*cells)
+  console.print(table)
+  console.print()
+
+
+def write_csv(df, stream, index=True):
+  df.to_csv(stream, index=index)
