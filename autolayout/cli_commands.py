@@ -58,7 +58,14 @@ class Context:
 
 # --- common setup ------------------------------------------------------------
 def _topology(name):
-  return costmodels.get_topology(name)
+  try:
+    return costmodels.get_topology(name)
+  except costmodels.TopologyError:
+    raise CliInputError(
+        f"unknown topology {name!r}",
+        hint="use a preset (" + ", ".join(costmodels.list_topologies())
+        + ") or a family size such as tpu-v4-8x8x8 or h100x8-nodes32; "
+        "`mtf-layout topologies` lists them")
 
 
 def default_mesh(topology):
@@ -156,9 +163,10 @@ def _setup(args):
 
 
 def _mesh_of(args, topology):
-  if getattr(args, "mesh", None):
-    return parse_mesh(args.mesh, topology)
-  return parse_mesh(default_mesh(topology), topology)
+  text = getattr(args, "mesh", None) or default_mesh(topology)
+  mesh = parse_mesh(text, topology)
+  args.resolved_mesh = _mesh_str(mesh)
+  return mesh
 
 
 def _solve(ctx, model, mesh, topology, args, budget):
@@ -689,7 +697,8 @@ def _why(r, base):
 def infeasible_message(err, args):
   """``(message, hint)`` for an InfeasibleLayoutError."""
   peak, budget = err.min_peak_bytes, err.memory_budget
-  mesh = getattr(args, "mesh", None) or "the mesh"
+  mesh = getattr(args, "resolved_mesh", None) or (
+      f"{getattr(args, 'devices', None) or 'any number of'} devices")
   if peak is None:
     return str(err), "raise --memory-budget or use more devices"
   big = ", ".join(f"{n} {out.fmt_bytes(b)}" for n, b in err.dominating[:3])
@@ -697,7 +706,11 @@ def infeasible_message(err, args):
          f"memory budget of {out.fmt_bytes(budget)} per device; the "
          f"smallest feasible peak memory is {out.fmt_bytes(peak)} "
          f"({peak} bytes)")
-  hint = (f"use --memory-budget {math.ceil(peak / 2**20)}MiB or more (or "
+  if peak >= 2**30:
+    need = f"{math.ceil(peak / 2**30 * 10) / 10:g}GiB"
+  else:
+    need = f"{math.ceil(peak / 2**20)}MiB"
+  hint = (f"use --memory-budget {need} or more (or "
           f"none), more devices, or a smaller model; largest tensors at "
           f"the peak: {big}")
   return msg, hint
