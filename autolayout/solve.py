@@ -26,7 +26,7 @@ from autolayout.errors import InfeasibleLayoutError, SolverError
 from autolayout.pricing import Pricer
 from autolayout.result import LayoutResult
 
-OBJECTIVES = ("time", "comm", "memory")
+OBJECTIVES = ("time", "comm", "memory", "latency")
 DEFAULT_TIME_LIMIT_S = 60.0
 DEFAULT_NUM_WORKERS = 2
 DEFAULT_SEED = 0
@@ -103,12 +103,16 @@ class PhaseResult(NamedTuple):
   solve_time_s: float
 
 
-def solve_phases(form, phases, time_limit_s, num_workers, seed):
+def solve_phases(form, phases, time_limit_s, num_workers, seed,
+                 solver_params=None):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
   phase decides the status; later phases only run while the earlier ones
   were proven optimal.
+
+  ``solver_params`` sets further CP-SAT parameters by name (e.g.
+  ``{"stop_after_first_solution": True}``).
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -119,6 +123,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed):
   solver = cp_model.CpSolver()
   solver.parameters.num_workers = int(num_workers)
   solver.parameters.random_seed = int(seed)
+  for k, val in (solver_params or {}).items():
+    setattr(solver.parameters, k, val)
   exprs = []
   for p in phases:
     if p == "tie":
@@ -127,6 +133,10 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed):
             [v.x[k] for k in group], [2**i for i in range(len(group))]))
     else:
       exprs.append(form.objectives[p])
+  # The replicated layout is a valid first solution whenever memory allows.
+  model.clear_hints()
+  for var in v.x.values():
+    model.add_hint(var, 0)
   start, first, x = time.perf_counter(), None, None
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
@@ -145,8 +155,9 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed):
         raise SolverError(
             f"CP-SAT found no layout within {time_limit_s:g} s "
             f"({solver.status_name(status)}); raise time_limit_s")
+      # Every objective coefficient is >= 0, so 0 is a valid bound.
       first = (("optimal" if status == cp_model.OPTIMAL else "feasible"),
-               solver.objective_value, solver.best_objective_bound)
+               solver.objective_value, max(0.0, solver.best_objective_bound))
     elif status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
       break
     x = {k: int(solver.value(var)) for k, var in v.x.items()}
@@ -279,7 +290,7 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 memory_budget=None, objective="time",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                tie_break=()):
+                tie_break=(), solver_params=None):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
@@ -289,13 +300,18 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
       reads).
     topology: a costmodels Topology or its name (``"dgx-h100"``...).
     memory_budget: bytes per device, or None for no limit.
-    objective: ``"time"`` (step time), ``"comm"`` (communication time) or
+    objective: ``"time"`` (step time), ``"latency"`` (the same: the
+      predicted time of one step, for a one-token decoding graph from
+      ``mesh_tf.models.decoding``), ``"comm"`` (communication time) or
       ``"memory"`` (peak memory per device).
-    time_limit_s: CP-SAT wall-time limit for all phases together.
+    time_limit_s: CP-SAT wall-time limit for all phases together (building
+      the tables is not counted).  On time-out the best layout found is
+      returned with status "feasible", its bound and gap.
     num_workers: CP-SAT worker threads.
     seed: CP-SAT random seed.
     tie_break: extra objectives (e.g. ``("memory",)``) to minimise, in
       order, among optima of the main one, before the fixed rule order.
+    solver_params: further CP-SAT parameters by name.
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -315,11 +331,19 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
   if objective not in OBJECTIVES:
     raise MtfError(f"unknown objective {objective!r}; use one of "
                    f"{OBJECTIVES}")
+  if objective == "latency":
+    # The latency of a one-token decoding graph (mesh_tf.models.decoding)
+    # is its predicted step time: solve "time", report it as latency.
+    import dataclasses
+    result = auto_layout(graph, mesh_shape, outputs, topology, memory_budget,
+                         "time", time_limit_s, num_workers, seed, tie_break)
+    return dataclasses.replace(result, objective="latency")
   phases = _phases(objective, tie_break)
   problem = build_problem(graph, mesh_shape, outputs, topology,
                           memory_budget, need_peak="memory" in phases)
   try:
-    pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed)
+    pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
+                      solver_params)
   except InfeasibleLayoutError:
     _infeasible(graph, mesh_shape, outputs, topology, memory_budget,
                 time_limit_s, num_workers, seed)

@@ -127,3 +127,19 @@ def test_auto_mesh_and_layout_ranks_every_fitting_mesh():
   # The best mesh is at least as good as the fixed 2x4 mesh.
   fixed = autolayout.auto_layout(g, "x:2;y:4", outs, graphs.TOPOLOGY)
   assert results[0].step_time_s <= fixed.step_time_s * (1 + 1e-12)
+
+
+def test_stopped_early_returns_the_layout_found_with_its_gap():
+  g, outs = graphs.mlp()
+  r = autolayout.auto_layout(
+      g, "x:2;y:2;z:2", outs, graphs.TOPOLOGY, num_workers=1,
+      solver_params={"stop_after_first_solution": True,
+                     "cp_model_presolve": False})
+  best = autolayout.auto_layout(g, "x:2;y:2;z:2", outs, graphs.TOPOLOGY)
+  # The first solution is the hinted replicated layout, not yet proven.
+  assert r.status == "feasible" and not r.is_optimal
+  assert 0 <= r.best_bound <= r.objective_value
+  assert 0 < r.gap <= 1
+  assert r.step_time_s > best.step_time_s
+  # Validated like any answer: the report is the cost model's.
+  assert r.objective_value == r.report.step_time_s
