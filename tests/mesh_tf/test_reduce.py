@@ -102,7 +102,7 @@ def test_logsumexp_softmax_log_softmax_under_layouts(dim):
     lse = _np_logsumexp(X.astype(np.float64), axis)
     ls = X - np.expand_dims(lse, axis)
     return [lse, np.exp(ls), ls]
-  check_layouts(build, ALL, reference, limit=None if dim == "a" else 8)
+  check_layouts(build, ALL, reference, limit=12 if dim == "a" else 5)
 
 
 def test_softmax_sums_to_one_and_is_stable_for_huge_logits():
@@ -111,7 +111,7 @@ def test_softmax_sums_to_one_and_is_stable_for_huge_logits():
   def build(mesh):
     return mtf.reduce_sum(mtf.softmax(mtf.import_tf_tensor(mesh, big, ABC), B),
                           reduced_dim=B)
-  check_layouts(build, ALL, lambda: np.ones((8, 2)), limit=8)
+  check_layouts(build, ALL, lambda: np.ones((8, 2)), limit=5)
 
 
 def test_logsumexp_and_softmax_with_extra_logit():
@@ -124,7 +124,7 @@ def test_logsumexp_and_softmax_with_extra_logit():
     z = np.concatenate([X.astype(np.float64), np.zeros((1, 4, 2))], 0)
     lse = _np_logsumexp(z, 0)
     return [lse, np.exp(X - lse)]
-  check_layouts(build, ALL, reference, limit=8)
+  check_layouts(build, ALL, reference, limit=5)
 
 
 def test_reduction_of_split_dim_allreduces_and_of_unsplit_does_not():
