@@ -49,8 +49,7 @@ Objective
 """
 
 import collections
-import itertools
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from ortools.sat.python import cp_model
 
@@ -208,7 +207,6 @@ def time_objective(v, tables, which="time"):
   unit = top / TIME_UNITS_TOTAL if top > 0 else 1.0
   ys, coeffs = [], []
   for tb, c in costs:
-    lo = min(c) if c else 0.0
     for sigma, s in zip(tb.choices, c):
       q = int(round(s / unit))
       if q:
@@ -234,29 +232,22 @@ def add_memory_constraints(model, v, steps, host, budget, with_peak):
     return None
   else:
     bound = int(budget)
+  choices = collections.defaultdict(list)
+  for k in v.y:
+    choices[k.scope].append(k.assignment)
   for step in steps:
-    ys, coeffs = [], []
+    acc = collections.Counter()
     for scope, per in step.items():
       tscope = host[scope]
-      for sigma_t in _choices_of(v, tscope):
-        sub = assignments.restrict(tscope, sigma_t, scope)
-        b = per.get(sub, 0)
+      for sigma_t in choices[tscope]:
+        b = per.get(assignments.restrict(tscope, sigma_t, scope), 0)
         if b:
-          ys.append(v.y[TableChoice(tscope, sigma_t)])
-          coeffs.append(int(b))
-    if ys:
-      model.add(cp_model.LinearExpr.weighted_sum(ys, coeffs) <= bound)
+          acc[TableChoice(tscope, sigma_t)] += int(b)
+    if acc:
+      keys = list(acc)  # insertion order: deterministic
+      model.add(cp_model.LinearExpr.weighted_sum(
+          [v.y[k] for k in keys], [acc[k] for k in keys]) <= bound)
   return v.peak
-
-
-def _choices_of(v, scope):
-  cache = getattr(v, "_by_scope", None)
-  if cache is None:
-    cache = collections.defaultdict(list)
-    for k in v.y:
-      cache[k.scope].append(k.assignment)
-    v._by_scope = cache  # pylint: disable=protected-access
-  return cache[scope]
 
 
 def tie_break_groups(v, chunk=50):

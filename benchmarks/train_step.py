@@ -207,7 +207,7 @@ def main(argv=None):
 
   from rich.console import Console
   from rich.table import Table
-  console = Console()
+  console = Console(width=200)
   rows = []
   for n in args.layers:
     console.print(f"[bold]{n} layer(s)[/bold]: mesh step ...")
