@@ -62,7 +62,9 @@ def memory_bars(reports, ax=None):
 
   Returns:
     The Axes.  Each candidate's chip HBM is drawn as a dashed line over its
-    bar (one line across all bars when they share a chip).
+    bar (one line across all bars when they share a chip); when every bar
+    is under a tenth of it, the title states it instead, so that the bars
+    stay readable.
   """
   items = _items(reports)
   ax = ax if ax is not None else _new_axes()
@@ -79,7 +81,11 @@ def memory_bars(reports, ax=None):
   ax.scatter(x, peaks, marker="_", s=400, color="black", zorder=3,
              label="peak")
   hbms = [r.hbm_bytes / GIB for _, r in items]
-  if len(set(hbms)) == 1 and hbms:
+  title = "Per-device memory at the peak"
+  if hbms and max(peaks.max(), bottom.max()) < 0.1 * min(hbms):
+    # A far-away HBM line would flatten every bar; say it in the title.
+    title += f"\n(HBM {min(hbms):.3g} GiB per device, off the chart)"
+  elif len(set(hbms)) == 1 and hbms:
     ax.axhline(hbms[0], color="red", linestyle="--",
                label=f"HBM {hbms[0]:.3g} GiB")
   else:
@@ -91,7 +97,7 @@ def memory_bars(reports, ax=None):
                 if len(items) > 3 else "center")
   _pad_few(ax, len(items))
   ax.set_ylabel("GiB per device")
-  ax.set_title("Per-device memory at the peak")
+  ax.set_title(title)
   ax.legend(fontsize="small")
   return ax
 
