@@ -62,12 +62,14 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   pricer = Pricer(topology, mesh_shape)
   space = assignments.dim_space(graph, mesh_shape)
   gt = tables.GraphTables(graph, mesh_shape, outputs, pricer, space)
-  ms = memory_steps.compress(graph, list(outputs))
+  # Memory constraints only when a budget or the peak is asked for.
   memory_bound = memory_budget is not None or need_peak
+  ms = None
   if memory_bound:
-    ms = memory_steps.prune_by_layouts(ms, space)
+    ms = memory_steps.prune_by_layouts(
+        memory_steps.compress(graph, list(outputs)), space)
   tbls, host = formulation.build_tables(gt, space,
-                                        ms.scopes)
+                                        ms.scopes if ms else ())
   model = cp_model.CpModel()
   v = formulation.Variables()
   formulation.add_dim_axis_vars(model, v, space)
@@ -89,7 +91,7 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
     objectives["memory"], units["memory"] = v.peak, 1.0
   form = formulation.Formulation(model, v, tuple(tbls), objectives, units,
                                  formulation.tie_break_groups(v),
-                                 len(ms.steps))
+                                 len(ms.steps) if ms else 0)
   return Problem(graph, mesh_shape, outputs, costmodels.get_topology(topology),
                  space, form, host, time.perf_counter() - t0)
 
@@ -353,6 +355,14 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                     pr.value if objective == "memory" else None)
   value = {"time": report.step_time_s, "comm": report.comm_time_s,
            "memory": report.peak_memory_bytes}[objective]
+  if objective != "memory":
+    # The solver's integer objective is the cost model's value up to the
+    # rounding of one coefficient per table.
+    tol = unit * (0.5 * len(problem.form.tables) + 1)
+    if abs(pr.value * unit - value) > tol:
+      raise SolverError(
+          f"CP-SAT's objective {pr.value} x {unit!r} s differs from the cost "
+          f"model's {value!r} s for rules {rules} by more than rounding")
   bound = pr.bound * unit
   gap = 0.0 if pr.status == "optimal" else max(
       0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)

@@ -75,3 +75,30 @@ def random_specs(draw):
 def test_random_graphs_match_brute_force(spec, mesh, objective):
   g, outs = graphs.build_random(spec)
   _check(g, mesh, outs, objective)
+
+
+def test_transformer_training_tables_equal_the_cost_model_on_many_layouts():
+  """On the zoo Transformer's training step (forward, backward with merged
+  pending sums, Adam update), the program's value of any layout equals
+  costmodels.evaluate, and no sampled layout beats the solver's answer."""
+  import random
+  from mesh_tf import optimize
+  from mesh_tf.gradients import gradients
+  from mesh_tf.models.transformer import transformer_lm
+  m = transformer_lm(layers=1, d_model=512, heads=8, d_kv=64, d_ff=2048,
+                     vocab=4096, length=256, batch=32)
+  grads = gradients([m.loss], m.graph.trainable_variables)
+  optimize.AdamWeightDecayOptimizer(1e-4).apply_grads(
+      grads, m.graph.trainable_variables)
+  mesh = "x:2;y:2;z:2"
+  problem = autolayout.solve.build_problem(m.graph, mesh, None,
+                                           graphs.TOPOLOGY)
+  res = autolayout.auto_layout(m.graph, mesh, None, graphs.TOPOLOGY)
+  layouts = autolayout.all_layouts(m.graph, mesh)
+  sample = random.Random(0).sample(layouts, 25)
+  for rules in sample:
+    t, c = autolayout.solve.table_values(problem, rules)
+    r = graphs.evaluation.evaluate(m.graph, mesh, rules, graphs.TOPOLOGY)
+    assert math.isclose(t, r.step_time_s, rel_tol=1e-9), rules
+    assert math.isclose(c, r.comm_time_s, rel_tol=1e-9, abs_tol=1e-18)
+    assert res.step_time_s <= r.step_time_s * (1 + 1e-12)

@@ -68,3 +68,17 @@ def test_graphml_round_trip_and_dot(tmp_path):
   assert dot.startswith("digraph mtf {") and '"dim:d_ff" [label="d_ff=32"' in dot
   view.write_dot(v, tmp_path / "g.dot")
   assert (tmp_path / "g.dot").read_text() == dot
+
+
+def test_dims_that_always_share_tensors_form_a_group():
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  b, d, h, k = (mtf.Dimension("b", 4), mtf.Dimension("d", 8),
+                mtf.Dimension("h", 2), mtf.Dimension("k", 4))
+  x = mtf.get_variable(mesh, "x", mtf.Shape([b, d]))
+  w = mtf.get_variable(mesh, "w", mtf.Shape([d, h, k]))
+  q = mtf.einsum([x, w], reduced_dims=[d])           # [b, h, k]
+  mtf.reduce_sum(mtf.exp(q), output_shape=mtf.Shape([b]))
+  groups = view.dims_used_together(g)
+  assert groups[0] == ("h", "k")
+  assert sorted(groups[1:]) == [("b",), ("d",)]
