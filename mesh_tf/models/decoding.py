@@ -70,7 +70,7 @@ from mesh_tf.ops import topk as topk_lib
 from mesh_tf.ops import variables as var_lib
 
 __all__ = ["MODES", "DecodingError", "DecodingGraph", "decoding_graph",
-           "decoding_model", "check_same_weights", "BEAM_DIM",
+           "decoding_model", "check_same_weights", "for_cli", "BEAM_DIM",
            "CACHE_SCOPE"]
 
 MODES = ("greedy", "sample", "beam")
@@ -400,3 +400,20 @@ def check_same_weights(decoding, model):
                             f"model's {b}; build both from one config")
   return True
 
+
+
+def for_cli(model="transformer_tiny", batch=1, memory_length=None,
+            mode="greedy", beam_size=None, **overrides):
+  """``(graph, outputs)`` of a decoding step, for ``mtf-layout``'s
+  ``--model mesh_tf/models/decoding.py:for_cli``: its predicted step time is
+  the per-token latency.
+
+  Example (shell)::
+
+    mtf-layout solve --model mesh_tf/models/decoding.py:for_cli \\
+        --set model=mtf_5b --set batch=1 --topology tpu-v5e-2x4 \\
+        --mesh model:8
+  """
+  d = decoding_model(model, batch=batch, memory_length=memory_length,
+                     mode=mode, beam_size=beam_size, **overrides)
+  return d.graph, d.cost_outputs()

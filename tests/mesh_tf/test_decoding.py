@@ -127,6 +127,33 @@ def test_real_lowering_does_what_the_cost_model_prices(greedy_runs):
   assert {c.kind for c in real.collectives} >= {"allreduce"}
 
 
+def test_training_checkpoint_restores_into_the_decoding_step(tmp_path):
+  """Weights trained (one SGD step) under one layout and saved restore into
+  the decoding step under another; its logits are the trained model's."""
+  from mesh_tf.optimize import SgdOptimizer
+  model = CONFIG.build()
+  train = train_step_for_model(model, "single:1", "",
+                               mtf.logical_cpu_devices(1), SgdOptimizer(1.0),
+                               outputs=[model.outputs["logits"]])
+  tokens = np.tile(np.arange(8, dtype=np.int32), (2, 1))
+  before = train(inputs=tokens, targets=tokens)[1].numpy()
+  path = train.save(str(tmp_path / "model"))
+  after = train(inputs=tokens, targets=tokens)[1].numpy()
+  assert np.abs(after - before).max() > 1e-3  # the step changed the weights
+  d = dl.decoding_graph(CONFIG, batch=2)
+  step = _step(d, MIXED, outputs=["logits"])
+  step.restore(path)
+  for t in range(CONFIG.length):
+    out = step(ids=tokens[:, t], position=np.full(2, t, np.int32))
+    np.testing.assert_allclose(out["logits"].numpy(), after[:, t], rtol=0,
+                               atol=2e-5, err_msg=f"position {t}")
+
+
+def test_docstring_examples():
+  import doctest
+  assert doctest.testmod(dl).failed == 0
+
+
 # --- sampling ---------------------------------------------------------------
 def test_gumbel_noise_is_keyed_by_seed_and_step():
   a = gumbel_noise(3, 4, 2, 64, 8)
