@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -95,6 +96,8 @@ def test_solve_json_equals_cost_model_and_never_imports_tensorflow():
           "with contextlib.redirect_stdout(buf):\n"
           f"  rc = main(['solve', *{TINY!r}, '--format', 'json'])\n"
           "assert rc == 0\n"
+          "with contextlib.redirect_stdout(io.StringIO()):\n"
+          f"  assert main(['solve', *{TINY!r}, '--train']) == 0\n"
           "assert 'tensorflow' not in sys.modules, 'TF was imported'\n"
           "print(buf.getvalue())\n")
   p = subprocess.run([sys.executable, "-c", code], capture_output=True,
@@ -344,7 +347,7 @@ def test_infeasible_error_states_the_smallest_feasible_memory(capsys):
   rc = cli.main(["solve", *TINY, "--memory-budget", "2KiB"])
   err = capsys.readouterr().err
   assert rc == 3
-  peak = int(err.split("(")[1].split(" bytes")[0])
+  peak = int(re.search(r"\((\d+) bytes\)", err).group(1))
   # That budget is feasible, one byte less is not.
   assert cli.main(["solve", *TINY, "--memory-budget", str(peak),
                    "-f", "json"]) == 0
