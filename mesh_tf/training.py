@@ -83,6 +83,7 @@ class TrainStep:
       self.grads = gradients([loss], [v.outputs[0] for v in self.variables])
       self.update_ops = optimizer.apply_grads(self.grads, self.variables)
     self.lowering = None
+    self._initialized = False
     self._function = tf.function(
         self._step, autograph=False,
         input_signature=[tf.TensorSpec(t.shape.to_integer_list(), t.dtype)
@@ -94,11 +95,14 @@ class TrainStep:
     Called by the first step; call it earlier to time it separately.
     Variables restored from a checkpoint beforehand are kept.
     """
+    if self._initialized:
+      return
     for v in self.graph.all_variables:
       def init(full, begin, slice_shape, dtype, v=v):
         return v.initializer(full, begin, slice_shape, dtype, v.seed)
       self.mesh_impl.make_variable(v.name, v.shape, v.dtype, init,
                                    v.trainable)
+    self._initialized = True
 
   def _step(self, *args):
     self.lowering = Lowering(self.graph, {self.mesh: self.mesh_impl},

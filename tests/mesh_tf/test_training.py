@@ -45,8 +45,8 @@ def test_mlp_step_is_one_function_and_matches_one_device():
 
 
 def _tiny_lm():
-  return models.transformer_lm(layers=2, d_model=16, heads=4, d_kv=4,
-                               d_ff=32, vocab=64, length=8, batch=8)
+  return models.transformer_lm(layers=1, d_model=16, heads=4, d_kv=4,
+                               d_ff=32, vocab=32, length=8, batch=8)
 
 
 def test_transformer_loss_decreases_and_first_steps_match_one_device():
@@ -57,11 +57,11 @@ def test_transformer_loss_decreases_and_first_steps_match_one_device():
     model = _tiny_lm()
     step = training.train_step_for_model(
         model, mesh_shape, LAYOUT, mtf.logical_cpu_devices(n),
-        optimize.AdamWeightDecayOptimizer(0.01))
-    losses[n] = [float(step(**values)) for _ in range(5 if n == 8 else 12)]
-  np.testing.assert_allclose(losses[8], losses[1][:5], rtol=2e-5, atol=2e-5)
-  assert losses[1][-1] < 0.8 * losses[1][0], losses[1]
-  assert losses[8][-1] < losses[8][0]
+        optimize.SgdOptimizer(1.0))
+    losses[n] = [float(step(**values)) for _ in range(5)]
+  np.testing.assert_allclose(losses[8], losses[1], rtol=2e-5, atol=2e-5)
+  assert all(b < a for a, b in zip(losses[8], losses[8][1:])), losses[8]
+  assert losses[8][-1] < 0.8 * losses[8][0], losses[8]
 
 
 def test_step_errors():
