@@ -26,7 +26,7 @@ one ``error:`` line and one ``hint:`` line on stderr, never a traceback
 Solving never imports TensorFlow.
 
 Example:
-  $ mtf-layout solve --model transformer --topology tpu-v5e-4x4
+  $ mtf-layout solve --model transformer --topology tpu-v5e-16x16
 """
 
 # OR-Tools first: it must be loaded before TensorFlow in any process.
@@ -69,7 +69,7 @@ def _add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
   g.add_argument("--train", action="store_true",
                  help="lay out a training step (backward pass and Adam "
                  "update) instead of the forward pass")
-  g.add_argument("--topology", "-t", default="tpu-v5e-4x4",
+  g.add_argument("--topology", "-t", default="tpu-v5e-16x16",
                  help="preset topology (see `mtf-layout topologies`); "
                  "default %(default)s")
   if mesh:
@@ -108,7 +108,14 @@ def _add_output_args(p, plot=True):
 
 def build_parser():
   """The argparse parser of ``mtf-layout``."""
-  p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+  p = _Parser(prog=PROG, description=(
+      "mtf-layout: how should I shard this model on this hardware, and what "
+      "will it cost per device?"),
+              epilog=(
+                  "example:\n  mtf-layout solve --model transformer "
+                  "--topology tpu-v5e-16x16\n\nRun `mtf-layout COMMAND "
+                  "--help` for a command's options; docs/cli.md\nhas "
+                  "them all, the exit codes and the JSON schema."),
               formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = p.add_subparsers(dest="command", metavar="COMMAND",
                          parser_class=_Parser)

@@ -685,6 +685,8 @@ def _why(r, base):
     dm = r["without_peak_memory_bytes"] - base.peak_memory_bytes
     if dm > 0:
       parts.append(f"and needs {out.fmt_bytes(dm)} more per device")
+      if r["without_peak_memory_bytes"] > base.hbm_bytes:
+        parts.append("(over HBM)")
   if r["runner_up_axis"]:
     dr = r["runner_up_step_time_s"] - t0
     parts.append(f"; on {r['runner_up_axis']} instead it would be "
