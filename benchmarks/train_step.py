@@ -16,6 +16,9 @@ TF state are its own):
   * TF ops in the lowered step: ``len(concrete_function.graph
     .get_operations())`` (deterministic), and per layer;
   * peak RSS;
+  * the lowering's time per TF op, next to what TF alone takes per op on
+    this machine (tracing a chain of relus), since op construction in TF
+    dominates the lowering time;
   * the plain-TF baseline's steady step and TF ops, and the ratios.
 
 Targets (issue 3): at most 1,800 TF ops per layer on 8 devices; lowering plus
@@ -53,6 +56,23 @@ def _peak_rss_mib():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def tf_op_cost_us(tf, n=2000):
+  """Microseconds TF itself takes to add one op to a tf.function graph on
+  this machine (a chain of ``n`` relu ops, each under a device scope, as
+  the lowering places them): the floor under the lowering time per op."""
+  devices = [d.name for d in tf.config.list_logical_devices("CPU")]
+
+  @tf.function(autograph=False)
+  def chain(x):
+    for i in range(n):
+      with tf.device(devices[i % len(devices)]):
+        x = tf.nn.relu(x)
+    return x
+  t0 = time.perf_counter()
+  fn = chain.get_concrete_function(tf.TensorSpec([4], tf.float32))
+  return (time.perf_counter() - t0) / len(fn.graph.get_operations()) * 1e6
+
+
 def run_mesh(layers, steps):
   """Times the mtf step on 8 devices; returns a dict of numbers."""
   tf = _setup_tf(8)
@@ -88,6 +108,7 @@ def run_mesh(layers, steps):
   out["steady_step_s"] = sorted(times)[len(times) // 2]
   out["loss"] = loss
   out["peak_rss_mib"] = _peak_rss_mib()
+  out["tf_op_cost_us"] = tf_op_cost_us(tf)
   return out
 
 
@@ -221,8 +242,9 @@ def main(argv=None):
   table = Table(title=f"train step, mesh {MESH}, layout {LAYOUT}")
   for col in ("layers", "build s", "var init s", "lowering s",
               "first step s", "steady s", "TF ops", "TF ops/layer",
-              "peak RSS MiB", "plain TF steady s", "plain TF ops",
-              "steady ratio", "op ratio"):
+              "lowering us/op", "TF floor us/op", "peak RSS MiB",
+              "plain TF steady s", "plain TF ops", "steady ratio",
+              "op ratio"):
     table.add_column(col, justify="right")
   smallest = min(base_ops)
   for mesh, plain in rows:
@@ -235,6 +257,8 @@ def main(argv=None):
         f"{mesh['first_step_s']:.2f}", f"{mesh['steady_step_s']:.3f}",
         str(mesh["tf_ops"]),
         "-" if per_layer != per_layer else f"{per_layer:.0f}",
+        f"{mesh['lowering_s'] / mesh['tf_ops'] * 1e6:.0f}",
+        f"{mesh['tf_op_cost_us']:.0f}",
         f"{mesh['peak_rss_mib']:.0f}",
         "-" if plain is None else f"{plain['steady_step_s']:.3f}",
         "-" if plain is None else str(plain["tf_ops"]),
@@ -244,7 +268,9 @@ def main(argv=None):
   console.print(table)
   console.print("TF ops/layer = (ops(L) - ops(smallest L)) / (L - smallest "
                 "L); target <= 1800.  Target: lowering + first step of 32 "
-                "layers <= 25 s.")
+                "layers <= 25 s.  'TF floor us/op' is what TF alone takes "
+                "to add one op to a traced graph here (a relu chain), so "
+                "lowering us/op / floor is the lowering's own overhead.")
   console.print(f"reproduce: python benchmarks/train_step.py --layers "
                 f"{' '.join(map(str, args.layers))} --steps {args.steps}")
   console.print("RESULTS " + json.dumps([r[0] for r in rows] +
