@@ -215,6 +215,16 @@ def test_gather_top_k_cumsum_gradients():
                                rtol=1e-5, atol=1e-5)
 
 
+def test_dropout_gradient_is_the_scaled_mask():
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, ZV, mtf.Shape([B, D]))
+    (gx,) = gradients([mtf.reduce_sum(mtf.dropout(x, rate=0.5, seed=3))], [x])
+    return [gx, mtf.dropout(mtf.ones(mesh, x.shape), rate=0.5, seed=3)]
+  (gx, mask), _ = run(build, "rows:2;cols:4", "b:rows;d:cols")
+  np.testing.assert_array_equal(gx, mask)
+  assert set(np.unique(mask)) == {0.0, 2.0}
+
+
 def test_sign_and_comparisons_have_no_gradient():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "m")
