@@ -7,6 +7,7 @@
 solver).
 """
 
+import collections
 import math
 import time
 from typing import NamedTuple, Optional
@@ -52,6 +53,26 @@ def _outputs(graph, outputs):
   return tuple(outputs)
 
 
+_CACHE = collections.OrderedDict()
+_CACHE_SIZE = 12
+
+
+def _cached(key, graph, make):
+  """Cost tables and memory steps, kept for the last few (graph, mesh,
+  topology, outputs), so that Pareto sweeps and repeated calls reuse them.
+  Keyed by the graph's identity and op count (graphs only grow)."""
+  full = (id(graph), len(graph.operations)) + key
+  hit = _CACHE.get(full)
+  if hit is not None and hit[0] is graph:
+    _CACHE.move_to_end(full)
+    return hit[1]
+  value = make()
+  _CACHE[full] = (graph, value)
+  while len(_CACHE) > _CACHE_SIZE:
+    _CACHE.popitem(last=False)
+  return value
+
+
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
                   need_peak=False):
   """Builds the cost tables and the CP-SAT model (see
@@ -59,15 +80,19 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   t0 = time.perf_counter()
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
   outputs = _outputs(graph, outputs)
-  pricer = Pricer(topology, mesh_shape)
-  space = assignments.dim_space(graph, mesh_shape)
-  gt = tables.GraphTables(graph, mesh_shape, outputs, pricer, space)
+  topo = costmodels.get_topology(topology)
+  key = (mesh_shape, topo, tuple(id(t) for t in outputs))
+  space = _cached(("space",) + key, graph,
+                  lambda: assignments.dim_space(graph, mesh_shape))
+  gt = _cached(("tables",) + key, graph, lambda: tables.GraphTables(
+      graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space))
   # Memory constraints only when a budget or the peak is asked for.
   memory_bound = memory_budget is not None or need_peak
   ms = None
   if memory_bound:
-    ms = memory_steps.prune_by_layouts(
-        memory_steps.compress(graph, list(outputs)), space)
+    ms = _cached(("memory",) + key, graph,
+                 lambda: memory_steps.prune_by_layouts(
+                     memory_steps.compress(graph, list(outputs)), space))
   tbls, host = formulation.build_tables(gt, space,
                                         ms.scopes if ms else ())
   model = cp_model.CpModel()
@@ -254,21 +279,28 @@ def _phases(objective, extra=()):
 def min_peak_layout(graph, mesh_shape, outputs, topology,
                     time_limit_s=DEFAULT_TIME_LIMIT_S,
                     num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
-  """``(peak bytes, rules)`` of the layout with the smallest peak memory."""
+  """``(peak bytes, rules, problem, status)`` of the layout with the
+  smallest peak memory per device (``status`` "feasible": the smallest
+  found within ``time_limit_s``, not proven)."""
   problem = build_problem(graph, mesh_shape, outputs, topology,
                           need_peak=True)
   pr = solve_phases(problem.form, ["memory"], time_limit_s, num_workers,
                     seed)
-  return int(round(pr.value)), rules_of(pr.x), problem
+  return int(round(pr.value)), rules_of(pr.x), problem, pr.status
 
 
 def _infeasible(graph, mesh_shape, outputs, topology, budget, time_limit_s,
                 num_workers, seed):
-  peak, rules, problem = min_peak_layout(graph, mesh_shape, outputs,
-                                         topology, time_limit_s, num_workers,
-                                         seed)
+  peak, rules, problem, status = min_peak_layout(
+      graph, mesh_shape, outputs, topology, time_limit_s, num_workers, seed)
   prof = cm_memory.memory_profile(graph, problem.mesh_shape, rules,
                                   outputs=list(problem.outputs))
+  if prof.peak_bytes != peak:
+    raise SolverError(f"the program's peak {peak} differs from the cost "
+                      f"model's {prof.peak_bytes} for rules {rules}")
+  smallest = ("the smallest peak any valid layout reaches is"
+              if status == "optimal" else
+              f"the smallest peak found within {time_limit_s:g} s is")
   sched = cm_memory.schedule(graph, list(problem.outputs))
   iv = cm_memory.live_intervals(graph, sched, list(problem.outputs))
   live = [(t.name, prof.tensor_bytes[t]) for t, (a, b) in iv.items()
@@ -278,8 +310,8 @@ def _infeasible(graph, mesh_shape, outputs, topology, budget, time_limit_s,
   mesh = ", ".join(str(d) for d in problem.mesh_shape)
   raise InfeasibleLayoutError(
       f"no layout of the graph on mesh [{mesh}] keeps per-device memory "
-      f"within the budget of {budget} bytes ({budget / 2**20:.4g} MiB): the "
-      f"smallest peak any valid layout reaches is {peak} bytes "
+      f"within the budget of {budget} bytes ({budget / 2**20:.4g} MiB): "
+      f"{smallest} {peak} bytes "
       f"({peak / 2**20:.4g} MiB, layout {rules or 'replicated'!s}), at op "
       f"{getattr(prof.peak_op, 'name', '?')}, dominated by "
       + ", ".join(f"{n} ({b} bytes)" for n, b in top)

@@ -184,7 +184,8 @@ class GraphTables:
     self._key_scope: Dict[int, Tuple[str, ...]] = {}
     self._key_op: Dict[int, object] = {}
     self._key_inputs: Dict[int, tuple] = {}   # op key -> per-input (D, key)
-    self._ar_info: Dict[int, tuple] = {}
+    self._producer: Dict[int, Tuple[int, int]] = {}  # tensor key -> op, j
+    self._ar_info: Dict[int, tuple] = {}   # all-reduce factor key -> info
     self.may_pend: Dict[object, bool] = {}
     self.tensor_key: Dict[object, Optional[int]] = {}
     self.pend_scope: Dict[object, Tuple[str, ...]] = {}
@@ -234,7 +235,7 @@ class GraphTables:
         if pend:
           self.tensor_key[t] = self._key(("out", key, j))
           self.pend_scope[t] = self._key_scope[key]
-          self._ar_info.setdefault(self.tensor_key[t], (key, j))
+          self._producer.setdefault(self.tensor_key[t], (key, j))
     factors = [Factor("op", k, self._key_scope[k], c, op_example[k])
                for k, c in op_counts.items()]
     ar_counts, ar_example = {}, {}
@@ -306,7 +307,7 @@ class GraphTables:
   def state(self, tensor_key, sigma):
     """Pending state of tensors of ``tensor_key`` under the local assignment
     ``sigma`` of their pending scope (None: not pending or invalid)."""
-    op_key, j = self._ar_info[tensor_key]
+    op_key, j = self._producer[tensor_key]
     o = self._table(op_key)[sigma]
     return o.out_states[j] if o.valid else None
 
@@ -340,7 +341,7 @@ class GraphTables:
       o = self._table(factor.key)[sigma]
       return o.valid, o.compute_s, o.comm_s
     tkey, structure, scope = self._ar_info[factor.key]
-    op_key, _ = self._ar_info[tkey]
+    op_key, _ = self._producer[tkey]
     pscope = self._key_scope[op_key]
     st = self.state(tkey, assignments.restrict(scope, sigma, pscope))
     if st is None:
