@@ -1,7 +1,7 @@
 """Tests of the ``mtf-layout`` CLI.
 
-The CLI runs as a real subprocess (``python -m autolayout.cli``, the module
-behind the ``mtf-layout`` console script) for the happy path of every
+The CLI runs as a real subprocess (the installed ``mtf-layout`` console
+script when setup.py provides it, else ``python -m autolayout.cli``) for the happy path of every
 subcommand and output format and for the common bad inputs; the full list of
 bad inputs also runs in-process through ``main(argv)``, which is what the
 console script calls, to keep the suite fast.
@@ -45,12 +45,21 @@ def returns_int():
 """
 
 
+def _command():
+  """The installed ``mtf-layout`` script of this environment, if setup.py
+  installed one, else ``python -m autolayout.cli`` (the same ``main``)."""
+  script = os.path.join(os.path.dirname(sys.executable), "mtf-layout")
+  if os.path.exists(script):
+    return [script]
+  return [sys.executable, "-m", "autolayout.cli"]
+
+
 def run_cli(*args, timeout=120):
-  """Runs ``python -m autolayout.cli ARGS``; returns the CompletedProcess."""
+  """Runs ``mtf-layout ARGS`` in a subprocess; returns the
+  CompletedProcess."""
   env = dict(os.environ, COLUMNS="80", PYTHONPATH=ROOT)
-  return subprocess.run([sys.executable, "-m", "autolayout.cli", *args],
-                        capture_output=True, text=True, cwd=ROOT, env=env,
-                        timeout=timeout)
+  return subprocess.run([*_command(), *args], capture_output=True, text=True,
+                        cwd=ROOT, env=env, timeout=timeout)
 
 
 def assert_clean_error(stderr, code, expected_code, *needles):
