@@ -121,13 +121,6 @@ class DecodingGraph:
   beam_size: Any = None
   input_specs: Dict[str, InputSpec] = dataclasses.field(default_factory=dict)
 
-  @property
-  def result(self):
-    """The output that decides the next token (``next_ids``, or
-    ``beam_log_probs`` in beam mode): what a latency objective prices."""
-    return self.outputs["beam_log_probs" if self.mode == "beam"
-                        else "next_ids"]
-
   def cost_outputs(self):
     """The tensors a decoding step exports, for ``costmodels.evaluate`` and
     ``auto_layout`` (the logits stay on the devices)."""
