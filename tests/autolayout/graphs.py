@@ -103,5 +103,21 @@ def build_random(spec):
   return g, None
 
 
+def build_random_training(spec):
+  """:func:`build_random` plus the gradient of the sum of its last tensor
+  with respect to its variables, and an SGD update (backward merges pending
+  sums of gradient contributions)."""
+  from mesh_tf import optimize
+  from mesh_tf.gradients import gradients
+  g, _ = build_random(spec)
+  last = g.operations[-1].outputs[0]
+  if last.dtype != "float32":
+    last = mtf.cast(last, "float32")
+  loss = mtf.reduce_sum(last)
+  grads = gradients([loss], g.trainable_variables)
+  optimize.SgdOptimizer(0.1).apply_grads(grads, g.trainable_variables)
+  return g, None
+
+
 def as_numpy_reference(values):
   return [np.asarray(v) for v in values]
