@@ -53,6 +53,7 @@ class DecodeStep:
     self.input_names = sorted(decoding.inputs)
     self.traces = 0
     self.lowering = None
+    self._initialized = False
     specs = [tf.TensorSpec(decoding.inputs[k].shape.to_integer_list(),
                            decoding.inputs[k].dtype)
              for k in self.input_names]
@@ -62,6 +63,9 @@ class DecodeStep:
   def initialize_variables(self):
     """Creates, eagerly, every variable (weights and zeroed caches) not yet
     in the backend; restored ones are kept."""
+    if self._initialized:
+      return
+    self._initialized = True
     for v in self.decoding.graph.all_variables:
       def init(full, begin, slice_shape, dtype, v=v):
         return v.initializer(full, begin, slice_shape, dtype, v.seed)
