@@ -20,6 +20,8 @@ from mesh_tf.core.layout import LayoutRules
 
 Assignment = Tuple[Optional[str], ...]
 
+MAX_LOCAL_ASSIGNMENTS = 250_000
+
 
 class DimSpace(NamedTuple):
   """What the search may do with each dim of a graph on one mesh.
@@ -85,6 +87,10 @@ def local_assignments(space, scope):
 
   The order is deterministic: the all-replicated assignment comes first.
 
+  Raises:
+    AutoLayoutError: if the scope has more than ``MAX_LOCAL_ASSIGNMENTS``
+      candidate assignments.
+
   Example:
     >>> space = dim_space(graph, "x:2")          # doctest: +SKIP
     >>> local_assignments(space, ("b", "k"))     # doctest: +SKIP
@@ -93,6 +99,17 @@ def local_assignments(space, scope):
   scope = tuple(scope)
   out = []
   choices = [(None,) + space.options[d] for d in scope]
+  count = 1
+  for c in choices:
+    count *= len(c)
+  if count > MAX_LOCAL_ASSIGNMENTS:
+    from autolayout.errors import AutoLayoutError
+    raise AutoLayoutError(
+        f"the dims {list(scope)} are priced together (one op, or pending "
+        f"sums merged across ops, touches them all) and have up to {count} "
+        f"local assignments on mesh {space.mesh_shape}, more than "
+        f"{MAX_LOCAL_ASSIGNMENTS}; mark some of them unsplittable, or use a "
+        "mesh with fewer axes")
   pairs = [(i, j) for i, j in itertools.combinations(range(len(scope)), 2)
            if frozenset((scope[i], scope[j])) in space.conflicts]
   for combo in itertools.product(*choices):

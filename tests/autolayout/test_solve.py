@@ -143,3 +143,14 @@ def test_stopped_early_returns_the_layout_found_with_its_gap():
   assert r.step_time_s > best.step_time_s
   # Validated like any answer: the report is the cost model's.
   assert r.objective_value == r.report.step_time_s
+
+
+def test_too_many_dims_priced_together_is_a_clear_error():
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  ds = [mtf.Dimension(f"d{i}", 8) for i in range(10)]
+  x = mtf.get_variable(mesh, "x", mtf.Shape(ds[:5]))
+  y = mtf.get_variable(mesh, "y", mtf.Shape(ds[5:]))
+  mtf.einsum([x, y], output_shape=mtf.Shape(ds))
+  with pytest.raises(autolayout.AutoLayoutError, match="priced together"):
+    autolayout.auto_layout(g, "x:2;y:2;z:2", None, graphs.TOPOLOGY)
