@@ -136,7 +136,10 @@ class PlacementMeshImpl(MeshImpl):
     for p in range(self.size):
       begin = self.slice_begin(shape, p)
       with tf.device(self.devices[p]):
-        out.append(tf.slice(full, begin, slice_shape))
+        if tuple(slice_shape) == tuple(shape.to_integer_list()):
+          out.append(tf.identity(full))  # replicated (also 0-d values)
+        else:
+          out.append(tf.slice(full, begin, slice_shape))
     return LaidOutTensor(slice_shape, dtype, out)
 
   def export_to_tf_tensor(self, x, shape):

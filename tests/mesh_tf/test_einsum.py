@@ -52,3 +52,12 @@ def test_large_allreduce_reduce_then_broadcast_path_matches():
   sizes = [c.bytes_per_device for c in trace.collectives]
   assert max(sizes) >= mtf.PlacementMeshImpl.REDUCE_BROADCAST_MIN_BYTES
   np.testing.assert_allclose(v, (xv @ wv).max(0), rtol=1e-5, atol=1e-5)
+
+
+def test_scalar_import_and_feed():
+  def build(mesh):
+    s = mtf.import_tf_tensor(mesh, np.float32(3.0), mtf.Shape([]))
+    x = mtf.import_tf_tensor(mesh, XV, mtf.Shape([B, K]))
+    return x * s
+  (v,), _ = run(build, "rows:2;cols:4", "b:rows;k:cols")
+  np.testing.assert_allclose(v, 3 * XV)
