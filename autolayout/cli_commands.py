@@ -14,9 +14,8 @@ import time
 import pandas as pd
 
 import costmodels
-from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import ParseError
 from mesh_tf.core.layout import convert_to_layout_rules
+from autolayout import cli_inputs as inputs
 from autolayout import cli_output as out
 from autolayout.cli_models import CliInputError, load_model, parse_overrides
 
@@ -57,121 +56,22 @@ class Context:
 
 
 # --- common setup ------------------------------------------------------------
-def _topology(name):
-  try:
-    return costmodels.get_topology(name)
-  except costmodels.TopologyError:
-    raise CliInputError(
-        f"unknown topology {name!r}",
-        hint="use a preset (" + ", ".join(costmodels.list_topologies())
-        + ") or a family size such as tpu-v4-8x8x8 or h100x8-nodes32; "
-        "`mtf-layout topologies` lists them")
-
-
-def default_mesh(topology):
-  """The topology's own shape as a ``data x model`` mesh string:
-  ``tpu-v5e-16x16`` -> ``data:16;model:16``, ``tpu-v5p-4x4x4`` ->
-  ``data:16;model:4``, ``dgx-h100`` -> ``data:8``."""
-  sizes = [d.size for d in topology.dims if d.size > 1]
-  if len(sizes) <= 1:
-    return f"data:{topology.num_chips}"
-  return f"data:{math.prod(sizes[:-1])};model:{sizes[-1]}"
-
-
-def parse_mesh(text, topology):
-  """Parses and checks a mesh string against ``topology``.
-
-  Raises:
-    CliInputError: for a malformed string or a non-positive size.
-    costmodels.TopologyError: if the mesh does not fit the topology.
-  """
-  try:
-    mesh = dims_lib.convert_to_shape(text)
-  except ParseError as e:
-    raise CliInputError(f"malformed mesh {text!r}: {e}",
-                        hint="write the mesh as name:size pairs, e.g. "
-                        f"--mesh '{default_mesh(topology)}'")
-  except Exception as e:  # ShapeError: repeated names, bad sizes
-    raise CliInputError(f"malformed mesh {text!r}: {e}",
-                        hint="give each mesh axis a distinct name and a "
-                        "positive size, e.g. --mesh "
-                        f"'{default_mesh(topology)}'")
-  if not mesh.dims or any(d.size < 1 for d in mesh.dims):
-    raise CliInputError(f"malformed mesh {text!r}: every axis needs a size "
-                        "of at least 1",
-                        hint=f"e.g. --mesh '{default_mesh(topology)}'")
-  try:
-    costmodels.map_mesh(topology, mesh)
-  except costmodels.TopologyError as e:
-    raise CliInputError(
-        f"mesh {text!r} does not fit topology {topology.name}: {e}",
-        hint=f"{topology.name} has {topology.num_chips} chips laid out "
-        f"{topology.shape}; try --mesh '{default_mesh(topology)}' or "
-        "`mtf-layout mesh` to rank the meshes that fit")
-  return mesh
-
-
-def parse_rules(text, model, mesh):
-  """Parses layout rules and checks their dims and axes exist."""
-  try:
-    rules = convert_to_layout_rules(text)
-  except ParseError as e:
-    raise CliInputError(f"malformed layout rules {text!r}: {e}",
-                        hint="write rules as dim:axis pairs, e.g. "
-                        "'batch:data;d_ff:model', or 'auto'")
-  dims = sorted({d.name for t in model.graph.tensors for d in t.shape.dims})
-  axes = mesh.dimension_names
-  for dim, axis in rules.pairs:
-    if dim not in dims:
-      raise CliInputError(
-          f"layout rule {dim}:{axis} names dim {dim!r}, which no tensor of "
-          f"{model.name} has",
-          hint=f"the model's dims are: {', '.join(dims)}")
-    if axis not in axes:
-      raise CliInputError(
-          f"layout rule {dim}:{axis} names mesh axis {axis!r}, which mesh "
-          f"{_mesh_str(mesh)} does not have",
-          hint=f"use one of the mesh axes: {', '.join(axes)}")
-  return rules
-
-
-def _wrap_rules(rules):
-  """Rules with a space after each ``;`` so long ones wrap between rules."""
-  return str(rules).replace(";", "; ")
-
-
-def _mesh_str(mesh):
-  return ";".join(f"{d.name}:{d.size}" for d in mesh.dims)
-
-
-def _budget(args, topology):
-  text = getattr(args, "memory_budget", None)
-  if text is None:
-    return None
-  try:
-    return out.parse_bytes(text, topology.chip.hbm_bytes)
-  except ValueError:
-    raise CliInputError(f"cannot parse --memory-budget {text!r}",
-                        hint="use e.g. 16GB, 12GiB, 512MiB, 90% (of HBM), "
-                        "hbm or none")
-
-
 def _setup(args):
-  topology = _topology(args.topology)
+  topology = inputs.get_topology(args.topology)
   model = load_model(args.model, parse_overrides(args.set), args.train)
   return topology, model
 
 
 def _mesh_of(args, topology):
-  text = getattr(args, "mesh", None) or default_mesh(topology)
-  mesh = parse_mesh(text, topology)
-  args.resolved_mesh = _mesh_str(mesh)
+  text = getattr(args, "mesh", None) or inputs.default_mesh(topology)
+  mesh = inputs.parse_mesh(text, topology)
+  args.resolved_mesh = inputs.mesh_str(mesh)
   return mesh
 
 
 def _solve(ctx, model, mesh, topology, args, budget):
   import autolayout
-  with ctx.progress(f"solving {model.name} on {_mesh_str(mesh)} "
+  with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
                     f"({topology.name})"):
     return autolayout.auto_layout(
         model.graph, mesh, model.outputs, topology, budget, args.objective,
@@ -282,13 +182,13 @@ def _show_times(ctx, report, result=None):
 # --- solve -------------------------------------------------------------------
 def cmd_solve(args, ctx):
   topology, model = _setup(args)
-  budget = _budget(args, topology)
+  budget = inputs.memory_budget(args, topology)
   if args.devices is not None:
     import autolayout
     if args.mesh:
       raise CliInputError("give either --mesh or --devices, not both",
                           hint="--devices searches every mesh shape")
-    _check_devices(args.devices, topology)
+    inputs.check_devices(args.devices, topology)
     with ctx.progress(f"solving every mesh of {args.devices} devices"):
       results, _ = autolayout.auto_mesh_and_layout(
           model.graph, args.devices, model.outputs, topology, budget,
@@ -307,7 +207,7 @@ def cmd_solve(args, ctx):
             index=False)
   else:
     _header(ctx, "solve", model, topology,
-            f"mesh {_mesh_str(report.mesh_shape)}, memory budget "
+            f"mesh {inputs.mesh_str(report.mesh_shape)}, memory budget "
             f"{out.fmt_bytes(budget) if budget else 'none'}")
     _show_rules(ctx, report)
     _show_memory(ctx, report)
@@ -319,53 +219,25 @@ def cmd_solve(args, ctx):
   return 0
 
 
-def _check_devices(n, topology):
-  if n < 1:
-    raise CliInputError(f"--devices {n} is not a positive count",
-                        hint=f"e.g. --devices {topology.num_chips}")
-  if n != topology.num_chips:
-    raise CliInputError(
-        f"--devices {n} differs from the {topology.num_chips} chips of "
-        f"topology {topology.name}",
-        hint=f"use --devices {topology.num_chips}, or a topology with {n} "
-        "chips (see `mtf-layout topologies`)")
-
-
-# --- compare -----------------------------------------------------------------
-def parse_layout_spec(spec, index):
-  """``[NAME=]RULES[@MESH]`` -> ``(name, rules text, mesh text or None)``."""
-  name, rules, mesh = None, spec.strip(), None
-  if "@" in rules:
-    rules, _, mesh = rules.rpartition("@")
-  if "=" in rules:
-    name, _, rules = rules.partition("=")
-    name = name.strip()
-  rules = rules.strip()
-  if name is None:
-    name = rules if rules in ("auto", "") else f"L{index}"
-    name = name or "replicated"
-  return name, rules, (mesh.strip() if mesh else None)
-
-
 def cmd_compare(args, ctx):
   topology, model = _setup(args)
-  budget = _budget(args, topology)
+  budget = inputs.memory_budget(args, topology)
   base_mesh = _mesh_of(args, topology)
   reports, results, legend = {}, {}, []
   for i, spec in enumerate(args.layout, 1):
-    name, rules_text, mesh_text = parse_layout_spec(spec, i)
+    name, rules_text, mesh_text = inputs.parse_layout_spec(spec, i)
     if name in reports:
       raise CliInputError(f"two layouts are named {name!r}",
                           hint="name them: --layout dp=batch:data")
-    mesh = parse_mesh(mesh_text, topology) if mesh_text else base_mesh
+    mesh = inputs.parse_mesh(mesh_text, topology) if mesh_text else base_mesh
     if rules_text.lower() == "auto":
       result = _solve(ctx, model, mesh, topology, args, budget)
       reports[name], results[name] = result.report, result
     else:
-      rules = parse_rules(rules_text, model, mesh)
+      rules = inputs.parse_rules(rules_text, model, mesh)
       reports[name] = _evaluate(model, mesh, rules, topology)
-    legend.append({"layout": name, "mesh": _mesh_str(mesh),
-                   "rules": _wrap_rules(reports[name].layout_rules)
+    legend.append({"layout": name, "mesh": inputs.mesh_str(mesh),
+                   "rules": inputs.wrap_rules(reports[name].layout_rules)
                    or "(none)"})
   rows = [out.summary_row(r, results.get(n), n) for n, r in reports.items()]
   df = pd.DataFrame(rows).set_index("layout")
@@ -404,11 +276,11 @@ def cmd_report(args, ctx):
   result = None
   if args.layout.strip().lower() == "auto":
     result = _solve(ctx, model, mesh, topology, args,
-                    _budget(args, topology))
+                    inputs.memory_budget(args, topology))
     report = result.report
   else:
-    report = _evaluate(model, mesh, parse_rules(args.layout, model, mesh),
-                       topology)
+    rules = inputs.parse_rules(args.layout, model, mesh)
+    report = _evaluate(model, mesh, rules, topology)
   ops = report.to_dataframe("ops").sort_values("time_s", ascending=False)
   if ctx.fmt == "json":
     ctx.json(_payload(
@@ -422,7 +294,7 @@ def cmd_report(args, ctx):
     ctx.csv(df, index=args.view != "collectives")
   else:
     _header(ctx, "report", model, topology,
-            f"mesh {_mesh_str(report.mesh_shape)}")
+            f"mesh {inputs.mesh_str(report.mesh_shape)}")
     _show_rules(ctx, report)
     _show_times(ctx, report, result)
     _show_memory(ctx, report)
@@ -449,9 +321,9 @@ def cmd_report(args, ctx):
 def cmd_mesh(args, ctx):
   import autolayout
   topology, model = _setup(args)
-  budget = _budget(args, topology)
+  budget = inputs.memory_budget(args, topology)
   n = args.devices if args.devices is not None else topology.num_chips
-  _check_devices(n, topology)
+  inputs.check_devices(n, topology)
   with ctx.progress(f"solving every mesh shape of {n} devices"):
     results, table = autolayout.auto_mesh_and_layout(
         model.graph, n, model.outputs, topology, budget, args.objective,
@@ -461,7 +333,7 @@ def cmd_mesh(args, ctx):
       [i + 1 if pd.notna(s) else None
        for i, s in enumerate(table["step_time_s"])], dtype="Int64"))
   if ctx.fmt == "json":
-    by_mesh = {_mesh_str(r.mesh_shape): r for r in results}
+    by_mesh = {inputs.mesh_str(r.mesh_shape): r for r in results}
     ranking = []
     for rec in out.frame_records(table):
       r = by_mesh.get(rec["mesh"])
@@ -480,7 +352,7 @@ def cmd_mesh(args, ctx):
     view["rank"] = view["rank"].map(lambda v: "-" if pd.isna(v)
                                     else str(int(v)))
     view["rules"] = view["rules"].map(lambda v: "-" if v is None or (
-        isinstance(v, float) and math.isnan(v)) else _wrap_rules(v or
+        isinstance(v, float) and math.isnan(v)) else inputs.wrap_rules(v or
                                                                "(none)"))
     out.render(ctx.console, view, "Mesh shapes, each with its optimal "
                "layout (* best)", index=False,
@@ -498,7 +370,7 @@ def cmd_pareto(args, ctx):
   import autolayout
   topology, model = _setup(args)
   mesh = _mesh_of(args, topology)
-  with ctx.progress(f"tracing the Pareto front on {_mesh_str(mesh)}"):
+  with ctx.progress(f"tracing the Pareto front on {inputs.mesh_str(mesh)}"):
     results, _ = autolayout.pareto(
         model.graph, mesh, model.outputs, topology, args.max_points,
         args.time_limit, args.workers, args.seed)
@@ -509,13 +381,13 @@ def cmd_pareto(args, ctx):
            "status": r.status} for i, r in enumerate(results)]
   df = pd.DataFrame(rows)
   if ctx.fmt == "json":
-    ctx.json(_payload("pareto", model, topology, mesh=_mesh_str(mesh),
+    ctx.json(_payload("pareto", model, topology, mesh=inputs.mesh_str(mesh),
                       points=[out.layout_record(r.report, r)
                               for r in results]))
   elif ctx.fmt == "csv":
     ctx.csv(df, index=False)
   else:
-    _header(ctx, "pareto", model, topology, f"mesh {_mesh_str(mesh)}")
+    _header(ctx, "pareto", model, topology, f"mesh {inputs.mesh_str(mesh)}")
     fastest = results[0].step_time_s
     view = df.rename(columns={"step_time_s": "step",
                               "peak_memory_bytes": "peak mem"})
@@ -604,11 +476,11 @@ def cmd_explain(args, ctx):
   from autolayout.result import LayoutResult
   topology, model = _setup(args)
   mesh = _mesh_of(args, topology)
-  budget = _budget(args, topology)
+  budget = inputs.memory_budget(args, topology)
   if args.layout.strip().lower() == "auto":
     result = _solve(ctx, model, mesh, topology, args, budget)
   else:
-    rules = parse_rules(args.layout, model, mesh)
+    rules = inputs.parse_rules(args.layout, model, mesh)
     report = _evaluate(model, mesh, rules, topology)
     result = LayoutResult(rules, mesh, report, "given", report.step_time_s,
                           "given", report.step_time_s, 0.0, 0.0, 0.0, {},
@@ -625,7 +497,7 @@ def cmd_explain(args, ctx):
   elif ctx.fmt == "csv":
     ctx.csv(ex, index=False)
   else:
-    _header(ctx, "explain", model, topology, f"mesh {_mesh_str(mesh)}")
+    _header(ctx, "explain", model, topology, f"mesh {inputs.mesh_str(mesh)}")
     ctx.line(f"layout {base.layout_rules or '(none)'}: step "
              f"{out.fmt_time(base.step_time_s)}, peak "
              f"{out.fmt_bytes(base.peak_memory_bytes)}")

@@ -1,0 +1,150 @@
+"""Inputs of the ``mtf-layout`` CLI: topology names, mesh strings, layout
+rules, memory budgets and ``compare``'s layout specs.
+
+Strings are parsed and checked here, once, at the edge (against the
+topology and the model), and turned into typed objects; every problem
+becomes a :class:`~autolayout.cli_models.CliInputError` with a hint.
+"""
+
+import math
+
+import costmodels
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import ParseError
+from mesh_tf.core.layout import convert_to_layout_rules
+from autolayout import cli_output as out
+from autolayout.cli_models import CliInputError
+
+
+def get_topology(name):
+  """The topology ``name`` (a preset or family size).
+
+  Raises:
+    CliInputError: for an unknown name, with the presets as the hint.
+  """
+  try:
+    return costmodels.get_topology(name)
+  except costmodels.TopologyError:
+    raise CliInputError(
+        f"unknown topology {name!r}",
+        hint="use a preset (" + ", ".join(costmodels.list_topologies())
+        + ") or a family size such as tpu-v4-8x8x8 or h100x8-nodes32; "
+        "`mtf-layout topologies` lists them")
+
+
+def default_mesh(topology):
+  """The topology's own shape as a ``data x model`` mesh string:
+  ``tpu-v5e-16x16`` -> ``data:16;model:16``, ``tpu-v5p-4x4x4`` ->
+  ``data:16;model:4``, ``dgx-h100`` -> ``data:8``."""
+  sizes = [d.size for d in topology.dims if d.size > 1]
+  if len(sizes) <= 1:
+    return f"data:{topology.num_chips}"
+  return f"data:{math.prod(sizes[:-1])};model:{sizes[-1]}"
+
+
+def parse_mesh(text, topology):
+  """Parses and checks a mesh string against ``topology``.
+
+  Raises:
+    CliInputError: for a malformed string or a non-positive size.
+    costmodels.TopologyError: if the mesh does not fit the topology.
+  """
+  try:
+    mesh = dims_lib.convert_to_shape(text)
+  except ParseError as e:
+    raise CliInputError(f"malformed mesh {text!r}: {e}",
+                        hint="write the mesh as name:size pairs, e.g. "
+                        f"--mesh '{default_mesh(topology)}'")
+  except Exception as e:  # ShapeError: repeated names, bad sizes
+    raise CliInputError(f"malformed mesh {text!r}: {e}",
+                        hint="give each mesh axis a distinct name and a "
+                        "positive size, e.g. --mesh "
+                        f"'{default_mesh(topology)}'")
+  if not mesh.dims or any(d.size < 1 for d in mesh.dims):
+    raise CliInputError(f"malformed mesh {text!r}: every axis needs a size "
+                        "of at least 1",
+                        hint=f"e.g. --mesh '{default_mesh(topology)}'")
+  try:
+    costmodels.map_mesh(topology, mesh)
+  except costmodels.TopologyError as e:
+    raise CliInputError(
+        f"mesh {text!r} does not fit topology {topology.name}: {e}",
+        hint=f"{topology.name} has {topology.num_chips} chips laid out "
+        f"{topology.shape}; try --mesh '{default_mesh(topology)}' or "
+        "`mtf-layout mesh` to rank the meshes that fit")
+  return mesh
+
+
+def parse_rules(text, model, mesh):
+  """Parses layout rules and checks their dims and axes exist."""
+  try:
+    rules = convert_to_layout_rules(text)
+  except ParseError as e:
+    raise CliInputError(f"malformed layout rules {text!r}: {e}",
+                        hint="write rules as dim:axis pairs, e.g. "
+                        "'batch:data;d_ff:model', or 'auto'")
+  dims = sorted({d.name for t in model.graph.tensors for d in t.shape.dims})
+  axes = mesh.dimension_names
+  for dim, axis in rules.pairs:
+    if dim not in dims:
+      raise CliInputError(
+          f"layout rule {dim}:{axis} names dim {dim!r}, which no tensor of "
+          f"{model.name} has",
+          hint=f"the model's dims are: {', '.join(dims)}")
+    if axis not in axes:
+      raise CliInputError(
+          f"layout rule {dim}:{axis} names mesh axis {axis!r}, which mesh "
+          f"{mesh_str(mesh)} does not have",
+          hint=f"use one of the mesh axes: {', '.join(axes)}")
+  return rules
+
+
+def wrap_rules(rules):
+  """Rules with a space after each ``;`` so long ones wrap between rules."""
+  return str(rules).replace(";", "; ")
+
+
+def mesh_str(mesh):
+  """``Shape[data=4, model=4]`` -> ``"data:4;model:4"``."""
+  return ";".join(f"{d.name}:{d.size}" for d in mesh.dims)
+
+
+def memory_budget(args, topology):
+  """``--memory-budget`` in bytes per device (None: no limit)."""
+  text = getattr(args, "memory_budget", None)
+  if text is None:
+    return None
+  try:
+    return out.parse_bytes(text, topology.chip.hbm_bytes)
+  except ValueError:
+    raise CliInputError(f"cannot parse --memory-budget {text!r}",
+                        hint="use e.g. 16GB, 12GiB, 512MiB, 90% (of HBM), "
+                        "hbm or none")
+
+
+def check_devices(n, topology):
+  """Checks a ``--devices`` count against the topology's chips."""
+  if n < 1:
+    raise CliInputError(f"--devices {n} is not a positive count",
+                        hint=f"e.g. --devices {topology.num_chips}")
+  if n != topology.num_chips:
+    raise CliInputError(
+        f"--devices {n} differs from the {topology.num_chips} chips of "
+        f"topology {topology.name}",
+        hint=f"use --devices {topology.num_chips}, or a topology with {n} "
+        "chips (see `mtf-layout topologies`)")
+
+
+def parse_layout_spec(spec, index):
+  """``[NAME=]RULES[@MESH]`` -> ``(name, rules text, mesh text or None)``."""
+  name, rules, mesh = None, spec.strip(), None
+  if "@" in rules:
+    rules, _, mesh = rules.rpartition("@")
+  if "=" in rules:
+    name, _, rules = rules.partition("=")
+    name = name.strip()
+  rules = rules.strip()
+  if name is None:
+    name = rules if rules in ("auto", "") else f"L{index}"
+    name = name or "replicated"
+  return name, rules, (mesh.strip() if mesh else None)
