@@ -79,52 +79,46 @@ class LayoutResult:
 
   def explain(self):
     """For each chosen rule, what the step time and peak memory would be
-    without it, and with the dim on its runner-up axis.
+    without it, and with the runner-up axis.
 
-    Returns a DataFrame with one row per rule: ``dim``, ``axis``, the chosen
-    ``step_time_s`` and ``peak_memory_bytes``, ``without_step_time_s``,
-    ``without_peak_memory_bytes``, ``runner_up_axis`` (the best other valid
-    axis, or None), ``runner_up_step_time_s`` and
-    ``runner_up_peak_memory_bytes``.  Alternatives that are not valid
-    layouts (an axis already used by a dim sharing a tensor) are skipped.
+    Returns a DataFrame with one row per rule ``dim:axis``: the chosen
+    ``step_time_s`` and ``peak_memory_bytes``; ``without_*``: the same
+    layout minus this rule; ``runner_up_*``: the best layout (re-solved
+    exactly, same budget and objective) that does not put ``dim`` on
+    ``axis``, with ``runner_up_axis`` the axis it gives ``dim`` (None:
+    replicated) and ``runner_up_rules`` its rules.  A value is None where
+    no such layout exists.
     """
-    from autolayout import assignments, evaluation
-    space = assignments.dim_space(self.graph, self.mesh_shape)
+    from autolayout import errors, evaluation, solve
     base = dict(self.rules.pairs)
-
-    def cost(rules):
-      try:
-        for t in self.graph.tensors:
-          rules.tensor_layout(t.shape, self.mesh_shape, t.name)
-        r = evaluation.evaluate(self.graph, self.mesh_shape, rules,
-                                self.topology, outputs=list(self.outputs))
-      except LayoutError:
-        return None
-      return r
     rows = []
     for dim, axis in self.rules.pairs:
-      without = {k: v for k, v in base.items() if k != dim}
-      r0 = cost(LayoutRules(without.items()))
-      best = None
-      for other in space.options.get(dim, ()):
-        if other == axis:
-          continue
-        r = cost(LayoutRules(list(without.items()) + [(dim, other)]))
-        if r is not None and (best is None or r.step_time_s
-                              < best[1].step_time_s):
-          best = (other, r)
+      rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
+      try:
+        r0 = evaluation.evaluate(self.graph, self.mesh_shape, rest,
+                                 self.topology, outputs=list(self.outputs))
+      except LayoutError:
+        r0 = None
+      try:
+        alt = solve.auto_layout(self.graph, self.mesh_shape,
+                                list(self.outputs), self.topology,
+                                self.memory_budget, self.objective,
+                                forbid=[(dim, axis)])
+      except errors.AutoLayoutError:
+        alt = None
       rows.append({
           "dim": dim, "axis": axis,
           "step_time_s": self.report.step_time_s,
           "peak_memory_bytes": self.report.peak_memory_bytes,
           "without_step_time_s": r0.step_time_s if r0 else None,
           "without_peak_memory_bytes": r0.peak_memory_bytes if r0 else None,
-          "runner_up_axis": best[0] if best else None,
-          "runner_up_step_time_s": best[1].step_time_s if best else None,
-          "runner_up_peak_memory_bytes": (best[1].peak_memory_bytes
-                                          if best else None)})
+          "runner_up_axis": alt.rules.as_dict().get(dim) if alt else None,
+          "runner_up_rules": str(alt.rules) if alt else None,
+          "runner_up_step_time_s": alt.step_time_s if alt else None,
+          "runner_up_peak_memory_bytes": (alt.peak_memory_bytes
+                                          if alt else None)})
     return pd.DataFrame(rows, columns=[
         "dim", "axis", "step_time_s", "peak_memory_bytes",
         "without_step_time_s", "without_peak_memory_bytes",
-        "runner_up_axis", "runner_up_step_time_s",
+        "runner_up_axis", "runner_up_rules", "runner_up_step_time_s",
         "runner_up_peak_memory_bytes"])

@@ -324,7 +324,7 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 memory_budget=None, objective="time",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                tie_break=(), solver_params=None):
+                tie_break=(), solver_params=None, forbid=()):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
@@ -346,6 +346,7 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     tie_break: extra objectives (e.g. ``("memory",)``) to minimise, in
       order, among optima of the main one, before the fixed rule order.
     solver_params: further CP-SAT parameters by name.
+    forbid: ``(dim, axis)`` rules the answer must not use.
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -375,6 +376,10 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
   phases = _phases(objective, tie_break)
   problem = build_problem(graph, mesh_shape, outputs, topology,
                           memory_budget, need_peak="memory" in phases)
+  for dim, axis in forbid:
+    var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
+    if var is not None:
+      problem.form.model.add(var == 0)
   try:
     pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
                       solver_params)

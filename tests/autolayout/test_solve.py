@@ -84,10 +84,16 @@ def test_explain_compares_each_rule_with_its_alternatives():
   g, outs, r = _mlp_res()
   table = r.explain()
   assert list(table["dim"]) == [d for d, _ in r.rules.pairs]
+  assert len(table) >= 1
+  every = graphs.brute_force(g, MESH, outs)
   for row in table.itertuples():
     assert row.without_step_time_s >= row.step_time_s * (1 - 1e-12)
-    if row.runner_up_axis is not None:
-      assert row.runner_up_step_time_s >= row.step_time_s * (1 - 1e-12)
+    assert row.runner_up_axis != row.axis
+    assert row.runner_up_step_time_s >= row.step_time_s * (1 - 1e-12)
+    # The runner-up is the best layout that does not use this rule.
+    best = min(v for v, rules, _ in every
+               if f"{row.dim}:{row.axis}" not in rules.split(";"))
+    assert math.isclose(row.runner_up_step_time_s, best, rel_tol=1e-9)
 
 
 def test_pareto_front_trades_memory_for_time():
