@@ -10,7 +10,7 @@ solver).
 import collections
 import math
 import time
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 # OR-Tools must be imported before TensorFlow in any process (protobuf
 # clash); mesh_tf loads TensorFlow lazily, after this.

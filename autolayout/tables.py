@@ -27,7 +27,6 @@ equal signatures (repeated layers) share one table: the work grows with the
 number of distinct ops, not with depth.
 """
 
-import itertools
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
@@ -92,7 +91,8 @@ class LocalLowering(Lowering):
   and offers the same interface to op lowering code.
   """
 
-  def __init__(self, graph, mesh, impl):  # pylint: disable=super-init-not-called
+  # pylint: disable-next=super-init-not-called
+  def __init__(self, graph, mesh, impl):
     self.graph = graph
     self.mesh_to_impl = {mesh: impl}
     self.feeds = _AnyFeed()
@@ -137,7 +137,8 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   outs = []
   for t in op.outputs:
     v = lw.tensors.get(t)
-    if isinstance(v, LazyAllreduceSum) and v._reduced is None:  # pylint: disable=protected-access
+    # pylint: disable-next=protected-access
+    if isinstance(v, LazyAllreduceSum) and v._reduced is None:
       outs.append((tuple(v.mesh_axes), v.laid_out_input.slice_bytes))
     else:
       outs.append(None)
