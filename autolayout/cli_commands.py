@@ -482,8 +482,9 @@ def cmd_explain(args, ctx):
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
     report = _evaluate(model, mesh, rules, topology)
-    result = LayoutResult(rules, mesh, report, "given", report.step_time_s,
-                          "given", report.step_time_s, 0.0, 0.0, 0.0, {},
+    objective = getattr(args, "objective", None) or "time"
+    result = LayoutResult(rules, mesh, report, objective,
+                          report.step_time_s, "given", report.step_time_s, 0.0, 0.0, 0.0, {},
                           budget, topology, graph=model.graph,
                           outputs=tuple(model.outputs or ()))
   with ctx.progress("pricing each rule's alternatives"):

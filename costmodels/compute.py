@@ -11,10 +11,10 @@ Time per record is the roofline
     ``t = max(flops / peak_bf16_flops_per_s,
               bytes / hbm_bandwidth_bytes_per_s)``
 
-with ``bytes`` the record's output bytes (what the kernel writes to HBM).
-Reads are not in the trace, so memory-bound kernels are, if anything,
-underestimated; the same rule applies to every layout, so comparisons
-between layouts stay fair.  All FLOPs run at the chip's dense bf16 peak.
+with ``bytes`` the bytes the kernel reads (its input slices, weights
+included) plus the bytes it writes.  Counting reads matters for
+memory-bound work such as one-token decoding, whose time is reading the
+weights and the cache.  All FLOPs run at the chip's dense bf16 peak.
 """
 
 from costmodels import hardware
@@ -36,11 +36,13 @@ def roofline_time(flops, nbytes, chip):
 def compute_time(record, chip):
   """Roofline seconds of one ComputeRecord on ``chip``."""
   return roofline_time(record.flops_per_device,
-                       record.output_bytes_per_device, chip)
+                       record.output_bytes_per_device
+                       + record.input_bytes_per_device, chip)
 
 
 def arithmetic_intensity(record):
-  """FLOPs per output byte of a ComputeRecord (inf if it writes nothing)."""
-  if record.output_bytes_per_device == 0:
+  """FLOPs per byte moved (read + written) of a ComputeRecord."""
+  nbytes = record.output_bytes_per_device + record.input_bytes_per_device
+  if nbytes == 0:
     return float("inf")
-  return record.flops_per_device / record.output_bytes_per_device
+  return record.flops_per_device / nbytes

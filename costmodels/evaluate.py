@@ -144,7 +144,8 @@ def op_costs(trace, mapping):
   out = []
   for r in trace.compute:
     out.append(OpCost(r.op_name, r.op_name, "compute", "compute", (), 1,
-                      r.flops_per_device, r.output_bytes_per_device,
+                      r.flops_per_device,
+                      r.output_bytes_per_device + r.input_bytes_per_device,
                       compute_lib.compute_time(r, chip)))
   for r in trace.collectives:
     t, by_axis = _price(r.kind, tuple(r.mesh_axes), r.group_size,

@@ -345,7 +345,8 @@ class MeshImpl(abc.ABC):
     if flops is None:
       flops = sum(o.slice_size for o in outs)
     self.trace.compute.append(ComputeRecord(
-        self._op_name, int(flops), sum(o.slice_bytes for o in outs)))
+        self._op_name, int(flops), sum(o.slice_bytes for o in outs),
+        sum(x.slice_bytes for x in inputs if isinstance(x, LaidOutTensor))))
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]
 

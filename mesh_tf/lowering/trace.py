@@ -32,10 +32,12 @@ class CollectiveRecord(NamedTuple):
 
 
 class ComputeRecord(NamedTuple):
-  """One slicewise computation: FLOPs and output bytes on each device."""
+  """One slicewise computation: FLOPs, bytes written and bytes read (its
+  laid-out input slices) on each device."""
   op_name: str
   flops_per_device: int
   output_bytes_per_device: int
+  input_bytes_per_device: int = 0
 
 
 class CollectiveTrace:
