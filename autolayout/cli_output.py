@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 SCHEMA = "mtf-layout/1"
-CATEGORIES = ("params", "optimizer", "activations")
+CATEGORIES = ("params", "gradients", "optimizer", "activations")
 
 
 # --- formatting --------------------------------------------------------------
@@ -141,6 +141,8 @@ def layout_record(report, result=None, label=None):
       "flops_per_device": int(report.flops_per_device),
       "memory": {
           "params_bytes": int(report.memory_by_category.get("params", 0)),
+          "gradients_bytes": int(report.memory_by_category.get("gradients",
+                                                               0)),
           "optimizer_bytes": int(report.memory_by_category.get("optimizer",
                                                                0)),
           "activations_bytes": int(report.memory_by_category.get(

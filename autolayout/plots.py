@@ -28,8 +28,9 @@ import numpy as np
 from matplotlib.figure import Figure
 
 GIB = 2**30
-CATEGORIES = ("params", "optimizer", "activations")
-_CATEGORY_COLORS = {"params": "#4C72B0", "optimizer": "#DD8452",
+CATEGORIES = ("params", "gradients", "optimizer", "activations")
+_CATEGORY_COLORS = {"params": "#4C72B0", "gradients": "#8172B3",
+                    "optimizer": "#DD8452",
                     "activations": "#55A868"}
 _COMPUTE_COLOR = "#8C8C8C"
 _AXIS_COLORS = ("#C44E52", "#8172B3", "#937860", "#DA8BC3", "#CCB974",

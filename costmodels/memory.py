@@ -12,7 +12,8 @@ The model, which the layout optimizer reproduces exactly:
 * **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
   slice under the layout rules (the size of the slice the lowering creates).
 * **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
-  once.  Categories: trainable variables are ``params``, non-trainable
+  once.  Categories: trainable variables are ``params``, the gradients that
+  ``mtf.gradients`` returned for variables are ``gradients``, non-trainable
   variables (optimizer slots, step counters) are ``optimizer``, and every
   other tensor is ``activations``.
 
@@ -35,7 +36,7 @@ from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.layout import convert_to_layout_rules
 from mesh_tf.ops.variables import Variable
 
-CATEGORIES = ("params", "optimizer", "activations")
+CATEGORIES = ("params", "gradients", "optimizer", "activations")
 
 
 def tensor_bytes_per_device(tensor, mesh_shape, layout_rules):
@@ -250,10 +251,17 @@ def live_sets(graph, schedule_ops, outputs=None):
 
 
 def tensor_category(tensor):
-  """``"params"``, ``"optimizer"`` or ``"activations"`` (module docstring)."""
+  """``"params"``, ``"gradients"``, ``"optimizer"`` or ``"activations"``.
+
+  Trainable variables are params and the others optimizer state; the
+  gradients ``mtf.gradients`` returned for variables are gradients; every
+  other tensor is an activation.
+  """
   op = tensor.operation
   if isinstance(op, Variable):
     return "params" if op.trainable else "optimizer"
+  if tensor in getattr(op.graph, "gradient_tensors", ()):
+    return "gradients"
   return "activations"
 
 

@@ -22,7 +22,8 @@ class CostReport:
       up to rounding.
     peak_memory_bytes: peak per-device bytes (see :mod:`costmodels.memory`).
     peak_step, peak_op: where the peak is reached in the schedule.
-    memory_by_category: ``{"params", "optimizer", "activations": bytes}``
+    memory_by_category: ``{"params", "gradients", "optimizer",
+      "activations": bytes}`` at the peak step
       at the peak step.
     memory_by_step: per-step totals (numpy array).
     variable_bytes_per_device: ``{variable name: bytes}`` from the trace.
@@ -79,7 +80,8 @@ class CostReport:
         "  comm by axis: " + ", ".join(
             f"{a} {t * 1e3:.4g} ms" for a, t in self.comm_time_by_axis.items()),
         f"  peak memory {self.peak_memory_bytes / mib:.4g} MiB per device "
-        f"(params {self.memory_by_category['params'] / mib:.4g}, optimizer "
+        f"(params {self.memory_by_category['params'] / mib:.4g}, gradients "
+        f"{self.memory_by_category.get('gradients', 0) / mib:.4g}, optimizer "
         f"{self.memory_by_category['optimizer'] / mib:.4g}, activations "
         f"{self.memory_by_category['activations'] / mib:.4g}) of "
         f"{self.hbm_bytes / mib:.6g} MiB HBM",

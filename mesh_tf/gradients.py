@@ -167,6 +167,9 @@ def gradients(ys, xs, grad_ys=None):
 
   results = [_sum_grads(pending.get(x)) for x in xs]
   _prune(graph, start, [r for r in results if r is not None])
+  for x, r in zip(xs, results):
+    if r is not None and isinstance(x.operation, variable_ops.Variable):
+      graph.gradient_tensors[r] = x
   return results
 
 
@@ -378,7 +381,9 @@ def _unary_grad(op, grad_ys):
 
 def _max_mask(greater):
   """Kernels for maximum/minimum: ties send the gradient to x, as in TF."""
-  cmp = tf.greater_equal if greater else tf.less_equal
+  # A lambda, not ``tf.greater_equal``: graph building must not load TF.
+  cmp = ((lambda a, b: tf.greater_equal(a, b)) if greater
+         else (lambda a, b: tf.less_equal(a, b)))
 
   def gx(g, x, y):
     return tf.where(cmp(x, y), g, tf.zeros_like(g))

@@ -22,6 +22,9 @@ class Graph:
     self.operations = []
     self.all_variables = []
     self.trainable_variables = []
+    # Gradient tensor -> the variable value it is the gradient of, filled by
+    # mtf.gradients; the cost model reports these bytes as "gradients".
+    self.gradient_tensors = {}
     self._names = {}
 
   def unique_name(self, name):

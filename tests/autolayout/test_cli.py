@@ -91,7 +91,7 @@ def test_solve_table_fits_80_columns_and_names_every_section():
   assert p.returncode == 0, p.stderr
   out = p.stdout
   for section in ("Layout rules", "Memory per device", "params",
-                  "optimizer", "activations", "peak", "hbm",
+                  "gradients", "optimizer", "activations", "peak", "hbm",
                   "Communication per mesh axis", "ici", "compute time",
                   "step time", "status", "optimal", "solve time"):
     assert section in out, section
@@ -133,7 +133,7 @@ def _assert_record_equals_report(rec, report):
   mem = rec["memory"]
   assert mem["peak_bytes"] == report.peak_memory_bytes
   assert mem["hbm_bytes"] == report.hbm_bytes
-  for cat in ("params", "optimizer", "activations"):
+  for cat in ("params", "gradients", "optimizer", "activations"):
     assert mem[f"{cat}_bytes"] == report.memory_by_category[cat]
   assert [a["axis"] for a in rec["axes"]] == [
       d.name for d in report.mesh_shape.dims]

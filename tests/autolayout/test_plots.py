@@ -47,9 +47,9 @@ def test_memory_bars_stack_the_categories_and_draw_hbm(reports):
   ax = plots.memory_bars(reports)
   assert [t.get_text() for t in ax.get_xticklabels()] == ["dp", "mp", "both"]
   heights = _bar_heights(ax)
-  assert set(heights) == {"params", "optimizer", "activations"}
+  assert set(heights) == {"params", "gradients", "optimizer", "activations"}
   for i, r in enumerate(reports.values()):
-    for cat in ("params", "optimizer", "activations"):
+    for cat in ("params", "gradients", "optimizer", "activations"):
       assert heights[cat][i] == pytest.approx(
           r.memory_by_category[cat] / GIB)
   # These layouts use far less than a tenth of HBM: no flattening line, the

@@ -23,7 +23,8 @@ def test_chain_liveness_and_peak():
   assert memory.live_sets(g, order) == [[c0], [c0, e1], [e1, e2]]
   peak, step, breakdown = memory.peak_memory(g, "x:1", "")
   assert (peak, step) == (32, 1)
-  assert breakdown == {"params": 0, "optimizer": 0, "activations": 32}
+  assert breakdown == {"params": 0, "gradients": 0, "optimizer": 0,
+                       "activations": 32}
   # Split over 2 devices: every slice halves.
   assert memory.peak_memory(g, "x:2", "n:x")[0] == 16
 
@@ -118,3 +119,22 @@ def test_schedule_is_never_worse_than_build_order_on_a_training_step():
     greedy = memory.peak_memory(g, "x:2", layout, schedule=order)[0]
     built = memory.peak_memory(g, "x:2", layout, schedule=g.operations)[0]
     assert greedy <= built * 1.01, layout
+
+
+def test_weight_gradients_are_their_own_category():
+  g, mesh = _graph()
+  x = mtf.zeros(mesh, "b:2,d:8")
+  w = mtf.get_variable(mesh, "w", "d:8,f:1024")        # 32 KiB
+  loss = mtf.reduce_sum(mtf.einsum([x, w], reduced_dims=[
+      mtf.Dimension("d", 8)]))
+  [dw] = mtf.gradients([loss], [w])
+  assert memory.tensor_category(dw) == "gradients"
+  assert memory.tensor_category(w) == "params"
+  assert memory.tensor_category(loss) == "activations"
+  # The last step computes dw; w, dw and the broadcast upstream gradient
+  # (b:2,f:1024 float32, 4 KiB per device, plus x and the loss) are live.
+  peak, step, bd = memory.peak_memory(g, "x:2", "f:x", outputs=[loss, dw])
+  assert step == len(g.operations) - 1
+  assert bd == {"params": 16384, "gradients": 16384, "optimizer": 0,
+                "activations": 4096 + 64 + 4}
+  assert peak == sum(bd.values())
