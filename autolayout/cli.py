@@ -83,9 +83,10 @@ def _add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
   if solver:
     s = p.add_argument_group("solver")
     s.add_argument("--objective", default="time",
-                   choices=("time", "comm", "memory"),
-                   help="minimise step time (default), communication time "
-                   "or peak memory")
+                   choices=("time", "latency", "comm", "memory"),
+                   help="minimise step time (default), the latency of a "
+                   "one-token decoding step, communication time or peak "
+                   "memory")
     s.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                    help="CP-SAT time limit in seconds (default 60)")
     s.add_argument("--workers", type=int, default=2,

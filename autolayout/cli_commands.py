@@ -32,16 +32,24 @@ class Context:
     self.err = Console(stderr=True, highlight=False)
 
   @contextlib.contextmanager
-  def progress(self, what):
-    """A live spinner with the elapsed time while the solver runs (on
-    stderr, only on a terminal, gone when done)."""
+  def progress(self, what, unit="s"):
+    """A live display while the solver runs (on stderr, only on a terminal,
+    gone when done): a spinner, the elapsed time and, through the yielded
+    ``update(best, bound, elapsed_s)``, the best objective so far and the
+    solver's bound (``unit``: "s" or "B")."""
     from rich.progress import (Progress, SpinnerColumn, TextColumn,
                                TimeElapsedColumn)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"),
                   TimeElapsedColumn(), console=self.err, transient=True,
                   disable=not self.err.is_terminal) as p:
-      p.add_task(what, total=None)
-      yield
+      task = p.add_task(what, total=None)
+
+      def update(best, bound, elapsed_s):
+        fmt = out.fmt_time if unit == "s" else out.fmt_bytes
+        p.update(task, description=(
+            f"{what}: best {fmt(best)}, bound {fmt(bound)} "
+            f"after {elapsed_s:.2f} s"))
+      yield update
 
   def json(self, payload):
     json.dump(payload, self.stream, indent=2, allow_nan=False)
@@ -71,11 +79,12 @@ def _mesh_of(args, topology):
 
 def _solve(ctx, model, mesh, topology, args, budget):
   import autolayout
+  unit = "B" if args.objective == "memory" else "s"
   with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
-                    f"({topology.name})"):
+                    f"({topology.name})", unit) as update:
     return autolayout.auto_layout(
         model.graph, mesh, model.outputs, topology, budget, args.objective,
-        args.time_limit, args.workers, args.seed)
+        args.time_limit, args.workers, args.seed, progress=update)
 
 
 def _evaluate(model, mesh, rules, topology):

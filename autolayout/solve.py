@@ -130,8 +130,21 @@ class PhaseResult(NamedTuple):
   solve_time_s: float
 
 
+class _ProgressCallback(cp_model.CpSolverSolutionCallback):
+  """Reports each improving solution of the first phase:
+  ``progress(best, bound, elapsed_s)``, objective values in solver units."""
+
+  def __init__(self, progress):
+    super().__init__()
+    self._progress = progress
+
+  def on_solution_callback(self):
+    self._progress(self.objective_value, self.best_objective_bound,
+                   self.wall_time)
+
+
 def solve_phases(form, phases, time_limit_s, num_workers, seed,
-                 solver_params=None):
+                 solver_params=None, progress=None):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
@@ -139,7 +152,9 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   were proven optimal.
 
   ``solver_params`` sets further CP-SAT parameters by name (e.g.
-  ``{"stop_after_first_solution": True}``).
+  ``{"stop_after_first_solution": True}``).  ``progress(best, bound,
+  elapsed_s)``, if given, is called for every improving solution of the
+  first phase (objective values in the solver's integer units).
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -171,7 +186,10 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
       break
     solver.parameters.max_time_in_seconds = left
     model.minimize(expr)
-    status = solver.solve(model)
+    if i == 0 and progress is not None:
+      status = solver.solve(model, _ProgressCallback(progress))
+    else:
+      status = solver.solve(model)
     if i == 0:
       if status == cp_model.INFEASIBLE:
         raise InfeasibleLayoutError("infeasible")
@@ -324,7 +342,7 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 memory_budget=None, objective="time",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                tie_break=(), solver_params=None, forbid=()):
+                tie_break=(), solver_params=None, forbid=(), progress=None):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
@@ -347,6 +365,9 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
       order, among optima of the main one, before the fixed rule order.
     solver_params: further CP-SAT parameters by name.
     forbid: ``(dim, axis)`` rules the answer must not use.
+    progress: optional ``progress(best, bound, elapsed_s)`` called by the
+      solver for each improving layout (objective units: seconds, or bytes
+      for "memory"), e.g. to show a live display.
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -371,7 +392,8 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     # is its predicted step time: solve "time", report it as latency.
     import dataclasses
     result = auto_layout(graph, mesh_shape, outputs, topology, memory_budget,
-                         "time", time_limit_s, num_workers, seed, tie_break)
+                         "time", time_limit_s, num_workers, seed, tie_break,
+                         solver_params, forbid, progress)
     return dataclasses.replace(result, objective="latency")
   phases = _phases(objective, tie_break)
   problem = build_problem(graph, mesh_shape, outputs, topology,
@@ -381,8 +403,11 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     if var is not None:
       problem.form.model.add(var == 0)
   try:
+    unit = problem.form.units[objective]
+    on_solution = None if progress is None else (
+        lambda best, bound, t: progress(best * unit, bound * unit, t))
     pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
-                      solver_params)
+                      solver_params, on_solution)
   except InfeasibleLayoutError:
     _infeasible(graph, mesh_shape, outputs, topology, memory_budget,
                 time_limit_s, num_workers, seed)

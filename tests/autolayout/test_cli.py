@@ -406,3 +406,18 @@ def test_help_and_main_return_codes(capsys):
   assert cli.main(["topologies", "-f", "csv"]) == 0
   rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
   assert {r["topology"] for r in rows} == set(costmodels.list_topologies())
+
+
+def test_live_progress_shows_best_objective_and_bound():
+  import io
+  from rich.console import Console
+  from autolayout import cli_commands
+  ctx = cli_commands.Context("table")
+  buf = io.StringIO()
+  ctx.err = Console(file=buf, force_terminal=True, width=100)
+  with ctx.progress("solving", "s") as update:
+    update(0.0123, 0.011, 0.05)
+    import time
+    time.sleep(0.3)  # let the live display refresh at least once
+  text = buf.getvalue()
+  assert "best 12.3 ms" in text and "bound 11 ms" in text, text

@@ -160,3 +160,22 @@ def test_too_many_dims_priced_together_is_a_clear_error():
   mtf.einsum([x, y], output_shape=mtf.Shape(ds))
   with pytest.raises(autolayout.AutoLayoutError, match="priced together"):
     autolayout.auto_layout(g, "x:2;y:2;z:2", None, graphs.TOPOLOGY)
+
+
+def test_progress_reports_improving_solutions_in_objective_units():
+  import mesh_tf as mtf
+  from autolayout import solve as solve_lib
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  x = mtf.zeros(mesh, "b:8,d:16")
+  w = mtf.get_variable(mesh, "w", "d:16,f:32")
+  y = mtf.reduce_sum(mtf.relu(mtf.einsum([x, w], reduced_dims=[
+      mtf.Dimension("d", 16)])))
+  seen = []
+  r = solve_lib.auto_layout(g, "a:2;b:4", [y], topology="dgx-h100",
+                            progress=lambda *a: seen.append(a))
+  assert seen, "the solver reported no solution"
+  best, bound, elapsed = seen[-1]
+  assert elapsed >= 0 and bound <= best + 1e-12
+  # The last improving solution is the optimum, in seconds.
+  assert abs(best - r.objective_value) <= 1e-3 * r.objective_value
