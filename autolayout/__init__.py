@@ -16,8 +16,8 @@ validate), :mod:`~autolayout.result`, :mod:`~autolayout.mesh_search` and
 # OR-Tools before anything that may load TensorFlow (protobuf clash).
 from ortools.sat.python import cp_model  # noqa: F401  isort:skip
 
-from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
-                               SolverError)
+from autolayout.errors import (AutoLayoutError, ImportOrderError,
+                               InfeasibleLayoutError, SolverError)
 from autolayout.result import LayoutResult
 from autolayout.solve import auto_layout, validate
 from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
@@ -27,7 +27,8 @@ from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              write_graphml)
 from autolayout.assignments import all_layouts
 
-__all__ = ["AutoLayoutError", "InfeasibleLayoutError", "SolverError",
+__all__ = ["AutoLayoutError", "ImportOrderError", "InfeasibleLayoutError",
+           "SolverError",
            "LayoutResult", "auto_layout", "auto_mesh_and_layout",
            "mesh_factorizations", "pareto", "validate", "build_view",
            "dims_used_together", "repeated_ops", "splittable_dims", "to_dot",

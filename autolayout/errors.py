@@ -26,5 +26,39 @@ class InfeasibleLayoutError(AutoLayoutError):
     self.dominating = tuple(dominating)
 
 
+class ImportOrderError(AutoLayoutError):
+  """TensorFlow was imported before OR-Tools' CP-SAT in this process."""
+
+
+def tensorflow_loaded_first():
+  """True if this process imported TensorFlow before CP-SAT.
+
+  ``sys.modules`` keeps insertion (import) order, so this is known after
+  the fact.
+  """
+  import sys  # pylint: disable=g-import-not-at-top
+  names = list(sys.modules)
+  try:
+    return names.index("tensorflow") < names.index(
+        "ortools.sat.python.cp_model")
+  except ValueError:
+    return False
+
+
+def check_import_order():
+  """Raises ImportOrderError instead of letting CP-SAT crash the process.
+
+  With TensorFlow imported first, CP-SAT objects crash the interpreter
+  (in ``solve`` or when garbage-collected): the two libraries' protobuf
+  runtimes clash.
+  """
+  if tensorflow_loaded_first():
+    raise ImportOrderError(
+        "TensorFlow was imported before OR-Tools' CP-SAT in this process, "
+        "and CP-SAT crashes in that order (a protobuf clash between the "
+        "two); import mesh_tf (or ortools.sat.python.cp_model) before "
+        "tensorflow, or run the search in its own process (mtf-layout)")
+
+
 class SolverError(AutoLayoutError):
   """CP-SAT returned an invalid model or no solution within the time limit."""

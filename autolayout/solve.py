@@ -23,7 +23,8 @@ from mesh_tf.core.errors import LayoutError, MtfError
 from mesh_tf.core.layout import LayoutRules
 from autolayout import (assignments, evaluation, formulation, memory_steps,
                         tables)
-from autolayout.errors import InfeasibleLayoutError, SolverError
+from autolayout.errors import (InfeasibleLayoutError, SolverError,
+                               check_import_order)
 from autolayout.pricing import Pricer
 from autolayout.result import LayoutResult
 
@@ -139,7 +140,8 @@ class _ProgressCallback(cp_model.CpSolverSolutionCallback):
     self._progress = progress
 
   def on_solution_callback(self):
-    self._progress(self.objective_value, self.best_objective_bound,
+    # Objective coefficients are >= 0, so a negative bound means 0.
+    self._progress(self.objective_value, max(0.0, self.best_objective_bound),
                    self.wall_time)
 
 
@@ -161,6 +163,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
       infeasible; the caller adds them.
     SolverError: if no solution is found in time or the model is invalid.
   """
+  check_import_order()
   model, v = form.model, form.vars
   solver = cp_model.CpSolver()
   solver.parameters.num_workers = int(num_workers)
@@ -384,9 +387,12 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     >>> str(r.rules)                                     # doctest: +SKIP
     'batch:data;d_ff:model;heads:model'
   """
+  check_import_order()
   if objective not in OBJECTIVES:
     raise MtfError(f"unknown objective {objective!r}; use one of "
                    f"{OBJECTIVES}")
+  if not time_limit_s > 0:
+    raise MtfError(f"time_limit_s must be positive, got {time_limit_s!r}")
   if objective == "latency":
     # The latency of a one-token decoding graph (mesh_tf.models.decoding)
     # is its predicted step time: solve "time", report it as latency.

@@ -4,6 +4,17 @@
 TensorFlow; only lowering onto real devices does.
 """
 
+import sys as _sys
+
+if "tensorflow" not in _sys.modules:
+  # OR-Tools' CP-SAT must be imported before TensorFlow in any process that
+  # uses both (a protobuf clash makes CP-SAT crash otherwise), so importing
+  # mesh_tf first makes every later order safe.
+  try:
+    import ortools.sat.python.cp_model  # noqa: F401
+  except ImportError:  # The layout search is then unavailable anyway.
+    pass
+
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
 from mesh_tf.core.dtypes import as_dtype

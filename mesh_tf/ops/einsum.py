@@ -67,17 +67,22 @@ class EinsumOperation(Operation):
     for x in self.inputs:
       for d in x.shape:
         all_dims[d.name] = d
-    reduced_axes = set()
+    reduced_axes, reduced_on = set(), {}
     for d in all_dims.values():
       a = impl.tensor_dimension_to_mesh_axis(d)
       if a is not None and d.name not in out_names:
         reduced_axes.add(a)
+        reduced_on.setdefault(a, []).append(d.name)
+    # Two reduced dims of different inputs split on one axis: each device
+    # would only see matching blocks of the two (the cross terms would be
+    # lost), so gather all but the first of them before contracting.
+    gather = {n for names in reduced_on.values() for n in names[1:]}
     # An output dim split on the same axis as a split reduced dim: gather it
     # in the inputs, reduce over the axis, then split the output again.
     resplit = [(i, d, a) for i, d in enumerate(out.shape)
                for a in [impl.tensor_dimension_to_mesh_axis(d)]
                if a is not None and a in reduced_axes]
-    resplit_names = {d.name for _, d, _ in resplit}
+    resplit_names = {d.name for _, d, _ in resplit} | gather
     slices, in_shapes = [], []
     for x in self.inputs:
       laid = lowering.laid_out(x)

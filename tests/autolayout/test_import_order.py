@@ -57,3 +57,53 @@ def test_tensorflow_and_cp_sat_in_one_process():
                      capture_output=True, text=True, timeout=300)
   assert p.returncode == 0, p.stdout + p.stderr
   assert p.stdout.startswith("OK")
+
+
+TF_FIRST = textwrap.dedent("""
+    import tensorflow as tf          # the order that makes CP-SAT crash
+    import mesh_tf as mtf
+    import autolayout
+    g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    x = mtf.get_variable(mesh, "x", "batch:64,d_model:32", trainable=False)
+    w = mtf.get_variable(mesh, "w", "d_model:32,d_ff:64")
+    y = mtf.reduce_sum(mtf.einsum([x, w], reduced_dims=[x.shape[1]]))
+    try:
+      autolayout.auto_layout(g, "x:2;y:4", [y], "dgx-h100")
+    except autolayout.ImportOrderError as e:
+      print("ImportOrderError:", e)
+""")
+
+MESH_TF_FIRST = textwrap.dedent("""
+    import mesh_tf as mtf            # imports CP-SAT before TensorFlow
+    import tensorflow as tf
+    import autolayout
+    g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    x = mtf.get_variable(mesh, "x", "batch:64,d_model:32", trainable=False)
+    w = mtf.get_variable(mesh, "w", "d_model:32,d_ff:64")
+    y = mtf.reduce_sum(mtf.einsum([x, w], reduced_dims=[x.shape[1]]))
+    r = autolayout.auto_layout(g, "x:2;y:4", [y], "dgx-h100")
+    import gc; gc.collect()
+    print("OK", r.status)
+""")
+
+
+def _run(script):
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2")
+  return subprocess.run([sys.executable, "-c", script], cwd=root, env=env,
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_tensorflow_imported_first_is_a_clear_error_not_a_crash():
+  p = _run(TF_FIRST)
+  assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+  assert p.stdout.startswith("ImportOrderError: TensorFlow was imported "
+                             "before OR-Tools' CP-SAT"), p.stdout
+  assert "import mesh_tf (or ortools.sat.python.cp_model) before" in p.stdout
+
+
+def test_importing_mesh_tf_first_makes_any_later_order_safe():
+  p = _run(MESH_TF_FIRST)
+  assert p.returncode == 0, p.stdout + p.stderr[-2000:]
+  assert p.stdout.strip() == "OK optimal"

@@ -61,3 +61,22 @@ def test_scalar_import_and_feed():
     return x * s
   (v,), _ = run(build, "rows:2;cols:4", "b:rows;k:cols")
   np.testing.assert_allclose(v, 3 * XV)
+
+
+def test_reduced_dims_of_different_inputs_on_one_axis():
+  # x[b,d] and w[f,d] summed over b and f: with b and f on the same axis a
+  # device holds x[b_p] and w[f_p] only, so one of them must be gathered.
+  F = mtf.Dimension("f", 8)
+  D = mtf.Dimension("d", 3)
+  xv = RNG.randn(8, 3).astype(np.float32)
+  wv = RNG.randn(8, 3).astype(np.float32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, mtf.Shape([B, D]))
+    w = mtf.import_tf_tensor(mesh, wv, mtf.Shape([F, D]))
+    return mtf.einsum([x, w], output_shape=[D])
+  expected = xv.sum(0) * wv.sum(0)
+  (v,), trace = run(build, "c:8", "b:c;f:c")
+  np.testing.assert_allclose(v, expected, rtol=1e-5)
+  assert [c.kind for c in trace.collectives] == ["allconcat", "allreduce"]
+  assert check_layouts(build, [B, F, D], lambda: expected) > 10
