@@ -480,6 +480,11 @@ def cmd_topologies(args, ctx):
   return 0
 
 
+def _wrap_rules(rules):
+  """Rules with a space after each ``;`` so long ones wrap between rules."""
+  return str(rules).replace(";", "; ")
+
+
 # --- explain -----------------------------------------------------------------
 def cmd_explain(args, ctx):
   from autolayout.result import LayoutResult

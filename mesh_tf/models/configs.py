@@ -71,6 +71,17 @@ def get_config(name, **overrides):
   if bad:
     raise MtfError(f"model {name!r} has no parameter(s) {bad}; its "
                    f"parameters are {sorted(fields)}")
+  for key, value in overrides.items():
+    default = getattr(config, key)
+    # Sizes (ints) must be positive ints (ids such as pad_id may be 0).
+    if isinstance(default, int) and not isinstance(default, bool):
+      low = 1 if default >= 1 else 0
+      if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise MtfError(f"model {name!r}: {key}={value!r} is not an integer "
+                       f">= {low}; give e.g. {key}={default}")
+    elif isinstance(default, float) and not isinstance(value, (int, float)):
+      raise MtfError(f"model {name!r}: {key}={value!r} is not a number; "
+                     f"give e.g. {key}={default}")
   return dataclasses.replace(config, **overrides)
 
 

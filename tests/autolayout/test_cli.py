@@ -240,6 +240,19 @@ def test_pareto_front_is_monotone(tmp_path):
   assert png.stat().st_size > 5000
 
 
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_pareto_table_and_json(fmt):
+  p = run_cli("pareto", *TINY, "--format", fmt)
+  assert p.returncode == 0, p.stderr
+  assert "Traceback" not in p.stderr and "internal error" not in p.stderr
+  if fmt == "json":
+    points = json.loads(p.stdout)["points"]
+    assert len(points) >= 1 and all("rules" in q for q in points)
+  else:
+    assert "Pareto front" in p.stdout
+    assert max(len(l) for l in p.stdout.splitlines()) <= 80
+
+
 def test_topologies_table():
   p = run_cli("topologies")
   assert p.returncode == 0
@@ -421,3 +434,11 @@ def test_live_progress_shows_best_objective_and_bound():
     time.sleep(0.3)  # let the live display refresh at least once
   text = buf.getvalue()
   assert "best 12.3 ms" in text and "bound 11 ms" in text, text
+
+
+@pytest.mark.parametrize("value", ["layers=abc", "heads=0", "d_ff=-4"])
+def test_bad_override_values_are_input_errors(value):
+  p = run_cli("solve", *TINY, "--set", value)
+  assert p.returncode == 2, p.stderr
+  assert "is not an integer >= 1" in p.stderr and "hint:" in p.stderr
+  assert "internal error" not in p.stderr and "Traceback" not in p.stderr
