@@ -83,18 +83,30 @@ class Shape:
   def dimension_names(self):
     return [d.name for d in self._dims]
 
+  @property
   def to_integer_list(self):
-    return [d.size for d in self._dims]
+    """The sizes, as a list.
+
+    A property in Mesh TF; here the list may also be called
+    (``shape.to_integer_list()``), so code written either way works.
+    """
+    return _CallableList(d.size for d in self._dims)
 
   to_int_list = to_integer_list
 
+  @property
   def cumprod(self):
-    """Exclusive cumulative products of the sizes (row-major strides^-1)."""
-    out, p = [], 1
+    """Exclusive cumulative products of the sizes (a callable list, as
+    :attr:`to_integer_list`)."""
+    out, p = _CallableList(), 1
     for d in self._dims:
       out.append(p)
       p *= d.size
     return out
+
+  def to_string(self):
+    """``"batch:8,d_model:512"`` (Mesh TF's name for ``str(shape)``)."""
+    return str(self)
 
   def __len__(self):
     return len(self._dims)
@@ -173,6 +185,13 @@ class Shape:
     """True if dims sharing a name also share a size."""
     sizes = {d.name: d.size for d in self._dims}
     return all(sizes.get(d.name, d.size) == d.size for d in other)
+
+
+class _CallableList(list):
+  """A list that returns a copy of itself when called (API compatibility)."""
+
+  def __call__(self):
+    return list(self)
 
 
 def _fmt(dims):

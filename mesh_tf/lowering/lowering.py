@@ -12,13 +12,15 @@ class Lowering:
     mesh_to_impl: dict from each Mesh to its MeshImpl backend.
     feeds: optional dict from mtf Tensors made by ``import_tf_tensor`` to TF
       tensors that replace the imported value (e.g. ``tf.function`` args).
+    autostack: accepted for Mesh TF compatibility; variables are never
+      stacked here, so it has no effect.
 
   Example:
     >>> lowering = Lowering(graph, {mesh: mesh_impl})   # doctest: +SKIP
     >>> tf_y = lowering.export_to_tf_tensor(y)           # doctest: +SKIP
   """
 
-  def __init__(self, graph, mesh_to_impl, feeds=None):
+  def __init__(self, graph, mesh_to_impl, feeds=None, autostack=True):
     self.graph = graph
     self.mesh_to_impl = dict(mesh_to_impl)
     self.feeds = dict(feeds or {})
@@ -62,6 +64,9 @@ class Lowering:
     """The full value of mtf Tensor ``x`` as one TF tensor."""
     if not isinstance(x, Tensor):
       raise MtfError(f"export_to_tf_tensor expects an mtf Tensor, got {x!r}")
+    if x not in self.tensors:
+      raise MtfError(f"tensor {x.name} was not lowered: it belongs to another "
+                     "graph, or was built after this Lowering")
     impl = self.mesh_impl(x)
     return impl.export_to_tf_tensor(self.laid_out(x), x.shape)
 

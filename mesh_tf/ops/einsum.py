@@ -128,6 +128,13 @@ def einsum(xs, output_shape=None, reduced_dims=None, name=None):
   xs = list(xs)
   if not xs:
     raise ShapeError("einsum needs at least one input")
+  if reduced_dims is not None:
+    present = {d.name for x in xs for d in x.shape}
+    for d in dims_lib.convert_to_shape(reduced_dims):
+      if d.name not in present:
+        raise ShapeError(
+            f"einsum {name or ''}: reduced dim {d} is not a dim of any input "
+            f"({[str(x.shape) for x in xs]}); drop it from reduced_dims")
   if output_shape is None:
     output_shape = _infer_output_shape(xs, reduced_dims)
   return EinsumOperation(xs, dims_lib.convert_to_shape(output_shape),

@@ -141,7 +141,8 @@ def dropout(x, keep_prob=None, rate=None, noise_shape=None, seed=0,
 
   Args:
     x: a float mtf Tensor.
-    keep_prob: probability of keeping an entry, in ``(0, 1]``.
+    keep_prob: probability of keeping an entry, in ``(0, 1]``.  A bool here
+      is Mesh TF's newer ``is_training`` argument: False returns ``x``.
     rate: probability of dropping an entry, in ``[0, 1)``; give exactly one
       of ``keep_prob`` and ``rate``.
     noise_shape: dims of ``x`` that get independent noise (the mask is
@@ -162,6 +163,11 @@ def dropout(x, keep_prob=None, rate=None, noise_shape=None, seed=0,
     >>> h = dropout(h, rate=0.1, seed=7)  # doctest: +SKIP
   """
   what = name or "dropout"
+  if isinstance(keep_prob, bool):
+    # Mesh TF's newer signature: dropout(x, is_training, keep_prob=, rate=).
+    if not keep_prob:
+      return x
+    keep_prob = None
   if (keep_prob is None) == (rate is None):
     raise MtfError(f"{what}: give exactly one of keep_prob and rate (got "
                    f"keep_prob={keep_prob!r}, rate={rate!r})")

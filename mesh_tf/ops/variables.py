@@ -172,7 +172,8 @@ class Variable(Operation):
 
 
 def get_variable(mesh, name, shape, dtype="float32", initializer=None,
-                 trainable=True, **unused_kwargs):
+                 trainable=True, activation_dtype=None, master_dtype=None,
+                 slice_dtype=None):
   """Creates a variable and returns its value as an mtf Tensor.
 
   Args:
@@ -183,10 +184,21 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
     initializer: an mtf initializer, a scalar, a NumPy array of the full
       shape, or a callable ``(shape, dtype)`` such as a Keras initializer.
     trainable: whether ``graph.trainable_variables`` lists it.
+    activation_dtype: if given, the returned value is cast to it (Mesh TF's
+      bfloat16-activations pattern); the variable keeps its own dtype.
+    master_dtype, slice_dtype: Mesh TF's storage dtypes; the variable is
+      stored in ``slice_dtype`` or else ``master_dtype`` when given (this
+      implementation keeps one copy, so the two are the same).
   """
   shape = dims_lib.convert_to_shape(shape)
-  return Variable(mesh, name, shape, dtypes_lib.as_dtype(dtype), initializer,
-                  trainable).outputs[0]
+  storage = slice_dtype or master_dtype or dtype
+  value = Variable(mesh, name, shape, dtypes_lib.as_dtype(storage),
+                   initializer, trainable).outputs[0]
+  if activation_dtype is not None and (
+      dtypes_lib.as_dtype(activation_dtype) != value.dtype):
+    from mesh_tf.ops.elementwise import cast  # pylint: disable=g-import-not-at-top
+    value = cast(value, activation_dtype)
+  return value
 
 
 class AssignOperation(Operation):
