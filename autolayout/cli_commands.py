@@ -175,7 +175,9 @@ def _show_axes(ctx, report):
 def _show_times(ctx, report, result=None):
   rows = [("compute time", out.fmt_time(report.compute_time_s)),
           ("comm time", out.fmt_time(report.comm_time_s)),
-          ("step time", out.fmt_time(report.step_time_s)),
+          ("token latency" if result is not None and
+           result.objective == "latency" else "step time",
+           out.fmt_time(report.step_time_s)),
           ("peak memory", f"{out.fmt_bytes(report.peak_memory_bytes)} of "
            f"{out.fmt_bytes(report.hbm_bytes)}")]
   if result is not None:

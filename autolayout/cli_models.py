@@ -259,4 +259,31 @@ def load_model(spec, overrides=None, train=False):
   overrides = dict(overrides or {})
   if spec.endswith(".py") or ".py:" in spec:
     return _load_file(spec, overrides, train)
+  if spec.startswith("decode:"):
+    return _load_decoding(spec, overrides, train)
   return _load_preset(spec, overrides, train)
+
+
+def _load_decoding(spec, overrides, train):
+  """``decode:PRESET``: the one-token decoding step of a zoo LM (batch,
+  memory_length, mode, beam_size and the preset's fields via --set); its
+  predicted step time is the per-token latency."""
+  from mesh_tf.models import decoding
+  name = spec.split(":", 1)[1] or "transformer_tiny"
+  preset = FAMILIES.get(name, name)
+  if train:
+    raise CliInputError("a decoding step has no training step",
+                        hint="drop --train for decode: models")
+  try:
+    d = decoding.decoding_model(preset, **overrides)
+  except MtfError as e:
+    raise CliInputError(f"cannot build the decoding step of {name!r}: {e}",
+                        hint="give a zoo LM preset (e.g. decode:gpt2_small) "
+                        "and --set batch=,memory_length= or its fields")
+  except (TypeError, ValueError) as e:
+    raise CliInputError(f"decode:{name} rejects --set {overrides}: {e}",
+                        hint="check the values given with --set")
+  desc = (f"decode:{name}: one-token decoding step, "
+          f"{len(d.graph.operations)} ops (step time = per-token latency)")
+  return LoadedModel(d.graph, tuple(d.cost_outputs()), spec, desc, None,
+                     overrides)

@@ -52,7 +52,8 @@ class OpCost(NamedTuple):
     mesh_axes: the collective's mesh axes (``()`` for compute).
     group_size: participants per group (1 for compute).
     flops_per_device: FLOPs (0 for collectives).
-    bytes_per_device: output bytes (compute) or input slice bytes (comm).
+    bytes_per_device: bytes read + written (compute) or the input slice
+      bytes (comm).
     time_s: seconds.
     time_by_axis: ``((axis, seconds), ...)``: ``time_s`` split over the mesh
       axes whose links each phase uses (a phase on a physical dimension

@@ -112,18 +112,18 @@ class CostReport:
         name = c.op_name if c.category == "compute" else c.source_op
         r = rows.setdefault(name, {"op": name, "compute_time_s": 0.0,
                                    "comm_time_s": 0.0, "flops_per_device": 0,
-                                   "output_bytes_per_device": 0,
+                                   "bytes_per_device": 0,
                                    "collectives": 0})
         if c.category == "compute":
           r["compute_time_s"] += c.time_s
           r["flops_per_device"] += c.flops_per_device
-          r["output_bytes_per_device"] += c.bytes_per_device
+          r["bytes_per_device"] += c.bytes_per_device
         else:
           r["comm_time_s"] += c.time_s
           r["collectives"] += 1
       df = pd.DataFrame(list(rows.values()),
                         columns=["op", "compute_time_s", "comm_time_s",
-                                 "flops_per_device", "output_bytes_per_device",
+                                 "flops_per_device", "bytes_per_device",
                                  "collectives"])
       df["time_s"] = df["compute_time_s"] + df["comm_time_s"]
       return df.set_index("op")

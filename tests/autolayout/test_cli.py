@@ -442,3 +442,18 @@ def test_bad_override_values_are_input_errors(value):
   assert p.returncode == 2, p.stderr
   assert "is not an integer >= 1" in p.stderr and "hint:" in p.stderr
   assert "internal error" not in p.stderr and "Traceback" not in p.stderr
+
+
+def test_per_token_latency_of_a_decoding_preset():
+  args = ("solve", "--model", "decode:gpt2_small", "--set", "batch=1",
+          "--topology", "dgx-h100", "--mesh", "x:2;y:4", "--objective",
+          "latency")
+  p = run_cli(*args, "--format", "json")
+  assert p.returncode == 0, p.stderr
+  result = json.loads(p.stdout)["result"]
+  assert result["solver"]["objective"] == "latency"
+  split = {r["dim"] for r in result["rules_list"]}
+  # Batch 1: the model dims are split, never the batch.
+  assert "batch" not in split and split & {"heads", "d_ff", "vocab"}
+  t = run_cli(*args)
+  assert t.returncode == 0 and "token latency" in t.stdout
