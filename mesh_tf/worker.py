@@ -128,7 +128,16 @@ def main(argv=None):
   except MtfError as e:
     print(f"mtf-worker: error: {e}", file=sys.stderr)
     return 2
-  start_server(config)
+  try:
+    start_server(config)
+  except Exception as e:  # pylint: disable=broad-except
+    # TF raises UnknownError for a busy or unbindable address.
+    print(f"mtf-worker: error: cannot start the server of "
+          f"{config.cluster.task_name(config.task)} at {config.address}: "
+          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}\n"
+          f"hint: is the port already in use (another mtf-worker?); pick a "
+          f"free port in --cluster", file=sys.stderr)
+    return 1
   print(f"mtf-worker: serving {config.cluster.task_name(config.task)} at "
         f"{config.address} with {config.cpu_devices} CPU device(s)",
         flush=True)

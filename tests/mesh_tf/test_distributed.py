@@ -460,3 +460,21 @@ def test_worker_argument_errors(monkeypatch, capsys):
 
 if __name__ == "__main__":
   _client_main(sys.argv[1:])
+
+
+def test_worker_on_a_busy_port_is_a_clean_error():
+  with socket.socket() as busy:
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    p = subprocess.run(
+        [sys.executable, "-m", "mesh_tf.worker", "--cluster",
+         f"127.0.0.1:{port}", "--task", "0"],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+            os.path.abspath(__file__)))))
+  assert p.returncode == 1, p.stderr[-2000:]
+  assert "mtf-worker: error: cannot start the server of " in p.stderr
+  assert "hint: is the port already in use" in p.stderr
+  assert "Traceback" not in p.stderr
