@@ -46,9 +46,9 @@ class Context:
 
       def update(best, bound, elapsed_s):
         fmt = out.fmt_time if unit == "s" else out.fmt_bytes
+        # Short enough for 80 columns; the elapsed time has its own column.
         p.update(task, description=(
-            f"{what}: best {fmt(best)}, bound {fmt(bound)} "
-            f"after {elapsed_s:.2f} s"))
+            f"solving: best {fmt(best)}, bound {fmt(bound)}"))
       yield update
 
   def json(self, payload):

@@ -432,6 +432,10 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
           f"CP-SAT's objective {pr.value} x {unit!r} s differs from the cost "
           f"model's {value!r} s for rules {rules} by more than rounding")
   bound = pr.bound * unit
+  if pr.status == "optimal":
+    # Proven optimal: the bound is the value (integer scaling may leave it a
+    # rounding error above the cost model's value).
+    bound = min(bound, value)
   gap = 0.0 if pr.status == "optimal" else max(
       0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)
   return LayoutResult(rules, problem.mesh_shape, report, objective, value,

@@ -132,6 +132,11 @@ def import_tf_tensor(mesh, tf_tensor, shape=None, name=None, dtype=None):
 
 
 def import_fully_replicated(mesh, tf_tensor, shape, name=None):
-  """Imports a value that every processor gets whole (dims must not split)."""
+  """Imports a value that every processor already holds whole.
+
+  Each processor cuts its own slice (by the layout rules) from the full
+  value, so no collective runs; this is the same as :func:`import_tf_tensor`
+  here, kept for Mesh TF compatibility.
+  """
   t = import_tf_tensor(mesh, tf_tensor, shape, name=name)
   return t

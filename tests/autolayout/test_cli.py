@@ -433,7 +433,7 @@ def test_live_progress_shows_best_objective_and_bound():
     import time
     time.sleep(0.3)  # let the live display refresh at least once
   text = buf.getvalue()
-  assert "best 12.3 ms" in text and "bound 11 ms" in text, text
+  assert "solving: best 12.3 ms, bound 11 ms" in text, text
 
 
 @pytest.mark.parametrize("value", ["layers=abc", "heads=0", "d_ff=-4"])
