@@ -46,12 +46,8 @@ MP = "heads:model;d_ff:model;vocab:model"
 
 
 def _setup_tf(num_devices=8):
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import ortools.sat.python.cp_model  # noqa: F401  (must precede TF)
-  import tensorflow as tf
-  cpus = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  tf = mtf.set_logical_cpu_devices(num_devices)
   tf.config.threading.set_inter_op_parallelism_threads(2)
   # Six DecodeSteps each trace their step once; TF would warn of retracing.
   tf.get_logger().setLevel("ERROR")

@@ -13,7 +13,6 @@ cross-device reads vs. reduce-then-broadcast), on the same tensors.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -22,12 +21,8 @@ import numpy as np
 
 
 def setup(n):
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import ortools.sat.python.cp_model  # noqa: F401  (must precede TF)
-  import tensorflow as tf
-  cpus = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  tf = mtf.set_logical_cpu_devices(n)
   return tf
 
 

@@ -43,12 +43,8 @@ LAYOUT = "batch:rows;heads:cols;d_ff:cols;vocab:cols"
 
 
 def _setup_tf(num_devices=8):
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import ortools.sat.python.cp_model  # noqa: F401  (must precede TF)
-  import tensorflow as tf
-  cpus = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpus[0], [tf.config.LogicalDeviceConfiguration()] * num_devices)
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  tf = mtf.set_logical_cpu_devices(num_devices)
   return tf
 
 

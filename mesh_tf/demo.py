@@ -4,7 +4,6 @@ which collectives ran.  ``mtf-demo`` runs it.
 """
 
 import argparse
-import os
 import sys
 import time
 
@@ -12,12 +11,8 @@ import numpy as np
 
 
 def _setup_devices(n):
-  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  import ortools.sat.python.cp_model  # noqa: F401  (must precede TF)
-  import tensorflow as tf
-  cpus = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  tf = mtf.set_logical_cpu_devices(n)
   return tf
 
 
@@ -46,7 +41,7 @@ def main(argv=None):
   args = p.parse_args(argv)
   import mesh_tf as mtf
   mesh_shape = mtf.convert_to_shape(args.mesh)
-  tf = _setup_devices(mesh_shape.size)
+  _setup_devices(mesh_shape.size)
 
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")

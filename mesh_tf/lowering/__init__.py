@@ -7,7 +7,8 @@
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.mesh_impl import (LaidOutTensor, LaidOutVariable,
                                         LazyAllreduceSum, MeshImpl)
-from mesh_tf.lowering.placement import PlacementMeshImpl, logical_cpu_devices
+from mesh_tf.lowering.placement import (PlacementMeshImpl, logical_cpu_devices,
+                                        set_logical_cpu_devices)
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import (CollectiveRecord, CollectiveTrace,
                                     ComputeRecord)

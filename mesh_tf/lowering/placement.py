@@ -196,6 +196,32 @@ class PlacementMeshImpl(MeshImpl):
     return dict(self._variables)
 
 
+def set_logical_cpu_devices(n):
+  """Splits the host CPU into ``n`` TensorFlow logical devices; returns TF.
+
+  For trying meshes on one machine.  Call it before TensorFlow initialises
+  (before any op runs); it imports OR-Tools' CP-SAT before TensorFlow when
+  available, the order the two need in one process.
+
+  Raises:
+    MeshSizeError: if TensorFlow already started with another device count.
+  """
+  import os  # pylint: disable=g-import-not-at-top
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  cpus = tf.config.list_physical_devices("CPU")
+  try:
+    tf.config.set_logical_device_configuration(
+        cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+  except RuntimeError as e:
+    have = len(tf.config.list_logical_devices("CPU"))
+    if have != n:
+      raise MeshSizeError(
+          f"TensorFlow already started with {have} logical CPU devices, so "
+          f"{n} cannot be set; call set_logical_cpu_devices({n}) before "
+          "running any TensorFlow op") from e
+  return tf._load()  # pylint: disable=protected-access
+
+
 def logical_cpu_devices(n=None):
   """Names of the first ``n`` local logical CPU devices."""
   devs = [d.name for d in tf.config.list_logical_devices("CPU")]

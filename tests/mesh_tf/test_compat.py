@@ -60,3 +60,12 @@ def test_einsum_rejects_a_reduced_dim_no_input_has():
   x = mtf.ones(mesh, "a:4,b:2")
   with pytest.raises(mtf.ShapeError, match="reduced dim q=2 is not a dim"):
     mtf.einsum([x], reduced_dims=[mtf.Dimension("q", 2)])
+
+
+def test_set_logical_cpu_devices_after_start():
+  # conftest started TensorFlow with 8 devices: asking again for 8 is fine,
+  # asking for another count says why it cannot be done.
+  tf = mtf.set_logical_cpu_devices(8)
+  assert len(tf.config.list_logical_devices("CPU")) == 8
+  with pytest.raises(mtf.MeshSizeError, match="already started with 8"):
+    mtf.set_logical_cpu_devices(4)
