@@ -89,13 +89,14 @@ class LayoutResult:
     replicated) and ``runner_up_rules`` its rules.  A value is None where
     no such layout exists.
     """
-    from autolayout import errors, evaluation, solve
+    import costmodels  # pylint: disable=g-import-not-at-top
+    from autolayout import errors, solve
     base = dict(self.rules.pairs)
     rows = []
     for dim, axis in self.rules.pairs:
       rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
       try:
-        r0 = evaluation.evaluate(self.graph, self.mesh_shape, rest,
+        r0 = costmodels.evaluate(self.graph, self.mesh_shape, rest,
                                  self.topology, outputs=list(self.outputs))
       except LayoutError:
         r0 = None

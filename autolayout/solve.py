@@ -21,7 +21,7 @@ from costmodels import memory as cm_memory
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError, MtfError
 from mesh_tf.core.layout import LayoutRules
-from autolayout import (assignments, evaluation, formulation, memory_steps,
+from autolayout import (assignments, formulation, memory_steps,
                         tables)
 from autolayout.errors import (InfeasibleLayoutError, SolverError,
                                check_import_order)
@@ -263,7 +263,7 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
                           f"{op.name} cannot split")
   except LayoutError as e:
     raise SolverError(f"the solver returned invalid rules {rules}: {e}")
-  report = evaluation.evaluate(g, mesh_shape, rules, problem.topology,
+  report = costmodels.evaluate(g, mesh_shape, rules, problem.topology,
                                outputs=list(problem.outputs))
   t, c = table_values(problem, rules)
   for name, mine, theirs in (("step time", t, report.step_time_s),

@@ -4,8 +4,8 @@ import itertools
 
 import numpy as np
 
+import costmodels
 import mesh_tf as mtf
-from autolayout import evaluation
 
 TOPOLOGY = "dgx-h100"
 
@@ -54,7 +54,7 @@ def brute_force(graph, mesh_shape, outputs, topology=TOPOLOGY, key=None):
   for combo in itertools.product([None] + axes, repeat=len(dims)):
     rules = ";".join(f"{d}:{a}" for d, a in zip(dims, combo) if a)
     try:
-      r = evaluation.evaluate(graph, mesh_shape, rules, topology,
+      r = costmodels.evaluate(graph, mesh_shape, rules, topology,
                               outputs=outputs)
     except mtf.LayoutError:
       continue

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import pytest
 
 import autolayout
+import costmodels
 from tests.autolayout import graphs
 
 MESHES = ["rows:2;cols:4", "x:2;y:2;z:2"]
@@ -49,7 +50,7 @@ def test_merged_lazy_sums_match_brute_force(mesh):
   res, every = _check(g, mesh, outs)
   # Splitting k leaves the einsums pending: the add merges two of them into
   # one all-reduce (caused by the add), the exp forces the third.
-  r = graphs.evaluation.evaluate(g, mesh, "k:" + mesh.split(":")[0],
+  r = costmodels.evaluate(g, mesh, "k:" + mesh.split(":")[0],
                                  graphs.TOPOLOGY, outputs=outs)
   sums = [c for c in r.collectives if c.reduction == "SUM"]
   assert sorted(c.source_op.split("_")[0] for c in sums) == ["add", "einsum"]
@@ -107,7 +108,7 @@ def test_transformer_training_tables_equal_the_cost_model_on_many_layouts():
   merged = 0
   for rules in sample:
     t, c = autolayout.solve.table_values(problem, rules)
-    r = graphs.evaluation.evaluate(m.graph, mesh, rules, graphs.TOPOLOGY)
+    r = costmodels.evaluate(m.graph, mesh, rules, graphs.TOPOLOGY)
     merged += sum(getattr(ops[x.source_op], "kind", None) == "add"
                   for x in r.collectives if x.reduction == "SUM")
     assert math.isclose(t, r.step_time_s, rel_tol=1e-9), rules

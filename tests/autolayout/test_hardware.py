@@ -6,7 +6,7 @@ model's numbers for the alternatives."""
 import pytest
 
 import autolayout
-from autolayout import evaluation
+import costmodels
 from mesh_tf import optimize
 from mesh_tf.gradients import gradients
 from mesh_tf.models.transformer import transformer_lm
@@ -31,7 +31,7 @@ def node_graph():
 
 
 def _time(graph, mesh, rules, topo):
-  return evaluation.evaluate(graph, mesh, rules, topo).step_time_s
+  return costmodels.evaluate(graph, mesh, rules, topo).step_time_s
 
 
 def test_nvswitch_node_gets_data_and_model_parallelism(node_graph):
