@@ -8,6 +8,19 @@ import numpy as np
 from mesh_tf.graph import Graph, Mesh, Tensor
 
 
+def feeds_for(inputs, values, what):
+  """``{input tensor: value}`` from values given by input name.
+
+  Raises:
+    KeyError: for a name that is not in ``inputs``.
+  """
+  unknown = set(values) - set(inputs)
+  if unknown:
+    raise KeyError(f"unknown {what} inputs {sorted(unknown)}; the inputs "
+                   f"are {sorted(inputs)}")
+  return {inputs[k]: v for k, v in values.items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class InputSpec:
   """How to make synthetic data for one model input.
@@ -48,11 +61,7 @@ class ModelGraph:
     Raises:
       KeyError: for a name that is not an input.
     """
-    unknown = set(values) - set(self.inputs)
-    if unknown:
-      raise KeyError(f"unknown model inputs {sorted(unknown)}; the inputs "
-                     f"are {sorted(self.inputs)}")
-    return {self.inputs[k]: v for k, v in values.items()}
+    return feeds_for(self.inputs, values, "model")
 
   def random_values(self, seed=0):
     """Synthetic numpy values for every input (ids or normal floats)."""

@@ -57,7 +57,7 @@ from mesh_tf.core.dims import Dimension, Shape
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Mesh, Tensor
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.models.base import InputSpec
+from mesh_tf.models.base import InputSpec, feeds_for
 from mesh_tf.models.transformer import TransformerConfig, _norm_fn
 from mesh_tf.ops import base as base_ops
 from mesh_tf.ops import creation
@@ -134,11 +134,7 @@ class DecodingGraph:
     Raises:
       KeyError: for a name that is not an input.
     """
-    unknown = set(values) - set(self.inputs)
-    if unknown:
-      raise KeyError(f"unknown decoding inputs {sorted(unknown)}; the "
-                     f"inputs are {sorted(self.inputs)}")
-    return {self.inputs[k]: v for k, v in values.items()}
+    return feeds_for(self.inputs, values, "decoding")
 
   @property
   def cache_bytes(self):

@@ -2,12 +2,33 @@
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
-from mesh_tf.core.errors import ShapeError
+from mesh_tf.core.errors import ShapeError, UnknownNameError
 from mesh_tf.graph import Operation, Tensor
 
 
 def is_tensor(x):
   return isinstance(x, Tensor)
+
+
+def resolve_dim(x, dim, op_name, what="dim"):
+  """The Dimension of ``x`` named by ``dim`` (a Dimension, ``"name"`` or
+  ``"name:size"``).
+
+  Raises:
+    UnknownNameError: if ``x`` has no such dim (the message lists its dims).
+  """
+  if isinstance(dim, str) and ":" not in dim:
+    if dim not in x.shape:
+      raise UnknownNameError(f"{op_name}: {what} {dim!r} is not a dim of "
+                             f"{x.name} {x.shape!r}; use one of "
+                             f"{x.shape.dimension_names}")
+    return x.shape.get_dim_by_name(dim)
+  dim = dims_lib.convert_to_dimension(dim)
+  if dim not in x.shape:
+    raise UnknownNameError(f"{op_name}: {what} {dim} is not a dim of {x.name}"
+                           f" {x.shape!r}; use one of "
+                           f"{list(map(str, x.shape))}")
+  return dim
 
 
 def broadcast_shapes(*shapes):

@@ -17,9 +17,10 @@ Both work under any layout; neither has an unsplittable dim.
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
-from mesh_tf.core.errors import DTypeError, ShapeError, UnknownNameError
+from mesh_tf.core.errors import DTypeError, ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.ops.base import resolve_dim
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
 
 __all__ = ["OneHotOperation", "GatherOperation", "one_hot", "gather"]
@@ -30,21 +31,6 @@ def _check_integer(op_name, t, what):
     raise DTypeError(f"{op_name}: {what} {t.name} has dtype {t.dtype}, but "
                      "indices must be an integer type; cast it with "
                      "mtf.to_int32")
-
-
-def _dim_of(x, dim, op_name):
-  """Resolves ``dim`` (Dimension, ``"name"`` or ``"name:size"``) in x."""
-  if isinstance(dim, str) and ":" not in dim:
-    if dim not in x.shape:
-      raise UnknownNameError(f"{op_name}: dim {dim!r} is not a dim of "
-                             f"{x.name} {x.shape!r}; use one of "
-                             f"{x.shape.dimension_names}")
-    return x.shape.get_dim_by_name(dim)
-  dim = dims_lib.convert_to_dimension(dim)
-  if dim not in x.shape:
-    raise UnknownNameError(f"{op_name}: dim {dim} is not a dim of {x.name} "
-                           f"{x.shape!r}; use one of {list(map(str, x.shape))}")
-  return dim
 
 
 class OneHotOperation(Operation):
@@ -242,7 +228,7 @@ def gather(weights, indices, dim, output_shape=None, name=None):
   if not isinstance(weights, Tensor):
     raise ShapeError(f"{op_name}: weights must be an mtf Tensor, got "
                      f"{weights!r}")
-  dim = _dim_of(weights, dim, op_name)
+  dim = resolve_dim(weights, dim, op_name)
   if not isinstance(indices, Tensor):
     from mesh_tf.ops.creation import constant
     if not isinstance(indices, int):

@@ -15,9 +15,10 @@ unsplittable dim.
 """
 
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import DTypeError, ShapeError, UnknownNameError
+from mesh_tf.core.errors import DTypeError, ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.ops.base import resolve_dim
 
 __all__ = ["TopKOperation", "CumsumOperation", "top_k", "top_1", "argmax",
            "cumsum"]
@@ -36,18 +37,7 @@ _PACKING = {
 def _resolve_dim(x, dim, op_name, what="reduced_dim"):
   if not isinstance(x, Tensor):
     raise ShapeError(f"{op_name}: expected an mtf Tensor, got {x!r}")
-  if isinstance(dim, str) and ":" not in dim:
-    if dim not in x.shape:
-      raise UnknownNameError(f"{op_name}: {what} {dim!r} is not a dim of "
-                             f"{x.name} {x.shape!r}; use one of "
-                             f"{x.shape.dimension_names}")
-    return x.shape.get_dim_by_name(dim)
-  dim = dims_lib.convert_to_dimension(dim)
-  if dim not in x.shape:
-    raise UnknownNameError(f"{op_name}: {what} {dim} is not a dim of {x.name}"
-                           f" {x.shape!r}; use one of "
-                           f"{list(map(str, x.shape))}")
-  return dim
+  return resolve_dim(x, dim, op_name, what)
 
 
 def _split_axis(impl, dim):
