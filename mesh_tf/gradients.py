@@ -273,19 +273,22 @@ class ElementwiseGradOperation(Operation):
     kept = [n for n in names if n in x.shape]
     perm = [kept.index(n) for n in x.shape.dimension_names]
     out_slice = impl.slice_shape(out)
+    # The kernel closes over values only, so that it can be fused.
+    kernel, source_shapes, out_dtype = self.kernel, [s.shape for s in
+                                                      sources], out.dtype
 
     def fn(gs, *ts):
-      aligned = [align_slice(tf, t, s.shape, full)
-                 for t, s in zip(ts, sources)]
-      r = self.kernel(gs, *aligned)
+      aligned = [align_slice(tf, t, s, full)
+                 for t, s in zip(ts, source_shapes)]
+      r = kernel(gs, *aligned)
       if any(r.shape[a] != 1 for a in reduce_axes):
         r = tf.reduce_sum(r, reduce_axes)
       elif reduce_axes:  # already summed (e.g. by GradientTape): drop them
         r = tf.squeeze(r, reduce_axes)
       if perm != list(range(len(perm))):
         r = tf.transpose(r, perm)
-      if r.dtype != out.dtype:
-        r = tf.cast(r, out.dtype)
+      if r.dtype != out_dtype:
+        r = tf.cast(r, out_dtype)
       return r
     laid = [lowering.laid_out(t) for t in self.inputs]
     n_out = math.prod(impl.slice_shape(g))

@@ -93,7 +93,7 @@ class SgdOptimizer(Optimizer):
     self.lr = lr
 
   def apply_grad(self, grad, var):
-    return [variable_ops.assign_sub(var, ew.multiply(grad, self.lr))]
+    return [variable_ops.apply_gradient_descent(var, grad, self.lr)]
 
 
 class MomentumOptimizer(Optimizer):

@@ -23,6 +23,7 @@ Example:
 
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Mesh, Tensor
+from mesh_tf.lowering.fusion import step_call_options
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.placement import PlacementMeshImpl
@@ -133,8 +134,11 @@ class TrainStep:
     if len(args) != len(self.inputs):
       raise MtfError(f"the step takes {len(self.inputs)} inputs "
                      f"({[t.name for t in self.inputs]}), got {len(args)}")
-    self.initialize_variables()
-    return self._function(*args)
+    # Traced outside step_call_options: the fused functions' own call ops
+    # keep TF's default (optimising) options.
+    self.concrete_function()
+    with step_call_options():
+      return self._function(*args)
 
   def variable_values(self):
     """The full value of every variable, as NumPy arrays by name."""

@@ -16,6 +16,7 @@ Example:
 """
 
 from mesh_tf.core.errors import MtfError
+from mesh_tf.lowering.fusion import step_call_options
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.placement import PlacementMeshImpl
@@ -112,7 +113,9 @@ class DecodeStep:
     for k in self.input_names:
       t = self.decoding.inputs[k]
       args.append(tf.convert_to_tensor(feeds[k], dtype=t.dtype))
-    return self._function(*args)
+    self.concrete_function()  # traced with TF's default options (fusion)
+    with step_call_options():
+      return self._function(*args)
 
   def cache_values(self):
     """Full values of the caches (keys and values per layer), as NumPy."""

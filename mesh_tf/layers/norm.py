@@ -34,6 +34,11 @@ class _NormLowering:
     a = impl.tensor_dimension_to_mesh_axis(dim)
     self.mesh_axis = a if a is not None and impl.shape[a].size > 1 else None
 
+  def mtf_kernel_key(self):
+    """What the per-slice kernels depend on (see lowering.fusion)."""
+    return (self.axis, self.ndims, self.n, self.epsilon, self.rms,
+            self.mesh_axis, id(self.impl))
+
   def vec(self, t):
     """A [d] slice reshaped to broadcast along ``axis``."""
     shape = [1] * self.ndims
@@ -161,12 +166,13 @@ class NormGradOperation(Operation):
       else:
         lowering.set_tensor_lowering(tensor, laid)
     n_out = len(self.outputs)
+    rms = op.rms
     if k.mesh_axis is None:  # One kernel when the normalised dim is whole.
       def fused(t, s, d):
         xh, r = k.local_xhat(t)
         g = d * k.vec(s)
         out = g - xh * tf.reduce_mean(g * xh, k.axis, keepdims=True)
-        if not op.rms:
+        if not rms:
           out = out - tf.reduce_mean(g, k.axis, keepdims=True)
         grads = [out * r, tf.reduce_sum(d * xh, others)]
         if n_out == 3:

@@ -26,14 +26,28 @@ class LaidOutTensor:
   """One tensor as per-processor slices.
 
   ``tensor_list`` holds one backend value per processor (TF tensors for
-  :class:`PlacementMeshImpl`); it is None for the shape-only backend.
+  :class:`PlacementMeshImpl`); it is None for the shape-only backend.  A
+  slicewise result may be *pending* (see :mod:`mesh_tf.lowering.fusion`):
+  reading ``tensor_list`` then runs the deferred kernels it needs.
   """
-  __slots__ = ("slice_shape", "dtype", "tensor_list")
+  __slots__ = ("slice_shape", "dtype", "_tensor_list", "_producer")
 
   def __init__(self, slice_shape, dtype, tensor_list=None):
     self.slice_shape = tuple(int(s) for s in slice_shape)
     self.dtype = dtypes_lib.as_dtype(dtype)
-    self.tensor_list = tensor_list
+    self._tensor_list = tensor_list
+    self._producer = None
+
+  @property
+  def tensor_list(self):
+    if self._producer is not None:
+      self._producer.materialize()
+    return self._tensor_list
+
+  @tensor_list.setter
+  def tensor_list(self, value):
+    self._tensor_list = value
+    self._producer = None
 
   @property
   def slice_size(self):
@@ -350,6 +364,22 @@ class MeshImpl(abc.ABC):
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]
 
+  def record_compute(self, flops, output_bytes, input_bytes):
+    """Records per-device work done outside ``slicewise`` (e.g. a fused
+    variable update), so that every backend prices it alike."""
+    self.trace.compute.append(ComputeRecord(
+        self._op_name, int(flops), int(output_bytes), int(input_bytes)))
+
+  def scalar_constant(self, value, dtype):
+    """A LaidOutTensor holding the scalar ``value`` on every processor.
+
+    Not recorded as compute.  Backends may share one per graph and device.
+    """
+    return self._scalar_constant(value, dtypes_lib.as_dtype(dtype))
+
+  def _scalar_constant(self, value, dtype):
+    return LaidOutTensor((), dtype)
+
   def import_laid_out(self, value, shape, dtype):
     """Slices a full (host) value onto the processors; not a collective."""
     shape = dims_lib.convert_to_shape(shape)
@@ -463,3 +493,19 @@ class LaidOutVariable:
       return None
     return [getattr(v, mode)(t) for v, t in zip(self.slices,
                                                   laid_out.tensor_list)]
+
+  def apply_gradient_descent(self, grad, alpha):
+    """``slice -= alpha * grad`` per slice, as TF's fused
+    ``ResourceApplyGradientDescent`` (one op per slice instead of a multiply
+    and a subtract).  ``alpha`` is a LaidOutTensor of scalars.
+
+    Returns the list of update ops (None for the shape-only backend).
+    """
+    grad = grad.to_laid_out_tensor()
+    if self.slices is None:
+      return None
+    from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=g-import-not-at-top
+    return [tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=a,
+                                                    delta=g)
+            for v, a, g in zip(self.slices, alpha.tensor_list,
+                               grad.tensor_list)]

@@ -7,7 +7,10 @@ result from its peers' slices under its own ``tf.device`` scope, so TensorFlow
 copies the data there (in eager mode, in ``tf.function`` and in v1 graphs).
 """
 
+import weakref
+
 from mesh_tf.core.errors import FeedError, MeshSizeError
+from mesh_tf.lowering.fusion import SlicewiseFuser
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
 
@@ -19,12 +22,17 @@ class PlacementMeshImpl(MeshImpl):
     shape: mesh shape, e.g. ``"rows:2;cols:4"``.
     layout: layout rules, e.g. ``"batch:rows;d_ff:cols"``.
     devices: one device string per processor, in row-major mesh order.
+    fuse: inside a graph (``tf.function`` or v1), trace each run of
+      slicewise kernels between collectives once as a TF function and call
+      it on every device, sharing functions between identical runs (see
+      :mod:`mesh_tf.lowering.fusion`).  Results are the same either way;
+      fusing makes deep models lower and start several times faster.
 
   Raises:
     MeshSizeError: if ``len(devices)`` differs from the mesh size.
   """
 
-  def __init__(self, shape, layout, devices):
+  def __init__(self, shape, layout, devices, fuse=True):
     super().__init__(shape, layout)
     devices = list(devices)
     if len(devices) != self.size:
@@ -34,6 +42,8 @@ class PlacementMeshImpl(MeshImpl):
           "devices or change the mesh shape")
     self.devices = devices
     self._variables = {}
+    self._scalars = weakref.WeakKeyDictionary()  # graph -> shared constants
+    self.fuser = SlicewiseFuser(self) if fuse else None
 
   def _on(self, p):
     """The device scope of processor ``p``.
@@ -119,6 +129,9 @@ class PlacementMeshImpl(MeshImpl):
     return LaidOutTensor(x.slice_shape, x.dtype, out)
 
   def _slicewise(self, fn, inputs, outputs, with_pnum):
+    if (not with_pnum and self.fuser is not None
+        and self.fuser.defer(fn, inputs, outputs)):
+      return
     results = []
     for p in range(self.size):
       args = [x.tensor_list[p] if isinstance(x, LaidOutTensor) else x
@@ -134,6 +147,20 @@ class PlacementMeshImpl(MeshImpl):
       results.append(list(r))
     for i, o in enumerate(outputs):
       o.tensor_list = [results[p][i] for p in range(self.size)]
+
+  def _scalar_constant(self, value, dtype):
+    if tf.executing_eagerly():
+      cache = {}
+    else:
+      cache = self._scalars.setdefault(tf.compat.v1.get_default_graph(), {})
+    key = (repr(value), dtype)
+    if key not in cache:
+      ts = []
+      for p in range(self.size):
+        with self._on(p):
+          ts.append(tf.constant(value, dtype))
+      cache[key] = LaidOutTensor((), dtype, ts)
+    return cache[key]
 
   def _import(self, value, shape, slice_shape, dtype):
     if value is None:

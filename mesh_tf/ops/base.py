@@ -107,11 +107,12 @@ class GenericOperation(Operation):
     out = self.outputs[0]
     impl = lowering.mesh_impl(self)
     in_shapes = [t.shape for t in self.inputs]
+    fn, out_shape = self._fn, out.shape  # values only: kernels get fused
 
     def kernel(*slices):
-      aligned = [align_slice(tf, s, sh, out.shape)
+      aligned = [align_slice(tf, s, sh, out_shape)
                  for s, sh in zip(slices, in_shapes)]
-      return self._fn(*aligned)
+      return fn(*aligned)
     size = 1
     for s in impl.slice_shape(out):
       size *= s

@@ -21,10 +21,9 @@ class ConstantOperation(Operation):
     impl = lowering.mesh_impl(self)
     out = self.outputs[0]
     if np.ndim(self.value) == 0:
-      v = self.value
-      laid = impl.slicewise(
-          lambda: tf.fill(impl.slice_shape(out), tf.constant(v, out.dtype)),
-          shape=out.shape, dtype=out.dtype, flops=0)
+      v, sl, dtype = self.value, impl.slice_shape(out), out.dtype
+      laid = impl.slicewise(lambda: tf.fill(sl, tf.constant(v, dtype)),
+                            shape=out.shape, dtype=out.dtype, flops=0)
     else:
       laid = impl.import_laid_out(np.asarray(self.value), out.shape, out.dtype)
     lowering.set_tensor_lowering(out, laid)

@@ -230,6 +230,49 @@ class AssignOperation(Operation):
     lowering.lowered_operations[self] = ops
 
 
+class ApplyGradientDescentOperation(Operation):
+  """``var -= lr * grad``, fused into one TF op per slice.
+
+  ``lr`` is a Python float or a scalar mtf Tensor (e.g. a schedule).
+  """
+
+  def __init__(self, var, grad, lr, name=None):
+    var = _as_variable(var)
+    if grad.shape != var.shape:
+      raise ShapeError(f"gradient {grad.name} {grad.shape!r} does not match "
+                       f"variable {var.name} {var.shape!r}")
+    if isinstance(lr, Tensor) and lr.shape.ndims != 0:
+      raise ShapeError(f"learning rate {lr.name} must be a scalar, but has "
+                       f"shape {lr.shape!r}")
+    inputs = [grad] + ([lr] if isinstance(lr, Tensor) else [])
+    super().__init__(inputs, mesh=var.mesh, name=name or "sgd_update")
+    self.variable, self.lr = var, lr
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    v, grad = self.variable, self.inputs[0]
+    laid_v = lowering.variables[v]
+    g = lowering.laid_out(grad)
+    if grad.dtype != v.dtype:
+      g = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), g,
+                         shape=grad.shape, dtype=v.dtype)
+    if isinstance(self.lr, Tensor):
+      alpha = lowering.laid_out(self.lr)
+      if self.lr.dtype != v.dtype:
+        alpha = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), alpha,
+                               slice_shape=(), dtype=v.dtype)
+    else:
+      alpha = impl.scalar_constant(float(self.lr), v.dtype)
+    impl.record_compute(2 * g.slice_size, g.slice_bytes, 2 * g.slice_bytes)
+    lowering.lowered_operations[self] = laid_v.apply_gradient_descent(
+        g, alpha) or []
+
+
+def apply_gradient_descent(var, grad, lr, name=None):
+  """``var -= lr * grad`` as one fused update per slice; returns the op."""
+  return ApplyGradientDescentOperation(var, grad, lr, name=name)
+
+
 def _as_variable(v):
   if isinstance(v, Variable):
     return v
