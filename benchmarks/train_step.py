@@ -6,27 +6,28 @@ Model: d_model 128, 8 heads, d_kv 16, d_ff 512, vocab 256, batch 8, length
 64; 1, 8 and 32 layers.  Mesh ``rows:2;cols:4``, layout
 ``batch:rows;heads:cols;d_ff:cols;vocab:cols``.
 
-Reported per layer count (each in a fresh subprocess, so that peak RSS and
-TF state are its own):
+Each layer count runs three ways, each in a fresh subprocess (so that peak
+RSS and TF state are its own): the mesh step as mesh-tf lowers it by default
+(slicewise work fused into per-device TF functions shared between layers,
+see mesh_tf/lowering/fusion.py), the same step lowered unfused
+(``PlacementMeshImpl(fuse=False)``), and the plain-TF baseline.  Reported:
   * graph build: model + gradients + optimizer ops (pure Python);
-  * variable init: creating the variable slices on the devices;
   * lowering: tracing the step's tf.function (the mtf lowering runs here);
   * first step: lowering + the first call (TF graph optimisation + run);
   * steady step: median of the following steps;
-  * TF ops in the lowered step: ``len(concrete_function.graph
-    .get_operations())`` (deterministic), and per layer;
+  * TF ops in the traced step graph (deterministic), and per layer; and the
+    TF ops one step runs, counting each fused call as its body's ops;
   * peak RSS;
   * the lowering's time per TF op, next to what TF alone takes per op on
-    this machine (tracing a chain of relus), since op construction in TF
-    dominates the lowering time;
-  * the plain-TF baseline's steady step and TF ops, and the ratios.
+    this machine (tracing a chain of relus);
+  * ratios: steady step against plain TF, and fused against unfused.
 
 Targets (issue 3): at most 1,800 TF ops per layer on 8 devices; lowering plus
 first step of the 32-layer model within 25 s on a 2-core machine.
 
 Reproduce:
   python benchmarks/train_step.py                 # 1, 8 and 32 layers
-  python benchmarks/train_step.py --layers 1 8 --steps 5
+  python benchmarks/train_step.py --layers 1 8 --steps 5 --no-unfused
 """
 
 import argparse
@@ -69,19 +70,39 @@ def tf_op_cost_us(tf, n=2000):
   return (time.perf_counter() - t0) / len(fn.graph.get_operations()) * 1e6
 
 
-def run_mesh(layers, steps):
+def _executed_ops(fn, fuser):
+  """TF ops one step runs: the step graph's, with each call of a fused
+  function counted as the ops of its body (placeholders excluded)."""
+  bodies = {}
+  if fuser is not None:
+    for atomic, _ in fuser._functions.values():  # pylint: disable=protected-access
+      name = atomic.definition.signature.name
+      bodies[name] = len(atomic.definition.node_def)
+  total = 0
+  for op in fn.graph.get_operations():
+    if op.type in ("PartitionedCall", "StatefulPartitionedCall"):
+      total += bodies.get(op.get_attr("f").name, 1)
+    else:
+      total += 1
+  return total, sum(bodies.values())
+
+
+def run_mesh(layers, steps, fuse=True):
   """Times the mtf step on 8 devices; returns a dict of numbers."""
   tf = _setup_tf(8)
   import mesh_tf as mtf
   from mesh_tf import models, optimize, training
-  out = {"layers": layers}
+  from mesh_tf.lowering.placement import PlacementMeshImpl
+  out = {"layers": layers, "mode": "fused" if fuse else "unfused"}
   t0 = time.perf_counter()
   model = models.transformer_lm(
       layers=layers, d_model=D_MODEL, heads=HEADS, d_kv=D_KV, d_ff=D_FF,
       vocab=VOCAB, length=LENGTH, batch=BATCH)
-  step = training.train_step_for_model(
-      model, MESH, LAYOUT, mtf.logical_cpu_devices(8),
-      optimize.SgdOptimizer(0.01))
+  impl = PlacementMeshImpl(MESH, LAYOUT, mtf.logical_cpu_devices(8),
+                           fuse=fuse)
+  step = training.TrainStep(model.graph, model.mesh, model.loss,
+                            dict(model.inputs), impl,
+                            optimize.SgdOptimizer(0.01))
   out["graph_build_s"] = time.perf_counter() - t0
   out["mtf_ops"] = len(model.graph.operations)
   t0 = time.perf_counter()
@@ -92,6 +113,9 @@ def run_mesh(layers, steps):
   fn = step.concrete_function()
   out["lowering_s"] = time.perf_counter() - t0
   out["tf_ops"] = len(fn.graph.get_operations())
+  out["executed_ops"], out["fused_body_ops"] = _executed_ops(fn, impl.fuser)
+  if impl.fuser is not None:
+    out["fusion"] = dict(impl.fuser.stats)
   t1 = time.perf_counter()
   loss = float(step(**values))
   out["first_step_s"] = time.perf_counter() - t0
@@ -195,6 +219,9 @@ def run_plain(layers, steps):
 def _subprocess(kind, layers, steps):
   cmd = [sys.executable, os.path.abspath(__file__), "--single", kind,
          "--layers", str(layers), "--steps", str(steps)]
+  if kind == "unfused":
+    cmd[3] = "mesh"
+    cmd.append("--no-fuse")
   env = dict(os.environ)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
@@ -214,63 +241,87 @@ def main(argv=None):
                       help="steady-state steps to time (median reported)")
   parser.add_argument("--single", choices=["mesh", "plain"], default=None,
                       help=argparse.SUPPRESS)
+  parser.add_argument("--no-fuse", action="store_true",
+                      help=argparse.SUPPRESS)
   parser.add_argument("--no-baseline", action="store_true",
                       help="skip the plain-TF baseline")
+  parser.add_argument("--no-unfused", action="store_true",
+                      help="skip the mesh step lowered without fusion")
   args = parser.parse_args(argv)
   if args.single:
-    fn = run_mesh if args.single == "mesh" else run_plain
-    print("RESULT " + json.dumps(fn(args.layers[0], args.steps)))
+    if args.single == "mesh":
+      result = run_mesh(args.layers[0], args.steps, fuse=not args.no_fuse)
+    else:
+      result = run_plain(args.layers[0], args.steps)
+    print("RESULT " + json.dumps(result))
     return 0
 
   from rich.console import Console
   from rich.table import Table
-  console = Console(width=200)
-  rows = []
+  console = Console(width=220)
+  kinds = ["mesh"] + ([] if args.no_unfused else ["unfused"])
+  runs = {}  # (kind, layers) -> result
   for n in args.layers:
-    console.print(f"[bold]{n} layer(s)[/bold]: mesh step ...")
-    mesh = _subprocess("mesh", n, args.steps)
-    plain = None
-    if not args.no_baseline:
-      console.print(f"[bold]{n} layer(s)[/bold]: plain TF baseline ...")
-      plain = _subprocess("plain", n, args.steps)
-    rows.append((mesh, plain))
-  base_ops = {m["layers"]: m["tf_ops"] for m, _ in rows}
+    for kind in kinds + ([] if args.no_baseline else ["plain"]):
+      console.print(f"[bold]{n} layer(s)[/bold]: {kind} ...")
+      runs[(kind, n)] = _subprocess(kind, n, args.steps)
   table = Table(title=f"train step, mesh {MESH}, layout {LAYOUT}")
-  for col in ("layers", "build s", "var init s", "lowering s",
-              "first step s", "steady s", "TF ops", "TF ops/layer",
-              "lowering us/op", "TF floor us/op", "peak RSS MiB",
-              "plain TF steady s", "plain TF ops", "steady ratio",
-              "op ratio"):
+  for col in ("layers", "lowering", "build s", "lowering s",
+              "first step s", "steady s", "step-graph TF ops", "per layer",
+              "TF ops run", "per layer", "lowering us/op", "TF floor us/op",
+              "peak RSS MiB", "steady / plain TF"):
     table.add_column(col, justify="right")
-  smallest = min(base_ops)
-  for mesh, plain in rows:
-    n = mesh["layers"]
-    per_layer = ((mesh["tf_ops"] - base_ops[smallest]) / (n - smallest)
-                 if n != smallest else float("nan"))
-    table.add_row(
-        str(n), f"{mesh['graph_build_s']:.2f}",
-        f"{mesh['variable_init_s']:.2f}", f"{mesh['lowering_s']:.2f}",
-        f"{mesh['first_step_s']:.2f}", f"{mesh['steady_step_s']:.3f}",
-        str(mesh["tf_ops"]),
-        "-" if per_layer != per_layer else f"{per_layer:.0f}",
-        f"{mesh['lowering_s'] / mesh['tf_ops'] * 1e6:.0f}",
-        f"{mesh['tf_op_cost_us']:.0f}",
-        f"{mesh['peak_rss_mib']:.0f}",
-        "-" if plain is None else f"{plain['steady_step_s']:.3f}",
-        "-" if plain is None else str(plain["tf_ops"]),
-        "-" if plain is None else
-        f"{mesh['steady_step_s'] / plain['steady_step_s']:.2f}x",
-        "-" if plain is None else f"{mesh['tf_ops'] / plain['tf_ops']:.1f}x")
+  smallest = min(args.layers)
+
+  def per_layer(kind, n, field):
+    if n == smallest:
+      return "-"
+    base = runs[(kind, smallest)][field]
+    return f"{(runs[(kind, n)][field] - base) / (n - smallest):.0f}"
+  for n in args.layers:
+    plain = runs.get(("plain", n))
+    for kind in kinds:
+      r = runs[(kind, n)]
+      table.add_row(
+          str(n), r["mode"], f"{r['graph_build_s']:.2f}",
+          f"{r['lowering_s']:.2f}", f"{r['first_step_s']:.2f}",
+          f"{r['steady_step_s']:.3f}", str(r["tf_ops"]),
+          per_layer(kind, n, "tf_ops"), str(r["executed_ops"]),
+          per_layer(kind, n, "executed_ops"),
+          f"{r['lowering_s'] / r['tf_ops'] * 1e6:.0f}",
+          f"{r['tf_op_cost_us']:.0f}", f"{r['peak_rss_mib']:.0f}",
+          "-" if plain is None else
+          f"{r['steady_step_s'] / plain['steady_step_s']:.2f}x")
+    if plain is not None:
+      table.add_row(str(n), "plain TF, 1 device", "-", "-",
+                    f"{plain['first_step_s']:.2f}",
+                    f"{plain['steady_step_s']:.3f}", str(plain["tf_ops"]),
+                    "-", "-", "-", "-", "-", f"{plain['peak_rss_mib']:.0f}",
+                    "1.00x")
   console.print(table)
-  console.print("TF ops/layer = (ops(L) - ops(smallest L)) / (L - smallest "
-                "L); target <= 1800.  Target: lowering + first step of 32 "
-                "layers <= 25 s.  'TF floor us/op' is what TF alone takes "
-                "to add one op to a traced graph here (a relu chain), so "
-                "lowering us/op / floor is the lowering's own overhead.")
+  if "unfused" in kinds:
+    ratios = Table(title="fused / unfused, same layer count")
+    for col in ("layers", "first step (incl. lowering)", "steady step",
+                "step-graph TF ops"):
+      ratios.add_column(col, justify="right")
+    for n in args.layers:
+      f, u = runs[("mesh", n)], runs[("unfused", n)]
+      ratios.add_row(str(n), f"{f['first_step_s'] / u['first_step_s']:.2f}x",
+                     f"{f['steady_step_s'] / u['steady_step_s']:.2f}x",
+                     f"{f['tf_ops'] / u['tf_ops']:.2f}x")
+    console.print(ratios)
+  console.print(
+      "per layer = (value(L) - value(smallest L)) / (L - smallest L).  "
+      "'step-graph TF ops' counts the ops of the traced step; with fusion a "
+      "call of a fused segment function is one op there, and 'TF ops run' "
+      "counts its body's ops instead (what TF executes per step).  Targets "
+      "(issue 3): at most 1,800 TF ops per layer; lowering + first step of "
+      "32 layers within 25 s.  'TF floor us/op' is what TF alone takes to "
+      "add one op to a traced graph here (a relu chain).")
   console.print(f"reproduce: python benchmarks/train_step.py --layers "
                 f"{' '.join(map(str, args.layers))} --steps {args.steps}")
-  console.print("RESULTS " + json.dumps([r[0] for r in rows] +
-                                        [r[1] for r in rows if r[1]]))
+  console.print("RESULTS " + json.dumps(
+      [dict(r, kind=k[0]) for k, r in runs.items()]))
   return 0
 
 

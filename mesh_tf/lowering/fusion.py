@@ -30,6 +30,7 @@ loop sees the loop variable's value of its own iteration.
 
 import contextlib
 import types
+import weakref
 
 import numpy as np
 
@@ -137,15 +138,22 @@ def _snapshot(obj, _depth=0):
 
 
 class PendingKernel:
-  """A deferred slicewise kernel: ``fn(*inputs)`` per processor."""
-  __slots__ = ("fuser", "seq", "fn", "key", "inputs", "outputs")
+  """A deferred slicewise kernel: ``fn(*inputs)`` on every processor."""
+  __slots__ = ("fuser", "graph", "fn", "key", "inputs", "outputs")
 
-  def __init__(self, fuser, seq, fn, key, inputs, outputs):
-    self.fuser, self.seq, self.fn, self.key = fuser, seq, fn, key
+  def __init__(self, fuser, graph, fn, key, inputs, outputs):
+    self.fuser, self.graph, self.fn, self.key = fuser, graph, fn, key
     self.inputs, self.outputs = inputs, outputs
 
   def materialize(self):
-    self.fuser.flush(self)
+    self.fuser.flush(self.graph)
+
+
+# Op types TF's single-threaded executor cannot run (control flow, async).
+_NEEDS_DEFAULT_EXECUTOR = frozenset([
+    "Switch", "Merge", "Enter", "Exit", "NextIteration", "LoopCond", "If",
+    "StatelessIf", "While", "StatelessWhile", "_Send", "_Recv", "Send",
+    "Recv", "PartitionedCall", "StatefulPartitionedCall"])
 
 
 class SlicewiseFuser:
@@ -155,13 +163,13 @@ class SlicewiseFuser:
     impl: the :class:`PlacementMeshImpl` whose devices run the segments.
 
   Attributes:
-    stats: counts of deferred kernels, segments, distinct functions traced
-      and kernels that ran unfused.
+    stats: counts of kernels deferred, segments run, distinct functions
+      traced, and kernels that ran unfused.
   """
 
   def __init__(self, impl):
     self.impl = impl
-    self._seq = 0
+    self._pending = weakref.WeakKeyDictionary()  # graph -> [PendingKernel]
     self._functions = {}
     self.stats = {"deferred": 0, "segments": 0, "functions": 0,
                   "unfused": 0}
@@ -180,29 +188,28 @@ class SlicewiseFuser:
     except Uncacheable:
       self.stats["unfused"] += 1
       return False
-    self._seq += 1
-    node = PendingKernel(self, self._seq, fn, key, inputs, outputs)
+    graph = tf.compat.v1.get_default_graph()
+    node = PendingKernel(self, graph, fn, key, inputs, outputs)
     for o in outputs:
       o._producer = node  # pylint: disable=protected-access
+    self._pending.setdefault(graph, []).append(node)
     self.stats["deferred"] += 1
     return True
 
-  def flush(self, node):
-    """Runs ``node`` and every pending kernel it depends on as one segment."""
+  def flush(self, graph):
+    """Runs every kernel pending in ``graph`` as one segment.
+
+    Taking all of them, not just what the reader needs, makes fewer and
+    larger segments (in a Transformer layer, the weight-gradient einsums
+    join the activation work instead of each being a segment of its own):
+    4 calls per layer and device instead of 13, and a faster step.  Every
+    pending kernel would run unfused too, so no extra work is done.
+    """
     from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=g-import-not-at-top
-    found, stack = {}, [node]
-    while stack:
-      n = stack.pop()
-      if n.seq in found:
-        continue
-      found[n.seq] = n
-      for x in n.inputs:
-        if isinstance(x, LaidOutTensor):
-          p = x._producer  # pylint: disable=protected-access
-          if p is not None and p.fuser is self:
-            stack.append(p)
-    order = [found[s] for s in sorted(found)]
-    position = {n.seq: i for i, n in enumerate(order)}
+    order = self._pending.pop(graph, [])
+    if not order:
+      return
+    position = {id(n): i for i, n in enumerate(order)}
     externals, ext_index, wiring = [], {}, []
     for n in order:
       wires = []
@@ -211,8 +218,8 @@ class SlicewiseFuser:
           wires.append(("py",))
           continue
         p = x._producer  # pylint: disable=protected-access
-        if p is not None and p.fuser is self:
-          wires.append(("out", position[p.seq], p.outputs.index(x)))
+        if p is not None and id(p) in position:
+          wires.append(("out", position[id(p)], p.outputs.index(x)))
           continue
         if id(x) not in ext_index:
           ext_index[id(x)] = len(externals)
@@ -225,17 +232,17 @@ class SlicewiseFuser:
     key = (specs, tuple(
         (n.key, w, tuple((o.slice_shape, o.dtype) for o in n.outputs))
         for n, w in zip(order, wiring)))
-    fn = self._functions.get(key)
-    graph = tf.compat.v1.get_default_graph()
-    with graph.device(None), graph.control_dependencies(None):
-      if fn is None:
-        fn = self._trace(order, wiring, specs)
-        self._functions[key] = fn
+    with graph.as_default(), graph.device(None), \
+        graph.control_dependencies(None):
+      if key not in self._functions:
+        self._functions[key] = self._trace(order, wiring, specs)
         self.stats["functions"] += 1
+      fn, executor = self._functions[key]
       results = []
-      for p in range(self.impl.size):
-        with self.impl._on(p):  # pylint: disable=protected-access
-          results.append(fn.call_flat(*[ts[p] for ts in ext_lists]))
+      with _call_options(executor_type=executor):
+        for p in range(self.impl.size):
+          with self.impl._on(p):  # pylint: disable=protected-access
+            results.append(fn.call_flat(*[ts[p] for ts in ext_lists]))
     self.stats["segments"] += 1
     k = 0
     for n in order:
@@ -244,7 +251,7 @@ class SlicewiseFuser:
         k += 1
 
   def _trace(self, order, wiring, specs):
-    """Traces the segment once as a ``_noinline`` TF function."""
+    """Traces the segment once; returns (function, executor type)."""
     def body(*ext):
       values, flat = {}, []
       for i, (n, wires) in enumerate(zip(order, wiring)):
@@ -272,7 +279,13 @@ class SlicewiseFuser:
     if concrete.captured_inputs:
       raise AssertionError("a fused kernel captured a tensor; kernel_key "
                            "should have refused it")
-    return _uninlined_copy(concrete._inference_function)  # pylint: disable=protected-access
+    # Calls through TF's general executor cost about 0.1 ms each on the
+    # benchmark machine; the single-threaded one is about 5% faster per
+    # step.  The devices' calls still run in parallel.
+    types_ = {op.type for op in concrete.graph.get_operations()}
+    executor = ("" if types_ & _NEEDS_DEFAULT_EXECUTOR
+                else "SINGLE_THREADED_EXECUTOR")
+    return _uninlined_copy(concrete._inference_function), executor  # pylint: disable=protected-access
 
 
 def _uninlined_copy(atomic):
@@ -290,13 +303,52 @@ def _uninlined_copy(atomic):
   fdef.signature.name = fdef.signature.name + "_fused"
   fdef.attr["_noinline"].b = True
   fdef.attr["_nospecialize"].b = True
-  return atomic_function.from_function_def(fdef, atomic.function_type)
+  ctx = atomic._bound_context  # pylint: disable=protected-access
+  ctx.add_function_def(fdef)
+  # Children: functions the body calls (e.g. tf.cond branches).
+  return atomic_function.AtomicFunction(
+      fdef.signature.name, ctx, atomic.function_type,
+      children=list(atomic.children), call_options=atomic.call_options)
 
 
-_STEP_CALL_OPTIONS = {}
+_CALL_OPTIONS = {}
 
 
 @contextlib.contextmanager
+def _call_options(executor_type=None, optimize=True):
+  """TF function calls made inside (call ops created in a graph, or eager
+  calls) use ``executor_type`` and, if not ``optimize``, no grappler.
+
+  Uses TF's private per-thread ``function_call_options``; if that moved,
+  calls keep TF's defaults (slower, same results).
+  """
+  try:
+    from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+    ctx = context.context()
+    old = ctx.function_call_options
+    key = (old.config_proto_serialized, old.executor_type, executor_type,
+           optimize)
+  except (ImportError, AttributeError):
+    yield
+    return
+  new = _CALL_OPTIONS.get(key)
+  if new is None:
+    config = config_pb2.ConfigProto()
+    config.ParseFromString(old.config_proto_serialized)
+    if not optimize:
+      config.graph_options.rewrite_options.disable_meta_optimizer = True
+    new = context.FunctionCallOptions(
+        executor_type=old.executor_type if executor_type is None
+        else executor_type, config_proto=config)
+    _CALL_OPTIONS[key] = new
+  ctx.function_call_options = new
+  try:
+    yield
+  finally:
+    ctx.function_call_options = old
+
+
 def step_call_options():
   """Runs TF function calls made inside with TF's graph optimiser (grappler)
   off for the called function's own graph.
@@ -306,28 +358,7 @@ def step_call_options():
   fused functions, which grappler still optimises one by one when TF
   instantiates them.  Optimising the step graph itself took half of the
   first call of a 32-layer Transformer (10 of 20 s on the 2-core benchmark
-  machine) and did not make later steps faster (0.83 s without it, 0.94 s
-  with it); see benchmarks/train_step.py.
+  machine) and made later steps at most a few percent faster; see
+  benchmarks/train_step.py.
   """
-  try:
-    from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-    ctx = context.context()
-    old = ctx.function_call_options
-  except (ImportError, AttributeError):  # private API moved: only slower
-    yield
-    return
-  key = (old.config_proto_serialized, old.executor_type)
-  new = _STEP_CALL_OPTIONS.get(key)
-  if new is None:
-    config = config_pb2.ConfigProto()
-    config.ParseFromString(old.config_proto_serialized)
-    config.graph_options.rewrite_options.disable_meta_optimizer = True
-    new = context.FunctionCallOptions(executor_type=old.executor_type,
-                                      config_proto=config)
-    _STEP_CALL_OPTIONS[key] = new
-  ctx.function_call_options = new
-  try:
-    yield
-  finally:
-    ctx.function_call_options = old
+  return _call_options(optimize=False)

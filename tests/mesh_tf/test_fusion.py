@@ -1,0 +1,167 @@
+"""Fused slicewise segments (mesh_tf.lowering.fusion): same results as
+unfused lowering, functions shared between identical layers, kernels keyed
+by what they compute, and unkeyable kernels run unfused."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tf as mtf
+from mesh_tf import models, optimize, training
+from mesh_tf.lowering import fusion
+from mesh_tf.lowering.mesh_impl import LaidOutTensor
+from mesh_tf.lowering.placement import PlacementMeshImpl
+
+LAYOUT = "batch:rows;heads:cols;d_ff:cols;vocab:cols"
+
+
+# --- kernel_key ----------------------------------------------------------------
+def _adder(c):
+  return lambda t: t + c
+
+
+def test_kernel_key_names_code_and_closure_values():
+  key = fusion.kernel_key
+  assert key(_adder(1)) == key(_adder(1))
+  assert key(_adder(1)) != key(_adder(2))
+  assert key(_adder(1)) != key(_adder(True))  # bool is not int
+  assert key(_adder(0.0)) != key(_adder(-0.0))  # equal, but not the same
+  assert key(_adder((1, [2, 3]))) == key(_adder((1, [2, 3])))
+  shape = mtf.convert_to_shape
+  assert key(_adder(shape("a:2;b:3"))) == key(_adder(shape("a:2;b:3")))
+  assert key(_adder(shape("a:2;b:3"))) != key(_adder(shape("a:2;b:4")))
+  assert key(_adder(np.float32(2))) != key(_adder(np.float64(2)))
+  assert key(_adder(_adder(1))) == key(_adder(_adder(1)))
+  assert key(_adder(_adder(1))) != key(_adder(_adder(2)))
+  assert key(_adder(tf.float32)) != key(_adder(tf.int32))
+  assert key(lambda t: t + 1) != key(lambda t: t + 1)  # two code objects
+
+
+@pytest.mark.parametrize("value", [tf.constant(1.0), object(),
+                                   np.zeros(10000)])
+def test_kernel_key_refuses_what_it_cannot_name(value):
+  with pytest.raises(fusion.Uncacheable):
+    fusion.kernel_key(_adder(value))
+
+
+# --- lowering with and without fusion ------------------------------------------
+def _run_kernels(fuse, make_kernels):
+  """Runs ``make_kernels(impl, x)`` in a tf.function on 8 devices; returns
+  the slices of each result and the impl."""
+  impl = PlacementMeshImpl("rows:2;cols:4", "", mtf.logical_cpu_devices(8),
+                           fuse=fuse)
+
+  @tf.function(autograph=False)
+  def f(v):
+    x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+    return [tf.stack(y.tensor_list) for y in make_kernels(impl, x)]
+  return [r.numpy() for r in f(tf.constant([1.0, 2.0, 3.0]))], impl
+
+
+def test_kernels_made_in_a_loop_see_their_own_loop_variable():
+  def make(impl, x):
+    return [impl.slicewise(lambda t: t * i, x, slice_shape=(3,))  # pylint: disable=cell-var-from-loop
+            for i in range(4)]
+  fused, impl = _run_kernels(True, make)
+  unfused, _ = _run_kernels(False, make)
+  for a, b in zip(fused, unfused):
+    np.testing.assert_array_equal(a, b)
+  assert impl.fuser.stats["deferred"] == 4
+  assert impl.fuser.stats["unfused"] == 0
+
+
+def test_a_kernel_closing_over_a_tf_tensor_runs_unfused_and_right():
+  def make(impl, x):
+    c = tf.constant([10.0, 20.0, 30.0])
+    y = impl.slicewise(lambda t: t * 2.0, x, slice_shape=(3,))
+    return [impl.slicewise(lambda t: t + c, y, slice_shape=(3,))]
+  fused, impl = _run_kernels(True, make)
+  want = 2 * (np.array([1.0, 2, 3]) + np.arange(8)[:, None]) + [10, 20, 30]
+  np.testing.assert_allclose(fused[0], want)
+  assert impl.fuser.stats["unfused"] == 1
+  assert impl.fuser.stats["deferred"] == 1
+
+
+def test_control_flow_kernel_uses_the_default_executor():
+  def make(impl, x):
+    return [impl.slicewise(
+        lambda t: tf.cond(tf.reduce_sum(t) > 10.0, lambda: t * 0.0,
+                          lambda: t), x, slice_shape=(3,))]
+  fused, impl = _run_kernels(True, make)
+  unfused, _ = _run_kernels(False, make)
+  np.testing.assert_array_equal(fused[0], unfused[0])
+  executors = {e for _, e in impl.fuser._functions.values()}  # pylint: disable=protected-access
+  assert executors == {""}
+
+
+def test_pending_kernels_stay_in_their_own_graph():
+  impl = PlacementMeshImpl("x:8", "", mtf.logical_cpu_devices(8))
+
+  @tf.function(autograph=False)
+  def first(v):
+    x = LaidOutTensor((3,), "float32", [v] * 8)
+    impl.slicewise(lambda t: t * 3.0, x, slice_shape=(3,))  # never read
+    return v
+
+  @tf.function(autograph=False)
+  def second(v):
+    x = LaidOutTensor((3,), "float32", [v] * 8)
+    y = impl.slicewise(lambda t: t + 1.0, x, slice_shape=(3,))
+    return tf.add_n(y.tensor_list)
+  v = tf.constant([1.0, 2.0, 3.0])
+  first(v)
+  np.testing.assert_allclose(second(v).numpy(), 8 * (v.numpy() + 1))
+
+
+def test_step_call_options_are_restored():
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  before = context.context().function_call_options
+  with pytest.raises(RuntimeError):
+    with fusion.step_call_options():
+      assert context.context().function_call_options is not before
+      raise RuntimeError("boom")
+  assert context.context().function_call_options is before
+
+
+# --- a Transformer step ----------------------------------------------------------
+def _lm(layers):
+  return models.transformer_lm(layers=layers, d_model=16, heads=4, d_kv=4,
+                               d_ff=32, vocab=32, length=8, batch=8)
+
+
+def _step(layers, fuse):
+  model = _lm(layers)
+  impl = PlacementMeshImpl("rows:2;cols:4", LAYOUT,
+                           mtf.logical_cpu_devices(8), fuse=fuse)
+  return model, training.TrainStep(model.graph, model.mesh, model.loss,
+                                   dict(model.inputs), impl,
+                                   optimize.SgdOptimizer(0.5))
+
+
+def test_fused_training_steps_equal_unfused_ones():
+  values = _lm(2).random_values(seed=1)
+  runs = {}
+  for fuse in (True, False):
+    _, step = _step(2, fuse)
+    losses = [float(step(**values)) for _ in range(3)]
+    runs[fuse] = (losses, step.variable_values())
+  np.testing.assert_allclose(runs[True][0], runs[False][0], rtol=1e-6)
+  assert runs[True][0][-1] < runs[True][0][0]
+  for name, value in runs[False][1].items():
+    np.testing.assert_allclose(runs[True][1][name], value, rtol=1e-5,
+                               atol=1e-7, err_msg=name)
+
+
+def test_layers_share_functions_and_the_step_graph_shrinks():
+  stats, ops = {}, {}
+  for layers in (2, 4):
+    _, step = _step(layers, True)
+    ops[layers] = len(step.concrete_function().graph.get_operations())
+    stats[layers] = dict(step.mesh_impl.fuser.stats)
+  # Two more identical layers add segments but trace no new function.
+  assert stats[4]["functions"] == stats[2]["functions"]
+  assert stats[4]["segments"] > stats[2]["segments"]
+  assert stats[4]["unfused"] == 0
+  _, unfused = _step(4, False)
+  unfused_ops = len(unfused.concrete_function().graph.get_operations())
+  assert ops[4] < 0.5 * unfused_ops
