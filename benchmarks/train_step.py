@@ -216,11 +216,48 @@ def run_plain(layers, steps):
   return out
 
 
+def run_side_by_side(layers, steps):
+  """Steady steps of the fused mesh step, the unfused one and plain TF,
+  taken in turn in one process, so that the machine's load drifts over all
+  three alike; returns the medians."""
+  tf = _setup_tf(8)
+  import numpy as np
+  import mesh_tf as mtf
+  from mesh_tf import models, optimize, training
+  from mesh_tf.lowering.placement import PlacementMeshImpl
+  calls = {}
+  for mode in ("fused", "unfused"):
+    model = models.transformer_lm(
+        layers=layers, d_model=D_MODEL, heads=HEADS, d_kv=D_KV, d_ff=D_FF,
+        vocab=VOCAB, length=LENGTH, batch=BATCH)
+    impl = PlacementMeshImpl(MESH, LAYOUT, mtf.logical_cpu_devices(8),
+                             fuse=mode == "fused")
+    step = training.TrainStep(model.graph, model.mesh, model.loss,
+                              dict(model.inputs), impl,
+                              optimize.SgdOptimizer(0.01))
+    values = model.random_values(seed=0)
+    calls[mode] = lambda step=step, values=values: step(**values)
+  plain = _plain_tf_model(tf, layers)
+  ids = np.random.RandomState(0).randint(0, VOCAB, size=(BATCH, LENGTH))
+  ids = ids.astype("int32")
+  calls["plain"] = lambda: plain(ids, ids)
+  times = {k: [] for k in calls}
+  for k, call in calls.items():
+    float(call())  # trace and warm up
+  for _ in range(steps):
+    for k, call in calls.items():
+      t0 = time.perf_counter()
+      float(call())
+      times[k].append(time.perf_counter() - t0)
+  return {"layers": layers, **{f"{k}_steady_s": sorted(v)[len(v) // 2]
+                               for k, v in times.items()}}
+
+
 def _subprocess(kind, layers, steps):
   cmd = [sys.executable, os.path.abspath(__file__), "--single", kind,
          "--layers", str(layers), "--steps", str(steps)]
   if kind == "unfused":
-    cmd[3] = "mesh"
+    cmd[cmd.index("unfused")] = "mesh"
     cmd.append("--no-fuse")
   env = dict(os.environ)
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -239,7 +276,8 @@ def main(argv=None):
   parser.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32])
   parser.add_argument("--steps", type=int, default=10,
                       help="steady-state steps to time (median reported)")
-  parser.add_argument("--single", choices=["mesh", "plain"], default=None,
+  parser.add_argument("--single", choices=["mesh", "plain", "side"],
+                      default=None,
                       help=argparse.SUPPRESS)
   parser.add_argument("--no-fuse", action="store_true",
                       help=argparse.SUPPRESS)
@@ -251,6 +289,8 @@ def main(argv=None):
   if args.single:
     if args.single == "mesh":
       result = run_mesh(args.layers[0], args.steps, fuse=not args.no_fuse)
+    elif args.single == "side":
+      result = run_side_by_side(args.layers[0], args.steps)
     else:
       result = run_plain(args.layers[0], args.steps)
     print("RESULT " + json.dumps(result))
@@ -265,11 +305,15 @@ def main(argv=None):
     for kind in kinds + ([] if args.no_baseline else ["plain"]):
       console.print(f"[bold]{n} layer(s)[/bold]: {kind} ...")
       runs[(kind, n)] = _subprocess(kind, n, args.steps)
+    if not args.no_unfused and not args.no_baseline:
+      console.print(f"[bold]{n} layer(s)[/bold]: steady steps side by side "
+                    "...")
+      runs[("side", n)] = _subprocess("side", n, args.steps)
   table = Table(title=f"train step, mesh {MESH}, layout {LAYOUT}")
   for col in ("layers", "lowering", "build s", "lowering s",
               "first step s", "steady s", "step-graph TF ops", "per layer",
               "TF ops run", "per layer", "lowering us/op", "TF floor us/op",
-              "peak RSS MiB", "steady / plain TF"):
+              "peak RSS MiB"):
     table.add_column(col, justify="right")
   smallest = min(args.layers)
 
@@ -289,26 +333,37 @@ def main(argv=None):
           per_layer(kind, n, "tf_ops"), str(r["executed_ops"]),
           per_layer(kind, n, "executed_ops"),
           f"{r['lowering_s'] / r['tf_ops'] * 1e6:.0f}",
-          f"{r['tf_op_cost_us']:.0f}", f"{r['peak_rss_mib']:.0f}",
-          "-" if plain is None else
-          f"{r['steady_step_s'] / plain['steady_step_s']:.2f}x")
+          f"{r['tf_op_cost_us']:.0f}", f"{r['peak_rss_mib']:.0f}")
     if plain is not None:
       table.add_row(str(n), "plain TF, 1 device", "-", "-",
                     f"{plain['first_step_s']:.2f}",
                     f"{plain['steady_step_s']:.3f}", str(plain["tf_ops"]),
-                    "-", "-", "-", "-", "-", f"{plain['peak_rss_mib']:.0f}",
-                    "1.00x")
+                    "-", "-", "-", "-", "-", f"{plain['peak_rss_mib']:.0f}")
   console.print(table)
   if "unfused" in kinds:
-    ratios = Table(title="fused / unfused, same layer count")
-    for col in ("layers", "first step (incl. lowering)", "steady step",
-                "step-graph TF ops"):
+    side = ("side", args.layers[0]) in runs
+    ratios = Table(title="ratios, same layer count (steady steps taken in "
+                   "turn in one process)")
+    for col in ("layers", "first step fused / unfused",
+                "step-graph ops fused / unfused", "steady fused s",
+                "steady unfused s", "steady plain TF s",
+                "steady fused / unfused", "steady fused / plain TF",
+                "steady unfused / plain TF"):
       ratios.add_column(col, justify="right")
     for n in args.layers:
       f, u = runs[("mesh", n)], runs[("unfused", n)]
-      ratios.add_row(str(n), f"{f['first_step_s'] / u['first_step_s']:.2f}x",
-                     f"{f['steady_step_s'] / u['steady_step_s']:.2f}x",
-                     f"{f['tf_ops'] / u['tf_ops']:.2f}x")
+      row = [str(n), f"{f['first_step_s'] / u['first_step_s']:.2f}x",
+             f"{f['tf_ops'] / u['tf_ops']:.2f}x"]
+      if side:
+        s = runs[("side", n)]
+        row += [f"{s['fused_steady_s']:.3f}", f"{s['unfused_steady_s']:.3f}",
+                f"{s['plain_steady_s']:.3f}",
+                f"{s['fused_steady_s'] / s['unfused_steady_s']:.2f}x",
+                f"{s['fused_steady_s'] / s['plain_steady_s']:.2f}x",
+                f"{s['unfused_steady_s'] / s['plain_steady_s']:.2f}x"]
+      else:
+        row += ["-"] * 6
+      ratios.add_row(*row)
     console.print(ratios)
   console.print(
       "per layer = (value(L) - value(smallest L)) / (L - smallest L).  "

@@ -23,7 +23,8 @@ from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
                               LazyAllreduceSum, Lowering, MeshImpl,
                               PlacementMeshImpl, ShapeMeshImpl,
-                              logical_cpu_devices, set_logical_cpu_devices)
+                              logical_cpu_devices, set_logical_cpu_devices,
+                              step_call_options)
 from mesh_tf.ops.control import depend, stop_gradient
 from mesh_tf.ops.creation import (constant, import_fully_replicated,
                                   import_tf_tensor, mtf_range, ones, ones_like,

@@ -4,6 +4,7 @@
 ``PlacementMeshImpl`` loads TensorFlow only when it runs a kernel.
 """
 
+from mesh_tf.lowering.fusion import step_call_options
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.mesh_impl import (LaidOutTensor, LaidOutVariable,
                                         LazyAllreduceSum, MeshImpl)

@@ -164,3 +164,37 @@ def test_weight_decay_exclusion_and_errors():
         [mtf.zeros(mesh, mtf.Shape([B]))], [w])
   with pytest.raises(mtf.MtfError, match="not one"):
     optimize.SgdOptimizer(0.1).apply_grads([w], [w * 2.0])
+
+
+def test_sgd_with_a_scalar_tensor_learning_rate_matches_numpy():
+  def build(mesh):
+    loss, inputs = _build(mesh)
+    return loss, inputs
+  lr_value = 0.25
+  step = training.make_train_step(
+      build, "rows:2;cols:4", "a:rows;b:cols", mtf.logical_cpu_devices(8),
+      None)
+  graph, mesh = step.graph, step.mesh
+  lr = mtf.constant(mesh, lr_value, dtype="float32")  # a schedule's value
+  step = training.TrainStep(graph, mesh, step.loss, step.inputs,
+                            step.mesh_impl, optimize.SgdOptimizer(lr))
+  for _ in range(STEPS):
+    step(TW, TV)
+  w, v = W0.copy(), V0.copy()
+  for _ in range(STEPS):
+    w, v = w - lr_value * (w - TW), v - lr_value * (v - TV)
+  values = step.variable_values()
+  np.testing.assert_allclose(values["w"], w, rtol=1e-5)
+  np.testing.assert_allclose(values["v"], v, rtol=1e-5)
+
+
+def test_apply_gradient_descent_errors_name_the_tensors():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  w = mtf.get_variable(mesh, "w", mtf.Shape([A, B]))
+  g = mtf.zeros(mesh, mtf.Shape([B]), name="g")
+  with pytest.raises(mtf.ShapeError, match=r"gradient g.*variable w"):
+    mtf.apply_gradient_descent(w, g, 0.1)
+  lr = mtf.zeros(mesh, mtf.Shape([A]), name="lr")
+  with pytest.raises(mtf.ShapeError, match=r"learning rate lr.*scalar"):
+    mtf.apply_gradient_descent(w, mtf.zeros_like(w), lr)
