@@ -72,12 +72,14 @@ def tf_op_cost_us(tf, n=2000):
 
 def _executed_ops(fn, fuser):
   """TF ops one step runs: the step graph's, with each call of a fused
-  function counted as the ops of its body (placeholders excluded)."""
+  function counted as the ops of its body (without the Identity ops that
+  name its outputs; arguments are not nodes)."""
   bodies = {}
   if fuser is not None:
     for atomic, _ in fuser._functions.values():  # pylint: disable=protected-access
       name = atomic.definition.signature.name
-      bodies[name] = len(atomic.definition.node_def)
+      bodies[name] = sum(1 for n in atomic.definition.node_def
+                         if n.op != "Identity")
   total = 0
   for op in fn.graph.get_operations():
     if op.type in ("PartitionedCall", "StatefulPartitionedCall"):
@@ -310,7 +312,7 @@ def main(argv=None):
                     "...")
       runs[("side", n)] = _subprocess("side", n, args.steps)
   table = Table(title=f"train step, mesh {MESH}, layout {LAYOUT}")
-  for col in ("layers", "lowering", "build s", "lowering s",
+  for col in ("layers", "mode", "build s", "lowering s",
               "first step s", "steady s", "step-graph TF ops", "per layer",
               "TF ops run", "per layer", "lowering us/op", "TF floor us/op",
               "peak RSS MiB"):

@@ -2,22 +2,27 @@
 
 Why: lowering a step for ``n`` processors used to create every slicewise TF
 op ``n`` times, once per device.  On the 2-core benchmark machine creating a
-TF op costs about 0.5 ms of Python, and TF's first call optimises every one
-of them again, so a 32-layer Transformer on 8 devices spent about 45 s
-before its first step.  Here a run of slicewise kernels between
+TF op costs 0.5-0.8 ms of Python, and TF's first call optimised every one
+of them again, so a 32-layer Transformer on 8 devices took 38 s to lower
+and run its first step.  Here a run of slicewise kernels between
 collectives (a *segment*) is traced ONCE as a ``tf.function`` and called on
 each device.  Segments with the same structure -- the same kernels on the
 same slice shapes, as in every layer of a deep model -- share one function,
 so TF also instantiates and optimises it once per device instead of once per
-layer and device.  The functions are marked ``_noinline``: inlined, TF
-would optimise the whole expanded graph again.
+layer and device: 12 functions serve all 32 layers, and the same step starts
+in 17 s (``benchmarks/train_step.py``).  The functions are marked
+``_noinline`` (inlined, TF would optimise the whole expanded graph again);
+the price is a call per segment and device, which made steady steps 9%
+slower at 32 layers and 15-19% at 1-8 layers on logical CPU devices.
+``PlacementMeshImpl(fuse=False)`` lowers unfused.
 
 How: :meth:`SlicewiseFuser.defer` records a kernel instead of running it;
 its output :class:`LaidOutTensor`s are *pending*.  Reading a pending
 tensor's ``tensor_list`` (as every collective, export and variable write
-does) flushes the pending kernels it depends on: they become one segment,
+does) flushes the kernels pending in that graph: they become one segment,
 looked up by :func:`kernel_key` in a per-backend cache, traced if new, and
-called once per device.  Kernels nobody reads are never built.
+called once per device.  Kernels still pending when lowering ends were never
+read and are never built.
 
 A kernel is deferred only when it is a pure function of its slices whose
 behaviour :func:`kernel_key` can name: its code plus the values it closes
@@ -82,6 +87,8 @@ def kernel_key(obj, _depth=0):
                                for k, v in obj.items())))
   if isinstance(obj, (set, frozenset)):
     return (frozenset, frozenset(kernel_key(x, d) for x in obj))
+  if _is_tf_api(obj):
+    return ("id", obj)  # e.g. tf.nn.relu, a module-level function
   if isinstance(obj, types.FunctionType):
     cells = obj.__closure__ or ()
     try:
@@ -111,20 +118,27 @@ def kernel_key(obj, _depth=0):
   from mesh_tf.lowering.mesh_impl import MeshImpl  # pylint: disable=g-import-not-at-top
   if isinstance(obj, MeshImpl):  # shape and layout are fixed for its life
     return ("id", obj)
-  if callable(obj) and getattr(obj, "__module__", "").startswith(
-      ("tensorflow", "mesh_tf.lowering.lazy_tf")):
-    return ("id", obj)  # a TF API function (e.g. a dispatch wrapper)
   raise Uncacheable(f"cannot key a {type(obj).__qualname__}")
+
+
+def _is_tf_api(obj):
+  return callable(obj) and str(getattr(obj, "__module__", None)).startswith(
+      "tensorflow")
 
 
 def _snapshot(obj, _depth=0):
   """``obj`` with function closures copied as they are now (recursively),
   so that running it later gives what running it now would."""
-  if _depth > _MAX_DEPTH:
+  if _depth > _MAX_DEPTH or _is_tf_api(obj):
     return obj
   if isinstance(obj, types.FunctionType) and obj.__closure__:
-    cells = tuple(types.CellType(_snapshot(c.cell_contents, _depth + 1))
-                  for c in obj.__closure__)
+    cells = []
+    for c in obj.__closure__:
+      try:
+        cells.append(types.CellType(_snapshot(c.cell_contents, _depth + 1)))
+      except ValueError:  # still empty; kernel_key refuses the kernel
+        cells.append(types.CellType())
+    cells = tuple(cells)
     fn = types.FunctionType(obj.__code__, obj.__globals__, obj.__name__,
                             obj.__defaults__, cells)
     fn.__kwdefaults__ = obj.__kwdefaults__

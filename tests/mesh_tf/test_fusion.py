@@ -165,3 +165,23 @@ def test_layers_share_functions_and_the_step_graph_shrinks():
   _, unfused = _step(4, False)
   unfused_ops = len(unfused.concrete_function().graph.get_operations())
   assert ops[4] < 0.5 * unfused_ops
+
+
+def test_tf_functions_are_keyed_by_identity_and_kept():
+  assert fusion.kernel_key(_adder(tf.nn.relu)) == fusion.kernel_key(
+      _adder(tf.nn.relu))
+  assert fusion.kernel_key(_adder(tf.nn.relu)) != fusion.kernel_key(
+      _adder(tf.nn.sigmoid))
+  assert fusion._snapshot(tf.nn.relu) is tf.nn.relu  # pylint: disable=protected-access
+
+
+def test_a_kernel_with_an_unbound_closure_fails_as_it_does_unfused():
+  def make(impl, x):
+    def kernel(t):
+      return t * later
+    y = impl.slicewise(kernel, x, slice_shape=(3,))
+    later = 2.0  # bound too late: a bug in the kernel, in either mode
+    return [y]
+  for fuse in (True, False):
+    with pytest.raises(NameError, match="later"):
+      _run_kernels(fuse, make)
