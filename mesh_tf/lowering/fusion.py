@@ -299,7 +299,16 @@ class SlicewiseFuser:
     types_ = {op.type for op in concrete.graph.get_operations()}
     executor = ("" if types_ & _NEEDS_DEFAULT_EXECUTOR
                 else "SINGLE_THREADED_EXECUTOR")
-    return _uninlined_copy(concrete._inference_function), executor  # pylint: disable=protected-access
+    try:
+      return _uninlined_copy(concrete._inference_function), executor  # pylint: disable=protected-access
+    except (ImportError, AttributeError, TypeError):
+      # TF's private function API moved: the public route cannot stop
+      # grappler specialising call sites, so the first call is slower.
+      concrete = tf.function(
+          body, autograph=False,
+          experimental_attributes={"_noinline": True}).get_concrete_function(
+              *signature)
+      return concrete._inference_function, executor  # pylint: disable=protected-access
 
 
 def _uninlined_copy(atomic):

@@ -185,3 +185,16 @@ def test_a_kernel_with_an_unbound_closure_fails_as_it_does_unfused():
   for fuse in (True, False):
     with pytest.raises(NameError, match="later"):
       _run_kernels(fuse, make)
+
+
+def test_fusion_still_works_if_tf_private_function_api_moves(monkeypatch):
+  def moved(*args, **kwargs):
+    raise AttributeError("moved")
+  monkeypatch.setattr(fusion, "_uninlined_copy", moved)
+
+  def make(impl, x):
+    return [impl.slicewise(lambda t: t * 2.0 + 1.0, x, slice_shape=(3,))]
+  fused, impl = _run_kernels(True, make)
+  np.testing.assert_allclose(
+      fused[0], 2 * (np.array([1.0, 2, 3]) + np.arange(8)[:, None]) + 1)
+  assert impl.fuser.stats["functions"] == 1
