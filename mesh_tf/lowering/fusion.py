@@ -151,6 +151,19 @@ def _snapshot(obj, _depth=0):
   return obj
 
 
+class PeerSlices:
+  """A kernel input that is another processor's slice: processor ``p``
+  gets ``x.tensor_list[sources[p]]`` (TF copies it across devices).
+
+  It lets a collective's local work -- e.g. the sum of an all-reduce --
+  run inside the segment that uses its result.
+  """
+  __slots__ = ("x", "sources")
+
+  def __init__(self, x, sources):
+    self.x, self.sources = x, tuple(sources)
+
+
 class PendingKernel:
   """A deferred slicewise kernel: ``fn(*inputs)`` on every processor."""
   __slots__ = ("fuser", "graph", "fn", "key", "inputs", "outputs")
@@ -193,12 +206,13 @@ class SlicewiseFuser:
     from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=g-import-not-at-top
     if tf.executing_eagerly():
       return False
+    tensors = (LaidOutTensor, PeerSlices)
     try:
       fn = _snapshot(fn)
-      inputs = [x if isinstance(x, LaidOutTensor) else _snapshot(x)
+      inputs = [x if isinstance(x, tensors) else _snapshot(x)
                 for x in inputs]
       key = (kernel_key(fn),) + tuple(
-          kernel_key(x) for x in inputs if not isinstance(x, LaidOutTensor))
+          kernel_key(x) for x in inputs if not isinstance(x, tensors))
     except Uncacheable:
       self.stats["unfused"] += 1
       return False
@@ -228,19 +242,29 @@ class SlicewiseFuser:
     for n in order:
       wires = []
       for x in n.inputs:
-        if not isinstance(x, LaidOutTensor):
+        if isinstance(x, PeerSlices):
+          ext = (id(x.x), x.sources)  # materialised when deferred
+        elif isinstance(x, LaidOutTensor):
+          p = x._producer  # pylint: disable=protected-access
+          if p is not None and id(p) in position:
+            wires.append(("out", position[id(p)], p.outputs.index(x)))
+            continue
+          ext = (id(x), None)
+        else:
           wires.append(("py",))
           continue
-        p = x._producer  # pylint: disable=protected-access
-        if p is not None and id(p) in position:
-          wires.append(("out", position[id(p)], p.outputs.index(x)))
-          continue
-        if id(x) not in ext_index:
-          ext_index[id(x)] = len(externals)
+        if ext not in ext_index:
+          ext_index[ext] = len(externals)
           externals.append(x)
-        wires.append(("ext", ext_index[id(x)]))
+        wires.append(("ext", ext_index[ext]))
       wiring.append(tuple(wires))
-    ext_lists = [x.tensor_list for x in externals]  # forces other backends
+    ext_lists = []
+    for x in externals:
+      if isinstance(x, PeerSlices):
+        ts = x.x.tensor_list
+        ext_lists.append([ts[q] for q in x.sources])
+      else:
+        ext_lists.append(x.tensor_list)  # forces other backends
     specs = tuple((tuple(ts[0].shape.as_list()), ts[0].dtype.name)
                   for ts in ext_lists)
     key = (specs, tuple(
@@ -253,40 +277,57 @@ class SlicewiseFuser:
         self.stats["functions"] += 1
       fn, executor = self._functions[key]
       results = []
-      with _call_options(executor_type=executor):
+      if fn is None:  # too small to be worth a call
         for p in range(self.impl.size):
           with self.impl._on(p):  # pylint: disable=protected-access
-            results.append(fn.call_flat(*[ts[p] for ts in ext_lists]))
-    self.stats["segments"] += 1
+            results.append(self._run(order, wiring,
+                                     [ts[p] for ts in ext_lists]))
+      else:
+        with _call_options(executor_type=executor):
+          for p in range(self.impl.size):
+            with self.impl._on(p):  # pylint: disable=protected-access
+              results.append(fn.call_flat(*[ts[p] for ts in ext_lists]))
+        self.stats["segments"] += 1
     k = 0
     for n in order:
       for o in n.outputs:
         o.tensor_list = [r[k] for r in results]
         k += 1
 
+  @staticmethod
+  def _run(order, wiring, ext):
+    """Runs the segment's kernels on one processor's slices ``ext``; returns
+    every output, in order."""
+    values, flat = {}, []
+    for i, (n, wires) in enumerate(zip(order, wiring)):
+      args = []
+      for x, w in zip(n.inputs, wires):
+        if w[0] == "py":
+          args.append(x)
+        elif w[0] == "ext":
+          args.append(ext[w[1]])
+        else:
+          args.append(values[(w[1], w[2])])
+      r = n.fn(*args)
+      if len(n.outputs) == 1:
+        r = [r]
+      for j, (o, t) in enumerate(zip(n.outputs, r)):
+        if tuple(t.shape) != o.slice_shape:
+          raise AssertionError(f"slicewise kernel gave shape {t.shape}, "
+                               f"expected {o.slice_shape}")
+        values[(i, j)] = t
+        flat.append(t)
+    return flat
+
+  # A segment of at most this many TF ops runs directly on each device: a
+  # function call costs as much to build as one op and more to run.
+  MAX_DIRECT_OPS = 1
+
   def _trace(self, order, wiring, specs):
-    """Traces the segment once; returns (function, executor type)."""
+    """Traces the segment once; returns (function, executor type), or
+    (None, None) when the segment is small enough to run unfused."""
     def body(*ext):
-      values, flat = {}, []
-      for i, (n, wires) in enumerate(zip(order, wiring)):
-        args = []
-        for x, w in zip(n.inputs, wires):
-          if w[0] == "py":
-            args.append(x)
-          elif w[0] == "ext":
-            args.append(ext[w[1]])
-          else:
-            args.append(values[(w[1], w[2])])
-        r = n.fn(*args)
-        if len(n.outputs) == 1:
-          r = [r]
-        for j, (o, t) in enumerate(zip(n.outputs, r)):
-          if tuple(t.shape) != o.slice_shape:
-            raise AssertionError(f"slicewise kernel gave shape {t.shape}, "
-                                 f"expected {o.slice_shape}")
-          values[(i, j)] = t
-          flat.append(t)
-      return flat
+      return self._run(order, wiring, ext)
     signature = [tf.TensorSpec(s, d) for s, d in specs]
     concrete = tf.function(body, autograph=False).get_concrete_function(
         *signature)
@@ -297,6 +338,10 @@ class SlicewiseFuser:
     # benchmark machine; the single-threaded one is about 5% faster per
     # step.  The devices' calls still run in parallel.
     types_ = {op.type for op in concrete.graph.get_operations()}
+    work = [op for op in concrete.graph.get_operations()
+            if op.type not in ("Placeholder", "Identity", "Const", "NoOp")]
+    if len(work) <= self.MAX_DIRECT_OPS:
+      return None, None
     executor = ("" if types_ & _NEEDS_DEFAULT_EXECUTOR
                 else "SINGLE_THREADED_EXECUTOR")
     try:
