@@ -77,6 +77,8 @@ def _executed_ops(fn, fuser):
   bodies = {}
   if fuser is not None:
     for atomic, _ in fuser._functions.values():  # pylint: disable=protected-access
+      if atomic is None:  # a one-op segment, run unfused
+        continue
       name = atomic.definition.signature.name
       bodies[name] = sum(1 for n in atomic.definition.node_def
                          if n.op != "Identity")

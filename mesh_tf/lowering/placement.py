@@ -26,7 +26,8 @@ class PlacementMeshImpl(MeshImpl):
       slicewise kernels between collectives once as a TF function and call
       it on every device, sharing functions between identical runs (see
       :mod:`mesh_tf.lowering.fusion`).  Results are the same either way;
-      fusing makes deep models lower and start several times faster.
+      fused, a 32-layer Transformer step lowers and starts about twice as
+      fast, and each step costs about 10% more on logical CPU devices.
 
   Raises:
     MeshSizeError: if ``len(devices)`` differs from the mesh size.
