@@ -151,19 +151,6 @@ def _snapshot(obj, _depth=0):
   return obj
 
 
-class PeerSlices:
-  """A kernel input that is another processor's slice: processor ``p``
-  gets ``x.tensor_list[sources[p]]`` (TF copies it across devices).
-
-  It lets a collective's local work -- e.g. the sum of an all-reduce --
-  run inside the segment that uses its result.
-  """
-  __slots__ = ("x", "sources")
-
-  def __init__(self, x, sources):
-    self.x, self.sources = x, tuple(sources)
-
-
 class PendingKernel:
   """A deferred slicewise kernel: ``fn(*inputs)`` on every processor."""
   __slots__ = ("fuser", "graph", "fn", "key", "inputs", "outputs")
@@ -206,13 +193,12 @@ class SlicewiseFuser:
     from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=g-import-not-at-top
     if tf.executing_eagerly():
       return False
-    tensors = (LaidOutTensor, PeerSlices)
     try:
       fn = _snapshot(fn)
-      inputs = [x if isinstance(x, tensors) else _snapshot(x)
+      inputs = [x if isinstance(x, LaidOutTensor) else _snapshot(x)
                 for x in inputs]
       key = (kernel_key(fn),) + tuple(
-          kernel_key(x) for x in inputs if not isinstance(x, tensors))
+          kernel_key(x) for x in inputs if not isinstance(x, LaidOutTensor))
     except Uncacheable:
       self.stats["unfused"] += 1
       return False
@@ -242,29 +228,19 @@ class SlicewiseFuser:
     for n in order:
       wires = []
       for x in n.inputs:
-        if isinstance(x, PeerSlices):
-          ext = (id(x.x), x.sources)  # materialised when deferred
-        elif isinstance(x, LaidOutTensor):
-          p = x._producer  # pylint: disable=protected-access
-          if p is not None and id(p) in position:
-            wires.append(("out", position[id(p)], p.outputs.index(x)))
-            continue
-          ext = (id(x), None)
-        else:
+        if not isinstance(x, LaidOutTensor):
           wires.append(("py",))
           continue
-        if ext not in ext_index:
-          ext_index[ext] = len(externals)
+        p = x._producer  # pylint: disable=protected-access
+        if p is not None and id(p) in position:
+          wires.append(("out", position[id(p)], p.outputs.index(x)))
+          continue
+        if id(x) not in ext_index:
+          ext_index[id(x)] = len(externals)
           externals.append(x)
-        wires.append(("ext", ext_index[ext]))
+        wires.append(("ext", ext_index[id(x)]))
       wiring.append(tuple(wires))
-    ext_lists = []
-    for x in externals:
-      if isinstance(x, PeerSlices):
-        ts = x.x.tensor_list
-        ext_lists.append([ts[q] for q in x.sources])
-      else:
-        ext_lists.append(x.tensor_list)  # forces other backends
+    ext_lists = [x.tensor_list for x in externals]  # forces other backends
     specs = tuple((tuple(ts[0].shape.as_list()), ts[0].dtype.name)
                   for ts in ext_lists)
     key = (specs, tuple(

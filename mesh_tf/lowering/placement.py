@@ -10,7 +10,7 @@ copies the data there (in eager mode, in ``tf.function`` and in v1 graphs).
 import weakref
 
 from mesh_tf.core.errors import FeedError, MeshSizeError
-from mesh_tf.lowering.fusion import PeerSlices, SlicewiseFuser
+from mesh_tf.lowering.fusion import SlicewiseFuser
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
 
@@ -78,18 +78,6 @@ class PlacementMeshImpl(MeshImpl):
         return tf.reduce_max(tf.stack(ts), 0)
       return tf.reduce_min(tf.stack(ts), 0)
     broadcast = x.slice_bytes >= self.REDUCE_BROADCAST_MIN_BYTES
-    if not broadcast and self.fuser is not None:
-      # Each processor sums its group's slices inside the segment that
-      # uses the result (one fewer TF op per processor in the step graph).
-      groups = self.processor_groups(tuple(mesh_axes))
-      group_of = {p: g for g in groups for p in g}
-      _ = x.tensor_list  # the slices must exist before peers copy them
-      n = len(groups[0])
-      peers = [PeerSlices(x, [group_of[p][k] for p in range(self.size)])
-               for k in range(n)]
-      out = LaidOutTensor(x.slice_shape, x.dtype)
-      if self.fuser.defer(lambda *s: combine(list(s)), peers, [out]):
-        return out
     out = [None] * self.size
     for group, ts in self._group_lists(x, mesh_axes):
       if broadcast:

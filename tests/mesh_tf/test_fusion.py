@@ -200,38 +200,21 @@ def test_fusion_still_works_if_tf_private_function_api_moves(monkeypatch):
   assert impl.fuser.stats["functions"] == 1
 
 
-def _allreduce_then(fuse, then):
-  """sum over mesh axis 'cols' of per-device values, then ``then``."""
-  impl = PlacementMeshImpl("rows:2;cols:4", "", mtf.logical_cpu_devices(8),
-                           fuse=fuse)
+def test_a_one_op_segment_runs_directly_not_as_a_call():
+  impl = PlacementMeshImpl("x:8", "", mtf.logical_cpu_devices(8))
 
   @tf.function(autograph=False)
   def f(v):
-    x = LaidOutTensor((3,), "float32", [v * float(p) for p in range(8)])
-    y = impl.allreduce(x, ["cols"], "SUM")
-    if then:
-      y = impl.slicewise(lambda t: tf.nn.relu(t - 5.0) * 2.0, y,
-                         slice_shape=(3,))
-    return tf.stack(y.tensor_list)
+    x = LaidOutTensor((3,), "float32", [v] * 8)
+    one = impl.slicewise(lambda t: t * 2.0, x, slice_shape=(3,))
+    total_one = tf.add_n(one.tensor_list)  # flushes a one-op segment
+    many = impl.slicewise(lambda t: tf.nn.relu(t - 1.0) * 2.0, one,
+                          slice_shape=(3,))
+    return total_one, tf.add_n(many.tensor_list)
   concrete = f.get_concrete_function(tf.TensorSpec([3], tf.float32))
   types_ = [op.type for op in concrete.graph.get_operations()]
-  return f(tf.constant([1.0, 2.0, 3.0])).numpy(), types_, impl
-
-
-@pytest.mark.parametrize("then", [True, False])
-def test_small_allreduce_sums_inside_the_segment_that_uses_it(then):
-  fused, fused_types, impl = _allreduce_then(True, then)
-  unfused, unfused_types, _ = _allreduce_then(False, then)
-  np.testing.assert_allclose(fused, unfused)
-  sums = np.array([sum(range(4)), sum(range(4, 8))])  # the two cols groups
-  want = np.repeat(sums, 4)[:, None] * [1.0, 2.0, 3.0]
-  if then:
-    want = np.maximum(want - 5.0, 0.0) * 2.0
-  np.testing.assert_allclose(fused, want)
-  assert unfused_types.count("AddN") == 8
-  if then:  # the sums moved into the consumer's function
-    assert fused_types.count("AddN") == 0
-    assert fused_types.count("PartitionedCall") == 8
-  else:  # a lone sum is one op: it runs directly, not as a call
-    assert fused_types.count("AddN") == 8
-    assert "PartitionedCall" not in fused_types
+  assert types_.count("Mul") == 8  # run directly on each device
+  assert types_.count("PartitionedCall") == 8  # the three-op segment
+  one, many = f(tf.constant([1.0, 2.0, 3.0]))
+  np.testing.assert_allclose(one.numpy(), 8 * np.array([2.0, 4.0, 6.0]))
+  np.testing.assert_allclose(many.numpy(), 8 * np.array([2.0, 6.0, 10.0]))
