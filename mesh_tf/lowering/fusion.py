@@ -241,8 +241,9 @@ class SlicewiseFuser:
         wires.append(("ext", ext_index[id(x)]))
       wiring.append(tuple(wires))
     ext_lists = [x.tensor_list for x in externals]  # forces other backends
-    specs = tuple((tuple(ts[0].shape.as_list()), ts[0].dtype.name)
-                  for ts in ext_lists)
+    # Shapes from the layout (a fed tensor's static shape may be unknown).
+    specs = tuple((x.slice_shape, ts[0].dtype.name)
+                  for x, ts in zip(externals, ext_lists))
     key = (specs, tuple(
         (n.key, w, tuple((o.slice_shape, o.dtype) for o in n.outputs))
         for n, w in zip(order, wiring)))

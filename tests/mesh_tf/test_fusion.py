@@ -218,3 +218,19 @@ def test_a_one_op_segment_runs_directly_not_as_a_call():
   one, many = f(tf.constant([1.0, 2.0, 3.0]))
   np.testing.assert_allclose(one.numpy(), 8 * np.array([2.0, 4.0, 6.0]))
   np.testing.assert_allclose(many.numpy(), 8 * np.array([2.0, 6.0, 10.0]))
+
+
+def test_v1_graph_with_an_unknown_shape_placeholder():
+  impl = PlacementMeshImpl("x:8", "", mtf.logical_cpu_devices(8))
+  with tf.Graph().as_default() as g:
+    v = tf.compat.v1.placeholder(tf.float32, shape=None)
+    x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+    y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
+                       slice_shape=(3,))
+    total = tf.add_n(y.tensor_list)
+    assert "PartitionedCall" in [op.type for op in g.get_operations()]
+    with tf.compat.v1.Session(graph=g) as sess:
+      got = sess.run(total, {v: np.array([1.0, 2.0, 3.0], np.float32)})
+  want = sum(np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3
+             for p in range(8))
+  np.testing.assert_allclose(got, want)
