@@ -6,10 +6,9 @@ Prints, measured side by side in one run on 8 TF logical CPU devices:
 - the lowering time on the shape-only backend (pure Python) and the tracing
   time of the lowered ``tf.function`` (lowering + TF graph construction);
 - the number of TF ops in the lowered step;
-- the steady step time of the lowered ``tf.function``;
-- the same math in plain single-device TF, and the ratio between the two.
-Also compares the two ways to move data for an all-reduce (explicit
-cross-device reads vs. reduce-then-broadcast), on the same tensors.
+- the steady step time of the lowered ``tf.function``, fused (the default,
+  see mesh_tf/lowering/fusion.py) and unfused, taken in turn;
+- the same math in plain single-device TF, and the ratios.
 """
 
 import argparse
@@ -43,16 +42,6 @@ def build(mtf, layers, batch, d):
   return graph, mesh, x, h
 
 
-def timeit(fn, repeats):
-  fn()  # warm
-  times = []
-  for _ in range(repeats):
-    t = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - t)
-  return statistics.median(times)
-
-
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__,
                               formatter_class=argparse.RawTextHelpFormatter)
@@ -77,21 +66,26 @@ def main(argv=None):
   mtf.Lowering(graph, {mesh: shape_impl}).laid_out(y)
   shape_lower_s = time.perf_counter() - t
 
-  impl = mtf.PlacementMeshImpl(mesh_shape, args.layout, devices)
   xv = tf.constant(np.random.RandomState(0).randn(args.batch, args.d),
                    tf.float32)
+  runs = {}
+  for fuse in (True, False):
+    impl = mtf.PlacementMeshImpl(mesh_shape, args.layout, devices, fuse=fuse)
 
-  @tf.function
-  def step(x_tf):
-    lowering = mtf.Lowering(graph, {mesh: impl}, feeds={x: x_tf})
-    return lowering.export_to_tf_tensor(y)
+    @tf.function
+    def step(x_tf, impl=impl):
+      lowering = mtf.Lowering(graph, {mesh: impl}, feeds={x: x_tf})
+      return lowering.export_to_tf_tensor(y)
 
-  t = time.perf_counter()
-  concrete = step.get_concrete_function(xv)
-  trace_s = time.perf_counter() - t
-  n_ops = len(concrete.graph.get_operations())
-  out = step(xv).numpy()
-  step_s = timeit(lambda: step(xv).numpy(), args.repeats)
+    t = time.perf_counter()
+    concrete = step.get_concrete_function(xv)
+    trace_s = time.perf_counter() - t
+    t = time.perf_counter()
+    with mtf.step_call_options():
+      out = step(xv).numpy()
+    first_s = time.perf_counter() - t
+    runs[fuse] = {"step": step, "trace_s": trace_s, "first_s": first_s,
+                  "ops": len(concrete.graph.get_operations()), "out": out}
 
   # The same math in plain single-device TF, with the same weights.
   ws = [tf.constant(v.initial_value_numpy()) for v in graph.all_variables]
@@ -103,19 +97,39 @@ def main(argv=None):
       h = tf.nn.relu(tf.matmul(h, w))
     return h
   ref = plain(xv).numpy()
-  plain_s = timeit(lambda: plain(xv).numpy(), args.repeats)
-  err = float(np.max(np.abs(out - ref)) / (np.max(np.abs(ref)) + 1e-12))
+  calls = {"fused": lambda: runs[True]["step"](xv).numpy(),
+           "unfused": lambda: runs[False]["step"](xv).numpy(),
+           "plain": lambda: plain(xv).numpy()}
+  times = {k: [] for k in calls}
+  with mtf.step_call_options():
+    for _ in range(args.repeats):  # in turn, so load drifts over all alike
+      for k, call in calls.items():
+        t = time.perf_counter()
+        call()
+        times[k].append(time.perf_counter() - t)
+  med = {k: statistics.median(v) for k, v in times.items()}
+  err = max(float(np.max(np.abs(r["out"] - ref)) / (np.max(np.abs(ref))
+                                                      + 1e-12))
+            for r in runs.values())
 
   print(f"{args.layers} x (einsum+relu), batch {args.batch}, d {args.d}, "
-        f"mesh {mesh_shape}, layout {impl.layout_rules}")
+        f"mesh {mesh_shape}, layout {args.layout}")
   print(f"  graph build                  {build_s * 1e3:9.1f} ms "
         f"({len(graph.operations)} mtf ops)")
   print(f"  lowering, shape-only backend {shape_lower_s * 1e3:9.1f} ms")
-  print(f"  lowering + TF trace (8 dev)  {trace_s * 1e3:9.1f} ms "
-        f"({n_ops} TF ops, {n_ops / args.layers:.0f} per layer)")
-  print(f"  steady step, mtf on 8 dev    {step_s * 1e3:9.2f} ms")
-  print(f"  steady step, plain TF 1 dev  {plain_s * 1e3:9.2f} ms")
-  print(f"  ratio mtf/plain              {step_s / plain_s:9.2f}x")
+  for fuse, name in ((True, "fused"), (False, "unfused")):
+    r = runs[fuse]
+    print(f"  {name:8s} lowering + TF trace {r['trace_s'] * 1e3:9.1f} ms "
+          f"({r['ops']} TF ops, {r['ops'] / args.layers:.0f} per layer); "
+          f"first call {r['first_s'] * 1e3:.1f} ms")
+  print(f"  steady step, fused, 8 dev    {med['fused'] * 1e3:9.2f} ms")
+  print(f"  steady step, unfused, 8 dev  {med['unfused'] * 1e3:9.2f} ms")
+  print(f"  steady step, plain TF 1 dev  {med['plain'] * 1e3:9.2f} ms")
+  print(f"  ratio fused/plain            {med['fused'] / med['plain']:9.2f}x")
+  print(f"  ratio unfused/plain          "
+        f"{med['unfused'] / med['plain']:9.2f}x")
+  print(f"  ratio fused/unfused          "
+        f"{med['fused'] / med['unfused']:9.2f}x")
   print(f"  max relative error vs plain  {err:9.2e}")
   return 0 if err < 1e-4 else 1
 
