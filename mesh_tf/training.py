@@ -199,7 +199,7 @@ def make_train_step(build_fn, mesh_shape, layout, devices, optimizer,
     mesh_name: the name of the Mesh passed to ``build_fn``.
     fuse: fuse slicewise kernels into shared per-device TF functions (see
       :class:`PlacementMeshImpl`): about 2x faster to lower and start a deep
-      model, about 10% slower per step on logical CPU devices.
+      model, 10-20% slower per step on logical CPU devices.
 
   Returns:
     A :class:`TrainStep`; ``step(*input_values)`` runs one step.

@@ -10,10 +10,10 @@ each device.  Segments with the same structure -- the same kernels on the
 same slice shapes, as in every layer of a deep model -- share one function,
 so TF also instantiates and optimises it once per device instead of once per
 layer and device: 12 functions serve all 32 layers, and the same step starts
-in 17 s (``benchmarks/train_step.py``).  The functions are marked
+in 17-20 s (``benchmarks/train_step.py``).  The functions are marked
 ``_noinline`` (inlined, TF would optimise the whole expanded graph again);
-the price is a call per segment and device, which made steady steps 9%
-slower at 32 layers and 15-19% at 1-8 layers on logical CPU devices.
+the price is a call per segment and device, which made steady steps
+10-20% slower on logical CPU devices (1 to 32 layers).
 ``PlacementMeshImpl(fuse=False)`` lowers unfused.
 
 How: :meth:`SlicewiseFuser.defer` records a kernel instead of running it;

@@ -27,7 +27,7 @@ class PlacementMeshImpl(MeshImpl):
       it on every device, sharing functions between identical runs (see
       :mod:`mesh_tf.lowering.fusion`).  Results are the same either way;
       fused, a 32-layer Transformer step lowers and starts about twice as
-      fast, and each step costs about 10% more on logical CPU devices.
+      fast, and each step costs 10-20% more on logical CPU devices.
 
   Raises:
     MeshSizeError: if ``len(devices)`` differs from the mesh size.
