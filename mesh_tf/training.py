@@ -32,7 +32,55 @@ from mesh_tf.ops import creation as creation_ops
 __all__ = ["TrainStep", "make_train_step", "train_step_for_model"]
 
 
-class TrainStep:
+class LoweredStep:
+  """What a lowered step (:class:`TrainStep`, ``DecodeStep``) is made of:
+  variables created eagerly once, in ``mesh_impl``; ``_step`` traced once
+  as a ``tf.function`` (the mtf lowering runs then); calls of the traced
+  step with :func:`step_call_options`.
+
+  Subclasses call :meth:`_init_step` and define ``_step(*args)``.
+  """
+
+  def _init_step(self, graph, mesh_impl, signature):
+    self.mesh_impl = mesh_impl
+    self._variable_graph = graph
+    self.lowering = None
+    self._initialized = False
+    self._concrete = None
+    self._function = tf.function(self._step, autograph=False,
+                                 input_signature=signature)
+
+  def initialize_variables(self):
+    """Creates, eagerly, every variable of the graph not yet in the backend.
+
+    Called by the first step; call it earlier to time it separately.
+    Variables restored from a checkpoint beforehand are kept.
+    """
+    if self._initialized:
+      return
+    for v in self._variable_graph.all_variables:
+      def init(full, begin, slice_shape, dtype, v=v):
+        return v.initializer(full, begin, slice_shape, dtype, v.seed)
+      self.mesh_impl.make_variable(v.name, v.shape, v.dtype, init,
+                                   v.trainable)
+    self._initialized = True
+
+  def concrete_function(self):
+    """The traced step (lowering happens here the first time)."""
+    self.initialize_variables()
+    if self._concrete is None:  # get_concrete_function costs ~0.3 ms
+      self._concrete = self._function.get_concrete_function()
+    return self._concrete
+
+  def _call(self, args):
+    # Traced outside step_call_options: the fused functions' own call ops
+    # keep TF's default (optimising) options.
+    self.concrete_function()
+    with step_call_options():
+      return self._function(*args)
+
+
+class TrainStep(LoweredStep):
   """One training step of ``loss`` on a mesh, as a single ``tf.function``.
 
   Args:
@@ -73,7 +121,6 @@ class TrainStep:
       if not isinstance(t.operation, creation_ops.ImportOperation):
         raise MtfError(f"input {t.name} is made by {t.operation.name}, not "
                        "import_tf_tensor; step arguments feed imports only")
-    self.mesh_impl = mesh_impl
     self.outputs = list(outputs)
     self.optimizer = optimizer
     if variables is None:
@@ -83,28 +130,9 @@ class TrainStep:
     if optimizer is not None:
       self.grads = gradients([loss], [v.outputs[0] for v in self.variables])
       self.update_ops = optimizer.apply_grads(self.grads, self.variables)
-    self.lowering = None
-    self._initialized = False
-    self._concrete = None
-    self._function = tf.function(
-        self._step, autograph=False,
-        input_signature=[tf.TensorSpec(t.shape.to_integer_list(), t.dtype)
-                         for t in self.inputs])
-
-  def initialize_variables(self):
-    """Creates, eagerly, every variable of the graph not yet in the backend.
-
-    Called by the first step; call it earlier to time it separately.
-    Variables restored from a checkpoint beforehand are kept.
-    """
-    if self._initialized:
-      return
-    for v in self.graph.all_variables:
-      def init(full, begin, slice_shape, dtype, v=v):
-        return v.initializer(full, begin, slice_shape, dtype, v.seed)
-      self.mesh_impl.make_variable(v.name, v.shape, v.dtype, init,
-                                   v.trainable)
-    self._initialized = True
+    self._init_step(graph, mesh_impl,
+                    [tf.TensorSpec(t.shape.to_integer_list(), t.dtype)
+                     for t in self.inputs])
 
   def _step(self, *args):
     self.lowering = Lowering(self.graph, {self.mesh: self.mesh_impl},
@@ -118,13 +146,6 @@ class TrainStep:
       results = [tf.identity(r) for r in results]
     return results if self.outputs else results[0]
 
-  def concrete_function(self):
-    """The traced step (lowering happens here the first time)."""
-    self.initialize_variables()
-    if self._concrete is None:  # get_concrete_function costs ~0.3 ms
-      self._concrete = self._function.get_concrete_function()
-    return self._concrete
-
   def __call__(self, *args, **named):
     """Runs one step on full input values (positional, or by input name);
     returns the loss (a list ``[loss, *outputs]`` if there are outputs)."""
@@ -137,11 +158,7 @@ class TrainStep:
     if len(args) != len(self.inputs):
       raise MtfError(f"the step takes {len(self.inputs)} inputs "
                      f"({[t.name for t in self.inputs]}), got {len(args)}")
-    # Traced outside step_call_options: the fused functions' own call ops
-    # keep TF's default (optimising) options.
-    self.concrete_function()
-    with step_call_options():
-      return self._function(*args)
+    return self._call(args)
 
   def variable_values(self):
     """The full value of every variable, as NumPy arrays by name."""

@@ -16,15 +16,15 @@ Example:
 """
 
 from mesh_tf.core.errors import MtfError
-from mesh_tf.lowering.fusion import step_call_options
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.placement import PlacementMeshImpl
+from mesh_tf.training import LoweredStep
 
 __all__ = ["DecodeStep"]
 
 
-class DecodeStep:
+class DecodeStep(LoweredStep):
   """One decoding step of ``decoding`` on a mesh, as a single tf.function.
 
   Args:
@@ -43,7 +43,6 @@ class DecodeStep:
 
   def __init__(self, decoding, mesh_shape, layout, devices, outputs=None):
     self.decoding = decoding
-    self.mesh_impl = PlacementMeshImpl(mesh_shape, layout, devices)
     if outputs is None:
       outputs = [k for k in decoding.outputs if k != "logits"]
     unknown = sorted(set(outputs) - set(decoding.outputs))
@@ -53,26 +52,12 @@ class DecodeStep:
     self.output_names = list(outputs)
     self.input_names = sorted(decoding.inputs)
     self.traces = 0
-    self.lowering = None
-    self._initialized = False
-    self._concrete = None
     specs = [tf.TensorSpec(decoding.inputs[k].shape.to_integer_list(),
                            decoding.inputs[k].dtype)
              for k in self.input_names]
-    self._function = tf.function(self._step, autograph=False,
-                                 input_signature=specs)
-
-  def initialize_variables(self):
-    """Creates, eagerly, every variable (weights and zeroed caches) not yet
-    in the backend; restored ones are kept."""
-    if self._initialized:
-      return
-    self._initialized = True
-    for v in self.decoding.graph.all_variables:
-      def init(full, begin, slice_shape, dtype, v=v):
-        return v.initializer(full, begin, slice_shape, dtype, v.seed)
-      self.mesh_impl.make_variable(v.name, v.shape, v.dtype, init,
-                                   v.trainable)
+    # Its variables: the weights and the zeroed caches.
+    self._init_step(decoding.graph,
+                    PlacementMeshImpl(mesh_shape, layout, devices), specs)
 
   def restore(self, path):
     """Loads the model weights from a checkpoint of the training graph
@@ -94,13 +79,6 @@ class DecodeStep:
     with tf.control_dependencies(updates):
       return {k: tf.identity(r) for k, r in results.items()}
 
-  def concrete_function(self):
-    """The traced step (lowering happens here the first time)."""
-    self.initialize_variables()
-    if self._concrete is None:  # get_concrete_function costs ~0.3 ms
-      self._concrete = self._function.get_concrete_function()
-    return self._concrete
-
   def __call__(self, **feeds):
     """Runs one step; ``feeds`` gives every input by name (NumPy or TF
     values).  Returns ``{output name: TF tensor}``.
@@ -116,9 +94,7 @@ class DecodeStep:
     for k in self.input_names:
       t = self.decoding.inputs[k]
       args.append(tf.convert_to_tensor(feeds[k], dtype=t.dtype))
-    self.concrete_function()  # traced with TF's default options (fusion)
-    with step_call_options():
-      return self._function(*args)
+    return self._call(args)
 
   def cache_values(self):
     """Full values of the caches (keys and values per layer), as NumPy."""

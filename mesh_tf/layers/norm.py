@@ -37,7 +37,7 @@ class _NormLowering:
   def mtf_kernel_key(self):
     """What the per-slice kernels depend on (see lowering.fusion)."""
     return (self.axis, self.ndims, self.n, self.epsilon, self.rms,
-            self.mesh_axis, id(self.impl))
+            self.mesh_axis)
 
   def vec(self, t):
     """A [d] slice reshaped to broadcast along ``axis``."""

@@ -34,6 +34,7 @@ loop sees the loop variable's value of its own iteration.
 """
 
 import contextlib
+import functools
 import types
 import weakref
 
@@ -54,6 +55,7 @@ _MAX_DEPTH = 12
 _MAX_ARRAY = 4096
 
 
+@functools.lru_cache(maxsize=None)
 def _value_types():
   """Immutable library types keyed by value (hash/eq)."""
   from mesh_tf.core import dims, layout  # pylint: disable=g-import-not-at-top
