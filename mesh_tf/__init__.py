@@ -61,6 +61,7 @@ from mesh_tf.ops.random import *  # noqa: F401,F403
 from mesh_tf.ops.conv import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
+from mesh_tf import placement_mesh_impl  # noqa: E402,F401  (Mesh TF's path)
 
 # Autodiff and optimizers.  ``mtf.gradients`` is the function; import the
 # module's other names with ``from mesh_tf.gradients import ...``.
@@ -76,3 +77,16 @@ float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
 bool = "bool"  # pylint: disable=redefined-builtin
 
 __version__ = "0.1.0"
+
+# Names whose modules import TensorFlow, loaded on first use so that
+# ``import mesh_tf`` stays TF-free.
+_LAZY = {"MtfRestoreHook": "mesh_tf.lowering.hooks",
+         "MtfCheckpointSaverListener": "mesh_tf.lowering.hooks"}
+
+
+def __getattr__(name):
+  module = _LAZY.get(name)
+  if module is None:
+    raise AttributeError(f"module 'mesh_tf' has no attribute {name!r}")
+  import importlib  # pylint: disable=g-import-not-at-top
+  return getattr(importlib.import_module(module), name)

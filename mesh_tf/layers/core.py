@@ -19,8 +19,10 @@ from mesh_tf.ops import variables as var_lib
 
 def _unique_scope(graph, name):
   # Scopes share the graph's name table with ops, so "dense" and "dense_1"
-  # never collide with each other or with op names.
-  return graph.unique_name(name)
+  # never collide with each other or with op names.  An open tf.compat.v1
+  # variable scope prefixes them, as in Mesh TensorFlow.
+  from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
+  return graph.unique_name(scoped_name(name))
 
 
 def _dims_list(x):

@@ -78,3 +78,15 @@ class Lowering:
 
   def collective_trace(self, mesh):
     return self.mesh_to_impl[mesh].trace
+
+  # Mesh TensorFlow's master variables, for tf.compat.v1 graph programs
+  # (see mesh_tf.lowering.masters; made on the first call).
+  def copy_masters_to_slices(self):
+    """A TF op that fills every variable's slices from its master."""
+    from mesh_tf.lowering.masters import make_masters  # pylint: disable=g-import-not-at-top
+    return make_masters(self).copy_masters_to_slices()
+
+  def copy_slices_to_masters(self):
+    """A TF op that writes every variable's slices into its master."""
+    from mesh_tf.lowering.masters import make_masters  # pylint: disable=g-import-not-at-top
+    return make_masters(self).copy_slices_to_masters()

@@ -189,7 +189,12 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
     master_dtype, slice_dtype: Mesh TF's storage dtypes; the variable is
       stored in ``slice_dtype`` or else ``master_dtype`` when given (this
       implementation keeps one copy, so the two are the same).
+
+  Inside a ``tf.compat.v1.variable_scope`` the name gets the scope's prefix,
+  as in Mesh TensorFlow (see :mod:`mesh_tf.compat.tf_scope`).
   """
+  from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
+  name = scoped_name(name)
   shape = dims_lib.convert_to_shape(shape)
   storage = slice_dtype or master_dtype or dtype
   value = Variable(mesh, name, shape, dtypes_lib.as_dtype(storage),
