@@ -50,6 +50,7 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    ones_initializer, random_normal_initializer,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
+from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
 
 # Op families whose modules list their public names in __all__.
 from mesh_tf.ops.reshape import *  # noqa: F401,F403

@@ -180,7 +180,7 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
     mesh: the Mesh.
     name: variable name (made unique in the graph).
     shape: its Shape (or shape string).
-    dtype: element dtype.
+    dtype: element dtype, or a :class:`VariableDType`.
     initializer: an mtf initializer, a scalar, a NumPy array of the full
       shape, or a callable ``(shape, dtype)`` such as a Keras initializer.
     trainable: whether ``graph.trainable_variables`` lists it.
@@ -194,7 +194,12 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
   as in Mesh TensorFlow (see :mod:`mesh_tf.compat.tf_scope`).
   """
   from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
+  from mesh_tf.ops.variable_extras import VariableDType  # pylint: disable=g-import-not-at-top
   name = scoped_name(name)
+  if isinstance(dtype, VariableDType):  # Mesh TF passes all three at once
+    slice_dtype = slice_dtype or dtype.slice_dtype
+    activation_dtype = activation_dtype or dtype.activation_dtype
+    dtype = dtype.master_dtype
   shape = dims_lib.convert_to_shape(shape)
   storage = slice_dtype or master_dtype or dtype
   value = Variable(mesh, name, shape, dtypes_lib.as_dtype(storage),
@@ -209,7 +214,8 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
 class AssignOperation(Operation):
   """Writes a new value (or adds/subtracts one) into variables' slices."""
 
-  def __init__(self, variables, new_values, mode="assign", name=None):
+  def __init__(self, variables, new_values, mode="assign", name=None,
+               assign_fn=None):
     variables = [_as_variable(v) for v in variables]
     new_values = list(new_values)
     for v, x in zip(variables, new_values):
@@ -219,6 +225,8 @@ class AssignOperation(Operation):
     super().__init__(new_values, mesh=variables[0].mesh,
                      name=name or mode)
     self.variables, self.mode = variables, mode
+    # A custom per-slice fn(variable, slice_var, value) (Mesh TF's assign_fn).
+    self.assign_fn = assign_fn
 
   def lower(self, lowering):
     ops = []
@@ -229,7 +237,12 @@ class AssignOperation(Operation):
         x_laid = lowering.mesh_impl(self).slicewise(
             lambda t, d=v.dtype: tf.cast(t, d), x_laid, shape=x.shape,
             dtype=v.dtype)
-      r = laid_v.assign(x_laid, self.mode)
+      if self.assign_fn is not None:
+        from mesh_tf.ops.variable_extras import run_assign_fn  # pylint: disable=g-import-not-at-top
+        r = run_assign_fn(lowering.mesh_impl(self), self.assign_fn, v, laid_v,
+                          x_laid.to_laid_out_tensor())
+      else:
+        r = laid_v.assign(x_laid, self.mode)
       if r:
         ops.extend(r)
     lowering.lowered_operations[self] = ops
@@ -286,17 +299,31 @@ def _as_variable(v):
   raise MtfError(f"{v!r} is not a variable")
 
 
-def assign(var, new_val, name=None):
-  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation."""
-  return AssignOperation([var], [new_val], "assign", name=name)
+def _assign(var, new_val, mode, assign_fn, name):
+  from mesh_tf.ops.variable_extras import MODE_OF_ASSIGN_FN  # pylint: disable=g-import-not-at-top
+  if assign_fn is not None and assign_fn in MODE_OF_ASSIGN_FN:
+    mode, assign_fn = MODE_OF_ASSIGN_FN[assign_fn], None
+  return AssignOperation([var], [new_val], mode, name=name,
+                         assign_fn=assign_fn)
 
 
-def assign_add(var, new_val, name=None):
-  return AssignOperation([var], [new_val], "assign_add", name=name)
+def assign(var, new_val, assign_fn=None, name=None):
+  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation.
+
+  ``assign_fn(variable, slice_var, value)``, as in Mesh TF, may replace the
+  per-slice write (default :func:`~mesh_tf.ops.variable_extras.assign_slice`).
+  """
+  return _assign(var, new_val, "assign", assign_fn, name)
 
 
-def assign_sub(var, new_val, name=None):
-  return AssignOperation([var], [new_val], "assign_sub", name=name)
+def assign_add(var, new_val, assign_fn=None, name=None):
+  """Adds ``new_val`` to variable ``var``; returns the AssignOperation."""
+  return _assign(var, new_val, "assign_add", assign_fn, name)
+
+
+def assign_sub(var, new_val, assign_fn=None, name=None):
+  """Subtracts ``new_val`` from ``var``; returns the AssignOperation."""
+  return _assign(var, new_val, "assign_sub", assign_fn, name)
 
 
 def read(var):
