@@ -51,6 +51,14 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
+from mesh_tf.compat.op_classes import *  # noqa: F401,F403,E402
+from mesh_tf.ops.einsum import EinsumOperation  # noqa: E402
+from mesh_tf.ops.reduce import ReduceOperation  # noqa: E402
+from mesh_tf.ops.creation import (ConstantOperation, ImportOperation,  # noqa: E402
+                                  RangeOperation)
+from mesh_tf.ops.control import DependOperation, StopGradientOperation  # noqa: E402
+from mesh_tf.ops.variables import AssignOperation  # noqa: E402
+from mesh_tf.gradients import CustomGradientOperation  # noqa: E402
 
 # Op families whose modules list their public names in __all__.
 from mesh_tf.ops.reshape import *  # noqa: F401,F403
