@@ -198,7 +198,8 @@ def _fmt(dims):
   return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
-_SEP_RE = re.compile(r"[;,\s]+")
+# Mesh TF also separates items with ".", e.g. "batch:8.d_model:512".
+_SEP_RE = re.compile(r"[;,.\s]+")
 
 
 def _parse_pairs(text, what):
@@ -242,7 +243,7 @@ def convert_to_dimension(d):
 def convert_to_shape(x):
   """Converts a Shape, a list of dims or a string like ``"batch:8,d:512"``.
 
-  ``,``, ``;`` and whitespace are all accepted as separators.
+  ``,``, ``;``, ``.`` and whitespace are all accepted as separators.
   """
   if x is None or isinstance(x, Shape):
     return x

@@ -75,7 +75,9 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
 
   Args:
     x: an mtf Tensor.
-    new_dims: the output dim(s) that replace ``reduced_dims``.
+    new_dims: the output dim(s) that replace ``reduced_dims``; one named
+      like a reduced dim replaces it (the kernel then has the reduced dim
+      as ``_<name>``).
     reduced_dims: dims of ``x`` to contract (default: its last dim).
     expert_dims: dims of ``x`` that get separate weights (e.g. experts).
     use_bias: add a bias over ``new_dims`` (and ``expert_dims``).
@@ -97,6 +99,14 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   reduced_dims = _resolve(x, _dims_list(reduced_dims),
                           "dense")
   expert_dims = _resolve(x, _dims_list(expert_dims), "dense")
+  # As in Mesh TF, an output dim named like a reduced dim replaces it: the
+  # input's dim is renamed "_<name>" so that the kernel has both.
+  new_names = {d.name for d in new_dims}
+  for i, d in enumerate(reduced_dims):
+    if d.name in new_names:
+      from mesh_tf.ops.reshape import rename_dimension  # pylint: disable=g-import-not-at-top
+      x = rename_dimension(x, d.name, "_" + d.name)
+      reduced_dims[i] = dims_lib.Dimension("_" + d.name, d.size)
   for d in new_dims:
     if d.name in x.shape and d not in reduced_dims:
       raise ShapeError(f"dense: new dim {d} is already a dim of {x.name} "
@@ -117,7 +127,8 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   if use_bias:
     b = var_lib.get_variable(
         x.mesh, f"{scope}/bias", dims_lib.Shape(expert_dims + new_dims),
-        master_dtype, bias_initializer or var_lib.zeros_initializer())
+        master_dtype, var_lib.zeros_initializer() if bias_initializer is None
+        else bias_initializer)
     y = ew.add(y, _maybe_cast(b, x.dtype), name=f"{scope}/bias_add")
   act = get_activation(activation)
   return act(y) if act is not None else y

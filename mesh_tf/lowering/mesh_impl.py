@@ -17,7 +17,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import (MtfError, UnknownNameError,
                                  UnsplittableDimError)
-from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.core.layout import TensorLayout, convert_to_layout_rules
 from mesh_tf.lowering.trace import (CollectiveRecord, CollectiveTrace,
                                     ComputeRecord)
 
@@ -106,7 +106,18 @@ class MeshImpl(abc.ABC):
   Args:
     shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
     layout: layout rules, LayoutRules or string like ``"batch:rows"``.
+
+  ``MeshImpl(shape, layout)`` itself, as Mesh TF programs write it to ask
+  geometry questions (``tensor_layout``, ``slice_shape``...), gives the
+  shape-only backend :class:`~mesh_tf.lowering.ShapeMeshImpl`.
   """
+
+  def __new__(cls, *args, **kwargs):
+    del args, kwargs
+    if cls is MeshImpl:
+      from mesh_tf.lowering.shape_impl import ShapeMeshImpl  # pylint: disable=g-import-not-at-top
+      cls = ShapeMeshImpl
+    return super().__new__(cls)
 
   def __init__(self, shape, layout):
     self.shape = dims_lib.convert_to_shape(shape)
@@ -129,6 +140,23 @@ class MeshImpl(abc.ABC):
   @property
   def ndims(self):
     return self.shape.ndims
+
+  @property
+  def supports_control_dependencies(self):
+    """Whether ``mtf.depend`` orders work on this backend (Mesh TF's flag)."""
+    return True
+
+  def laid_out_size(self, tensor_shape):
+    """Elements of a tensor of ``tensor_shape`` over all processors
+    (replicas counted)."""
+    return self.size * math.prod(self.slice_shape(tensor_shape))
+
+  def slice_size(self, tensor_shape):
+    """Elements of one processor's slice of a tensor of ``tensor_shape``."""
+    return math.prod(self.slice_shape(tensor_shape))
+
+  def mesh_dimension_name_to_size(self, name):
+    return self.shape.get_dim_by_name(name).size
 
   def _compute_strides(self):
     strides, s = [], 1
@@ -166,7 +194,10 @@ class MeshImpl(abc.ABC):
     return [tuple(g) for g in groups.values()]
 
   def tensor_layout(self, arg):
-    """The TensorLayout of an mtf Tensor or Shape (validated)."""
+    """The TensorLayout of an mtf Tensor or Shape (validated); a
+    TensorLayout is returned as it is."""
+    if isinstance(arg, TensorLayout):
+      return arg
     name = getattr(arg, "name", None)
     shape = getattr(arg, "shape", arg)
     return self.layout_rules.tensor_layout(shape, self.shape, name)
