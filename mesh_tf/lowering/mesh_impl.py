@@ -107,17 +107,10 @@ class MeshImpl(abc.ABC):
     shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
     layout: layout rules, LayoutRules or string like ``"batch:rows"``.
 
-  ``MeshImpl(shape, layout)`` itself, as Mesh TF programs write it to ask
-  geometry questions (``tensor_layout``, ``slice_shape``...), gives the
+  For geometry questions alone (``tensor_layout``, ``slice_shape``...,
+  which Mesh TF programs ask of ``MeshImpl(shape, layout)``), use the
   shape-only backend :class:`~mesh_tf.lowering.ShapeMeshImpl`.
   """
-
-  def __new__(cls, *args, **kwargs):
-    del args, kwargs
-    if cls is MeshImpl:
-      from mesh_tf.lowering.shape_impl import ShapeMeshImpl  # pylint: disable=g-import-not-at-top
-      cls = ShapeMeshImpl
-    return super().__new__(cls)
 
   def __init__(self, shape, layout):
     self.shape = dims_lib.convert_to_shape(shape)
