@@ -198,8 +198,9 @@ def _fmt(dims):
   return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
-# Mesh TF also separates items with ".", e.g. "batch:8.d_model:512".
-_SEP_RE = re.compile(r"[;,.\s]+")
+# Mesh TF also separates items with ".", e.g. "batch:8.d_model:512"; a "."
+# before a digit stays, so that "batch:2.5" is reported as a bad size.
+_SEP_RE = re.compile(r"(?:[;,\s]|\.(?=[A-Za-z_]))+")
 
 
 def _parse_pairs(text, what):
