@@ -100,6 +100,7 @@ class _ValueInitializer(Initializer):
 
   def __init__(self, value):
     self.value = value
+    self._last = (None, None)  # (key, full TF value) of the latest call
 
   def _full(self, full_shape, dtype):
     v = self.value
@@ -107,9 +108,22 @@ class _ValueInitializer(Initializer):
       v = v(list(full_shape), dtype=dtype)
     return v
 
+  def _full_tf(self, full_shape, dtype):
+    # A random callable (a TF initializer without a seed) must be called
+    # once per variable, not once per slice, or replicas would differ.  The
+    # value is kept for the next slice of the same graph (or of eager mode).
+    graph = None if tf.executing_eagerly() else id(
+        tf.compat.v1.get_default_graph())
+    key = (graph, tuple(full_shape), dtype)
+    if self._last[0] != key:
+      self._last = (key, tf.cast(self._full(full_shape, dtype), dtype))
+    return self._last[1]
+
   def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    return tf.slice(tf.cast(self._full(full_shape, dtype), dtype), begin,
-                    slice_shape)
+    full = self._full_tf(full_shape, dtype)
+    if tuple(slice_shape) == tuple(full_shape):
+      return full
+    return tf.slice(full, begin, slice_shape)
 
   def numpy(self, full_shape, dtype, seed):
     return np.asarray(self._full(full_shape, dtype)).astype(dtype)

@@ -175,3 +175,18 @@ def test_read_variable_and_its_gradient():
   check_layouts(build, ["a:8", "b:4"], reference=lambda: [w0, 2 * w0 * xv])
   with pytest.raises(mtf.MtfError, match="expects an mtf Variable"):
     mtf.read_variable(mtf.ones(mtf.Mesh(mtf.Graph(), "m"), "a:2"))
+
+
+def test_a_random_tf_initializer_gives_every_replica_the_same_value():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  w = mtf.get_variable(mesh, "w", "a:8;b:4",
+                       initializer=tf.random_normal_initializer())
+  impl = mtf.PlacementMeshImpl("rows:2;cols:4", "a:cols",
+                               mtf.logical_cpu_devices(8))
+  mtf.Lowering(graph, {mesh: impl})
+  slices = [s.numpy() for s in impl.variables["w"].slices]
+  for p in range(8):  # rows replicate: p and p + 4 hold the same slice
+    np.testing.assert_array_equal(slices[p], slices[p % 4])
+  assert not np.array_equal(slices[0], slices[1])
+  del w

@@ -1,0 +1,197 @@
+"""Benchmark: a Mesh TensorFlow-style program in its own mode (a
+``tf.compat.v1`` Session loop) against the same model run by ``TrainStep``,
+and against the original Mesh TensorFlow when it is installed.
+
+The model is the one of ``examples/port_from_mesh_tensorflow.py``: d_model
+128, 8 heads, d_ff 512, vocab 256, batch 8, length 64, SGD, mesh
+``rows:2;cols:4``, layout ``batch:rows;heads:cols;d_ff:cols;vocab:cols``, 8
+logical CPU devices.  Its source is loaded unchanged; for the original,
+only its ``import mesh_tf as mtf`` line is replaced by ``import
+mesh_tensorflow as mtf`` (``pip install --no-deps mesh-tensorflow==0.1.21``).
+
+Paths, each in a fresh subprocess (peak RSS and TF state are its own):
+  * ``session``: ``mtf.Lowering`` in a v1 graph, ``sess.run([loss,
+    train_op], feed_dict)`` per step -- what the original ran;
+  * ``session_unfused``: the same with ``PlacementMeshImpl(fuse=False)``;
+  * ``trainstep``: ``mesh_tf.training.TrainStep`` (one ``tf.function``);
+  * ``original``: the session path on mesh_tensorflow, if importable.
+Reported: lowering (building the TF graph), first step, steady step (median
+of the later steps), peak RSS, and steady-step ratios.
+
+Reproduce:
+  python benchmarks/mtf_port.py                  # 1, 8 and 32 layers
+  python benchmarks/mtf_port.py --layers 1 --steps 10
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import types
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "port_from_mesh_tensorflow.py")
+IMPORT_LINE = "import mesh_tf as mtf"
+
+
+def _peak_rss_mib():
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _load_example(original):
+  """The example as a module, on mesh_tf or on the original."""
+  source = open(EXAMPLE).read()
+  if original:
+    source = source.replace(IMPORT_LINE, "import mesh_tensorflow as mtf", 1)
+  module = types.ModuleType("port_example")
+  module.__file__ = EXAMPLE
+  exec(compile(source, EXAMPLE, "exec"), module.__dict__)  # pylint: disable=exec-used
+  return module
+
+
+def _hparams(example, layers):
+  return example.parse_args(["--model_dir", "/nonexistent", "--num_layers",
+                             str(layers), "--optimizer", "sgd"])
+
+
+def run_session(layers, steps, original=False, fuse=True):
+  example = _load_example(original)
+  tf = example.tf
+  tf.disable_v2_behavior()
+  hp = _hparams(example, layers)
+  devices = ["/cpu:%d" % i for i in range(hp.num_devices)]
+  if not fuse:
+    import mesh_tf  # pylint: disable=import-outside-toplevel
+    real = mesh_tf.placement_mesh_impl.PlacementMeshImpl
+
+    def unfused(*args, **kwargs):
+      return real(*args, fuse=False, **kwargs)
+    example.mtf.placement_mesh_impl = types.SimpleNamespace(
+        PlacementMeshImpl=unfused)
+  t0 = time.perf_counter()
+  model = example.build(hp, devices)
+  lowering_s = time.perf_counter() - t0
+  inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+  feed = {model["inputs"]: inputs, model["targets"]: targets}
+  config = tf.ConfigProto(device_count={"CPU": hp.num_devices},
+                          inter_op_parallelism_threads=2,
+                          intra_op_parallelism_threads=1)
+  with tf.Session(config=config) as sess:
+    sess.run(tf.global_variables_initializer())
+    sess.run(tf.local_variables_initializer())
+    sess.run(model["lowering"].copy_masters_to_slices())
+    times, losses = [], []
+    for _ in range(steps):
+      t1 = time.perf_counter()
+      loss, _ = sess.run([model["loss"], model["train_op"]], feed_dict=feed)
+      times.append(time.perf_counter() - t1)
+      losses.append(float(loss))
+  return dict(lowering_s=lowering_s, first_s=times[0],
+              steady_ms=1000 * statistics.median(times[1:]),
+              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
+
+
+def run_trainstep(layers, steps):
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  mtf.set_logical_cpu_devices(8)
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  example = _load_example(False)
+  hp = _hparams(example, layers)
+  np = example.np
+  inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+  t0 = time.perf_counter()
+  example.tf.set_random_seed(hp.seed)
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "my_mesh")
+  # Arrays stand in for the placeholders: TrainStep feeds its arguments.
+  _, loss = example.transformer_lm(mesh, np.zeros_like(inputs),
+                                   np.zeros_like(targets), hp)
+  imports = [op.outputs[0] for op in graph.operations
+             if isinstance(op, mtf.ImportOperation)]
+  impl = mtf.PlacementMeshImpl(hp.mesh_shape, hp.layout,
+                               mtf.logical_cpu_devices(8))
+  step = training.TrainStep(graph, mesh, loss, imports, impl,
+                            mtf.optimize.SgdOptimizer(hp.learning_rate))
+  step.concrete_function()
+  lowering_s = time.perf_counter() - t0
+  times, losses = [], []
+  for _ in range(steps):
+    t1 = time.perf_counter()
+    losses.append(float(step(inputs, targets)))
+    times.append(time.perf_counter() - t1)
+  return dict(lowering_s=lowering_s, first_s=times[0],
+              steady_ms=1000 * statistics.median(times[1:]),
+              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
+
+
+def _worker(path, layers, steps):
+  if path == "trainstep":
+    return run_trainstep(layers, steps)
+  return run_session(layers, steps, original=path == "original",
+                     fuse=path != "session_unfused")
+
+
+def _spawn(path, layers, steps):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  proc = subprocess.run(
+      [sys.executable, __file__, "--worker", path, "--layers", str(layers),
+       "--steps", str(steps)], capture_output=True, text=True, env=env,
+      check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode or not lines:
+    return {"error": (proc.stderr or proc.stdout)[-600:]}
+  return json.loads(lines[-1])
+
+
+def _original_available():
+  proc = subprocess.run([sys.executable, "-c", "import mesh_tensorflow"],
+                        capture_output=True, check=False)
+  return proc.returncode == 0
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32])
+  parser.add_argument("--steps", type=int, default=12)
+  parser.add_argument("--paths", nargs="+",
+                      default=["session", "session_unfused", "trainstep",
+                               "original"])
+  parser.add_argument("--worker", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker:
+    print(json.dumps(_worker(args.worker, args.layers[0], args.steps)))
+    return
+  paths = list(args.paths)
+  if "original" in paths and not _original_available():
+    print("mesh_tensorflow is not installed: no 'original' column "
+          "(pip install --no-deps mesh-tensorflow==0.1.21)")
+    paths.remove("original")
+  print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
+        f"{'steady ms':>10} {'peak MiB':>9}  losses")
+  for layers in args.layers:
+    results = {}
+    for path in paths:
+      r = results[path] = _spawn(path, layers, args.steps)
+      if "error" in r:
+        print(f"{layers:>6} {path:<16} failed: {r['error']}")
+        continue
+      print(f"{layers:>6} {path:<16} {r['lowering_s']:>10.2f} "
+            f"{r['first_s']:>8.2f} {r['steady_ms']:>10.1f} "
+            f"{r['peak_rss_mib']:>9.0f}  "
+            + " ".join(f"{v:.3f}" for v in r["losses"]))
+    ok = {p: r for p, r in results.items() if "error" not in r}
+    base = ok.get("session")
+    if base:
+      for other in ("trainstep", "session_unfused", "original"):
+        if other in ok:
+          print(f"{'':>6} steady step session / {other}: "
+                f"{base['steady_ms'] / ok[other]['steady_ms']:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
