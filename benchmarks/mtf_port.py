@@ -42,10 +42,43 @@ def _peak_rss_mib():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _shim_original():
+  """What mesh_tensorflow 0.1.21 needs to import on TF 2.21: a stand-in
+  for gin-config's decorators (not installed), ``tf.compat.v1.estimator``'s
+  two hook base classes (TF removed estimator), and TF's moved
+  ``register_tensor_conversion_function``.  None of it changes a result."""
+  gin = types.ModuleType("gin")
+
+  def configurable(*args, **kwargs):
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+      return args[0]
+    return lambda f: f
+  gin.configurable = gin.register = configurable
+  gin.external_configurable = lambda f, *a, **k: f
+  gin.REQUIRED = object()
+  gin.query_parameter = lambda name: None
+  gin.tf = types.ModuleType("gin.tf")
+  sys.modules.setdefault("gin", gin)
+  sys.modules.setdefault("gin.tf", gin.tf)
+  import tensorflow.compat.v1 as v1  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import ops as tf_ops  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import tensor_conversion_registry  # pylint: disable=import-outside-toplevel
+  if not hasattr(v1, "estimator"):
+    v1.estimator = types.SimpleNamespace(
+        SessionRunHook=v1.train.SessionRunHook,
+        CheckpointSaverListener=v1.train.CheckpointSaverListener,
+        ModeKeys=types.SimpleNamespace(TRAIN="train", EVAL="eval",
+                                       PREDICT="infer"))
+  if not hasattr(tf_ops, "register_tensor_conversion_function"):
+    tf_ops.register_tensor_conversion_function = (
+        tensor_conversion_registry.register_tensor_conversion_function)
+
+
 def _load_example(original):
   """The example as a module, on mesh_tf or on the original."""
   source = open(EXAMPLE).read()
   if original:
+    _shim_original()
     source = source.replace(IMPORT_LINE, "import mesh_tensorflow as mtf", 1)
   module = types.ModuleType("port_example")
   module.__file__ = EXAMPLE
@@ -149,9 +182,8 @@ def _spawn(path, layers, steps):
 
 
 def _original_available():
-  proc = subprocess.run([sys.executable, "-c", "import mesh_tensorflow"],
-                        capture_output=True, check=False)
-  return proc.returncode == 0
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  return importlib.util.find_spec("mesh_tensorflow") is not None
 
 
 def main(argv=None):

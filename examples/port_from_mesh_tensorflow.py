@@ -1,6 +1,8 @@
 """A Mesh TensorFlow training program, ported by changing one import line.
 
-Everything below is written as a Mesh TensorFlow 0.1.x user would write it:
+Everything below is written as a Mesh TensorFlow 0.1.x user would write it
+(``benchmarks/mtf_port.py`` runs this very file on mesh_tensorflow 0.1.21
+too):
 
 - ``tf.compat.v1`` graph mode, variable scopes, placeholders and a
   ``MonitoredTrainingSession``;
@@ -48,9 +50,12 @@ def attention(x, mask, heads_dim, kv_dim, memory_length_dim):
   """Multi-head self-attention written with einsums, as in the original's
   toy models."""
   model_dim = x.shape.dims[-1]
-  q = mtf.layers.dense(x, [heads_dim, kv_dim], use_bias=False, name="q")
-  k = mtf.layers.dense(x, [heads_dim, kv_dim], use_bias=False, name="k")
-  v = mtf.layers.dense(x, [heads_dim, kv_dim], use_bias=False, name="v")
+  q = mtf.layers.dense(x, [heads_dim, kv_dim], reduced_dims=[model_dim],
+                       use_bias=False, name="q")
+  k = mtf.layers.dense(x, [heads_dim, kv_dim], reduced_dims=[model_dim],
+                       use_bias=False, name="k")
+  v = mtf.layers.dense(x, [heads_dim, kv_dim], reduced_dims=[model_dim],
+                       use_bias=False, name="v")
   length_dim = x.shape.dims[-2]
   k = mtf.rename_dimension(k, length_dim.name, memory_length_dim.name)
   v = mtf.rename_dimension(v, length_dim.name, memory_length_dim.name)
@@ -90,8 +95,9 @@ def transformer_lm(mesh, inputs, targets, hp):
         x += attention(y, mask, heads_dim, kv_dim, memory_length_dim)
       with tf.variable_scope("ffn"):
         y = mtf.layers.layer_norm(x, model_dim, name="layer_norm")
-        h = mtf.layers.dense(y, ff_dim, activation=mtf.relu, name="wi")
-        x += mtf.layers.dense(h, model_dim, name="wo")
+        h = mtf.layers.dense(y, ff_dim, reduced_dims=[model_dim],
+                             activation=mtf.relu, name="wi")
+        x += mtf.layers.dense(h, model_dim, reduced_dims=[ff_dim], name="wo")
   x = mtf.layers.layer_norm(x, model_dim, name="final_layer_norm")
   logits = mtf.einsum([x, embedding], reduced_dims=[model_dim])
   loss = mtf.layers.softmax_cross_entropy_with_logits(
