@@ -53,6 +53,7 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
 from mesh_tf.compat.op_classes import *  # noqa: F401,F403,E402
 from mesh_tf.compat.functions import *  # noqa: F401,F403,E402
+from mesh_tf.compat.laid_out_ops import *  # noqa: F401,F403,E402
 from mesh_tf.ops.einsum import EinsumOperation  # noqa: E402
 from mesh_tf.ops.reduce import ReduceOperation  # noqa: E402
 from mesh_tf.ops.creation import (ConstantOperation, ImportOperation,  # noqa: E402

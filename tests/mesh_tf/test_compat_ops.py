@@ -142,3 +142,41 @@ def test_slicewise_refuses_a_split_unsplittable_dim():
   impl = mtf.PlacementMeshImpl("x:2", "b:x", mtf.logical_cpu_devices(2))
   with pytest.raises(mtf.UnsplittableDimError, match="b=8"):
     mtf.Lowering(graph, {mesh: impl})
+
+
+@pytest.mark.parametrize("mesh_shape,layout", [("x:2", "a:x"),
+                                               ("rows:2;cols:4", "b:cols"),
+                                               ("x:8", "")])
+def test_import_laid_out_tensor(mesh_shape, layout):
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  n = mtf.convert_to_shape(mesh_shape).size
+  impl = mtf.PlacementMeshImpl(mesh_shape, layout,
+                               mtf.logical_cpu_devices(n))
+  shape = mtf.convert_to_shape("a:4;b:8")
+
+  def slices(mesh_impl):
+    sl = mesh_impl.slice_shape(shape)
+    return [tf.constant(XV[b[0]:b[0] + sl[0], b[1]:b[1] + sl[1]])
+            for b in (mesh_impl.slice_begin(shape, p)
+                      for p in range(mesh_impl.size))]
+  x = mtf.import_laid_out_tensor(mesh, slices, shape)
+  y = x * 2.0
+  lowering = mtf.Lowering(graph, {mesh: impl})
+  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(),
+                                2 * XV)
+  graph2 = mtf.Graph()
+  mesh2 = mtf.Mesh(graph2, "m")
+  mtf.import_laid_out_tensor(mesh2, [tf.zeros([1])] * n, shape)
+  with pytest.raises(mtf.MtfError, match="slice 0 has shape"):
+    mtf.Lowering(graph2, {mesh2: impl})
+
+
+def test_print_passes_its_value_and_gradient_through(capfd):
+  def build(mesh):
+    x, y = _xy(mesh)
+    p = mtf.Print(x, [y], "values of y:")
+    return [p, mtf.gradients([mtf.reduce_sum(p * p)], [x])[0]]
+  check_layouts(build, ["a:4", "b:8"], lambda: [XV, 2 * XV],
+                meshes=["x:2"], limit=3)
+  assert "values of y:" in capfd.readouterr().err
