@@ -73,7 +73,7 @@ from mesh_tf.ops.conv import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
 from mesh_tf import placement_mesh_impl  # noqa: E402,F401  (Mesh TF's path)
-from mesh_tf import auto_mtf, utils  # noqa: E402,F401  (Mesh TF's modules)
+from mesh_tf import auto_mtf, beam_search, utils  # noqa: E402,F401  (Mesh TF's modules)
 
 # Autodiff and optimizers.  ``mtf.gradients`` is the function; import the
 # module's other names with ``from mesh_tf.gradients import ...``.
