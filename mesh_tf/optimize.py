@@ -160,7 +160,9 @@ class AdafactorOptimizer(Optimizer):
   accumulator (mean over the second-largest), instead of a full copy.  With
   ``t`` the 1-based step:
 
-  * ``decay = 1 - t^-decay_exponent`` (unless ``decay_rate`` is given);
+  * ``decay = 1 - t^-decay_exponent`` (unless ``decay_rate`` is given: a
+    number, or a function of the step Tensor ``t`` such as
+    :func:`adafactor_decay_rate_adam`; ``learning_rate`` may be one too);
   * ``lr = min(0.01, 1/sqrt(t))`` (unless ``learning_rate`` is given), times
     ``max(epsilon2, rms(var))`` if ``multiply_by_parameter_scale``;
   * ``x = grad / sqrt(V)``, clipped so that ``rms(x) <= clipping_threshold``;
@@ -207,9 +209,13 @@ class AdafactorOptimizer(Optimizer):
     t = ew.add(step, 1.0)
     if self.decay_rate is None:
       self._decay = ew.subtract(1.0, ew.pow(t, -self.decay_exponent))
+    elif callable(self.decay_rate):  # a schedule of the 1-based step t
+      self._decay = self.decay_rate(t)
     else:
       self._decay = self.decay_rate
-    if self.learning_rate is None:
+    if callable(self.learning_rate):
+      self._lr = self.learning_rate(t)
+    elif self.learning_rate is None:
       self._lr = ew.minimum(ew.rsqrt(t), 0.01)
       if not self.multiply_by_parameter_scale:
         self._lr = ew.multiply(self._lr, 0.05)
@@ -263,3 +269,8 @@ class AdafactorOptimizer(Optimizer):
       x = new_m
     ops.append(variable_ops.assign_sub(var, ew.multiply(x, scale)))
     return ops
+
+
+# Mesh TF's schedule helpers and optimizer factories (they use the classes
+# above, so they are imported last).
+from mesh_tf.optimize_schedules import *  # noqa: E402,F401,F403  pylint: disable=wildcard-import,g-import-not-at-top
