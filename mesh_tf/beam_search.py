@@ -12,8 +12,8 @@ no further position is written.  For long or cached decoding use
 here; :func:`mesh_tf.decoding.beam_search` is mesh-tf's beam search.
 """
 
-from mesh_tf.core.errors import MtfError
 from mesh_tf.compat import functions as fn_lib
+from mesh_tf.core.errors import MtfError
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import gather as gather_ops

@@ -34,7 +34,7 @@ class VariableDType:
     'bfloat16'
   """
 
-  __slots__ = ("_master", "_slice", "_activation")
+  __slots__ = ("_activation", "_master", "_slice")
 
   def __init__(self, master_dtype="float32", slice_dtype=None,
                activation_dtype=None):

@@ -2,10 +2,10 @@
 
 import itertools
 
-import costmodels
 import pytest
 import tensorflow as tf
 
+import costmodels
 import mesh_tf as mtf
 
 
