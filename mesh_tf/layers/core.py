@@ -113,6 +113,9 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
                        f"{x.shape!r}; give the output dim another name")
   scope = _unique_scope(x.graph, name or "dense")
   fan_in = math.prod(d.size for d in reduced_dims)
+  from mesh_tf.layers.compat_layers import DenseInitializer  # pylint: disable=g-import-not-at-top
+  if isinstance(kernel_initializer, DenseInitializer):  # sees the dims
+    kernel_initializer = kernel_initializer(reduced_dims, new_dims)
   if kernel_initializer is None:
     kernel_initializer = var_lib.random_normal_initializer(
         stddev=1.0 / math.sqrt(max(1, fan_in)))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from tests.layout_harness import check_layouts
+from tests.layout_harness import check_layouts, run
 
 MESHES = ["x:2", "rows:2;cols:4"]
 RNG = np.random.RandomState(1)
@@ -69,3 +69,72 @@ def test_pooling_name_errors():
     mtf.PoolOperation(x, ["h", "w"], [2, 2], "AVG_3D")
   with pytest.raises(mtf.MtfError, match="unknown pooling 'SUM_2D'"):
     mtf.PoolOperation(x, ["h", "w"], [2, 2], "SUM_2D")
+
+
+def test_dot_product_attention_matches_numpy():
+  q = RNG.randn(2, 4, 3, 8).astype(np.float32)   # batch, heads, length, d_k
+  k = RNG.randn(2, 4, 5, 8).astype(np.float32)   # ..., memory_length, d_k
+  v = RNG.randn(2, 4, 5, 6).astype(np.float32)   # ..., memory_length, d_v
+  mask = np.where(RNG.rand(3, 5) < 0.3, -1e9, 0).astype(np.float32)
+  mask[:, 0] = 0
+
+  def build(mesh):
+    tq = mtf.import_tf_tensor(mesh, q, "batch:2;heads:4;length:3;d_k:8")
+    tk = mtf.import_tf_tensor(mesh, k, "batch:2;heads:4;memory_length:5;d_k:8")
+    tv = mtf.import_tf_tensor(mesh, v, "batch:2;heads:4;memory_length:5;d_v:6")
+    tm = mtf.import_tf_tensor(mesh, mask, "length:3;memory_length:5")
+    out = mtf.layers.dot_product_attention(tq, tk, tv, tm)
+    assert out.shape == mtf.convert_to_shape("batch:2;heads:4;length:3;d_v:6")
+    return [out, mtf.gradients([mtf.reduce_sum(out)], [tv])[0]]
+  logits = np.einsum("bhld,bhmd->bhlm", q, k) + mask
+  w = np.exp(logits - logits.max(-1, keepdims=True))
+  w /= w.sum(-1, keepdims=True)
+  ref = np.einsum("bhlm,bhmv->bhlv", w, v)
+  gv = np.broadcast_to(w.sum(2)[..., None], v.shape)
+  check_layouts(build, ["batch:2", "heads:4", "d_k:8"], lambda: [ref, gv],
+                meshes=MESHES, limit=8, rtol=1e-4, atol=1e-5)
+
+
+def test_small_layers():
+  xv = RNG.randn(4, 8).astype(np.float32)
+  ids = np.array([[3, 0, 2, 0]], np.int32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, "length:4;d:8")
+    t = mtf.import_tf_tensor(mesh, ids, "b:1;length:4")
+    glu = mtf.layers.dense_product(
+        x, [x.shape.dims[-1]], mtf.Dimension("h", 6),
+        activation_functions=["linear", "sigmoid"], use_bias=False,
+        kernel_initializer=mtf.layers.VarianceScalingInitializer(2.0))
+    jit = mtf.layers.multiplicative_jitter(x, epsilon=0.1, seed=4)
+    return [mtf.layers.weights_nonzero(t),
+            mtf.layers.rename_length_to_memory_length(x), glu, jit / x]
+  (nz, renamed, glu, ratio), _ = run(build, "x:2", "d:x")
+  np.testing.assert_array_equal(nz, [[1, 0, 1, 0]])
+  np.testing.assert_array_equal(renamed, xv)
+  assert glu.shape == (4, 6)
+  assert ((ratio >= 0.9 - 1e-6) & (ratio < 1.1 + 1e-6)).all()
+  assert len(np.unique(ratio.round(6))) > 1
+  check_layouts(build, ["length:4", "d:8", "h:6"], meshes=MESHES, limit=6,
+                rtol=1e-5, atol=1e-5)
+
+
+def test_variance_scaling_initializer():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  x = mtf.ones(mesh, "b:2;d:256")
+  mtf.layers.dense(x, mtf.Dimension("h", 512), use_bias=False, name="n",
+                   kernel_initializer=mtf.layers.VarianceScalingInitializer(
+                       2.0, "fan_in", "normal"))
+  mtf.layers.dense(x, mtf.Dimension("h", 512), use_bias=False, name="u",
+                   kernel_initializer=mtf.layers.VarianceScalingInitializer(
+                       1.0, "fan_avg", "uniform"))
+  normal, uniform = [v.initial_value_numpy() for v in graph.all_variables]
+  assert abs(normal.std() - np.sqrt(2.0 / 256)) < 0.003
+  limit = np.sqrt(3.0 / 384)
+  assert np.abs(uniform).max() <= limit and uniform.std() > 0.9 * limit / \
+      np.sqrt(3)
+  with pytest.raises(mtf.MtfError, match="unknown mode 'fan_max'"):
+    mtf.layers.VarianceScalingInitializer(mode="fan_max")
+  with pytest.raises(mtf.MtfError, match="unknown distribution"):
+    mtf.layers.VarianceScalingInitializer(distribution="truncated_normal")
