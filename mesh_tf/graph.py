@@ -97,42 +97,8 @@ class Tensor:
   def __repr__(self):
     return f"Tensor[{self.name}, {self.shape}, {self.dtype}]"
 
-  # Arithmetic, broadcasting by dim name.  Imported lazily: ops import graph.
-  def __add__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.add(self, other)
-
-  def __radd__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.add(other, self)
-
-  def __sub__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.subtract(self, other)
-
-  def __rsub__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.subtract(other, self)
-
-  def __mul__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.multiply(self, other)
-
-  def __rmul__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.multiply(other, self)
-
-  def __truediv__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.divide(self, other)
-
-  def __rtruediv__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.divide(other, self)
-
-  def __neg__(self):
-    from mesh_tf.ops import elementwise
-    return elementwise.negative(self)
+  # Arithmetic (+, -, *, /, unary -) broadcasts by dim name; the op library
+  # (mesh_tf.ops) binds the operators, so that this module imports no ops.
 
 
 class Operation:
