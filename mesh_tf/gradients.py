@@ -15,12 +15,12 @@ every backend.
 
 import copy
 
-from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import variables as variable_ops
+from mesh_tf.ops.base import is_float as _is_float
 
 __all__ = ["GradientError", "custom_gradient", "gradients",
            "gradient_function", "recompute_grad", "register_gradient"]
@@ -58,10 +58,6 @@ def gradient_function(op):
   (its ``gradient`` method, unbound), or None if it declares none."""
   fn = type(op).gradient
   return None if fn is Operation.gradient else fn
-
-
-def _is_float(t):
-  return dtypes_lib.is_floating(t.dtype)
 
 
 # --- the backward pass --------------------------------------------------------

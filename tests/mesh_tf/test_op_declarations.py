@@ -145,7 +145,7 @@ def test_autodiff_marks_the_gradients_of_variables():
   assert memory.tensor_category(dx) == "activations"
 
 
-# --- the one softmax -----------------------------------------------------------
+# --- the one softmax ---------------------------------------------------------
 def test_one_softmax_under_both_names():
   assert mtf.layers.softmax is mtf.softmax
   graph = mtf.Graph()
