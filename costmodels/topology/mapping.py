@@ -4,6 +4,7 @@ import math
 from typing import NamedTuple, Tuple
 
 from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from costmodels.collectives import LinkParams
 from costmodels.errors import TopologyError
 from costmodels.hardware import LinkSpec
@@ -134,7 +135,8 @@ class MeshMapping:
       return self._by_name[axis]
     except KeyError:
       raise TopologyError(
-          f"mesh axis {axis!r} is not in mesh {self.mesh_shape!r}; use one "
+          f"mesh axis {axis!r} is not in mesh "
+          f"{dims_lib.Shape(self.mesh_shape)!r}; use one "
           f"of {self.mesh_shape.dimension_names}") from None
 
   def __iter__(self):
@@ -215,7 +217,8 @@ def map_mesh(topology, mesh_shape):
 
   Args:
     topology: a Topology or topology name.
-    mesh_shape: an mtf Shape or string such as ``"data:16;model:8"``.
+    mesh_shape: a :class:`mesh_tf.MeshShape` (or a Shape or string such as
+      ``"data:16;model:8"``, parsed here).
 
   Returns:
     A :class:`MeshMapping` with one :class:`AxisLink` per mesh axis.
@@ -232,10 +235,12 @@ def map_mesh(topology, mesh_shape):
     ('ring', 'torus')
   """
   topology = get_topology(topology)
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  mesh_shape = convert_to_mesh_shape(mesh_shape)
+  # Messages show the mesh in the Shape[...] form they have always had.
+  mesh_text = repr(dims_lib.Shape(mesh_shape))
   if mesh_shape.size != topology.num_chips:
     raise TopologyError(
-        f"mesh {mesh_shape!r} has {mesh_shape.size} processors but topology "
+        f"mesh {mesh_text} has {mesh_shape.size} processors but topology "
         f"{topology.name!r} has {topology.num_chips} chips "
         f"({topology.shape}); use a mesh whose axis sizes multiply to "
         f"{topology.num_chips}, e.g. {_suggest(topology, mesh_shape)}")
@@ -254,7 +259,7 @@ def map_mesh(topology, mesh_shape):
         take = remaining
       else:
         raise TopologyError(
-            f"mesh axis {axis} of mesh {mesh_shape!r} cannot be embedded in "
+            f"mesh axis {axis} of mesh {mesh_text} cannot be embedded in "
             f"topology {topology.name!r} ({topology.shape}): mesh axes are "
             "laid row-major onto the physical dims, minor-most first, and "
             f"at physical dim {pdims[k].name}={pdims[k].size} {remaining} "

@@ -5,6 +5,7 @@ from typing import NamedTuple
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MeshSizeError, UnknownNameError
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from mesh_tf.distributed.cluster import DEVICE_TASK_RE, convert_to_cluster
 from mesh_tf.distributed.errors import ClusterMeshMismatchError
 from mesh_tf.lowering.trace import CollectiveRecord
@@ -21,7 +22,7 @@ def mesh_devices(mesh_shape, cluster, devices_per_task, device_type="CPU"):
     ClusterMeshMismatchError: if the mesh size is not
       ``num_tasks * devices_per_task``.
   """
-  shape = dims_lib.convert_to_shape(mesh_shape)
+  shape = convert_to_mesh_shape(mesh_shape)
   cluster = convert_to_cluster(cluster)
   n = cluster.num_tasks
   total = n * devices_per_task
@@ -35,7 +36,7 @@ def mesh_devices(mesh_shape, cluster, devices_per_task, device_type="CPU"):
              f"hosts:{n};local:{max(devices_per_task, 1)}, or change the "
              "cluster")
     raise ClusterMeshMismatchError(
-        f"mesh {shape!r} has {shape.size} processors but job "
+        f"mesh {dims_lib.Shape(shape)!r} has {shape.size} processors but job "
         f"{cluster.job!r} has {n} task(s) x {devices_per_task} "
         f"{device_type} device(s) = {total} ({', '.join(cluster.addresses)});"
         f" {fix}")
@@ -73,7 +74,8 @@ def _tasks_per_group(shape, devices, axis_names):
   for name in axis_names:
     if name not in shape.dimension_names:
       raise UnknownNameError(
-          f"mesh axis {name!r} is not in mesh {shape!r}; classify a trace "
+          f"mesh axis {name!r} is not in mesh {dims_lib.Shape(shape)!r}; "
+          "classify a trace "
           "with the mesh shape it was recorded on")
     axes.append(shape.dimension_names.index(name))
   groups = geometry.processor_groups(tuple(sorted(axes)))
@@ -99,11 +101,12 @@ def classify_collectives(trace, mesh_shape, devices):
   Raises:
     MeshSizeError: if ``len(devices)`` is not the mesh size.
   """
-  shape = dims_lib.convert_to_shape(mesh_shape)
+  shape = convert_to_mesh_shape(mesh_shape)
   devices = list(devices)
   if len(devices) != shape.size:
     raise MeshSizeError(
-        f"mesh {shape!r} has {shape.size} processors but {len(devices)} "
+        f"mesh {dims_lib.Shape(shape)!r} has {shape.size} processors but "
+        f"{len(devices)} "
         "devices were given; pass the devices the trace was lowered on")
   records = getattr(trace, "collectives", trace)
   cache = {}
@@ -118,7 +121,7 @@ def classify_collectives(trace, mesh_shape, devices):
 def process_spanning_axes(mesh_shape, devices):
   """Names of the mesh axes along which processors sit in several tasks:
   the slow, cross-host links of the mesh."""
-  shape = dims_lib.convert_to_shape(mesh_shape)
+  shape = convert_to_mesh_shape(mesh_shape)
   return tuple(d.name for d in shape
                if d.size > 1 and _tasks_per_group(shape, list(devices),
                                                   (d.name,)) > 1)
