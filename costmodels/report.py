@@ -1,12 +1,15 @@
 """The :class:`CostReport` of one (graph, mesh, layout, topology)."""
 
+import dataclasses
 import math
 
 VIEWS = ("ops", "axes", "memory", "collectives", "variables")
 
 
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class CostReport:
-  """Predicted step time and memory of a graph under one layout.
+  """Predicted step time and memory of a graph under one layout (frozen;
+  equal and hashed by identity, as it holds the graph and numpy arrays).
 
   Built by :func:`costmodels.evaluate`.  Times are seconds per step and per
   device; bytes are per device.
@@ -23,8 +26,7 @@ class CostReport:
     peak_memory_bytes: peak per-device bytes (see :mod:`costmodels.memory`).
     peak_step, peak_op: where the peak is reached in the schedule.
     memory_by_category: ``{"params", "gradients", "optimizer",
-      "activations": bytes}`` at the peak step
-      at the peak step.
+      "activations": bytes}`` at the peak step.
     memory_by_step: per-step totals (numpy array).
     variable_bytes_per_device: ``{variable name: bytes}`` from the trace.
     collectives: the priced collectives (``OpCost`` with category "comm").
@@ -34,34 +36,53 @@ class CostReport:
     mesh_shape, layout_rules, topology, mapping, trace, graph.
   """
 
-  def __init__(self, graph, mesh_shape, layout_rules, topology, mapping,
-               trace, op_costs, memory):
-    self.graph = graph
-    self.mesh_shape = mesh_shape
-    self.layout_rules = layout_rules
-    self.topology = topology
-    self.mapping = mapping
-    self.trace = trace
-    self.op_costs = list(op_costs)
-    self.memory = memory
-    comp = [c for c in self.op_costs if c.category == "compute"]
-    self.collectives = [c for c in self.op_costs if c.category == "comm"]
-    self.step_time_s = math.fsum(c.time_s for c in self.op_costs)
-    self.compute_time_s = math.fsum(c.time_s for c in comp)
-    self.comm_time_s = math.fsum(c.time_s for c in self.collectives)
-    by_axis = {a.name: [] for a in mesh_shape.dims}
-    for c in self.collectives:
+  graph: object
+  mesh_shape: object
+  layout_rules: object
+  topology: object
+  mapping: object
+  trace: object
+  op_costs: list
+  memory: object
+  # Derived from the fields above in __post_init__, never passed in.
+  collectives: list = dataclasses.field(init=False)
+  step_time_s: float = dataclasses.field(init=False)
+  compute_time_s: float = dataclasses.field(init=False)
+  comm_time_s: float = dataclasses.field(init=False)
+  comm_time_by_axis: dict = dataclasses.field(init=False)
+  flops_per_device: int = dataclasses.field(init=False)
+  peak_memory_bytes: int = dataclasses.field(init=False)
+  peak_step: int = dataclasses.field(init=False)
+  peak_op: object = dataclasses.field(init=False)
+  memory_by_category: dict = dataclasses.field(init=False)
+  memory_by_step: object = dataclasses.field(init=False)
+  variable_bytes_per_device: dict = dataclasses.field(init=False)
+  hbm_bytes: int = dataclasses.field(init=False)
+
+  def __post_init__(self):
+    op_costs = list(self.op_costs)
+    comp = [c for c in op_costs if c.category == "compute"]
+    collectives = [c for c in op_costs if c.category == "comm"]
+    by_axis = {a.name: [] for a in self.mesh_shape.dims}
+    for c in collectives:
       for a, t in c.time_by_axis:
         by_axis.setdefault(a, []).append(t)
-    self.comm_time_by_axis = {a: math.fsum(ts) for a, ts in by_axis.items()}
-    self.flops_per_device = sum(c.flops_per_device for c in comp)
-    self.peak_memory_bytes = memory.peak_bytes
-    self.peak_step = memory.peak_step
-    self.peak_op = memory.peak_op
-    self.memory_by_category = dict(memory.breakdown)
-    self.memory_by_step = memory.bytes_by_step
-    self.variable_bytes_per_device = dict(trace.variables)
-    self.hbm_bytes = topology.chip.hbm_bytes
+    memory = self.memory
+    derived = dict(
+        op_costs=op_costs, collectives=collectives,
+        step_time_s=math.fsum(c.time_s for c in op_costs),
+        compute_time_s=math.fsum(c.time_s for c in comp),
+        comm_time_s=math.fsum(c.time_s for c in collectives),
+        comm_time_by_axis={a: math.fsum(ts) for a, ts in by_axis.items()},
+        flops_per_device=sum(c.flops_per_device for c in comp),
+        peak_memory_bytes=memory.peak_bytes, peak_step=memory.peak_step,
+        peak_op=memory.peak_op, memory_by_category=dict(memory.breakdown),
+        memory_by_step=memory.bytes_by_step,
+        variable_bytes_per_device=dict(self.trace.variables),
+        hbm_bytes=self.topology.chip.hbm_bytes)
+    for name, value in derived.items():
+      # A frozen dataclass sets its own fields through object.__setattr__.
+      object.__setattr__(self, name, value)
 
   @property
   def fits_in_memory(self):
