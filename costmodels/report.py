@@ -1,6 +1,7 @@
 """The :class:`CostReport` of one (graph, mesh, layout, topology)."""
 
 import dataclasses
+import functools
 import math
 
 VIEWS = ("ops", "axes", "memory", "collectives", "variables")
@@ -44,45 +45,70 @@ class CostReport:
   trace: object
   op_costs: list
   memory: object
-  # Derived from the fields above in __post_init__, never passed in.
-  collectives: list = dataclasses.field(init=False)
-  step_time_s: float = dataclasses.field(init=False)
-  compute_time_s: float = dataclasses.field(init=False)
-  comm_time_s: float = dataclasses.field(init=False)
-  comm_time_by_axis: dict = dataclasses.field(init=False)
-  flops_per_device: int = dataclasses.field(init=False)
-  peak_memory_bytes: int = dataclasses.field(init=False)
-  peak_step: int = dataclasses.field(init=False)
-  peak_op: object = dataclasses.field(init=False)
-  memory_by_category: dict = dataclasses.field(init=False)
-  memory_by_step: object = dataclasses.field(init=False)
-  variable_bytes_per_device: dict = dataclasses.field(init=False)
-  hbm_bytes: int = dataclasses.field(init=False)
 
   def __post_init__(self):
-    op_costs = list(self.op_costs)
-    comp = [c for c in op_costs if c.category == "compute"]
-    collectives = [c for c in op_costs if c.category == "comm"]
+    object.__setattr__(self, "op_costs", list(self.op_costs))
+
+  # The rest is derived from the fields above, once, on first use.
+  @functools.cached_property
+  def collectives(self):
+    return [c for c in self.op_costs if c.category == "comm"]
+
+  @functools.cached_property
+  def _compute(self):
+    return [c for c in self.op_costs if c.category == "compute"]
+
+  @functools.cached_property
+  def step_time_s(self):
+    return math.fsum(c.time_s for c in self.op_costs)
+
+  @functools.cached_property
+  def compute_time_s(self):
+    return math.fsum(c.time_s for c in self._compute)
+
+  @functools.cached_property
+  def comm_time_s(self):
+    return math.fsum(c.time_s for c in self.collectives)
+
+  @functools.cached_property
+  def comm_time_by_axis(self):
     by_axis = {a.name: [] for a in self.mesh_shape.dims}
-    for c in collectives:
+    for c in self.collectives:
       for a, t in c.time_by_axis:
         by_axis.setdefault(a, []).append(t)
-    memory = self.memory
-    derived = dict(
-        op_costs=op_costs, collectives=collectives,
-        step_time_s=math.fsum(c.time_s for c in op_costs),
-        compute_time_s=math.fsum(c.time_s for c in comp),
-        comm_time_s=math.fsum(c.time_s for c in collectives),
-        comm_time_by_axis={a: math.fsum(ts) for a, ts in by_axis.items()},
-        flops_per_device=sum(c.flops_per_device for c in comp),
-        peak_memory_bytes=memory.peak_bytes, peak_step=memory.peak_step,
-        peak_op=memory.peak_op, memory_by_category=dict(memory.breakdown),
-        memory_by_step=memory.bytes_by_step,
-        variable_bytes_per_device=dict(self.trace.variables),
-        hbm_bytes=self.topology.chip.hbm_bytes)
-    for name, value in derived.items():
-      # A frozen dataclass sets its own fields through object.__setattr__.
-      object.__setattr__(self, name, value)
+    return {a: math.fsum(ts) for a, ts in by_axis.items()}
+
+  @functools.cached_property
+  def flops_per_device(self):
+    return sum(c.flops_per_device for c in self._compute)
+
+  @property
+  def peak_memory_bytes(self):
+    return self.memory.peak_bytes
+
+  @property
+  def peak_step(self):
+    return self.memory.peak_step
+
+  @property
+  def peak_op(self):
+    return self.memory.peak_op
+
+  @functools.cached_property
+  def memory_by_category(self):
+    return dict(self.memory.breakdown)
+
+  @property
+  def memory_by_step(self):
+    return self.memory.bytes_by_step
+
+  @functools.cached_property
+  def variable_bytes_per_device(self):
+    return dict(self.trace.variables)
+
+  @property
+  def hbm_bytes(self):
+    return self.topology.chip.hbm_bytes
 
   @property
   def fits_in_memory(self):
