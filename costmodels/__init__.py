@@ -27,7 +27,6 @@ Example:
   8
 """
 
-
 from costmodels.hardware import (CHIPS, INFINIBAND, PCIE, ChipSpec, LinkSpec,
                                  get_chip, get_network)
 from costmodels.topology import (AxisLink, MeshMapping, PhysicalDim, Segment,
