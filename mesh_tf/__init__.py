@@ -22,9 +22,9 @@ from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rul
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
                               LazyAllreduceSum, Lowering, MeshImpl,
-                              PlacementMeshImpl, ShapeMeshImpl,
-                              logical_cpu_devices, set_logical_cpu_devices,
-                              step_call_options)
+                              OpLowering, PlacementMeshImpl, ShapeMeshImpl,
+                              logical_cpu_devices, lower, lower_operation,
+                              set_logical_cpu_devices, step_call_options)
 from mesh_tf.ops.control import depend, stop_gradient
 from mesh_tf.ops.creation import (constant, import_fully_replicated,
                                   import_tf_tensor, mtf_range, ones, ones_like,

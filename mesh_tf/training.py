@@ -25,7 +25,7 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Mesh, Tensor
 from mesh_tf.lowering.fusion import step_call_options
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.ops import creation as creation_ops
 
@@ -135,8 +135,8 @@ class TrainStep(LoweredStep):
                      for t in self.inputs])
 
   def _step(self, *args):
-    self.lowering = Lowering(self.graph, {self.mesh: self.mesh_impl},
-                             feeds=dict(zip(self.inputs, args)))
+    self.lowering = lower(self.graph, {self.mesh: self.mesh_impl},
+                          feeds=dict(zip(self.inputs, args)))
     results = [self.lowering.export_to_tf_tensor(t)
                for t in [self.loss] + self.outputs]
     updates = []
