@@ -4,16 +4,11 @@
 TensorFlow; only lowering onto real devices does.
 """
 
-import sys as _sys
+# CP-SAT before TensorFlow (see mesh_tf.import_order): importing mesh_tf
+# first makes every later order safe.
+from mesh_tf import import_order as _import_order
 
-if "tensorflow" not in _sys.modules:
-  # OR-Tools' CP-SAT must be imported before TensorFlow in any process that
-  # uses both (a protobuf clash makes CP-SAT crash otherwise), so importing
-  # mesh_tf first makes every later order safe.
-  try:
-    import ortools.sat.python.cp_model  # noqa: F401
-  except ImportError:  # The layout search is then unavailable anyway.
-    pass
+_import_order.import_cp_sat_first()
 
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape

@@ -13,7 +13,7 @@ from mesh_tf.core.errors import FeedError, MeshSizeError, MtfError
 from mesh_tf.lowering.fusion import SlicewiseFuser
 from mesh_tf.lowering.geometry import ProcessorGroups
 from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
-from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.lazy_tf import load_tensorflow, tf
 from mesh_tf.lowering.mesh_impl import MeshImpl
 
 
@@ -266,7 +266,7 @@ def set_logical_cpu_devices(n):
           f"TensorFlow already started with {have} logical CPU devices, so "
           f"{n} cannot be set; call set_logical_cpu_devices({n}) before "
           "running any TensorFlow op") from e
-  return tf._load()  # pylint: disable=protected-access
+  return load_tensorflow()
 
 
 def logical_cpu_devices(n=None):
