@@ -48,9 +48,12 @@ def skip_autograph(package, private=True):
     return False
   try:
     from tensorflow.python.autograph.core import config  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-    rule = config.DoNotConvert(package)
-    if rule not in config.CONVERSION_RULES:
-      config.CONVERSION_RULES = (rule,) + tuple(config.CONVERSION_RULES)
+    rules = tuple(config.CONVERSION_RULES)
+    # Once per process, also when mesh_tf is imported again (rules compare
+    # by identity).
+    if not any(isinstance(r, config.DoNotConvert) and r.matches(package)
+               for r in rules):
+      config.CONVERSION_RULES = (config.DoNotConvert(package),) + rules
     return True
   except _MOVED:
     return False
