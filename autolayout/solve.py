@@ -457,6 +457,12 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
   elif search.graph is not graph:
     raise AutoLayoutError("auto_layout was given a LayoutSearch of another "
                           "graph; pass search=LayoutSearch(graph, outputs)")
+  elif outputs is not None and [id(t) for t in _outputs(graph, outputs)] != [
+      id(t) for t in search.outputs]:
+    raise AutoLayoutError(
+        "auto_layout was given outputs that differ from its LayoutSearch's "
+        f"{[t.name for t in search.outputs]}; pass outputs=None, or "
+        "search=LayoutSearch(graph, outputs)")
   return search.solve(mesh_shape, topology, memory_budget, objective,
                       time_limit_s, num_workers, seed, tie_break,
                       solver_params, forbid, progress)

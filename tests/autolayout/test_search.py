@@ -60,6 +60,18 @@ def test_auto_layout_refuses_a_search_of_another_graph():
                            search=autolayout.LayoutSearch(g, outs))
 
 
+def test_auto_layout_refuses_outputs_its_search_was_not_made_for():
+  g, outs = graphs.mlp()
+  search = autolayout.LayoutSearch(g, outs)
+  assert autolayout.auto_layout(g, MESH, None, graphs.TOPOLOGY,
+                                search=search).rules == search.solve(
+                                    MESH, graphs.TOPOLOGY).rules
+  other = [t for t in g.tensors if t is not outs[0]][-1]
+  with pytest.raises(autolayout.AutoLayoutError,
+                     match="outputs that differ from its LayoutSearch's"):
+    autolayout.auto_layout(g, MESH, [other], graphs.TOPOLOGY, search=search)
+
+
 def test_explain_a_hand_written_layout_without_solving_it():
   g, outs = graphs.mlp()
   table = autolayout.explain(autolayout.LayoutSearch(g, outs), MESH,
