@@ -24,6 +24,8 @@ class ImportLaidOutTensorOperation(Operation):
     dtype: its dtype (default float32).
   """
 
+  no_gradient_reason = "it has no inputs: its slices come from outside"
+
   def __init__(self, mesh, laid_out_tensor, shape, dtype=None, name=None):
     super().__init__([], mesh=mesh, name=name or "import_laid_out_tensor")
     self.laid_out_tensor = laid_out_tensor
