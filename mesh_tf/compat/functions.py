@@ -3,11 +3,13 @@ from mesh-tf's own ops (so their lowering, gradients and cost come from
 those ops), plus its pure helpers on mesh shapes and processor numbers.
 """
 
+import logging
 import math
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError, ShapeError
 from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import random as random_ops
@@ -18,7 +20,8 @@ from mesh_tf.ops import slicing
 from mesh_tf.ops import topk as topk_ops
 
 __all__ = ["anonymize", "anonymous_shape", "combined_dimension",
-           "left_halo_exchange", "list_product", "nth_largest_element",
+           "left_halo_exchange", "list_product", "log_variable_sizes",
+           "parallel", "nth_largest_element",
            "nth_smallest_element", "pnum_to_group",
            "pnum_to_processor_coordinates", "pool_tensor_1d",
            "processor_coordinates_to_pnum", "processor_groups",
@@ -220,3 +223,72 @@ def sample_with_temperature(logits, dim, temperature=1.0, seed=0, name=None):
   return topk_ops.argmax(logits + gumbel * float(temperature), dim,
                          name=name)
 
+
+
+# --- host-side helpers --------------------------------------------------------
+def parallel(devices, fn, *args, **kwargs):
+  """Calls ``fn`` once per device, under ``tf.device``, with the i-th entry
+  of each argument list (Mesh TF's ``parallel``).
+
+  Args:
+    devices: list of n device strings.
+    fn: a function, or a list of n functions.
+    *args, **kwargs: lists of n values each.
+
+  Returns:
+    The list of the n results.
+
+  Raises:
+    MtfError: if ``devices`` is not a list or an argument is not a list of
+      ``len(devices)`` values.
+  """
+  if not isinstance(devices, list):
+    raise MtfError(f"parallel: devices must be a list, got {devices!r}")
+  n = len(devices)
+  fns = fn if isinstance(fn, list) else [fn] * n
+  for what, x in [("fn", fns)] + [(f"argument {i}", a)
+                                  for i, a in enumerate(args)] + [
+                                      (f"argument {k!r}", v)
+                                      for k, v in kwargs.items()]:
+    if not isinstance(x, list) or len(x) != n:
+      raise MtfError(f"parallel: {what} must be a list of {n} values (one "
+                     f"per device), got {x!r}")
+  out = []
+  for i, device in enumerate(devices):
+    with tf.device(device):
+      out.append(fns[i](*[a[i] for a in args],
+                        **{k: v[i] for k, v in kwargs.items()}))
+  return out
+
+
+def log_variable_sizes(var_list=None, tag=None, verbose=True,
+                       mesh_to_impl=None, log_file=None):
+  """Logs each variable's name, shape and size, and the total.
+
+  Args:
+    var_list: mtf Variables (default: none logged, total 0).
+    tag: a prefix for the summary line.
+    verbose: log one line per variable too.
+    mesh_to_impl: optional ``{mesh: MeshImpl}``; adds each variable's
+      per-processor slice size.
+    log_file: optional file object that also gets the lines.
+
+  Returns:
+    The total number of elements.
+  """
+  lines, total = [], 0
+  for v in sorted(var_list or [], key=lambda v: v.name):
+    size = v.shape.size
+    total += size
+    if verbose:
+      line = f"Variable {v.name:<60} size {size:<12} shape {v.shape}"
+      if mesh_to_impl and v.mesh in mesh_to_impl:
+        line += (" slice size "
+                 f"{math.prod(mesh_to_impl[v.mesh].slice_shape(v.shape))}")
+      lines.append(line)
+  lines.append(f"{tag or 'Variables'} total size: {total}")
+  for line in lines:
+    logging.info(line)
+    if log_file is not None:
+      log_file.write(line + "\n")
+  return total

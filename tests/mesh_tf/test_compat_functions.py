@@ -99,3 +99,28 @@ def test_errors_name_the_dim():
     mtf.nth_largest_element(x, 16, "l")
   with pytest.raises(mtf.ShapeError, match="has no dim 'q'"):
     mtf.reduce_first(x, "q")
+
+
+def test_parallel_and_log_variable_sizes():
+  import io  # pylint: disable=import-outside-toplevel
+
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  devices = mtf.logical_cpu_devices(2)
+  out = mtf.parallel(devices, lambda a, b=1.0: tf.identity(a * b),
+                     [tf.constant(1.0), tf.constant(2.0)], b=[3.0, 4.0])
+  assert [float(t) for t in out] == [3.0, 8.0]
+  assert [t.device.endswith(d.split("device:")[-1]) for t, d in
+          zip(out, devices)] == [True, True]
+  with pytest.raises(mtf.MtfError, match="argument 0 must be a list of 2"):
+    mtf.parallel(devices, tf.identity, [1.0])
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  mtf.get_variable(mesh, "w", "a:8;b:4")
+  mtf.get_variable(mesh, "v", "a:8")
+  log = io.StringIO()
+  total = mtf.log_variable_sizes(
+      graph.all_variables, tag="model", log_file=log,
+      mesh_to_impl={mesh: mtf.ShapeMeshImpl("x:2", "a:x")})
+  assert total == 40
+  text = log.getvalue()
+  assert "model total size: 40" in text and "slice size 16" in text
