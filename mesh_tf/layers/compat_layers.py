@@ -16,7 +16,8 @@ from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.ops import reshape as reshape_ops
 from mesh_tf.ops import variables as var_lib
 
-__all__ = ["DenseInitializer", "VarianceScalingInitializer", "dense_product",
+__all__ = ["DenseInitializer", "VarianceScalingInitializer",
+           "attention_mask_same_segment", "batch_norm", "dense_product",
            "dot_product_attention", "multiplicative_jitter",
            "rename_length_to_memory_length", "weights_nonzero"]
 
@@ -145,3 +146,72 @@ class VarianceScalingInitializer(DenseInitializer):
       return var_lib.random_normal_initializer(stddev=math.sqrt(variance))
     limit = math.sqrt(3.0 * variance)
     return var_lib.random_uniform_initializer(minval=-limit, maxval=limit)
+
+
+def attention_mask_same_segment(query_segment, memory_segment=None,
+                                memory_length_name="memory_length",
+                                dtype="float32"):
+  """Bias that masks out memory positions of another segment (packed
+  examples): ``MASK_BIAS`` where the segment ids differ, else 0.
+
+  ``memory_segment`` defaults to ``query_segment`` with its last dim
+  renamed ``memory_length_name`` (self-attention).
+  """
+  from mesh_tf.layers.attention import MASK_BIAS  # pylint: disable=g-import-not-at-top
+  if memory_segment is None:
+    memory_segment = reshape_ops.rename_dimension(
+        query_segment, query_segment.shape.dims[-1].name, memory_length_name)
+  return ew.multiply(ew.cast(ew.not_equal(query_segment, memory_segment),
+                             dtype), MASK_BIAS)
+
+
+def batch_norm(x, is_training, momentum, epsilon=1e-9, dims_idx_start=0,
+               dims_idx_end=-1, init_zero=False, name=None):
+  """Batch normalisation over ``x.shape.dims[dims_idx_start:dims_idx_end]``.
+
+  Training normalises by the batch's mean and variance over those dims and
+  updates the moving averages (``moving = momentum * moving + (1 -
+  momentum) * batch``); inference normalises by the moving averages.  The
+  learned ``scale`` (ones, or zeros with ``init_zero``) and ``beta``
+  (zeros) and the moving statistics have the other dims.
+
+  Returns:
+    ``(normed, update_ops)``: the output (``x``'s shape) and the assign ops
+    of the moving averages (empty when not training).  Run the update ops
+    with the step, e.g. by adding them to the optimizer's ops.
+  """
+  reduced = x.shape.dims[dims_idx_start:dims_idx_end]
+  if not reduced:
+    raise ShapeError(f"batch_norm: dims [{dims_idx_start}:{dims_idx_end}] of "
+                     f"{x.name} {x.shape!r} select no dim to normalise over")
+  stats_shape = x.shape - reduced
+  scope = core_layers._unique_scope(x.graph, name or "batch_norm")  # pylint: disable=protected-access
+  scale = var_lib.get_variable(
+      x.mesh, f"{scope}/scale", stats_shape, "float32",
+      var_lib.zeros_initializer() if init_zero else var_lib.ones_initializer())
+  beta = var_lib.get_variable(x.mesh, f"{scope}/beta", stats_shape, "float32",
+                              var_lib.zeros_initializer())
+  moving_mean = var_lib.get_variable(
+      x.mesh, f"{scope}/moving_mean", stats_shape, "float32",
+      var_lib.zeros_initializer(), trainable=False)
+  moving_var = var_lib.get_variable(
+      x.mesh, f"{scope}/moving_variance", stats_shape, "float32",
+      var_lib.ones_initializer(), trainable=False)
+  updates = []
+  if is_training:
+    mean = reduce_ops.reduce_mean(x, output_shape=stats_shape)
+    var = reduce_ops.reduce_mean(ew.square(ew.subtract(x, mean)),
+                                 output_shape=stats_shape)
+    keep = 1.0 - momentum
+    updates = [
+        var_lib.assign(moving_mean, ew.add(ew.multiply(moving_mean, momentum),
+                                           ew.multiply(mean, keep))),
+        var_lib.assign(moving_var, ew.add(ew.multiply(moving_var, momentum),
+                                          ew.multiply(var, keep)))]
+  else:
+    mean, var = moving_mean, moving_var
+  normed = ew.multiply(ew.subtract(x, mean), ew.rsqrt(ew.add(var, epsilon)))
+  out = ew.add(ew.multiply(normed, scale), beta)
+  if out.shape != x.shape:
+    out = reshape_ops.transpose(out, x.shape)
+  return out, updates

@@ -138,3 +138,57 @@ def test_variance_scaling_initializer():
     mtf.layers.VarianceScalingInitializer(mode="fan_max")
   with pytest.raises(mtf.MtfError, match="unknown distribution"):
     mtf.layers.VarianceScalingInitializer(distribution="truncated_normal")
+
+
+def test_batch_norm_trains_and_infers():
+  xv = (RNG.randn(8, 3, 4) * 2 + 1).astype(np.float32)   # batch, h, c
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, "batch:8;h:3;c:4")
+    y, updates = mtf.layers.batch_norm(x, True, momentum=0.9, epsilon=1e-5,
+                                       dims_idx_end=2)
+    assert len(updates) == 2
+    y_eval, none = mtf.layers.batch_norm(x, False, momentum=0.9,
+                                         epsilon=1e-5, dims_idx_end=2)
+    assert none == []
+    return [y, y_eval, mtf.gradients([mtf.reduce_sum(y * x)], [x])[0]]
+  mean, var = xv.mean((0, 1)), xv.var((0, 1))
+  y_ref = (xv - mean) / np.sqrt(var + 1e-5)
+  n = xv.shape[0] * xv.shape[1]
+  # d/dx sum(y * x) for y = (x - m) / s, with m, s over (batch, h).
+  xc = xv - mean
+  s = np.sqrt(var + 1e-5)
+  g = y_ref + xv / s - xv.mean((0, 1)) / s - xc * (xc * xv).sum((0, 1)) / (
+      n * s ** 3)
+  check_layouts(build, ["batch:8", "c:4"],
+                lambda: [y_ref, xv / np.sqrt(1 + 1e-5), g], meshes=MESHES,
+                limit=6, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_norm_updates_its_moving_averages():
+  xv = RNG.randn(8, 4).astype(np.float32)
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  x = mtf.import_tf_tensor(mesh, xv, "batch:8;c:4")
+  mtf.layers.batch_norm(x, True, momentum=0.75, name="bn")
+  impl = mtf.PlacementMeshImpl("x:2", "batch:x", mtf.logical_cpu_devices(2))
+  mtf.Lowering(graph, {mesh: impl})
+  got = {n: impl.export_to_tf_tensor(impl.variables[n].value(),
+                                     mtf.convert_to_shape("c:4")).numpy()
+         for n in ("bn/moving_mean", "bn/moving_variance")}
+  np.testing.assert_allclose(got["bn/moving_mean"], 0.25 * xv.mean(0),
+                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(got["bn/moving_variance"],
+                             0.75 + 0.25 * xv.var(0), rtol=1e-5)
+  with pytest.raises(mtf.ShapeError, match="select no dim"):
+    mtf.layers.batch_norm(x, True, 0.9, dims_idx_start=1, dims_idx_end=1)
+
+
+def test_attention_mask_same_segment():
+  seg = np.array([[1, 1, 2, 2, 2]], np.int32)
+
+  def build(mesh):
+    s = mtf.import_tf_tensor(mesh, seg, "batch:1;length:5")
+    return mtf.layers.attention_mask_same_segment(s)
+  ref = np.where(seg[:, :, None] != seg[:, None, :], -1e9, 0.0)
+  check_layouts(build, ["length:5"], lambda: ref, meshes=["x:2"])
