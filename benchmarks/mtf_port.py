@@ -18,9 +18,14 @@ Paths, each in a fresh subprocess (peak RSS and TF state are its own):
 Reported: lowering (building the TF graph), first step, steady step (median
 of the later steps), peak RSS, and steady-step ratios.
 
+``--interleaved`` runs the session, trainstep and original steps in turn in
+ONE process per layer count, so that their steady-step ratios share the
+machine's load (on a shared machine the separate runs vary by 2x).
+
 Reproduce:
   python benchmarks/mtf_port.py                  # 1, 8 and 32 layers
   python benchmarks/mtf_port.py --layers 1 --steps 10
+  python benchmarks/mtf_port.py --interleaved --layers 1 8 --steps 20
 """
 
 import argparse
@@ -161,6 +166,69 @@ def run_trainstep(layers, steps):
               losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
 
 
+def _session_stepper(example, hp, original):
+  """Builds the session path in a fresh tf.Graph; returns a step function."""
+  tf = example.tf
+  graph = tf.Graph()
+  with graph.as_default():
+    model = example.build(hp, ["/cpu:%d" % i for i in range(hp.num_devices)])
+    init = [tf.global_variables_initializer(),
+            tf.local_variables_initializer()]
+    copy = model["lowering"].copy_masters_to_slices()
+  config = tf.ConfigProto(device_count={"CPU": hp.num_devices},
+                          inter_op_parallelism_threads=2,
+                          intra_op_parallelism_threads=1)
+  sess = tf.Session(graph=graph, config=config)
+  sess.run(init)
+  sess.run(copy)
+  inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+  feed = {model["inputs"]: inputs, model["targets"]: targets}
+  fetches = [model["loss"], model["train_op"]]
+  del original
+  return lambda: sess.run(fetches, feed_dict=feed)[0]
+
+
+def run_interleaved(layers, steps, paths):
+  """All ``paths`` in ONE process, their steps taken in turn, so that every
+  path sees the same machine load; returns per-path medians."""
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  mtf.set_logical_cpu_devices(8)
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  steppers = {}
+  for path in paths:
+    t0 = time.perf_counter()
+    if path == "trainstep":
+      example = _load_example(False)
+      hp = _hparams(example, layers)
+      inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+      graph = mtf.Graph()
+      mesh = mtf.Mesh(graph, "my_mesh")
+      _, loss = example.transformer_lm(mesh, example.np.zeros_like(inputs),
+                                       example.np.zeros_like(targets), hp)
+      imports = [op.outputs[0] for op in graph.operations
+                 if isinstance(op, mtf.ImportOperation)]
+      impl = mtf.PlacementMeshImpl(hp.mesh_shape, hp.layout,
+                                   mtf.logical_cpu_devices(8))
+      step = training.TrainStep(graph, mesh, loss, imports, impl,
+                                mtf.optimize.SgdOptimizer(hp.learning_rate))
+      steppers[path] = (lambda s=step, a=inputs, b=targets: s(a, b))
+    else:
+      example = _load_example(path == "original")
+      steppers[path] = _session_stepper(example, _hparams(example, layers),
+                                        path == "original")
+    first = time.perf_counter()
+    steppers[path]()
+    print(f"# {path}: built in {first - t0:.1f} s, first step "
+          f"{time.perf_counter() - first:.1f} s", file=sys.stderr)
+  times = {p: [] for p in paths}
+  for _ in range(steps):
+    for path in paths:
+      t1 = time.perf_counter()
+      steppers[path]()
+      times[path].append(time.perf_counter() - t1)
+  return {p: 1000 * statistics.median(ts) for p, ts in times.items()}
+
+
 def _worker(path, layers, steps):
   if path == "trainstep":
     return run_trainstep(layers, steps)
@@ -168,13 +236,14 @@ def _worker(path, layers, steps):
                      fuse=path != "session_unfused")
 
 
-def _spawn(path, layers, steps):
+def _spawn(path, layers, steps, paths=()):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  extra = ["--paths", *paths] if paths else []
   proc = subprocess.run(
       [sys.executable, __file__, "--worker", path, "--layers", str(layers),
-       "--steps", str(steps)], capture_output=True, text=True, env=env,
-      check=False)
+       "--steps", str(steps), *extra], capture_output=True, text=True,
+      env=env, check=False)
   lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
   if proc.returncode or not lines:
     return {"error": (proc.stderr or proc.stdout)[-600:]}
@@ -193,8 +262,16 @@ def main(argv=None):
   parser.add_argument("--paths", nargs="+",
                       default=["session", "session_unfused", "trainstep",
                                "original"])
+  parser.add_argument("--interleaved", action="store_true",
+                      help="run the session, trainstep (and original) steps "
+                      "in turn in one process per layer count, so that the "
+                      "steady-step ratios share the machine's load")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
+  if args.worker == "interleaved":
+    print(json.dumps(run_interleaved(args.layers[0], args.steps,
+                                     args.paths)))
+    return
   if args.worker:
     print(json.dumps(_worker(args.worker, args.layers[0], args.steps)))
     return
@@ -203,6 +280,19 @@ def main(argv=None):
     print("mesh_tensorflow is not installed: no 'original' column "
           "(pip install --no-deps mesh-tensorflow==0.1.21)")
     paths.remove("original")
+  if args.interleaved:
+    paths = [p for p in paths if p != "session_unfused"]
+    print("steady step (median ms), steps taken in turn in one process")
+    for layers in args.layers:
+      r = _spawn("interleaved", layers, args.steps, paths)
+      if "error" in r:
+        print(f"{layers:>6} failed: {r['error']}")
+        continue
+      cells = "  ".join(f"{p} {v:.1f}" for p, v in r.items())
+      ratios = "  ".join(f"session/{p} {r['session'] / r[p]:.2f}x"
+                         for p in r if p != "session")
+      print(f"{layers:>6} layers: {cells}  |  {ratios}")
+    return
   print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
         f"{'steady ms':>10} {'peak MiB':>9}  losses")
   for layers in args.layers:

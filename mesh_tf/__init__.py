@@ -46,6 +46,8 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
+from mesh_tf.ops.variables import (VariableDType, assign_add_slice,
+                                   assign_slice, assign_sub_slice)
 from mesh_tf.compat.op_classes import *  # noqa: F401,F403,E402
 from mesh_tf.compat.functions import *  # noqa: F401,F403,E402
 from mesh_tf.compat.laid_out_ops import *  # noqa: F401,F403,E402

@@ -47,10 +47,9 @@ class Assign(variable_ops.AssignOperation):
   name=None)``."""
 
   def __init__(self, variables, new_values, assign_fn=None, name=None):
-    from mesh_tf.ops.variable_extras import MODE_OF_ASSIGN_FN  # pylint: disable=g-import-not-at-top
     mode = "assign"
-    if assign_fn in MODE_OF_ASSIGN_FN:
-      mode, assign_fn = MODE_OF_ASSIGN_FN[assign_fn], None
+    if assign_fn in variable_ops.MODE_OF_ASSIGN_FN:
+      mode, assign_fn = variable_ops.MODE_OF_ASSIGN_FN[assign_fn], None
     super().__init__(variables, new_values, mode, name=name,
                      assign_fn=assign_fn)
 

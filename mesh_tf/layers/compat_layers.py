@@ -101,13 +101,7 @@ def multiplicative_jitter(x, epsilon=1e-2, seed=0):
   return ew.multiply(x, noise)
 
 
-class DenseInitializer:
-  """Base class of initializers that see a dense kernel's dims (Mesh TF's):
-  ``initializer(reduced_dims, new_dims)`` returns a variable initializer.
-  :func:`mesh_tf.layers.dense` calls it with its reduced and new dims."""
-
-  def __call__(self, reduced_dims, new_dims):
-    raise NotImplementedError
+DenseInitializer = core_layers.DenseInitializer
 
 
 class VarianceScalingInitializer(DenseInitializer):

@@ -58,6 +58,15 @@ ACTIVATIONS = {
 }
 
 
+class DenseInitializer:
+  """Base class of initializers that see a dense kernel's dims (Mesh TF's):
+  ``initializer(reduced_dims, new_dims)`` returns a variable initializer.
+  :func:`dense` calls it with its reduced and new dims."""
+
+  def __call__(self, reduced_dims, new_dims):
+    raise NotImplementedError
+
+
 def get_activation(activation):
   """An activation function given by name ("relu", "gelu"...) or callable."""
   if callable(activation):
@@ -113,7 +122,6 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
                        f"{x.shape!r}; give the output dim another name")
   scope = _unique_scope(x.graph, name or "dense")
   fan_in = math.prod(d.size for d in reduced_dims)
-  from mesh_tf.layers.compat_layers import DenseInitializer  # pylint: disable=g-import-not-at-top
   if isinstance(kernel_initializer, DenseInitializer):  # sees the dims
     kernel_initializer = kernel_initializer(reduced_dims, new_dims)
   if kernel_initializer is None:

@@ -191,6 +191,95 @@ class Variable(Operation):
     lowering.set_tensor_lowering(self.outputs[0], v.value())
 
 
+class VariableDType:
+  """The three dtypes of a Mesh TensorFlow variable.
+
+  Args:
+    master_dtype: dtype of the master (the checkpointed, full copy).
+    slice_dtype: dtype of the per-device slices (default: master_dtype).
+    activation_dtype: dtype the variable's value is cast to when read
+      (default: slice_dtype).
+
+  mesh-tf stores one copy, in ``slice_dtype``; the master of a
+  ``tf.compat.v1`` program (:mod:`mesh_tf.lowering.masters`) has that dtype
+  too.  Pass one as ``dtype`` to :func:`mesh_tf.get_variable`.
+
+  Example:
+    >>> d = VariableDType("float32", "bfloat16")
+    >>> d.activation_dtype
+    'bfloat16'
+  """
+
+  __slots__ = ("_activation", "_master", "_slice")
+
+  def __init__(self, master_dtype="float32", slice_dtype=None,
+               activation_dtype=None):
+    self._master = dtypes_lib.as_dtype(master_dtype)
+    self._slice = dtypes_lib.as_dtype(slice_dtype or self._master)
+    self._activation = dtypes_lib.as_dtype(activation_dtype or self._slice)
+
+  @property
+  def master_dtype(self):
+    return self._master
+
+  @property
+  def slice_dtype(self):
+    return self._slice
+
+  @property
+  def activation_dtype(self):
+    return self._activation
+
+  def __eq__(self, other):
+    return isinstance(other, VariableDType) and (
+        (self._master, self._slice, self._activation)
+        == (other._master, other._slice, other._activation))
+
+  def __hash__(self):
+    return hash((self._master, self._slice, self._activation))
+
+  def __repr__(self):
+    return (f"VariableDType(master={self._master}, slice={self._slice}, "
+            f"activation={self._activation})")
+
+
+# --- per-slice assign functions: fn(variable, slice_var, value) -> TF op ---
+def assign_slice(variable, slice_var, val):
+  """Sets one slice: the default ``assign_fn`` of :func:`mesh_tf.assign`."""
+  del variable
+  return slice_var.assign(val, read_value=False)
+
+
+def assign_add_slice(variable, slice_var, val):
+  """Adds ``val`` to one slice (``assign_fn`` of :func:`mesh_tf.assign_add`)."""
+  del variable
+  return slice_var.assign_add(val, read_value=False)
+
+
+def assign_sub_slice(variable, slice_var, val):
+  """Subtracts ``val`` from one slice (``assign_fn`` of ``assign_sub``)."""
+  del variable
+  return slice_var.assign_sub(val, read_value=False)
+
+
+MODE_OF_ASSIGN_FN = {assign_slice: "assign", assign_add_slice: "assign_add",
+                     assign_sub_slice: "assign_sub"}
+
+
+def run_assign_fn(impl, assign_fn, variable, laid_variable, laid_value):
+  """Calls a custom ``assign_fn(variable, slice_var, value)`` on each
+  processor's slice; returns the TF ops (None for the shape-only backend)."""
+  if laid_variable.slices is None:
+    return None
+  ops = []
+  for p, (s, t) in enumerate(zip(laid_variable.slices,
+                                 laid_value.tensor_list)):
+    with tf.device(impl.devices[p]):
+      ops.append(assign_fn(variable, s, t))
+  return ops
+
+
+
 def get_variable(mesh, name, shape, dtype="float32", initializer=None,
                  trainable=True, activation_dtype=None, master_dtype=None,
                  slice_dtype=None):
@@ -214,7 +303,6 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
   as in Mesh TensorFlow (see :mod:`mesh_tf.compat.tf_scope`).
   """
   from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
-  from mesh_tf.ops.variable_extras import VariableDType  # pylint: disable=g-import-not-at-top
   name = scoped_name(name)
   if isinstance(dtype, VariableDType):  # Mesh TF passes all three at once
     slice_dtype = slice_dtype or dtype.slice_dtype
@@ -263,7 +351,6 @@ class AssignOperation(Operation):
             lambda t, d=v.dtype: tf.cast(t, d), x_laid, shape=x.shape,
             dtype=v.dtype)
       if self.assign_fn is not None:
-        from mesh_tf.ops.variable_extras import run_assign_fn  # pylint: disable=g-import-not-at-top
         r = run_assign_fn(lowering.mesh_impl(self), self.assign_fn, v, laid_v,
                           x_laid.to_laid_out_tensor())
       else:
@@ -330,7 +417,6 @@ def _as_variable(v):
 
 
 def _assign(var, new_val, mode, assign_fn, name):
-  from mesh_tf.ops.variable_extras import MODE_OF_ASSIGN_FN  # pylint: disable=g-import-not-at-top
   if assign_fn is not None and assign_fn in MODE_OF_ASSIGN_FN:
     mode, assign_fn = MODE_OF_ASSIGN_FN[assign_fn], None
   return AssignOperation([var], [new_val], mode, name=name,
@@ -341,7 +427,7 @@ def assign(var, new_val, assign_fn=None, name=None):
   """Assigns ``new_val`` to variable ``var``; returns the AssignOperation.
 
   ``assign_fn(variable, slice_var, value)``, as in Mesh TF, may replace the
-  per-slice write (default :func:`~mesh_tf.ops.variable_extras.assign_slice`).
+  per-slice write (default :func:`assign_slice`).
   """
   return _assign(var, new_val, "assign", assign_fn, name)
 

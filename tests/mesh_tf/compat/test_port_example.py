@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 EXAMPLE = os.path.join(ROOT, "examples", "port_from_mesh_tensorflow.py")
 SMALL = ["--num_layers", "1", "--d_model", "64", "--d_ff", "128",
          "--vocab", "64", "--length", "16"]
