@@ -19,6 +19,7 @@ from mesh_tf.layers.compat_layers import (DenseInitializer,
                                           multiplicative_jitter,
                                           rename_length_to_memory_length,
                                           weights_nonzero)
+from mesh_tf.layers.conv_transpose import conv2d_transpose, conv3d_transpose
 from mesh_tf.layers.conv import (avg_pool1d, avg_pool2d, avg_pool3d, conv1d,
                                  conv2d, conv3d, max_pool1d, max_pool2d,
                                  max_pool3d)
