@@ -18,9 +18,11 @@ Paths, each in a fresh subprocess (peak RSS and TF state are its own):
 Reported: lowering (building the TF graph), first step, steady step (median
 of the later steps), peak RSS, and steady-step ratios.
 
-``--interleaved`` runs the session, trainstep and original steps in turn in
-ONE process per layer count, so that their steady-step ratios share the
-machine's load (on a shared machine the separate runs vary by 2x).
+``--interleaved`` runs the paths' steps in turn in ONE process per layer
+count, so that their steady-step ratios share the machine's load (on a
+shared machine the separate runs vary by 2x): once in TF2 with the v1
+graphs built under ``tf.Graph().as_default()`` (TrainStep included), once
+after ``tf.disable_v2_behavior()`` as Mesh TF programs run (no TrainStep).
 
 Reproduce:
   python benchmarks/mtf_port.py                  # 1, 8 and 32 layers
@@ -103,13 +105,7 @@ def run_session(layers, steps, original=False, fuse=True):
   hp = _hparams(example, layers)
   devices = ["/cpu:%d" % i for i in range(hp.num_devices)]
   if not fuse:
-    import mesh_tf  # pylint: disable=import-outside-toplevel
-    real = mesh_tf.placement_mesh_impl.PlacementMeshImpl
-
-    def unfused(*args, **kwargs):
-      return real(*args, fuse=False, **kwargs)
-    example.mtf.placement_mesh_impl = types.SimpleNamespace(
-        PlacementMeshImpl=unfused)
+    _unfused(example)
   t0 = time.perf_counter()
   model = example.build(hp, devices)
   lowering_s = time.perf_counter() - t0
@@ -166,6 +162,19 @@ def run_trainstep(layers, steps):
               losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
 
 
+def _unfused(example):
+  """Makes the example's PlacementMeshImpl lower unfused."""
+  import mesh_tf  # pylint: disable=import-outside-toplevel
+  real = mesh_tf.placement_mesh_impl.PlacementMeshImpl
+
+  def unfused(*args, **kwargs):
+    return real(*args, fuse=False, **kwargs)
+  view = types.ModuleType("mesh_tf_unfused")  # mesh_tf, one name changed
+  view.__getattr__ = lambda name: getattr(mesh_tf, name)
+  view.placement_mesh_impl = types.SimpleNamespace(PlacementMeshImpl=unfused)
+  example.mtf = view
+
+
 def _session_stepper(example, hp, original):
   """Builds the session path in a fresh tf.Graph; returns a step function."""
   tf = example.tf
@@ -188,11 +197,16 @@ def _session_stepper(example, hp, original):
   return lambda: sess.run(fetches, feed_dict=feed)[0]
 
 
-def run_interleaved(layers, steps, paths):
+def run_interleaved(layers, steps, paths, v1=False):
   """All ``paths`` in ONE process, their steps taken in turn, so that every
   path sees the same machine load; returns per-path medians."""
   import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
-  mtf.set_logical_cpu_devices(8)
+  if v1:  # as Mesh TF programs run: TF1 behaviour, no eager TrainStep
+    import tensorflow.compat.v1 as tf1  # pylint: disable=import-outside-toplevel
+    tf1.disable_v2_behavior()
+    paths = [p for p in paths if p != "trainstep"]
+  else:
+    mtf.set_logical_cpu_devices(8)
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
   steppers = {}
   for path in paths:
@@ -214,6 +228,8 @@ def run_interleaved(layers, steps, paths):
       steppers[path] = (lambda s=step, a=inputs, b=targets: s(a, b))
     else:
       example = _load_example(path == "original")
+      if path == "session_unfused":
+        _unfused(example)
       steppers[path] = _session_stepper(example, _hparams(example, layers),
                                         path == "original")
     first = time.perf_counter()
@@ -268,9 +284,9 @@ def main(argv=None):
                       "steady-step ratios share the machine's load")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  if args.worker == "interleaved":
-    print(json.dumps(run_interleaved(args.layers[0], args.steps,
-                                     args.paths)))
+  if args.worker in ("interleaved", "interleaved_v1"):
+    print(json.dumps(run_interleaved(args.layers[0], args.steps, args.paths,
+                                     v1=args.worker == "interleaved_v1")))
     return
   if args.worker:
     print(json.dumps(_worker(args.worker, args.layers[0], args.steps)))
@@ -281,17 +297,18 @@ def main(argv=None):
           "(pip install --no-deps mesh-tensorflow==0.1.21)")
     paths.remove("original")
   if args.interleaved:
-    paths = [p for p in paths if p != "session_unfused"]
     print("steady step (median ms), steps taken in turn in one process")
     for layers in args.layers:
-      r = _spawn("interleaved", layers, args.steps, paths)
-      if "error" in r:
-        print(f"{layers:>6} failed: {r['error']}")
-        continue
-      cells = "  ".join(f"{p} {v:.1f}" for p, v in r.items())
-      ratios = "  ".join(f"session/{p} {r['session'] / r[p]:.2f}x"
-                         for p in r if p != "session")
-      print(f"{layers:>6} layers: {cells}  |  {ratios}")
+      for mode in ("interleaved", "interleaved_v1"):
+        r = _spawn(mode, layers, args.steps, paths)
+        if "error" in r:
+          print(f"{layers:>6} {mode} failed: {r['error']}")
+          continue
+        cells = "  ".join(f"{p} {v:.1f}" for p, v in r.items())
+        ratios = "  ".join(f"session/{p} {r['session'] / r[p]:.2f}x"
+                           for p in r if p != "session")
+        label = "TF2 graph" if mode == "interleaved" else "disable_v2"
+        print(f"{layers:>6} layers, {label}: {cells}  |  {ratios}")
     return
   print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
         f"{'steady ms':>10} {'peak MiB':>9}  losses")
