@@ -65,6 +65,22 @@ class LayoutResult:
             f"{self.peak_memory_bytes / 2**20:.4g} MiB/device, {self.status}"
             f" (gap {self.gap:.2%}), solved in {self.solve_time_s:.2f} s")
 
+  def to_plan(self, name="model", source=None):
+    """This result as a :class:`~autolayout.plan.Plan` (a durable value:
+    model identity, mesh, topology, rules, predicted costs, solver status).
+    ``name`` names the model; ``source`` (a JSON-able dict) says how to
+    rebuild it."""
+    from autolayout import plan  # pylint: disable=g-import-not-at-top
+    return plan.plan_from_result(self, name, source)
+
+  def save(self, path, name="model", source=None):
+    """Writes :meth:`to_plan` to ``path`` as a plan file
+    (``docs/plan_files.md``), atomically; returns the Plan.  Load it with
+    ``mtf.load_plan(path, graph)``."""
+    p = self.to_plan(name, source)
+    p.save(path)
+    return p
+
   def summary(self):
     """One-row DataFrame of the headline numbers."""
     return pd.DataFrame([{
