@@ -241,7 +241,8 @@ def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
   Args:
     graph, mesh_shape, rules, topology: the layout (strings are parsed).
     report: its CostReport, if already computed.
-    outputs: the step's outputs (default: tensors no op reads).
+    outputs: the step's outputs (default: tensors no op reads); a dict
+      ``{name: tensor}`` also names them among the activations.
     name: the model's name.
     solver: a :class:`SolverInfo` (default: status "given").
     decisions: ``{family: JSON value}`` of other decisions.
@@ -253,9 +254,10 @@ def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
   if not isinstance(rules, LayoutRules):
     from mesh_tf.core.layout import convert_to_layout_rules
     rules = convert_to_layout_rules(rules)
+  tensors = list(outputs.values()) if isinstance(outputs, dict) else outputs
   if report is None:
     report = costmodels.evaluate(graph, mesh_shape, rules, topology,
-                                 outputs=outputs)
+                                 outputs=tensors)
   if outputs is None:
     from costmodels import memory  # pylint: disable=g-import-not-at-top
     outputs = memory.default_outputs(graph)
@@ -265,8 +267,13 @@ def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
               solver or SolverInfo("given"), _version())
 
 
-def plan_from_result(result, name="model", source=None):
-  """The :class:`Plan` of a :class:`~autolayout.LayoutResult`."""
+def plan_from_result(result, name="model", source=None, output_names=None):
+  """The :class:`Plan` of a :class:`~autolayout.LayoutResult`.
+
+  ``output_names`` names ``result.outputs`` in order (e.g. ``["logits",
+  "loss"]``) among the plan's activations; by default they keep their op
+  names.
+  """
   if result.graph is None:
     raise MtfError("this LayoutResult holds no graph (it was built by hand);"
                    " use autolayout.plan.make_plan(graph, mesh, rules, ...)")
@@ -274,9 +281,15 @@ def plan_from_result(result, name="model", source=None):
                       float(result.objective_value), float(result.best_bound),
                       float(result.gap), result.memory_budget,
                       float(result.solve_time_s))
+  outputs = list(result.outputs) or None
+  if output_names is not None and outputs:
+    if len(output_names) != len(outputs):
+      raise MtfError(f"output_names {list(output_names)} must name each of "
+                     f"the result's {len(outputs)} outputs")
+    outputs = dict(zip(output_names, outputs))
   return make_plan(result.graph, result.mesh_shape, result.rules,
-                   result.topology, result.report, list(result.outputs) or None,
-                   name, solver, None, source)
+                   result.topology, result.report, outputs, name, solver,
+                   None, source)
 
 
 # Only structural brackets are followed by a raw newline (JSON strings never

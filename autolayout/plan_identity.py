@@ -16,6 +16,7 @@ import hashlib
 import json
 from typing import Optional, Tuple
 
+from mesh_tf.ops.creation import ImportOperation
 from autolayout.errors import PlanMismatchError
 
 @dataclasses.dataclass(frozen=True)
@@ -88,26 +89,35 @@ def _variable_ids(graph):
 def named_activations(graph, outputs=()):
   """The activations a user would pin with a sharding constraint.
 
-  These are the outputs of every forward op whose name the model code
+  These are the model's inputs (``import_tf_tensor``, e.g. ``inputs`` and
+  ``targets``), the outputs of every forward op whose name the model code
   scoped (it contains ``/``, e.g. ``layer_0/ffn/wi/einsum``,
   ``layer_0/attention/o_proj``, ``final_norm/norm``), plus ``outputs``
   (e.g. ``logits`` and ``loss``), keyed by op name.  Variables and the ops
   autodiff and the optimizer add (their last name part holds ``grad`` or
   ``adam``) are left out: frameworks place their own gradients.
 
+  ``outputs`` may be a dict ``{name: tensor}`` (e.g. ``{"logits": ...,
+  "loss": model.loss}``) to give them their own names.
+
   Returns:
     ``[(name, tensor), ...]`` in build order.
   """
+  given = dict(outputs) if isinstance(outputs, dict) else {}
+  given_names = {id(t): n for n, t in given.items()}
+  outputs = list(given.values()) if given else list(outputs)
   out_ids = {id(t) for t in outputs}
   found, variables = [], _variable_ids(graph)
   for op in graph.operations:
     if id(op) in variables:
       continue
     last = op.name.split("/")[-1]
-    named = "/" in op.name and "grad" not in last and "adam" not in last
+    named = isinstance(op, ImportOperation) or (
+        "/" in op.name and "grad" not in last and "adam" not in last)
     for t in op.outputs:
       if id(t) in out_ids or (named and t.shape.ndims > 0):
-        found.append((op.name if len(op.outputs) == 1 else t.name, t))
+        found.append((given_names.get(id(t)) or (
+            op.name if len(op.outputs) == 1 else t.name), t))
   seen, result = set(), []
   for name, t in found:
     if name not in seen:

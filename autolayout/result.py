@@ -65,19 +65,19 @@ class LayoutResult:
             f"{self.peak_memory_bytes / 2**20:.4g} MiB/device, {self.status}"
             f" (gap {self.gap:.2%}), solved in {self.solve_time_s:.2f} s")
 
-  def to_plan(self, name="model", source=None):
+  def to_plan(self, name="model", source=None, output_names=None):
     """This result as a :class:`~autolayout.plan.Plan` (a durable value:
     model identity, mesh, topology, rules, predicted costs, solver status).
     ``name`` names the model; ``source`` (a JSON-able dict) says how to
-    rebuild it."""
+    rebuild it; ``output_names`` names the outputs, in order."""
     from autolayout import plan  # pylint: disable=g-import-not-at-top
-    return plan.plan_from_result(self, name, source)
+    return plan.plan_from_result(self, name, source, output_names)
 
-  def save(self, path, name="model", source=None):
+  def save(self, path, name="model", source=None, output_names=None):
     """Writes :meth:`to_plan` to ``path`` as a plan file
     (``docs/plan_files.md``), atomically; returns the Plan.  Load it with
     ``mtf.load_plan(path, graph)``."""
-    p = self.to_plan(name, source)
+    p = self.to_plan(name, source, output_names)
     p.save(path)
     return p
 
