@@ -12,13 +12,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
 
 # Megatron-style: data parallel over `data`, heads and d_ff over `model`
-# (four all-reduces over `model`, the loss mean over `data`); and one that
-# also splits the vocab and d_model-free dims, so every kind of param is cut.
+# (four all-reduces over `model`, the loss mean over `data`); one that the
+# solver picks under a 20000-byte budget (the vocab over `data`).
 LAYOUTS = {
     "megatron": ("data:2;model:4", "batch:data;d_ff:model;heads:model",
                  "dgx-h100"),
     "vocab": ("data:2;model:4", "batch:model;d_ff:data;heads:data;vocab:data",
               "dgx-h100"),
+    # Params cut over both mesh dims, in both orders (wi: [d_model, d_ff],
+    # wo: [d_ff, d_model]): DTensor's placements are indexed by mesh dim.
+    "2d": ("data:2;model:4", "d_model:data;d_ff:model;heads:model",
+           "dgx-h100"),
     "small": ("data:2;model:2", "batch:data;d_ff:model;vocab:model",
               "tpu-v5e-2x2"),
 }
