@@ -29,6 +29,9 @@ class LayoutResult:
     model_size: counts of variables, constraints, tables, memory steps.
     memory_budget: the per-device budget in bytes, or None.
     topology: the topology it was priced on.
+    hint_report: for a solve given ``hint=plan``, the
+      :class:`~autolayout.plan_hint.HintReport` (which rules changed and
+      why); else None.
   """
   rules: LayoutRules
   mesh_shape: dims_lib.Shape
@@ -46,6 +49,8 @@ class LayoutResult:
   graph: Any = dataclasses.field(repr=False, compare=False, default=None)
   outputs: Tuple[Any, ...] = dataclasses.field(repr=False, compare=False,
                                                default=())
+  hint_report: Any = dataclasses.field(repr=False, compare=False,
+                                       default=None)
 
   @property
   def step_time_s(self):
