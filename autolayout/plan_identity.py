@@ -6,7 +6,7 @@ how another graph differs (``dim d_ff=2048 -> 4096``, ``missing variable
 layer_0/w``), so that a stale plan is never applied silently.
 
 The fingerprint is a SHA-256 of the graph's structure only: per op in build
-order, its class, which earlier outputs it reads, and its output shapes and
+order, its class (and ``kind``, e.g. ``relu``), which earlier outputs it reads, and its output shapes and
 dtypes; plus every variable's name.  Other op names are left out, so that
 renaming a scope that holds no variable keeps the fingerprint.
 """
@@ -132,8 +132,9 @@ def fingerprint(graph):
   for i, op in enumerate(graph.operations):
     for j, t in enumerate(op.outputs):
       where[id(t)] = (i, j)
+    kind = getattr(op, "kind", None)
     records.append([
-        type(op).__name__,
+        type(op).__name__ + (f":{kind}" if isinstance(kind, str) else ""),
         [list(where.get(id(t), (-1, -1))) for t in op.inputs],
         [[[d.name, d.size] for d in t.shape.dims] + [str(t.dtype)]
          for t in op.outputs],
