@@ -30,6 +30,8 @@ setup(
             "nbformat>=5.10,<6",
             "ipykernel>=6.29,<8",
         ],
+        # Exported plans are proven in the real frameworks by the tests.
+        "interop": ["jax[cpu]==0.10.2", "torch==2.13.0"],
     },
     entry_points={
         "console_scripts": [
