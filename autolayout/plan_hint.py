@@ -22,7 +22,8 @@ from typing import Any, Tuple
 
 from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
-from autolayout import plan_diff
+from autolayout import plan as plan_lib
+from autolayout import plan_diff, plan_file
 from autolayout.errors import PlanError
 
 
@@ -56,11 +57,10 @@ class HintReport:
 
 def as_plan(hint):
   """A Plan from a Plan or a plan file path."""
-  from autolayout import plan as plan_lib  # pylint: disable=g-import-not-at-top
   if isinstance(hint, plan_lib.Plan):
     return hint
   if isinstance(hint, (str, bytes)) or hasattr(hint, "__fspath__"):
-    return plan_lib.load_plan(hint)
+    return plan_file.load_plan(hint)
   raise PlanError(f"hint must be a Plan or a plan file path, got "
                   f"{type(hint).__name__}")
 
