@@ -260,7 +260,7 @@ def tensor_category(tensor):
   op = tensor.operation
   if isinstance(op, Variable):
     return "params" if op.trainable else "optimizer"
-  if tensor in getattr(op.graph, "gradient_tensors", ()):
+  if tensor.gradient_of is not None:
     return "gradients"
   return "activations"
 
