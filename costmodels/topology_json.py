@@ -32,6 +32,12 @@ def topology_to_dict(topology):
           "dims": [_record(d) for d in topology.dims]}
 
 
+def _tuples(value):
+  if isinstance(value, list):
+    return tuple(_tuples(v) for v in value)
+  return value
+
+
 def _build(cls, data, what, nested=None):
   """``cls(**data)`` with clear errors for missing or unknown fields."""
   if not isinstance(data, dict):
@@ -47,7 +53,9 @@ def _build(cls, data, what, nested=None):
   if missing:
     raise TopologyError(f"embedded topology: {what} lacks field(s) "
                         f"{missing}")
-  kwargs = dict(data)
+  # JSON arrays come back as lists; the specs hold tuples (hashable), e.g.
+  # a chip's ``((dtype, FLOP/s), ...)`` table.
+  kwargs = {k: _tuples(v) for k, v in data.items()}
   for field, sub in (nested or {}).items():
     if field in kwargs:
       kwargs[field] = _build(sub, kwargs[field], f"{what}.{field}")
