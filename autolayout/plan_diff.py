@@ -22,6 +22,7 @@ from typing import Any, Optional, Tuple
 import costmodels
 from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
+from autolayout import plan_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -319,6 +320,12 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
       rows.append(DiffRow("rule", dim, axis, plan_b.rules.as_dict().get(dim),
                           None, f"A's rule is dropped: {why}"))
   notes = list(d.notes)
+  changed = plan_identity.differences(plan_a.model, plan_b.model)
+  if changed:
+    shown = "; ".join(changed[:4]) + (
+        f" (and {len(changed) - 4} more)" if len(changed) > 4 else "")
+    notes.append(f"A was made for another graph ({shown}); its rules are "
+                 "priced on B's")
   if plan_a.mesh_shape != plan_b.mesh_shape or (
       plan_a.topology != plan_b.topology):
     notes.append("A is priced on B's mesh and topology")

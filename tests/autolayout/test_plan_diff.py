@@ -80,6 +80,21 @@ def test_a_on_another_mesh_drops_rules_and_says_why():
   assert "x=8 does not divide heads=4" in dropped[0][2]
 
 
+def test_a_plan_for_an_older_graph_is_priced_on_the_new_one():
+  m, outputs = plans.tiny_model()
+  old = plans.make("megatron")
+  big = models.build_model("transformer_tiny", d_ff=64)
+  new = mtf.auto_layout(big.graph, "data:2;model:4",
+                        [big.outputs["logits"], big.loss], "dgx-h100",
+                        memory_budget=40000).to_plan("transformer_tiny")
+  d = plan_diff.diff(old, new, big.graph, [big.outputs["logits"], big.loss])
+  assert any("A was made for another graph (dim d_ff=32 -> 64)" in n
+             for n in d.notes)
+  assert d.a_costs.step_time_s == pytest.approx(_eval(
+      big.graph, [big.outputs["logits"], big.loss], "data:2;model:4",
+      old.rules).step_time_s)
+
+
 def test_warm_resolve_uses_the_hint_and_reports_changes(tmp_path):
   m, outputs = plans.tiny_model()
   outs = list(outputs.values())
