@@ -263,8 +263,9 @@ def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
         parts.append(delta.step_time_s)
       except LayoutError as e2:
         delta = None
-        notes.append(f"valid only together with other changes: on A's "
-                     f"rules {_short(e)}; on B's {_short(e2)}")
+        del e2  # B's side clashes the same way, mirrored
+        notes.append("valid only together with other changes (alone on "
+                     f"A's rules: {_short(e)})")
     rows.append(DiffRow("rule", dim, a.get(dim), b.get(dim), delta,
                         "; ".join(n for n in notes if n)))
   notes = []
