@@ -28,7 +28,7 @@ from typing import Any, Optional, Tuple
 
 import costmodels
 from costmodels import topology_json
-from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import mesh_shape as mesh_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from autolayout import plan_identity
@@ -115,7 +115,7 @@ class Plan:
 
   Attributes:
     model: the :class:`~autolayout.plan_identity.ModelIdentity` it is for.
-    mesh_shape: the mesh (an mtf Shape of axis names and sizes).
+    mesh_shape: the :class:`~mesh_tf.core.mesh_shape.MeshShape`.
     topology: the :class:`costmodels.Topology` it was priced on.
     topology_preset: the preset name if ``topology`` is one, else None (the
       file then embeds the topology).
@@ -127,7 +127,7 @@ class Plan:
     mesh_tf_version: the mesh-tf version that wrote it.
   """
   model: plan_identity.ModelIdentity
-  mesh_shape: dims_lib.Shape
+  mesh_shape: mesh_lib.MeshShape
   topology: Any
   topology_preset: Optional[str]
   rules: LayoutRules
@@ -248,7 +248,7 @@ def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
     source: a JSON-able dict saying how to rebuild the model (the CLI
       records the zoo model, ``--set`` overrides and ``--train``).
   """
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  mesh_shape = mesh_lib.convert_to_mesh_shape(mesh_shape)
   topology = costmodels.get_topology(topology)
   if not isinstance(rules, LayoutRules):
     from mesh_tf.core.layout import convert_to_layout_rules

@@ -13,7 +13,7 @@ import os
 
 import costmodels
 from costmodels import topology_json
-from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import mesh_shape as mesh_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from autolayout import plan_identity
@@ -126,7 +126,7 @@ def plan_from_json_dict(data, where="<dict>"):
     rd.fail("mesh needs one positive integer size per axis name, got "
             f"axis_names {axis_names} and shape {sizes}")
   try:
-    mesh_shape = dims_lib.Shape(list(zip(axis_names, sizes)))
+    mesh_shape = mesh_lib.MeshShape(list(zip(axis_names, sizes)))
   except MtfError as e:
     rd.fail(f"bad mesh: {e}")
   topology, preset = _read_topology(rd, rd.get(data, "topology", dict, ""))

@@ -13,8 +13,9 @@ Example:
   True
 """
 
+from costmodels.errors import TopologyError
 from costmodels.hardware import ChipSpec, LinkSpec
-from costmodels.topology import PhysicalDim, Topology, TopologyError
+from costmodels.topology.types import PhysicalDim, Topology
 
 
 def _record(value):
