@@ -10,14 +10,20 @@ Modules: :mod:`~autolayout.view` (networkx view of named dims),
 :mod:`~autolayout.tables` (per-op cost tables), :mod:`~autolayout.formulation`
 (the program, written out as math), :mod:`~autolayout.solve` (solve and
 validate), :mod:`~autolayout.result`, :mod:`~autolayout.mesh_search` and
-:mod:`~autolayout.pareto`.
+:mod:`~autolayout.pareto`; plans as files (:mod:`~autolayout.plan`,
+:mod:`~autolayout.plan_file`), :func:`diff` of two plans
+(:mod:`~autolayout.plan_diff`), warm re-solves
+(:mod:`~autolayout.plan_hint`) and exporters to other frameworks
+(:mod:`autolayout.export`).
 """
 
 # OR-Tools before anything that may load TensorFlow (protobuf clash).
 from ortools.sat.python import cp_model  # noqa: F401  isort:skip
 
-from autolayout.errors import (AutoLayoutError, ImportOrderError,
-                               InfeasibleLayoutError, SolverError)
+from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
+                               InfeasibleLayoutError, PlanError,
+                               PlanFormatError, PlanMismatchError,
+                               SolverError)
 from autolayout.result import LayoutResult
 from autolayout.solve import auto_layout, validate
 from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
@@ -26,10 +32,15 @@ from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              splittable_dims, to_dot, write_dot,
                              write_graphml)
 from autolayout.assignments import all_layouts
+from autolayout.plan import Plan, make_plan
+from autolayout.plan_file import load_plan
+from autolayout.plan_diff import diff
 
 __all__ = ["AutoLayoutError", "ImportOrderError", "InfeasibleLayoutError",
-           "SolverError",
+           "SolverError", "PlanError", "PlanFormatError", "PlanMismatchError",
+           "ExportError",
            "LayoutResult", "auto_layout", "auto_mesh_and_layout",
            "mesh_factorizations", "pareto", "validate", "build_view",
            "dims_used_together", "repeated_ops", "splittable_dims", "to_dot",
-           "write_dot", "write_graphml", "all_layouts"]
+           "write_dot", "write_graphml", "all_layouts", "Plan", "make_plan",
+           "load_plan", "diff"]

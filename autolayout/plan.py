@@ -20,6 +20,7 @@ Example:
 """
 
 import dataclasses
+import importlib.metadata
 import json
 import os
 import re
@@ -208,8 +209,12 @@ def mesh_str(mesh):
 
 
 def version():
-  import mesh_tf  # pylint: disable=g-import-not-at-top
-  return mesh_tf.__version__
+  """The installed mesh-tf version (from the package metadata, so that
+  plans need not import the ``mesh_tf`` package and its optimizer door)."""
+  try:
+    return importlib.metadata.version("mesh-tf")
+  except importlib.metadata.PackageNotFoundError:
+    return "unknown"
 
 
 def _preset_name(topology):
