@@ -72,8 +72,10 @@ class DiffRow:
   """One difference between two plans.
 
   Attributes:
-    kind: ``"rule"``, ``"decision"``, ``"mesh"`` or ``"topology"``.
-    name: the dim (rules), decision family, or ``"mesh"``/``"topology"``.
+    kind: ``"rule"``, ``"rules"`` (changes valid only together, priced as
+      one), ``"decision"``, ``"mesh"`` or ``"topology"``.
+    name: the dim (rules: the dims joined by ``+``), decision family, or
+      ``"mesh"``/``"topology"``.
     a, b: the value in each plan (for a rule: the mesh axis, None when the
       dim is not split).
     delta: cost of changing only this from A's to B's, minus A's cost (a
@@ -219,6 +221,11 @@ def project_rules(rules, graph, mesh_shape):
   return LayoutRules(kept), dropped
 
 
+def _pairs(rules, dims):
+  """``"batch:data;d_ff:-"``: the rules of ``dims`` (``-``: not split)."""
+  return ";".join(f"{d}:{rules.get(d) or '-'}" for d in dims)
+
+
 def _short(err):
   """The first clause of a layout error (what clashes, not the fix)."""
   return str(err).split(";")[0]
@@ -268,6 +275,23 @@ def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
                      f"A's rules: {_short(e)})")
     rows.append(DiffRow("rule", dim, a.get(dim), b.get(dim), delta,
                         "; ".join(n for n in notes if n)))
+  # Changes valid only together (e.g. two dims swapping mesh axes) are
+  # priced as one: A with all of them changed to B's.
+  together = [r.name for r in rows if r.delta is None]
+  if len(together) > 1:
+    moved = a_rules
+    for dim in together:
+      moved = _with(moved, dim, b.get(dim))
+    try:
+      delta = price(moved).minus(base)
+      parts.append(delta.step_time_s)
+      rows.append(DiffRow(
+          "rules", "+".join(together), _pairs(a, together),
+          _pairs(b, together), delta,
+          "these changes are valid only together, so they are priced as "
+          "one"))
+    except LayoutError:
+      pass
   notes = []
   if rows:
     total = final.step_time_s - base.step_time_s
@@ -330,7 +354,8 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
   if plan_a.mesh_shape != plan_b.mesh_shape or (
       plan_a.topology != plan_b.topology):
     notes.append("A is priced on B's mesh and topology")
-  return PlanDiff(tuple(sorted(rows, key=lambda r: r.name)) + tuple(extra),
+  rows.sort(key=lambda r: (r.kind != "rule", r.name))
+  return PlanDiff(tuple(rows) + tuple(extra),
                   d.a_costs, d.b_costs, tuple(notes), True)
 
 

@@ -46,9 +46,9 @@ def _run(args, ctx):
     ctx.line(f"  B: {out.wrap_rules(b.rules) or '(replicated)'} on "
              f"{inputs.mesh_str(b.mesh_shape)}")
     ctx.line()
-    view = pd.DataFrame({"change": [
-        f"{k} {n}: {_show(x)} -> {_show(y)}" if k != "total" else "total"
-        for k, n, x, y in zip(df["kind"], df["name"], df["a"], df["b"])]})
+    view = pd.DataFrame({"change": [_change(k, n, x, y) for k, n, x, y in
+                                    zip(df["kind"], df["name"], df["a"],
+                                        df["b"])]})
     fmts = {}
     for c in df.columns:
       if c.endswith("_delta_s") or c == "peak_memory_delta_bytes":
@@ -69,6 +69,14 @@ def _run(args, ctx):
 
 
 _SHORT = {"step_time_delta_s": "step", "peak_memory_delta_bytes": "peak mem"}
+
+
+def _change(kind, name, a, b):
+  if kind == "total":
+    return "total"
+  if kind == "rules":
+    return f"{name.replace('+', ', ')} together"
+  return f"{kind} {name}: {_show(a)} -> {_show(b)}"
 
 
 def _show(v):

@@ -129,3 +129,20 @@ def test_warm_resolve_uses_the_hint_and_reports_changes(tmp_path):
   text = str(rep)
   assert "together: step" in text and "comm data" in text
   assert "over the memory budget of 24000 bytes" in text
+
+
+def test_changes_valid_only_together_are_priced_as_one():
+  m, outputs = plans.tiny_model()
+  outs = list(outputs.values())
+  a, b = plans.make("megatron"), plans.make("vocab")
+  d = plan_diff.diff(a, b, m.graph, outs)
+  alone = [r.name for r in d.rows if r.kind == "rule" and r.delta is None]
+  assert alone == ["batch", "d_ff", "heads"]
+  group = [r for r in d.rows if r.kind == "rules"]
+  assert [r.name for r in group] == ["batch+d_ff+heads"]
+  moved = _eval(m.graph, outs, "data:2;model:4",
+                "batch:model;d_ff:data;heads:data")
+  base = _eval(m.graph, outs, "data:2;model:4", a.rules)
+  assert group[0].delta.step_time_s == pytest.approx(
+      moved.step_time_s - base.step_time_s)
+  assert group[0].a == "batch:data;d_ff:model;heads:model"
