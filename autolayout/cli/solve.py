@@ -32,10 +32,6 @@ def _run(args, ctx):
   budget = inputs.memory_budget(args, topology)
   hint = plans.read(args.hint) if args.hint else None
   if args.devices is not None:
-    if hint is not None:
-      raise CliInputError("--hint works with --mesh, not --devices",
-                          hint="give the mesh to re-solve on: --mesh "
-                          f"'{inputs.mesh_str(hint.mesh_shape)}'")
     if args.mesh:
       raise CliInputError("give either --mesh or --devices, not both",
                           hint="--devices searches every mesh shape")
@@ -44,7 +40,7 @@ def _run(args, ctx):
       results, _ = auto_mesh_and_layout(
           model.graph, args.devices, model.outputs, topology, budget,
           args.objective, args.max_axes, args.time_limit, args.workers,
-          args.seed, search=setup.search)
+          args.seed, search=setup.search, hint=hint)
     result = results[0]
   else:
     mesh = common.mesh_of(args, topology)

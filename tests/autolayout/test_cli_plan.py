@@ -57,6 +57,11 @@ def test_solve_hint_reports_what_changed(saved, capsys):
                       "60000", "--hint", saved)
   assert code == 0
   assert "Warm start from" in out and "is not in the mesh" in out
+  # With --devices, every mesh shape of the search starts from the hint.
+  code, out, _ = _run(capsys, "solve", "-m", "transformer_tiny", "-t",
+                      "dgx-h100", "-n", "8", "--memory-budget", "20000",
+                      "--hint", saved, "-f", "json")
+  assert code == 0 and json.loads(out)["hint"]["file"] == saved
 
 
 def test_layouts_from_a_plan_file(saved, capsys):
