@@ -1,8 +1,7 @@
 """What every exporter shares: per-dim mesh axes, slice shapes, the mesh,
 and the rename hook."""
 
-import math
-
+from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError
 from autolayout.errors import ExportError
 
@@ -13,27 +12,37 @@ def mesh_dict(plan):
           "shape": plan.mesh_shape.to_integer_list()}
 
 
+def _layout(plan, entry):
+  """The lowering's TensorLayout of ``entry`` under the plan's rules.
+
+  Raises:
+    ExportError: if the rules cannot lay the tensor out (two of its dims on
+      one mesh axis, or a dim not divisible by its axis).
+  """
+  try:
+    return plan.rules.tensor_layout(dims_lib.Shape(entry.dims),
+                                    plan.mesh_shape, entry.name)
+  except LayoutError as e:
+    raise ExportError(f"cannot export {entry.name!r}: {e}") from None
+
+
 def dim_axes(plan, entry):
   """For each dim of ``entry`` (a TensorEntry), the tuple of mesh axis names
   it is split over (``()``: not split), major axis first.
 
   Raises:
-    ExportError: if the plan's rules cannot lay the tensor out (two of its
-      dims on one mesh axis, or a dim not divisible by its axis).
+    ExportError: if the plan's rules cannot lay the tensor out.
   """
-  try:
-    plan.rules.tensor_layout(list(entry.dims), plan.mesh_shape, entry.name)
-  except LayoutError as e:
-    raise ExportError(f"cannot export {entry.name!r}: {e}") from None
-  rules = plan.rules.as_dict()
-  return tuple((rules[d],) if d in rules else () for d in entry.dim_names)
+  names = plan.mesh_shape.dimension_names
+  return tuple(() if a is None else (names[a],)
+               for a in _layout(plan, entry))
 
 
 def slice_shape(plan, entry):
-  """Per-device slice shape of ``entry`` under the plan (a list of ints)."""
-  sizes = dict((d.name, d.size) for d in plan.mesh_shape.dims)
-  return [s // math.prod(sizes[a] for a in axes)
-          for s, axes in zip(entry.shape, dim_axes(plan, entry))]
+  """Per-device slice shape of ``entry`` under the plan (a list of ints),
+  by the lowering's own formula (:meth:`TensorLayout.slice_sizes`)."""
+  return list(_layout(plan, entry).slice_sizes(dims_lib.Shape(entry.dims),
+                                               plan.mesh_shape))
 
 
 def renamed(names, rename=None):
