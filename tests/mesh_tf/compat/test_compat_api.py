@@ -190,3 +190,20 @@ def test_a_random_tf_initializer_gives_every_replica_the_same_value():
     np.testing.assert_array_equal(slices[p], slices[p % 4])
   assert not np.array_equal(slices[0], slices[1])
   del w
+
+
+def test_a_lowered_operation_also_serves_as_one_op():
+  graph, mesh, w, updates = _graph_with_update()
+  tf_graph = tf.Graph()
+  with tf_graph.as_default():
+    lowering = mtf.Lowering(graph, {mesh: _impl("x:8", "a:x")})
+    ops = lowering.lowered_operation(updates[0])
+    assert len(list(ops)) == 8  # one assign per slice
+    with tf.control_dependencies([ops]):  # Mesh TF code passes it as an op
+      after = tf.identity(lowering.export_to_tf_tensor(w))
+    before = lowering.export_to_tf_tensor(w)
+    init = V1.global_variables_initializer()
+  with _session(tf_graph) as sess:
+    sess.run(init)
+    w0 = sess.run(before)
+    np.testing.assert_allclose(sess.run(after), w0 + 2.0, rtol=1e-6)
