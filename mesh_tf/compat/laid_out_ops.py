@@ -1,5 +1,6 @@
-"""Mesh TensorFlow's ``import_laid_out_tensor`` and ``Print``: ops whose
-lowering touches per-processor TF values directly."""
+"""Mesh TensorFlow's ``import_laid_out_tensor``, ``Print`` and
+``scalar_summary``: ops whose lowering touches per-processor TF values
+directly."""
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
@@ -8,7 +9,8 @@ from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
 
 __all__ = ["ImportLaidOutTensorOperation", "Print", "PrintOperation",
-           "import_laid_out_tensor"]
+           "ScalarSummaryOperation", "import_laid_out_tensor",
+           "scalar_summary"]
 
 
 class ImportLaidOutTensorOperation(Operation):
@@ -104,3 +106,40 @@ def Print(x, data, message, **kwargs):  # pylint: disable=invalid-name
   """``x``, printing ``data`` with ``message`` when computed (Mesh TF's
   ``mtf.Print``)."""
   return PrintOperation(x, data, message, **kwargs).outputs[0]
+
+
+class ScalarSummaryOperation(Operation):
+  """Records a scalar as a ``tf.compat.v1.summary.scalar`` (graph mode).
+
+  It has no outputs; its lowered operation is the summary tensor, which
+  also joins the graph's ``SUMMARIES`` collection (so
+  ``tf.compat.v1.summary.merge_all()`` and summary hooks find it).
+  """
+
+  no_gradient_reason = "it has no outputs"
+
+  def __init__(self, name, x):
+    if x.shape.ndims != 0:
+      raise ShapeError(f"scalar_summary {name!r}: {x.name} has shape "
+                       f"{x.shape!r}; reduce it to a scalar first")
+    super().__init__([x], name=f"summary/{name}")
+    self.summary_name = name
+
+  def lower(self, lowering):
+    laid = lowering.laid_out(self.inputs[0])
+    if laid.tensor_list is None:  # the shape-only backend
+      lowering.lowered_operations[self] = []
+      return
+    if tf.executing_eagerly():
+      raise MtfError(f"scalar_summary {self.summary_name!r} writes a "
+                     "tf.compat.v1 summary; lower it in a tf.compat.v1 "
+                     "graph, or export the value and use tf.summary")
+    value = tf.cast(laid.tensor_list[0], tf.float32)  # replicated scalar
+    lowering.lowered_operations[self] = [
+        tf.compat.v1.summary.scalar(self.summary_name, value)]
+
+
+def scalar_summary(name, x):
+  """Records scalar ``x`` as a TF summary named ``name`` (Mesh TF's
+  ``mtf.scalar_summary``); returns the op."""
+  return ScalarSummaryOperation(name, x)

@@ -196,14 +196,35 @@ def test_a_lowered_operation_also_serves_as_one_op():
   graph, mesh, w, updates = _graph_with_update()
   tf_graph = tf.Graph()
   with tf_graph.as_default():
-    lowering = mtf.Lowering(graph, {mesh: _impl("x:8", "a:x")})
+    impl = _impl("x:8", "a:x")
+    lowering = mtf.Lowering(graph, {mesh: impl})
     ops = lowering.lowered_operation(updates[0])
     assert len(list(ops)) == 8  # one assign per slice
     with tf.control_dependencies([ops]):  # Mesh TF code passes it as an op
-      after = tf.identity(lowering.export_to_tf_tensor(w))
+      # Fresh reads of the slices, made after the assigns.
+      after = impl.export_to_tf_tensor(impl.variables["w"].value(), w.shape)
     before = lowering.export_to_tf_tensor(w)
     init = V1.global_variables_initializer()
   with _session(tf_graph) as sess:
     sess.run(init)
     w0 = sess.run(before)
     np.testing.assert_allclose(sess.run(after), w0 + 2.0, rtol=1e-6)
+
+
+def test_scalar_summary_joins_the_graph_summaries():
+  from tensorflow.core.framework import summary_pb2  # pylint: disable=import-outside-toplevel
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  x = mtf.import_tf_tensor(mesh, np.arange(8, dtype=np.float32), "a:8")
+  op = mtf.scalar_summary("total", mtf.reduce_sum(x))
+  with pytest.raises(mtf.ShapeError, match="reduce it to a scalar"):
+    mtf.scalar_summary("bad", x)
+  tf_graph = tf.Graph()
+  with tf_graph.as_default():
+    lowering = mtf.Lowering(graph, {mesh: _impl("x:8", "a:x")})
+    assert len(lowering.lowered_operation(op)) == 1
+    merged = V1.summary.merge_all()
+  with _session(tf_graph) as sess:
+    summary = summary_pb2.Summary.FromString(sess.run(merged))
+  assert [(v.tag, v.simple_value) for v in summary.value] == [("total", 28.0)]
+  mtf.Lowering(graph, {mesh: mtf.ShapeMeshImpl("x:8", "a:x")})
