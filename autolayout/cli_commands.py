@@ -159,8 +159,8 @@ def _show_memory(ctx, report):
       "bytes_per_device": "per device", "fraction_of_hbm": "of HBM"})
   out.render(ctx.console, df, "Memory per device (at the peak)",
              formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct},
-             caption=("fits in HBM" if report.fits_in_memory else
-                      "DOES NOT FIT in HBM"))
+             caption=("fits in usable HBM" if report.fits_in_memory else
+                      "DOES NOT FIT in usable HBM"))
 
 
 def _show_axes(ctx, report):
@@ -179,7 +179,9 @@ def _show_times(ctx, report, result=None):
            result.objective == "latency" else "step time",
            out.fmt_time(report.step_time_s)),
           ("peak memory", f"{out.fmt_bytes(report.peak_memory_bytes)} of "
-           f"{out.fmt_bytes(report.hbm_bytes)}")]
+           f"{out.fmt_bytes(report.usable_memory_bytes)} usable ("
+           f"{out.fmt_bytes(report.hbm_bytes)} HBM, "
+           f"{report.memory_reserve_fraction:.0%} reserve)")]
   if result is not None:
     rows += [("status", f"{result.status} (gap {result.gap:.2%}, "
               f"objective {result.objective})"),

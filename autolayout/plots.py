@@ -28,10 +28,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 GIB = 2**30
-CATEGORIES = ("params", "gradients", "optimizer", "activations")
+CATEGORIES = ("params", "gradients", "optimizer", "activations", "kv_cache")
 _CATEGORY_COLORS = {"params": "#4C72B0", "gradients": "#8172B3",
                     "optimizer": "#DD8452",
-                    "activations": "#55A868"}
+                    "activations": "#55A868", "kv_cache": "#DA8BC3"}
 _COMPUTE_COLOR = "#8C8C8C"
 _AXIS_COLORS = ("#C44E52", "#8172B3", "#937860", "#DA8BC3", "#CCB974",
                 "#64B5CD")

@@ -32,6 +32,7 @@ from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.ops.creation import ImportOperation
 from costmodels import collectives as coll
 from costmodels import compute as compute_lib
+from costmodels import hardware
 from costmodels import memory as memory_lib
 from costmodels.report import CostReport
 from costmodels.topology import get_topology, map_mesh
@@ -196,7 +197,8 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
 
 
 def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
-             schedule=None):
+             schedule=None,
+             memory_reserve_fraction=hardware.DEFAULT_MEMORY_RESERVE_FRACTION):
   """Predicts the step time and peak memory of ``graph`` under a layout.
 
   Args:
@@ -211,6 +213,8 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
       without a value (fed at run time) need no feed here.
     schedule: an operation order for the memory model (default
       :func:`costmodels.memory.schedule`).
+    memory_reserve_fraction: the part of the chip's HBM kept free for the
+      runtime and fragmentation (the report's ``usable_memory_bytes``).
 
   Returns:
     A :class:`costmodels.CostReport`.
@@ -242,4 +246,5 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
                                       outputs)
   return CostReport(graph=graph, mesh_shape=mesh_shape, layout_rules=rules,
                     topology=topology, mapping=mapping, trace=trace,
-                    op_costs=costs, memory=profile)
+                    op_costs=costs, memory=profile,
+                    memory_reserve_fraction=memory_reserve_fraction)

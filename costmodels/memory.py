@@ -12,10 +12,13 @@ The model, which the layout optimizer reproduces exactly:
 * **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
   slice under the layout rules (the size of the slice the lowering creates).
 * **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
-  once.  Categories: trainable variables are ``params``, the gradients that
-  ``mtf.gradients`` returned for variables are ``gradients``, non-trainable
-  variables (optimizer slots, step counters) are ``optimizer``, and every
-  other tensor is ``activations``.
+  once.  Categories: trainable variables are ``params``, and so are their
+  compute copies (a cast of a variable's value: the bfloat16 copy of a
+  float32 master under mixed precision); the gradients that
+  ``mtf.gradients`` returned for variables are ``gradients``; non-trainable
+  variables (optimizer slots, step counters) are ``optimizer``, except
+  those made with another ``memory_category`` (a decoding step's key/value
+  caches are ``kv_cache``); every other tensor is ``activations``.
 
 Example:
   >>> import mesh_tf as mtf
@@ -37,6 +40,8 @@ from mesh_tf.core.layout import convert_to_layout_rules
 from mesh_tf.ops.variables import Variable
 
 CATEGORIES = ("params", "gradients", "optimizer", "activations")
+#: Categories that a breakdown lists only when the graph has such tensors.
+EXTRA_CATEGORIES = ("kv_cache",)
 
 
 def tensor_bytes_per_device(tensor, mesh_shape, layout_rules):
@@ -250,16 +255,29 @@ def live_sets(graph, schedule_ops, outputs=None):
   return sets
 
 
-def tensor_category(tensor):
-  """``"params"``, ``"gradients"``, ``"optimizer"`` or ``"activations"``.
+def _variable_of_copy(op):
+  """The Variable whose value ``op`` casts (its compute copy), or None."""
+  if getattr(op, "kind", None) != "cast" or len(op.inputs) != 1:
+    return None
+  src = op.inputs[0].operation
+  return src if isinstance(src, Variable) else None
 
-  Trainable variables are params and the others optimizer state; the
-  gradients ``mtf.gradients`` returned for variables are gradients; every
-  other tensor is an activation.
+
+def tensor_category(tensor):
+  """One of :data:`CATEGORIES` (see the module docstring).
+
+  A variable counts as its ``memory_category`` (``params`` if trainable,
+  ``optimizer`` otherwise, or e.g. ``kv_cache``), and so does a cast of its
+  value (its compute copy in another dtype); the gradients
+  ``mtf.gradients`` returned for variables are gradients; every other
+  tensor is an activation.
   """
   op = tensor.operation
   if isinstance(op, Variable):
-    return "params" if op.trainable else "optimizer"
+    return op.memory_category
+  src = _variable_of_copy(op)
+  if src is not None:
+    return src.memory_category
   if tensor in getattr(op.graph, "gradient_tensors", ()):
     return "gradients"
   return "activations"
@@ -321,7 +339,10 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
     intervals = live_intervals(graph, schedule_ops, outputs)
   steps = len(schedule_ops)
   tensor_bytes, by_shape = {}, {}
-  diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in CATEGORIES}
+  cats = list(CATEGORIES) + sorted(
+      {v.memory_category for v in graph.all_variables} - set(CATEGORIES),
+      key=lambda c: (c not in EXTRA_CATEGORIES, c))
+  diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in cats}
   for t, (a, b) in intervals.items():
     key = (t.shape, t.dtype)
     n = by_shape.get(key)
@@ -331,13 +352,13 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
     d = diffs[tensor_category(t)]
     d[a] += n
     d[b + 1] -= n
-  per_cat = {c: np.cumsum(diffs[c])[:steps] for c in CATEGORIES}
+  per_cat = {c: np.cumsum(diffs[c])[:steps] for c in cats}
   total = sum(per_cat.values()) if steps else np.zeros(0, dtype=np.int64)
   if steps == 0:
-    return MemoryProfile(0, 0, None, {c: 0 for c in CATEGORIES}, total,
+    return MemoryProfile(0, 0, None, {c: 0 for c in cats}, total,
                          tensor_bytes)
   peak_step = int(np.argmax(total))
-  breakdown = {c: int(per_cat[c][peak_step]) for c in CATEGORIES}
+  breakdown = {c: int(per_cat[c][peak_step]) for c in cats}
   return MemoryProfile(int(total[peak_step]), peak_step,
                        schedule_ops[peak_step], breakdown, total, tensor_bytes)
 

@@ -2,6 +2,8 @@
 
 import math
 
+from costmodels import hardware
+
 VIEWS = ("ops", "axes", "memory", "collectives", "variables")
 
 
@@ -30,12 +32,18 @@ class CostReport:
     collectives: the priced collectives (``OpCost`` with category "comm").
     op_costs: every priced record (compute first, then collectives).
     flops_per_device: total FLOPs per device.
-    hbm_bytes: the chip's memory; ``fits_in_memory`` compares the peak.
+    hbm_bytes: the memory the chip exposes (see
+      :mod:`costmodels.hardware`).
+    memory_reserve_fraction: the part of it kept free for the runtime and
+      fragmentation.
+    usable_memory_bytes: ``hbm_bytes`` less the reserve;
+      ``fits_in_memory`` compares the peak with it.
     mesh_shape, layout_rules, topology, mapping, trace, graph.
   """
 
   def __init__(self, graph, mesh_shape, layout_rules, topology, mapping,
-               trace, op_costs, memory):
+               trace, op_costs, memory,
+               memory_reserve_fraction=hardware.DEFAULT_MEMORY_RESERVE_FRACTION):
     self.graph = graph
     self.mesh_shape = mesh_shape
     self.layout_rules = layout_rules
@@ -62,10 +70,14 @@ class CostReport:
     self.memory_by_step = memory.bytes_by_step
     self.variable_bytes_per_device = dict(trace.variables)
     self.hbm_bytes = topology.chip.hbm_bytes
+    self.memory_reserve_fraction = memory_reserve_fraction
+    self.usable_memory_bytes = hardware.usable_memory_bytes(
+        topology.chip, memory_reserve_fraction)
 
   @property
   def fits_in_memory(self):
-    return self.peak_memory_bytes <= self.hbm_bytes
+    """Whether the peak fits in the usable memory (HBM less the reserve)."""
+    return self.peak_memory_bytes <= self.usable_memory_bytes
 
   def summary(self):
     """A few lines: step time split, memory split, busiest axis."""
@@ -83,8 +95,14 @@ class CostReport:
         f"(params {self.memory_by_category['params'] / mib:.4g}, gradients "
         f"{self.memory_by_category.get('gradients', 0) / mib:.4g}, optimizer "
         f"{self.memory_by_category['optimizer'] / mib:.4g}, activations "
-        f"{self.memory_by_category['activations'] / mib:.4g}) of "
-        f"{self.hbm_bytes / mib:.6g} MiB HBM",
+        f"{self.memory_by_category['activations'] / mib:.4g}"
+        + "".join(f", {c} {self.memory_by_category[c] / mib:.4g}"
+                  for c in self.memory_by_category
+                  if c not in ("params", "gradients", "optimizer",
+                               "activations"))
+        + f") of {self.usable_memory_bytes / mib:.6g} MiB usable ("
+        f"{self.hbm_bytes / mib:.6g} MiB HBM less a "
+        f"{self.memory_reserve_fraction:.0%} reserve)",
     ]
     return "\n".join(lines)
 
@@ -146,6 +164,8 @@ class CostReport:
                    "bytes_per_device": self.peak_memory_bytes})
       df = pd.DataFrame(rows).set_index("category")
       df["fraction_of_hbm"] = df["bytes_per_device"] / self.hbm_bytes
+      df["fraction_of_usable"] = (df["bytes_per_device"]
+                                  / self.usable_memory_bytes)
       return df
     if view == "collectives":
       rows = [{"op": c.op_name, "source_op": c.source_op, "kind": c.kind,
@@ -158,8 +178,7 @@ class CostReport:
                                          "bytes_per_device", "reduction",
                                          "time_s"])
     if view == "variables":
-      cats = {v.name: ("params" if v.trainable else "optimizer")
-              for v in self.graph.all_variables}
+      cats = {v.name: v.memory_category for v in self.graph.all_variables}
       rows = [{"variable": n, "bytes_per_device": b,
                "category": cats.get(n, "params")}
               for n, b in self.variable_bytes_per_device.items()]

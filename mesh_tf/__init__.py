@@ -17,7 +17,7 @@ if "tensorflow" not in _sys.modules:
 
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
-from mesh_tf.core.dtypes import as_dtype
+from mesh_tf.core.dtypes import VariableDType, as_dtype
 from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rules
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,

@@ -33,11 +33,19 @@ class CollectiveRecord(NamedTuple):
 
 class ComputeRecord(NamedTuple):
   """One slicewise computation: FLOPs, bytes written and bytes read (its
-  laid-out input slices) on each device."""
+  laid-out input slices) on each device.
+
+  ``dtype`` is the dtype the arithmetic runs in (its first input's, else its
+  output's); ``matmul`` is True for contractions (einsum of several
+  operands, convolutions), which run on matrix units at the dtype's matmul
+  peak, and False for elementwise and reduction work.
+  """
   op_name: str
   flops_per_device: int
   output_bytes_per_device: int
   input_bytes_per_device: int = 0
+  dtype: str = "float32"
+  matmul: bool = False
 
 
 class CollectiveTrace:
