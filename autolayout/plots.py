@@ -72,6 +72,8 @@ def memory_bars(reports, ax=None):
   x = np.arange(len(items))
   bottom = np.zeros(len(items))
   for cat in CATEGORIES:
+    if not any(cat in r.memory_by_category for _, r in items):
+      continue  # e.g. kv_cache, which only decoding graphs have
     vals = np.array([r.memory_by_category.get(cat, 0) / GIB
                      for _, r in items])
     ax.bar(x, vals, 0.6, bottom=bottom, label=cat,

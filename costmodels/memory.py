@@ -256,11 +256,18 @@ def live_sets(graph, schedule_ops, outputs=None):
 
 
 def _variable_of_copy(op):
-  """The Variable whose value ``op`` casts (its compute copy), or None."""
-  if getattr(op, "kind", None) != "cast" or len(op.inputs) != 1:
-    return None
-  src = op.inputs[0].operation
-  return src if isinstance(src, Variable) else None
+  """The Variable whose value ``op`` copies, or None.
+
+  Copies are casts of a variable's value (its compute copy in another
+  dtype) and ops that declare ``weight_copy`` (the all-gathered compute copy
+  of a sharded variable), or chains of them."""
+  while op is not None and len(op.inputs) == 1 and (
+      getattr(op, "kind", None) == "cast" or getattr(op, "weight_copy",
+                                                    False)):
+    op = op.inputs[0].operation
+    if isinstance(op, Variable):
+      return op
+  return None
 
 
 def tensor_category(tensor):

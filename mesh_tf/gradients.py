@@ -132,6 +132,7 @@ def gradients(ys, xs, grad_ys=None):
       downstream.update(op.outputs)
 
   pending = {}
+  rebuilt = {}  # forward tensor -> its copy rebuilt for backward uses
   for y, gy in zip(ys, grad_ys):
     if gy is None:
       gy = creation_ops.ones_like(y)
@@ -154,7 +155,7 @@ def gradients(ys, xs, grad_ys=None):
           f"ys of gradients() but has no gradient; register one with "
           f"mesh_tf.gradients.register_gradient({type(op).__name__}) or cut "
           "the path with stop_gradient")
-    in_grads = list(fn(op, out_grads))
+    in_grads = list(fn(_for_backward(op, rebuilt), out_grads))
     if len(in_grads) != len(op.inputs):
       raise GradientError(
           f"the gradient function of {op.name} ({type(op).__name__}) "
@@ -171,6 +172,27 @@ def gradients(ys, xs, grad_ys=None):
     if r is not None and isinstance(x.operation, variable_ops.Variable):
       graph.gradient_tensors[r] = x
   return results
+
+
+def _for_backward(op, rebuilt):
+  """``op``, or a detached copy of it reading rebuilt inputs: an input made
+  by an op with ``recompute_in_backward`` (a ZeRO-3 gather of a sharded
+  weight) is rebuilt once, next to its first backward use, so the forward
+  copy need not stay alive until then.  The copy only serves the gradient
+  function; gradients still flow to the original inputs."""
+  if not any(getattr(t.operation, "recompute_in_backward", False)
+             for t in op.inputs):
+    return op
+  inputs = []
+  for t in op.inputs:
+    if getattr(t.operation, "recompute_in_backward", False):
+      if t not in rebuilt:
+        rebuilt[t] = t.operation.rebuild()
+      t = rebuilt[t]
+    inputs.append(t)
+  clone = copy.copy(op)
+  clone._inputs = inputs  # pylint: disable=protected-access
+  return clone
 
 
 def _check_grad(t, g, what):

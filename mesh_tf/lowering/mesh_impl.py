@@ -257,6 +257,23 @@ class MeshImpl(abc.ABC):
     self._record("allconcat", x, axes)
     return self._allconcat(x, axes[0], concat_axis)
 
+  def reduce_scatter(self, x, mesh_axis, split_axis, source_op=None):
+    """SUM-reduces ``x`` over ``mesh_axis`` and leaves on each participant
+    its part of tensor axis ``split_axis`` (by its coordinate on the axis):
+    an all-reduce followed by an all-split, at half the all-reduce's cost.
+    """
+    x = x.to_laid_out_tensor()
+    axes = self._axes(mesh_axis)
+    if not axes:
+      return x
+    n = self.shape[axes[0]].size
+    if x.slice_shape[split_axis] % n:
+      raise MtfError(f"reduce_scatter: slice axis {split_axis} of size "
+                     f"{x.slice_shape[split_axis]} is not divisible by mesh "
+                     f"axis {self.shape[axes[0]]}")
+    self._record("reduce_scatter", x, axes, "SUM", source_op)
+    return self._reduce_scatter(x, axes[0], split_axis)
+
   def allsplit(self, x, mesh_axis, split_axis):
     """Keeps, on each processor, its part of tensor axis ``split_axis``
     according to its coordinate on ``mesh_axis``.  No communication."""
@@ -440,6 +457,10 @@ class MeshImpl(abc.ABC):
   @abc.abstractmethod
   def _allconcat(self, x, mesh_axis, concat_axis):
     """All-gather over one mesh-axis index, concatenating on concat_axis."""
+
+  @abc.abstractmethod
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    """SUM reduce-scatter over one mesh-axis index onto ``split_axis``."""
 
   @abc.abstractmethod
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):

@@ -12,7 +12,8 @@ class CollectiveRecord(NamedTuple):
   """One collective as the lowering issued it.
 
   ``bytes_per_device`` is the size of each participant's *input* slice.
-  ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``.
+  ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``,
+  ``reduce_scatter``.
   ``op_name`` is the op being lowered when the collective ran; ``source_op``
   is the op whose layout caused it (they differ for a lazy SUM all-reduce,
   which runs when a later op first needs the value).
