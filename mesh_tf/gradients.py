@@ -604,6 +604,12 @@ def _clone_ops(ops, mapping):
   for op in ops:
     if isinstance(op, variable_ops.Variable):
       continue
+    for t in op.inputs:
+      # A ZeRO-3 weight gather outside the block is rebuilt too, so the
+      # recomputation does not keep the forward copy alive until backward.
+      if t not in mapping and getattr(t.operation, "recompute_in_backward",
+                                      False):
+        mapping[t] = t.operation.rebuild()
     clone = copy.copy(op)
     clone._inputs = [mapping.get(t, t) for t in op.inputs]  # pylint: disable=protected-access
     clone._name = op.graph.unique_name(op.name + "_recompute")  # pylint: disable=protected-access

@@ -138,6 +138,11 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
                             gather)
     out = gather.outputs[0]
     for op in readers:
+      if last in getattr(op, "forward_inputs", ()):
+        # A recompute block lists the weights it reads to route their
+        # gradients; it keeps the stored value (its copies of the block's
+        # ops read the gather, or rebuild it under stage 3).
+        continue
       op._inputs = [out if t is last else t  # pylint: disable=protected-access
                     for t in op.inputs]
     inserted.append(gather)

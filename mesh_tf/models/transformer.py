@@ -38,6 +38,7 @@ class TransformerConfig:
   dtype: str = "float32"
   param_dtype: str = None
   master_dtype: str = "float32"
+  recompute: int = 0
 
   def variable_dtype(self):
     """The :class:`mesh_tf.VariableDType` of the weights: stored in
@@ -111,7 +112,7 @@ def lm_head(x, table, vocab, d_model, targets, z_loss):
 def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
                    length=8, batch=8, activation="relu", norm="layer_norm",
                    dropout=0.0, z_loss=0.0, pad_id=None, dtype="float32",
-                   param_dtype=None, master_dtype="float32",
+                   param_dtype=None, master_dtype="float32", recompute=0,
                    mesh_name="mesh", ffn_fn=None):
   """Builds a decoder-only Transformer LM graph.
 
@@ -132,6 +133,9 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
       is read through a cast copy, counted as parameter memory) and of the
       activations; None: ``dtype``.
     master_dtype: the dtype the variables are stored and updated in.
+    recompute: activation recompute: the first ``recompute`` layers keep
+      only their input for the backward pass and run their forward again
+      there (``mesh_tf.recompute_grad``); the others keep every activation.
     mesh_name: name of the mesh.
     ffn_fn: optional ``fn(i, x) -> (y, aux_loss or None)`` replacing the
       FFN of layer ``i`` (the MoE Transformer uses it).
@@ -145,7 +149,11 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
       layers=layers, d_model=d_model, heads=heads, d_kv=d_kv, d_ff=d_ff,
       vocab=vocab, length=length, batch=batch, activation=activation,
       norm=norm, dropout=dropout, z_loss=z_loss, pad_id=pad_id, dtype=dtype,
-      param_dtype=param_dtype, master_dtype=master_dtype)
+      param_dtype=param_dtype, master_dtype=master_dtype,
+      recompute=recompute)
+  if not 0 <= recompute <= layers:
+    raise ShapeError(f"recompute={recompute} must be in [0, layers="
+                     f"{layers}]: it is how many layers recompute")
   dtype = config.variable_dtype().activation_dtype
   num_layers = layers
   from mesh_tf import layers as L
@@ -160,20 +168,27 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
   normalize = _norm_fn(norm)
   aux_losses = []
   for i in range(num_layers):
-    y = normalize(x, m, name=f"layer_{i}/attention_norm")
-    x = x + L.multihead_attention(y, None, bias, k, h, dropout=dropout,
-                                  master_dtype=master_dtype,
-                                  name=f"layer_{i}/attention")
-    y = normalize(x, m, name=f"layer_{i}/ffn_norm")
-    if ffn_fn is not None:
-      y, aux = ffn_fn(i, y)
-      if aux is not None:
-        aux_losses.append(aux)
+    def block(x, i=i):
+      y = normalize(x, m, name=f"layer_{i}/attention_norm")
+      x = x + L.multihead_attention(y, None, bias, k, h, dropout=dropout,
+                                    master_dtype=master_dtype,
+                                    name=f"layer_{i}/attention")
+      y = normalize(x, m, name=f"layer_{i}/ffn_norm")
+      if ffn_fn is not None:
+        y, aux = ffn_fn(i, y)
+        if aux is not None:
+          aux_losses.append(aux)
+      else:
+        y = L.dense_relu_dense(y, f, dropout_rate=dropout,
+                               activation=activation,
+                               master_dtype=master_dtype,
+                               name=f"layer_{i}/ffn")
+      return x + y
+    if i < recompute:
+      from mesh_tf.gradients import recompute_grad
+      x = recompute_grad(block, [x], name=f"layer_{i}/recompute")
     else:
-      y = L.dense_relu_dense(y, f, dropout_rate=dropout,
-                             activation=activation, master_dtype=master_dtype,
-                             name=f"layer_{i}/ffn")
-    x = x + y
+      x = block(x)
   x = normalize(x, m, name="final_norm")
   logits, loss = lm_head(x, table, v, m, targets, z_loss)
   outputs = {"logits": logits}
