@@ -13,12 +13,13 @@ from mesh_tf.training import train_step_for_model
 MESH, RULES = "data:4;model:2", "batch:data;d_ff:model;heads:model"
 
 
-def _run(recompute, stage=0, param_dtype=None):
+def _run(recompute, stage=0, param_dtype=None, sgd=False):
   model = models.build_model("transformer_tiny", recompute=recompute,
                              param_dtype=param_dtype)
   storage.shard_storage(model.graph, stage)
   rules = RULES + (";d_model_storage:data" if stage else "")
   step = train_step_for_model(model, MESH, rules, mtf.logical_cpu_devices(8),
+                              optimize.SgdOptimizer(0.5) if sgd else
                               optimize.AdamWeightDecayOptimizer(1e-2))
   loss = float(step(**model.random_values()))
   predicted = costmodels.trace_graph(model.graph, MESH, rules)
@@ -58,10 +59,11 @@ def test_more_recomputed_blocks_cost_more_flops_and_less_memory(baseline):
   assert acts == sorted(acts, reverse=True) and len(set(acts)) == 3
 
 
-def test_everything_combined_with_bf16_matches_within_bf16_tolerance(
-    baseline):
-  base_loss, base_w, _ = baseline
-  loss, w, r = _run(2, 3, "bfloat16")
+def test_everything_combined_with_bf16_matches_within_bf16_tolerance():
+  # SGD: Adam's normalised steps turn bf16 rounding of near-zero gradients
+  # into full-size updates of the other sign.
+  base_loss, base_w, _ = _run(0, sgd=True)
+  loss, w, r = _run(2, 3, "bfloat16", sgd=True)
   assert loss == pytest.approx(base_loss, rel=2e-2)
   for name, value in w.items():
     np.testing.assert_allclose(value, base_w[name], atol=3e-2, rtol=3e-2,
