@@ -87,7 +87,7 @@ def _is_float(t):
 
 
 # --- the backward pass --------------------------------------------------------
-def gradients(ys, xs, grad_ys=None):
+def gradients(ys, xs, grad_ys=None, stop_gradients=()):
   """Gradients of ``sum(ys)`` with respect to each of ``xs``.
 
   Walks the ops that lie between ``xs`` and ``ys`` in reverse graph order,
@@ -100,6 +100,9 @@ def gradients(ys, xs, grad_ys=None):
     xs: list of mtf Tensors (e.g. ``[v.outputs[0] for v in
       graph.trainable_variables]``).
     grad_ys: optional list of initial gradients, one per y (default: ones).
+    stop_gradients: tensors not differentiated through (as in TF): their
+      gradients are summed but not passed on to the ops that made them, so
+      for ``xs`` among them the results are partial derivatives.
 
   Returns:
     A list with, for each x, its gradient (same shape) or None when no y
@@ -139,8 +142,11 @@ def gradients(ys, xs, grad_ys=None):
     _check_grad(y, gy, "grad_ys")
     pending.setdefault(y, []).append(gy)
 
+  stop = set(stop_gradients)
   for op in reversed(forward):
     if not any(t in pending for t in op.outputs):
+      continue
+    if stop and all(t in stop for t in op.outputs):
       continue
     if not any(t in downstream and _is_float(t) for t in op.inputs):
       continue
@@ -658,7 +664,12 @@ def recompute_grad(fn, explicit_inputs, name=None):
     mapping = _clone_ops(inner, {})
     recomputed = mapping[output]
     float_ext = [t for t in external if _is_float(t)]
-    grads = gradients([recomputed], float_ext, [grad_ys[0]])
+    # Partial derivatives: the outer pass carries each input's gradient on
+    # to whatever made it (without the stop, a block input computed from
+    # another block's output would be differentiated through all earlier
+    # blocks here too: exponential work in the depth).
+    grads = gradients([recomputed], float_ext, [grad_ys[0]],
+                      stop_gradients=float_ext)
     by_tensor = dict(zip(float_ext, grads))
     return [by_tensor.get(t) for t in external]
 
