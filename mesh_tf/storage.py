@@ -108,7 +108,8 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
     raise MtfError(f"unknown ZeRO stage {plan.stage!r}; use one of {STAGES}")
   if plan.stage == 0:
     return []
-  if getattr(graph, "gradient_tensors", None):
+  if any(t.gradient_of is not None for op in graph.operations
+         for t in op.outputs):
     raise MtfError("shard_storage rewrites a forward graph, but this one "
                    "already has gradients; call it before mtf.gradients or "
                    "building the optimizer")
