@@ -29,7 +29,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
+from mesh_tf.lowering.laid_out import LazyAllreduceSum
 from mesh_tf.ops import reshape as reshape_lib
 
 __all__ = ["StorageGatherOperation", "StorageScatterOperation",
@@ -82,7 +82,14 @@ class StorageGatherOperation(Operation):
     self.regather = bool(regather)
     self.reduce_scatter = bool(reduce_scatter)
     self.weight_copy = True
+    self.rebuilt = False
     self._outputs = [Tensor(self, compute_shape, x.dtype)]
+
+  @property
+  def per_use(self):
+    """Gathered at each use (stage 3, forward and backward), so once per
+    microbatch, rather than once per step."""
+    return self.regather or self.rebuilt
 
   @property
   def recompute_in_backward(self):
@@ -91,10 +98,11 @@ class StorageGatherOperation(Operation):
 
   def rebuild(self):
     """A fresh gather of the same storage (for a backward use)."""
-    return StorageGatherOperation(
+    op = StorageGatherOperation(
         self.inputs[0], self.outputs[0].shape, regather=False,
-        reduce_scatter=self.reduce_scatter,
-        name=f"{self.name}_backward").outputs[0]
+        reduce_scatter=self.reduce_scatter, name=f"{self.name}_backward")
+    op.rebuilt = True
+    return op.outputs[0]
 
   def gradient(self, grad_ys):
     g = grad_ys[0]
