@@ -19,8 +19,9 @@ compares candidates by the program's optimum (which equals
 ``costmodels.evaluate`` of its answer): all of them (``exhaustive``, for
 small graphs, where it equals brute force over decisions and rules), or a
 greedy walk for large models: the most memory-saving candidate first
-(stage 3, every block recomputed), doubling k until it fits, then relaxing
-recompute and the stage while the step gets faster.
+(stage 3, every block recomputed), doubling k until it fits and on while
+the step gets faster (fewer rows per device can free a better layout),
+then relaxing recompute and the stage at the best k while it gets faster.
 
 Example:
   >>> from mesh_tf import models
@@ -113,6 +114,15 @@ def _solve(config, decisions, mesh_shape, topology, memory_budget,
   return training, dataclasses.replace(result, decisions=decisions)
 
 
+def _better(step, d, best_step, best_d):
+  """Faster wins; equal times (to 1e-9) go to the simpler decisions (lower
+  stage, fewer recomputed blocks, fewer microbatches)."""
+  if abs(step - best_step) > 1e-9 * max(step, best_step):
+    return step < best_step
+  return (d.zero_stage, d.recompute, d.microbatches) < (
+      best_d.zero_stage, best_d.recompute, best_d.microbatches)
+
+
 def _divisors(n, most):
   return [k for k in range(1, min(n, most) + 1) if n % k == 0]
 
@@ -173,7 +183,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     if progress:
       progress(d, step)
     nonlocal best
-    if best is None or step < best[1].report.step_time_s:
+    if best is None or _better(step, d, best[1].report.step_time_s,
+                               best[0].decisions):
       best = (training, result)
     return step
 
@@ -195,10 +206,16 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     ks = ([fixed["microbatches"]] if "microbatches" in fixed else
           [k for k in _divisors(config.batch, max_microbatches)
            if k & (k - 1) == 0])
+    found = None
     for k in ks:
-      d = d._replace(microbatches=k)
-      if attempt(d) is not None:
+      t = attempt(d._replace(microbatches=k))
+      if t is None:
+        if found is None:
+          continue
         break
+      if found is not None and t >= found:
+        break   # more microbatches stopped paying (repeated gathers)
+      found = t
     if best is not None:
       cur = best[0].decisions
       # Relax recompute (halving) while it fits and gets faster.

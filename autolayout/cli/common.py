@@ -107,6 +107,39 @@ def show_rules(ctx, report):
   out.render(ctx.console, df, "Layout rules", index=False)
 
 
+def model_flops_utilization(result, model, topology):
+  """``6 * params * tokens / (step * chips * peak bf16)`` of a training
+  step (the per-step batch is the config's), or None without a config."""
+  config = model.config
+  if config is None or not hasattr(config, "num_parameters"):
+    return None
+  tokens = config.batch * getattr(config, "length", 1)
+  return (6 * config.num_parameters() * tokens
+          / (result.report.step_time_s * topology.num_chips
+             * topology.chip.peak_bf16_flops_per_s))
+
+
+def training_record(result, model, topology, tried=()):
+  """The JSON record of a training plan's decisions (None without)."""
+  if result.decisions is None:
+    return None
+  return {"decisions": result.decisions.as_dict(),
+          "model_flops_utilization": model_flops_utilization(
+              result, model, topology),
+          "candidates": [{"decisions": d.as_dict(), "step_time_s": t,
+                          "fits": t is not None, "build_solve_s": s}
+                         for d, t, s in tried]}
+
+
+def show_decisions(ctx, result, model, topology):
+  rows = [(k, str(v)) for k, v in result.decisions.as_dict().items()]
+  mfu = model_flops_utilization(result, model, topology)
+  if mfu is not None:
+    rows.append(("model FLOPs utilization", f"{mfu:.1%}"))
+  df = pd.DataFrame(rows, columns=["decision", "value"])
+  out.render(ctx.console, df, "Training decisions", index=False)
+
+
 def show_memory(ctx, report):
   df = out.memory_frame(report).rename(columns={
       "bytes_per_device": "per device", "fraction_of_hbm": "of HBM"})

@@ -144,7 +144,7 @@ def memory_frame(report):
   return df
 
 
-def layout_record(report, result=None, label=None):
+def layout_record(report, result=None, label=None, training=None):
   """The JSON record of one layout's cost (see ``docs/cli.md``)."""
   rec = {
       "label": label,
@@ -185,6 +185,8 @@ def layout_record(report, result=None, label=None):
           for a in report.mapping.axes],
       "solver": None,
   }
+  if training is not None:
+    rec["training"] = training
   if result is not None:
     rec["solver"] = {
         "objective": result.objective,
