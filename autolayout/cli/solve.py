@@ -3,7 +3,7 @@
 import pandas as pd
 
 from autolayout.mesh_search import auto_mesh_and_layout
-from autolayout.cli import common, inputs
+from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -28,6 +28,13 @@ def _arguments(p):
                  help="lay out the step as built (float32, no sharded "
                  "storage, recompute or microbatches) instead of searching "
                  "the training decisions")
+  f = p.add_argument_group("plan files (docs/plan_files.md)")
+  f.add_argument("--save", metavar="PLAN.json",
+                 help="write the plan (model identity, mesh, topology, "
+                 "rules, predicted costs, solver status) to this file")
+  f.add_argument("--hint", metavar="PLAN.json",
+                 help="start the solver from a previous plan (e.g. after "
+                 "the shapes, batch or mesh changed) and say what changed")
 
 
 def _run(args, ctx):
@@ -35,6 +42,7 @@ def _run(args, ctx):
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
   tried = ()
+  hint = plans.read(args.hint) if args.hint else None
   if args.devices is not None:
     if args.mesh:
       raise CliInputError("give either --mesh or --devices, not both",
@@ -44,15 +52,16 @@ def _run(args, ctx):
       results, _ = auto_mesh_and_layout(
           model.graph, args.devices, model.outputs, topology, budget,
           args.objective, args.max_axes, args.time_limit, args.workers,
-          args.seed, search=setup.search)
+          args.seed, search=setup.search, hint=hint)
     result = results[0]
   elif _plan_search(args, model):
     mesh = common.mesh_of(args, topology)
     result, tried = _training_plan(ctx, args, model, mesh, topology, budget)
   else:
     mesh = common.mesh_of(args, topology)
-    result = common.solve(ctx, setup, mesh, args, budget)
+    result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
   report = result.report
+  saved = plans.save(result, args, model) if args.save else None
 
   def table(ctx):
     common.header(ctx, "solve", model, topology,
@@ -64,12 +73,19 @@ def _run(args, ctx):
     common.show_memory(ctx, report)
     common.show_axes(ctx, report)
     common.show_times(ctx, report, result)
+    if result.hint_report is not None:
+      ctx.line(f"Warm start from {args.hint}:")
+      for line in str(result.hint_report).splitlines():
+        ctx.line("  " + line)
+    if saved is not None:
+      ctx.line(f"saved the plan to {args.save}")
 
   return Answer(
       json=lambda: common.payload(
           model, topology, result=out.layout_record(
               report, result, training=common.training_record(
-                  result, model, topology, tried))),
+                  result, model, topology, tried)),
+          **plans.solve_record(args, result)),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
       plot=common.compare_plot({str(result.rules) or "replicated": report},
