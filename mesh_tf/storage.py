@@ -75,11 +75,18 @@ def layer_role(variable):
   return re.sub(r"\W", "_", name.split("/")[0])
 
 
+def _routes_gradients(op, tensor):
+  """Whether ``op`` only lists ``tensor`` to route its gradient (a
+  recompute block's custom-gradient op), rather than computing with it."""
+  return tensor in getattr(op, "forward_inputs", ())
+
+
 def _compute_head(variable, consumers):
   """The tensor to gather: the variable's value, or its single cast copy
   (mixed precision gathers the compute dtype)."""
   head = variable.outputs[0]
-  readers = consumers.get(head, [])
+  readers = [op for op in consumers.get(head, [])
+             if not _routes_gradients(op, head)]
   if (len(readers) == 1 and getattr(readers[0], "kind", None) == "cast"
       and len(readers[0].inputs) == 1):
     return [head, readers[0].outputs[0]]
@@ -139,7 +146,7 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
                             gather)
     out = gather.outputs[0]
     for op in readers:
-      if last in getattr(op, "forward_inputs", ()):
+      if _routes_gradients(op, last):
         # A recompute block lists the weights it reads to route their
         # gradients; it keeps the stored value (its copies of the block's
         # ops read the gather, or rebuild it under stage 3).

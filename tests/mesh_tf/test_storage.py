@@ -166,3 +166,22 @@ def test_groups_get_their_own_storage_dims():
   assert {"d_model_storage_attention", "d_model_storage_ffn",
           "d_model_storage_embedding"} <= names
   assert storage.storage_dim_name("d_model", "ffn") == "d_model_storage_ffn"
+
+
+def test_bf16_recompute_blocks_still_reduce_scatter_and_gather_bf16():
+  """A recompute block lists the weights it reads; that must not stop the
+  gather from moving the bf16 copy, nor the gradient from being
+  reduce-scattered (a cast of the pending sum would force an all-reduce)."""
+  from autolayout import decisions
+  cfg = models.get_config("transformer_tiny", batch=16)
+  counts = {}
+  for pd in ("float32", "bfloat16"):
+    tg = decisions.build_training(
+        cfg, decisions.TrainingDecisions(pd, 3, cfg.layers, 2))
+    r = costmodels.evaluate(tg.graph, MESHES[8][0], MESHES[8][1] + SHARD,
+                            "dgx-h100", microbatches=tg.plan)
+    counts[pd] = _kinds(r.trace, "data")
+  # Only the tied embedding table (read through two casts) gathers float32
+  # and all-reduces its gradient under bf16.
+  assert counts["bfloat16"]["reduce_scatter"] >= \
+      counts["float32"]["reduce_scatter"] - 1
