@@ -35,14 +35,13 @@ Example:
 from typing import NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
+from costmodels.errors import TopologyError
 
 #: Fraction of the exposed HBM kept free for the runtime (CUDA context, NCCL
 #: buffers, XLA scratch) and allocator fragmentation.  PyTorch's caching
 #: allocator and XLA's BFC allocator typically lose a few percent to
 #: fragmentation on long training runs; 5% is the usual planning margin.
 DEFAULT_MEMORY_RESERVE_FRACTION = 0.05
-
-from costmodels.errors import TopologyError
 
 
 class LinkSpec(NamedTuple):

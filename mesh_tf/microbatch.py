@@ -72,7 +72,7 @@ def _phases(graph, first_post):
   """Splits ``graph.operations`` into (pre, micro, post) op tuples."""
   ops = graph.operations
   micro = set()
-  for i, op in enumerate(ops[:first_post]):
+  for op in ops[:first_post]:
     data = (isinstance(op, creation_ops.ImportOperation) and op.value is None)
     if data or _per_use(op) or any(t.operation in micro for t in op.inputs):
       micro.add(op)
