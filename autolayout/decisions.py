@@ -105,10 +105,11 @@ def build_training(config, decisions, learning_rate=1e-4):
 
 
 def _solve(config, decisions, mesh_shape, topology, memory_budget,
-           time_limit_s, forbid):
+           time_limit_s, forbid, memory_reserve_fraction):
   from autolayout.solve import LayoutSearch
   training = build_training(config, decisions)
-  search = LayoutSearch(training.graph, microbatches=training.plan)
+  search = LayoutSearch(training.graph, microbatches=training.plan,
+                        memory_reserve_fraction=memory_reserve_fraction)
   result = search.solve(mesh_shape, topology, memory_budget,
                         time_limit_s=time_limit_s, forbid=forbid)
   return training, dataclasses.replace(result, decisions=decisions)
@@ -130,7 +131,7 @@ def _divisors(n, most):
 def search_training(config, mesh_shape, topology, memory_budget=None,
                     fixed=None, exhaustive=False, param_dtype="bfloat16",
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
-                    progress=None):
+                    progress=None, memory_reserve_fraction=None):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   Args:
@@ -145,6 +146,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     time_limit_s: CP-SAT limit per candidate.
     forbid: ``(dim, axis)`` rules no candidate may use.
     progress: optional ``fn(decisions, step_time_s or None)`` per candidate.
+    memory_reserve_fraction: the reserve the reports show (default: the
+      costmodels default).
 
   Returns:
     A :class:`TrainingPlan`.
@@ -171,7 +174,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     t0 = time.perf_counter()
     try:
       training, result = _solve(config, d, mesh_shape, topology,
-                                memory_budget, time_limit_s, forbid)
+                                memory_budget, time_limit_s, forbid,
+                                memory_reserve_fraction)
     except InfeasibleLayoutError as e:
       last_error[0] = e
       tried.append((d, None, time.perf_counter() - t0))

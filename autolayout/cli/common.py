@@ -24,7 +24,9 @@ class Setup:
     self.topology = inputs.get_topology(args.topology)
     self.model = load_model(args.model, parse_overrides(args.set),
                             args.train)
-    self.search = LayoutSearch(self.model.graph, self.model.outputs)
+    self.search = LayoutSearch(
+        self.model.graph, self.model.outputs,
+        memory_reserve_fraction=inputs.memory_reserve(args))
 
 
 def mesh_of(args, topology):

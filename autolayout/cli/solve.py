@@ -116,7 +116,8 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
                     f"{inputs.mesh_str(mesh)} ({topology.name})"):
     plan = decisions.search_training(
         model.config, mesh, topology, budget, fixed=fixed,
-        param_dtype=param_dtype, time_limit_s=args.time_limit)
+        param_dtype=param_dtype, time_limit_s=args.time_limit,
+        memory_reserve_fraction=inputs.memory_reserve(args))
   return plan.result, plan.tried
 
 

@@ -158,3 +158,19 @@ def test_bf16_decoding_stores_bf16_weights_and_is_predicted_faster():
     assert r.memory_by_category["optimizer"] == 0
   assert bf16.memory_by_category["kv_cache"] * 2 == \
       fp32.memory_by_category["kv_cache"]
+
+
+def test_cli_memory_reserve_sets_the_budget_and_the_report():
+  import json
+  from tests.autolayout.test_cli import run_cli
+  p = run_cli("solve", "-m", "transformer_tiny", "-t", "dgx-h100", "--mesh",
+              "data:8", "--memory-reserve", "10%", "-f", "json")
+  assert p.returncode == 0, p.stderr
+  res = json.loads(p.stdout)["result"]
+  hbm = hardware.CHIPS["h100"].hbm_bytes
+  assert res["memory"]["memory_reserve_fraction"] == 0.1
+  assert res["memory"]["usable_bytes"] == int(hbm * 0.9)
+  assert res["solver"]["memory_budget_bytes"] == int(hbm * 0.9)
+  bad = run_cli("solve", "-m", "transformer_tiny", "-t", "dgx-h100",
+                "--memory-reserve", "150%")
+  assert bad.returncode != 0 and "--memory-reserve" in bad.stderr
