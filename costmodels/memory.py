@@ -174,6 +174,11 @@ def _greedy_schedule(graph, outputs):
       successors[p].append(op)
 
   def delta(op):
+    if getattr(op, "schedule_when_needed", False):
+      # A weight gathered again for its backward use (ZeRO-3): its storage
+      # copy has the same whole bytes, so it would look free to run at once
+      # and then hold the full copy from forward to backward.
+      return 1
     freed = sum(nbytes[t] for t in set(op.inputs)
                 if t not in keep and remaining.get(t) == 1)
     return sum(nbytes[t] for t in op.outputs) - freed

@@ -86,6 +86,12 @@ class StorageGatherOperation(Operation):
     self._outputs = [Tensor(self, compute_shape, x.dtype)]
 
   @property
+  def schedule_when_needed(self):
+    """Read by the memory schedule: a backward re-gather runs next to its
+    use, never early (it only looks memory-neutral in whole bytes)."""
+    return self.rebuilt
+
+  @property
   def per_use(self):
     """Gathered at each use (stage 3, forward and backward), so once per
     microbatch, rather than once per step."""
