@@ -18,12 +18,13 @@ from ortools.sat.python import cp_model
 
 import costmodels
 from costmodels import memory as cm_memory
+from costmodels import overlap as cm_overlap
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError, MtfError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import (assignments, formulation, memory_steps,
-                        tables)
+                        overlap_terms, tables)
 from autolayout.errors import (InfeasibleLayoutError, SolverError,
                                check_import_order)
 from autolayout.pricing import Pricer
@@ -45,6 +46,7 @@ class Problem(NamedTuple):
   form: formulation.Formulation
   host: dict
   build_time_s: float
+  overlap: bool = True
 
 
 def _outputs(graph, outputs):
@@ -76,9 +78,10 @@ def _cached(key, graph, make):
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
-                  need_peak=False):
+                  need_peak=False, overlap=True):
   """Builds the cost tables and the CP-SAT model (see
-  :mod:`autolayout.formulation` for the math)."""
+  :mod:`autolayout.formulation` for the math).  ``overlap``: hide gradient
+  syncs under compute as :func:`costmodels.evaluate` does."""
   t0 = time.perf_counter()
   mesh_shape = convert_to_mesh_shape(mesh_shape)
   outputs = _outputs(graph, outputs)
@@ -95,8 +98,16 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
     ms = _cached(("memory",) + key, graph,
                  lambda: memory_steps.prune_by_layouts(
                      memory_steps.compress(graph, list(outputs)), space))
+  buckets = cm_overlap.gradient_buckets(graph)
+  spec = placed = None
+  if overlap and buckets.num_buckets:
+    placed = _cached(("placements",) + key, graph,
+                     lambda: overlap_terms.placements(graph, gt, buckets))
+    spec = formulation.OverlapSpec(buckets.num_buckets,
+                                   overlap_terms.efficiencies(
+                                       gt.pricer.mapping, space.axes))
   tbls, host = formulation.build_tables(gt, space,
-                                        ms.scopes if ms else ())
+                                        ms.scopes if ms else (), placed)
   model = cp_model.CpModel()
   v = formulation.Variables()
   formulation.add_dim_axis_vars(model, v, space)
@@ -111,16 +122,23 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
         model, v, memory_steps.step_coefficients(ms, space), host,
         memory_budget, with_peak=need_peak)
   objectives, units = {}, {}
+  # With overlap terms both objectives share one unit, so that they share
+  # the exposed-sync variables e_a.
+  unit = formulation.time_unit(tbls) if spec else None
+  exposed, rounded = formulation.add_overlap_constraints(model, v, tbls,
+                                                         spec, unit)
   for which in ("time", "comm"):
-    objectives[which], units[which] = formulation.time_objective(v, tbls,
-                                                                 which)
+    objectives[which], units[which] = formulation.time_objective(
+        v, tbls, which, unit)
+    if rounded:
+      objectives[which] = objectives[which] + exposed
   if v.peak is not None:
     objectives["memory"], units["memory"] = v.peak, 1.0
   form = formulation.Formulation(model, v, tuple(tbls), objectives, units,
                                  formulation.tie_break_groups(v),
-                                 len(ms.steps) if ms else 0)
+                                 len(ms.steps) if ms else 0, spec, rounded)
   return Problem(graph, mesh_shape, outputs, topo,
-                 space, form, host, time.perf_counter() - t0)
+                 space, form, host, time.perf_counter() - t0, overlap)
 
 
 class PhaseResult(NamedTuple):
@@ -226,8 +244,10 @@ def rules_of(x):
 
 
 def table_values(problem, rules):
-  """``(time_s, comm_s)`` the program's tables give ``rules`` (no solver)."""
+  """``(time_s, comm_s)`` the program's tables give ``rules`` (no solver):
+  the exposed step and communication times, overlap included."""
   t = c = 0.0
+  terms = collections.defaultdict(float)
   for tb in problem.form.tables:
     sigma = assignments.from_rules(tb.scope, rules)
     try:
@@ -237,6 +257,19 @@ def table_values(problem, rules):
                         f"{sigma}, which the program does not allow")
     t += tb.time_s[i]
     c += tb.comm_s[i]
+    for k, col in tb.terms:
+      terms[k] += col[i]
+  spec = problem.form.overlap
+  if spec is not None:
+    work = [0.0] + [terms.get(("work", s), 0.0)
+                    for s in range(1, spec.num_buckets + 1)]
+    for a in sorted({k[2] for k in terms if k[0] == "sync"}):
+      sync = [terms.get(("sync", b, a), 0.0)
+              for b in range(spec.num_buckets)]
+      e = cm_overlap.exposed_sync_time(sync, work,
+                                       spec.efficiency.get(a, 0.0))
+      t += e
+      c += e
   return t, c
 
 
@@ -265,7 +298,8 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
   except LayoutError as e:
     raise SolverError(f"the solver returned invalid rules {rules}: {e}")
   report = costmodels.evaluate(g, mesh_shape, rules, problem.topology,
-                               outputs=list(problem.outputs))
+                               outputs=list(problem.outputs),
+                               overlap=problem.overlap)
   t, c = table_values(problem, rules)
   for name, mine, theirs in (("step time", t, report.step_time_s),
                              ("communication time", c, report.comm_time_s)):
@@ -346,7 +380,8 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 memory_budget=None, objective="time",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                tie_break=(), solver_params=None, forbid=(), progress=None):
+                tie_break=(), solver_params=None, forbid=(), progress=None,
+                overlap=True):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
@@ -400,14 +435,15 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     import dataclasses
     result = auto_layout(graph, mesh_shape, outputs, topology, memory_budget,
                          "time", time_limit_s, num_workers, seed, tie_break,
-                         solver_params, forbid, progress)
+                         solver_params, forbid, progress, overlap)
     return dataclasses.replace(result, objective="latency")
   # The edge: resolve names once; everything below gets typed values.
   mesh_shape = convert_to_mesh_shape(mesh_shape)
   topology = costmodels.get_topology(topology)
   phases = _phases(objective, tie_break)
   problem = build_problem(graph, mesh_shape, outputs, topology,
-                          memory_budget, need_peak="memory" in phases)
+                          memory_budget, need_peak="memory" in phases,
+                          overlap=overlap)
   for dim, axis in forbid:
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
@@ -430,7 +466,8 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
   if objective != "memory":
     # The solver's integer objective is the cost model's value up to the
     # rounding of one coefficient per table.
-    tol = unit * (0.5 * len(problem.form.tables) + 1)
+    tol = unit * (0.5 * (len(problem.form.tables)
+                         + problem.form.rounded_terms) + 1)
     if abs(pr.value * unit - value) > tol:
       raise SolverError(
           f"CP-SAT's objective {pr.value} x {unit!r} s differs from the cost "

@@ -191,6 +191,7 @@ class GraphTables:
     self.tensor_key: Dict[object, Optional[int]] = {}
     self.pend_scope: Dict[object, Tuple[str, ...]] = {}
     self.op_key: Dict[object, int] = {}
+    self.ar_key: Dict[object, int] = {}  # pending tensor -> its factor key
     self._build(set(outputs or ()))
 
   # --- keys and scopes --------------------------------------------------
@@ -266,6 +267,7 @@ class GraphTables:
             scope |= set(self._key_scope[ck])
         self._ar_info[akey] = (self.tensor_key[t], structure,
                                tuple(sorted(scope)))
+      self.ar_key[t] = akey
       ar_counts[akey] = ar_counts.get(akey, 0) + 1
       ar_example.setdefault(akey, t.name)
     factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])
@@ -341,12 +343,20 @@ class GraphTables:
     if factor.kind == "op":
       o = self._table(factor.key)[sigma]
       return o.valid, o.compute_s, o.comm_s
+    rec = self.allreduce_record(factor, sigma)
+    if rec is None:
+      return True, 0.0, 0.0
+    return True, 0.0, self.pricer.collective_s(rec)
+
+  def allreduce_record(self, factor, sigma):
+    """The CollectiveRecord one instance of the all-reduce ``factor`` makes
+    under ``sigma`` (None when its tensor is not pending or not forced)."""
     tkey, structure, scope = self._ar_info[factor.key]
     op_key, _ = self._producer[tkey]
     pscope = self._key_scope[op_key]
     st = self.state(tkey, assignments.restrict(scope, sigma, pscope))
     if st is None:
-      return True, 0.0, 0.0
+      return None
     if structure != "always":
       forced = False
       for ck, pos in structure:
@@ -356,8 +366,5 @@ class GraphTables:
           forced = True
           break
       if not forced:
-        return True, 0.0, 0.0
-    rec = pending_allreduce_record(self.mesh_shape, st)
-    if rec is None:
-      return True, 0.0, 0.0
-    return True, 0.0, self.pricer.collective_s(rec)
+        return None
+    return pending_allreduce_record(self.mesh_shape, st)
