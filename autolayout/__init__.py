@@ -13,8 +13,9 @@ validate), :mod:`~autolayout.result`, :mod:`~autolayout.mesh_search` and
 :mod:`~autolayout.pareto`.
 """
 
-# OR-Tools before anything that may load TensorFlow (protobuf clash).
-from ortools.sat.python import cp_model  # noqa: F401  isort:skip
+# CP-SAT before anything that may load TensorFlow: importing mesh_tf
+# applies the rule (mesh_tf.import_order says why).
+import mesh_tf.import_order  # noqa: F401  isort:skip
 
 from autolayout.errors import (AutoLayoutError, ImportOrderError,
                                InfeasibleLayoutError, SolverError)
