@@ -52,7 +52,9 @@ def test_nvswitch_node_gets_data_and_model_parallelism(node_graph):
                 for a, b in [("data", "model"), ("model", "data")])
   pure_mp = min(_time(node_graph, mesh, f"d_ff:{a};heads:{a};vocab:{a}", topo)
                 for a in ("data", "model"))
-  assert r.step_time_s < 0.8 * pure_dp, (r.step_time_s, pure_dp)
+  # (0.8 before elementwise chains were priced as one memory pass, which
+  # makes every layout's compute cheaper and so narrows the gap: 0.83.)
+  assert r.step_time_s < 0.85 * pure_dp, (r.step_time_s, pure_dp)
   assert r.step_time_s < 0.6 * pure_mp, (r.step_time_s, pure_mp)
   assert r.report.comm_time_by_axis["data"] > 0
   assert r.report.comm_time_by_axis["model"] > 0
