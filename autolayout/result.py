@@ -58,6 +58,8 @@ class LayoutResult:
     memory_budget: the per-device budget in bytes, or None.
     topology: the topology it was priced on.
     graph, outputs: what was laid out (not part of equality or the hash).
+    meshes_tried: when the mesh was searched (no mesh given), every mesh
+      shape tried, best first: ``(mesh, status, step_time_s or None)``.
 
   A frozen value: equal results hash equal, and ``dataclasses.replace``
   makes a changed copy.  Why a rule was chosen: :func:`autolayout.explain`.
@@ -78,6 +80,8 @@ class LayoutResult:
   graph: Any = dataclasses.field(repr=False, compare=False, default=None)
   outputs: Tuple[Any, ...] = dataclasses.field(repr=False, compare=False,
                                                default=())
+  meshes_tried: Tuple[Tuple[str, str, Optional[float]], ...] = (
+      dataclasses.field(repr=False, compare=False, default=()))
 
   @property
   def step_time_s(self):

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from autolayout.mesh_search import auto_mesh_and_layout
+from autolayout.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
 from autolayout.cli import common, inputs
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
@@ -13,44 +13,61 @@ from autolayout.cli.errors import CliInputError
 def _arguments(p):
   add_model_args(p)
   p.add_argument("--devices", "-n", type=int,
-                 help="instead of --mesh: search every mesh shape of this "
-                 "many devices and keep the best")
-  p.add_argument("--max-axes", type=int, default=2,
-                 help="with --devices: most mesh axes (default 2)")
+                 help="search every mesh shape of this many devices and "
+                 "keep the best (the default without --mesh: the "
+                 "topology's chips, axes named after its physical dims)")
+  p.add_argument("--max-axes", type=int, default=DEFAULT_MAX_AXES,
+                 help="when searching meshes: most mesh axes (default "
+                 f"{DEFAULT_MAX_AXES})")
 
 
 def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
-  if args.devices is not None:
-    if args.mesh:
-      raise CliInputError("give either --mesh or --devices, not both",
-                          hint="--devices searches every mesh shape")
-    inputs.check_devices(args.devices, topology)
-    with ctx.progress(f"solving every mesh of {args.devices} devices"):
-      results, _ = auto_mesh_and_layout(
-          model.graph, args.devices, model.outputs, topology, budget,
-          args.objective, args.max_axes, args.time_limit, args.workers,
-          args.seed, search=setup.search)
-    result = results[0]
-  else:
+  tried = None
+  if args.devices is not None and args.mesh:
+    raise CliInputError("give either --mesh or --devices, not both",
+                        hint="--devices searches every mesh shape")
+  if args.mesh:
     mesh = common.mesh_of(args, topology)
     result = common.solve(ctx, setup, mesh, args, budget)
+  else:
+    n = topology.num_chips if args.devices is None else args.devices
+    inputs.check_devices(n, topology)
+    with ctx.progress(f"solving every mesh shape of {n} devices"):
+      results, tried = auto_mesh_and_layout(
+          model.graph, n, model.outputs, topology, budget,
+          args.objective, args.max_axes, args.time_limit, args.workers,
+          args.seed, search=setup.search, overlap=setup.overlap,
+          physical_names=True)
+    result = results[0]
   report = result.report
 
   def table(ctx):
+    how = ("given" if tried is None else
+           f"best of {int(tried['step_time_s'].notna().sum())} shapes tried")
     common.header(ctx, "solve", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)}, memory budget "
-                  f"{out.fmt_bytes(budget) if budget else 'none'}")
+                  f"mesh {inputs.mesh_str(report.mesh_shape)} ({how}), "
+                  "memory budget "
+                  f"{out.fmt_bytes(budget) if budget else 'none'}",
+                  overlap=setup.overlap)
+    if tried is not None:
+      view = tried[["mesh", "step_time_s", "status"]].rename(
+          columns={"step_time_s": "step"})
+      out.render(ctx.console, view, "Mesh shapes tried", index=False,
+                 formats={"step": out.fmt_time}, best={"step": "min"})
     common.show_rules(ctx, report)
     common.show_memory(ctx, report)
     common.show_axes(ctx, report)
     common.show_times(ctx, report, result)
 
   return Answer(
-      json=lambda: common.payload(model, topology,
-                                  result=out.layout_record(report, result)),
+      json=lambda: common.payload(
+          model, topology, result=out.layout_record(report, result),
+          question="train" if model.train else "forward",
+          meshes_tried=(None if tried is None
+                        else out.frame_records(tried))),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
       plot=common.compare_plot({str(result.rules) or "replicated": report},
