@@ -145,12 +145,13 @@ class LayoutSearch:
             objective="time", time_limit_s=DEFAULT_TIME_LIMIT_S,
             num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
             tie_break=(), solver_params=None, forbid=(), progress=None,
-            overlap=True):
+            overlap=True, exclude=()):
     """The optimal layout on ``mesh_shape``; the arguments and the result
-    are :func:`auto_layout`'s."""
+    are :func:`auto_layout`'s.  ``exclude``: whole layouts (LayoutRules) the
+    answer must differ from."""
     return _solve(self, mesh_shape, topology, memory_budget, objective,
                   time_limit_s, num_workers, seed, tie_break, solver_params,
-                  forbid, progress, overlap)
+                  forbid, progress, overlap, exclude)
 
   def min_peak(self, mesh_shape, topology,
                time_limit_s=DEFAULT_TIME_LIMIT_S,
@@ -536,9 +537,21 @@ def _search_meshes(search, topology, memory_budget, objective, time_limit_s,
   return dataclasses.replace(results[0], meshes_tried=tried)
 
 
+def _exclude_layout(problem, rules):
+  r"""Adds :math:`\sum_{k \in Q} x_k - \sum_{k \notin Q} x_k \le |Q| - 1`:
+  the answer is not exactly the layout ``Q`` = ``rules``."""
+  x = problem.form.vars.x
+  mine = {formulation.DimAxis(d, a) for d, a in rules.pairs}
+  if not mine <= set(x):
+    return  # Q is not in the space: nothing to exclude
+  problem.form.model.add(
+      sum(x[k] for k in mine) - sum(v for k, v in x.items() if k not in mine)
+      <= len(mine) - 1)
+
+
 def _solve(search, mesh_shape, topology, memory_budget, objective,
            time_limit_s, num_workers, seed, tie_break, solver_params, forbid,
-           progress, overlap=True):
+           progress, overlap=True, exclude=()):
   """The body of :meth:`LayoutSearch.solve`."""
   check_import_order()
   if objective not in OBJECTIVES:
@@ -551,7 +564,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     # is its predicted step time: solve "time", report it as latency.
     result = _solve(search, mesh_shape, topology, memory_budget, "time",
                     time_limit_s, num_workers, seed, tie_break,
-                    solver_params, forbid, progress, overlap)
+                    solver_params, forbid, progress, overlap, exclude)
     return dataclasses.replace(result, objective="latency")
   # The edge: resolve names once; everything below gets typed values.
   mesh_shape = convert_to_mesh_shape(mesh_shape)
@@ -563,6 +576,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
       problem.form.model.add(var == 0)
+  for rules in exclude:
+    _exclude_layout(problem, rules)
   try:
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
