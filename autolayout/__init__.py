@@ -23,9 +23,12 @@ import mesh_tf.import_order  # noqa: F401  isort:skip
 from autolayout.errors import (AutoLayoutError, ImportOrderError,
                                InfeasibleLayoutError, SolverError)
 from autolayout.result import LayoutResult, ModelSize
-from autolayout.solve import LayoutSearch, auto_layout, validate
+from autolayout.solve import LayoutSearch, validate
 from autolayout.explain import explain
-from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
+# auto_layout of a given mesh is autolayout.solve's; this one also searches
+# the mesh when given none.
+from autolayout.mesh_search import (auto_layout, auto_mesh_and_layout,
+                                    mesh_factorizations)
 from autolayout.pareto import pareto
 from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              splittable_dims, to_dot, write_dot,

@@ -446,7 +446,7 @@ def _infeasible(search, mesh_shape, topology, budget, time_limit_s,
       memory_budget=budget, min_peak_bytes=peak, dominating=top)
 
 
-def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
+def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 memory_budget=None, objective="time",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
@@ -456,11 +456,9 @@ def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
 
   Args:
     graph: an mtf Graph (one mesh).
-    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"``; None: search every 1-
-      and 2-axis mesh shape of the topology's chips, with axes named after
-      the physical dims they lie on, and return the best
-      (``meshes_tried`` lists them all; ``forbid``, ``tie_break``,
-      ``solver_params`` and ``progress`` apply to a given mesh only).
+    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"`` (``autolayout.auto_layout``
+      also takes None: the best mesh shape, see
+      :func:`autolayout.mesh_search.auto_layout`).
     outputs: tensors whose values are exported (default: those nobody
       reads).
     topology: a costmodels Topology or its name (``"dgx-h100"``...).
@@ -513,28 +511,9 @@ def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
         "auto_layout was given outputs that differ from its LayoutSearch's "
         f"{[t.name for t in search.outputs]}; pass outputs=None, or "
         "search=LayoutSearch(graph, outputs)")
-  if mesh_shape is None:
-    return _search_meshes(search, topology, memory_budget, objective,
-                          time_limit_s, num_workers, seed, overlap)
   return search.solve(mesh_shape, topology, memory_budget, objective,
                       time_limit_s, num_workers, seed, tie_break,
                       solver_params, forbid, progress, overlap)
-
-
-def _search_meshes(search, topology, memory_budget, objective, time_limit_s,
-                   num_workers, seed, overlap):
-  """``auto_layout`` without a mesh: the best of every mesh shape."""
-  from autolayout import mesh_search  # it imports this module
-  topology = costmodels.get_topology(topology)
-  results, table = mesh_search.auto_mesh_and_layout(
-      search.graph, topology.num_chips, None, topology, memory_budget,
-      objective, mesh_search.DEFAULT_MAX_AXES, time_limit_s, num_workers,
-      seed, search=search, overlap=overlap, physical_names=True)
-  tried = tuple((row.mesh, row.status,
-                 None if row.step_time_s is None or math.isnan(
-                     row.step_time_s) else float(row.step_time_s))
-                for row in table.itertuples())
-  return dataclasses.replace(results[0], meshes_tried=tried)
 
 
 def _exclude_layout(problem, rules):
