@@ -303,18 +303,16 @@ def add_overlap_constraints(model, v, tables, spec, unit):
      Z_{b,a} = Z_{b+1,a} + \sum_{S,\sigma} \lfloor c_{S,\sigma,b,a}/u
      \rceil y_{S,\sigma} - \sum_{S,\sigma} \lfloor \eta_a
      w_{S,\sigma,b+1}/u \rceil y_{S,\sigma}, \quad Z_{B,a} = 0,
+     \qquad e_a = \max(0, Z_{0,a}, \dots, Z_{B-1,a}):
 
-  :math:`e_a \ge 0`, :math:`e_a \ge Z_{b,a}`.  :math:`Z_{b,a}` is the
-  suffix :math:`\sum_{b' \ge b} c_{b',a} - \eta_a W_b` of
-  :mod:`costmodels.overlap`, so the minimum of :math:`e_a` is
-  :math:`E_a`.  Returns ``(expr, number of rounded coefficients)``.
+  :math:`Z_{b,a}` is the suffix :math:`\sum_{b' \ge b} c_{b',a} -
+  \eta_a W_b` of :mod:`costmodels.overlap`, so :math:`e_a = E_a`.  Returns ``(expr, number of rounded coefficients)``.
   """
   if spec is None or not spec.num_buckets:
     return 0, 0
   nb = spec.num_buckets
   axes = sorted({k[2] for tb in tables for k, _ in tb.terms
                  if k[0] == "sync"})
-  work = {s: _linear(v, tables, ("work", s), unit) for s in range(1, nb + 1)}
   total, rounded = [], 0
   for a in axes:
     eta = spec.efficiency.get(a, 0.0)
@@ -322,9 +320,13 @@ def add_overlap_constraints(model, v, tables, spec, unit):
     if not any(ys for ys, _ in sync.values()):
       continue
     hi = sum(sum(c) for _, c in sync.values()) + 1
-    lo = -int(eta * sum(sum(c) for _, c in work.values())) - 1
     e = model.new_int_var(0, hi, f"exposed_sync[{a}]")
-    nxt = None
+    # Each suffix is a variable Z_b = Z_{b+1} + (terms of bucket b), and e
+    # is their max with 0 as an equality (tight whatever the objective,
+    # so later phases and rounding cannot leave slack in it).
+    zs, nxt = [], None
+    lo = -hi - sum(sum(c) for _, c in (
+        _linear(v, tables, ("work", s), unit, eta) for s in range(1, nb + 1)))
     for b in range(nb - 1, -1, -1):
       ys_s, c_s = sync[b]
       ys_w, c_w = _linear(v, tables, ("work", b + 1), unit, eta)
@@ -333,8 +335,9 @@ def add_overlap_constraints(model, v, tables, spec, unit):
       expr = (cp_model.LinearExpr.weighted_sum(ys_s, c_s)
               - cp_model.LinearExpr.weighted_sum(ys_w, c_w))
       model.add(z == (expr + nxt if nxt is not None else expr))
-      model.add(e >= z)
+      zs.append(z)
       nxt = z
+    model.add_max_equality(e, [0] + zs)
     total.append(e)
   if not total:
     return 0, 0
