@@ -53,6 +53,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ortools.sat.python import cp_model
 
+from costmodels import overlap as cm_overlap
 from autolayout import assignments
 
 TIME_UNITS_TOTAL = 10**12
@@ -342,6 +343,33 @@ def add_overlap_constraints(model, v, tables, spec, unit):
   if not total:
     return 0, 0
   return sum(total), rounded
+
+
+def exposed_sync_value(spec, terms):
+  r""":math:`\sum_a E_a` in seconds from the summed ``Table.terms`` of one
+  layout (``{key: seconds}``), by the cost model's own formula; 0.0 without
+  overlap."""
+  if spec is None:
+    return 0.0
+  work = [0.0] + [terms.get(("work", s), 0.0)
+                  for s in range(1, spec.num_buckets + 1)]
+  total = 0.0
+  for a in sorted({k[2] for k in terms if k[0] == "sync"}):
+    sync = [terms.get(("sync", b, a), 0.0) for b in range(spec.num_buckets)]
+    total += cm_overlap.exposed_sync_time(sync, work,
+                                          spec.efficiency.get(a, 0.0))
+  return total
+
+
+def add_layout_exclusion(model, v, rules):
+  r"""Adds :math:`\sum_{k \in Q} x_k - \sum_{k \notin Q} x_k \le |Q| - 1`:
+  the answer is not exactly the layout ``Q`` = ``rules`` (a no-good)."""
+  mine = {DimAxis(d, a) for d, a in rules.pairs}
+  if not mine <= set(v.x):
+    return  # Q is not in the space: nothing to exclude
+  model.add(sum(v.x[k] for k in mine)
+            - sum(x for k, x in v.x.items() if k not in mine)
+            <= len(mine) - 1)
 
 
 def add_memory_constraints(model, v, steps, host, budget, with_peak):

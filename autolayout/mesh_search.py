@@ -92,11 +92,14 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
                          objective="time", max_axes=3,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                         search=None, overlap=True, physical_names=False):
+                         search=None, hint=None, overlap=True,
+                         physical_names=False):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
   ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
-  each mesh's tables for later queries); None: a new one.  ``overlap``: as
+  each mesh's tables for later queries); None: a new one.  ``hint``: a
+  previous plan (or its file) that seeds every mesh's solve, matched by
+  dim and axis name (see :func:`autolayout.auto_layout`).  ``overlap``: as
   for :func:`auto_layout`.  ``physical_names``: name each tried mesh's axes
   after the physical dims they lie on (:func:`physical_axis_names`) instead
   of ``x, y, z``.
@@ -129,7 +132,8 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
       continue
     try:
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       time_limit_s, num_workers, seed, overlap=overlap)
+                       time_limit_s, num_workers, seed, hint=hint,
+                       overlap=overlap)
     except InfeasibleLayoutError as e:
       if best_peak is None or e.min_peak_bytes < best_peak[0]:
         best_peak = (e.min_peak_bytes, mesh, e)
@@ -164,7 +168,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, overlap=True):
+                search=None, hint=None, overlap=True):
   """:func:`autolayout.solve.auto_layout`, which also answers without a
   mesh: ``mesh_shape=None`` (the default, as in ``mtf-layout solve``)
   searches every 1- and 2-axis mesh shape of the topology's chips, names
@@ -183,12 +187,12 @@ def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
     return solve.auto_layout(graph, mesh_shape, outputs, topology,
                              memory_budget, objective, time_limit_s,
                              num_workers, seed, tie_break, solver_params,
-                             forbid, progress, search, overlap)
+                             forbid, progress, search, hint, overlap)
   topology = costmodels.get_topology(topology)
   results, table = auto_mesh_and_layout(
       graph, topology.num_chips, outputs, topology, memory_budget, objective,
       DEFAULT_MAX_AXES, time_limit_s, num_workers, seed, search=search,
-      overlap=overlap, physical_names=True)
+      hint=hint, overlap=overlap, physical_names=True)
   tried = tuple((row.mesh, row.status,
                  None if row.step_time_s is None or math.isnan(
                      row.step_time_s) else float(row.step_time_s))

@@ -145,13 +145,13 @@ class LayoutSearch:
             objective="time", time_limit_s=DEFAULT_TIME_LIMIT_S,
             num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
             tie_break=(), solver_params=None, forbid=(), progress=None,
-            overlap=True, exclude=()):
+            hint=None, overlap=True, exclude=()):
     """The optimal layout on ``mesh_shape``; the arguments and the result
     are :func:`auto_layout`'s.  ``exclude``: whole layouts (LayoutRules) the
     answer must differ from."""
     return _solve(self, mesh_shape, topology, memory_budget, objective,
                   time_limit_s, num_workers, seed, tie_break, solver_params,
-                  forbid, progress, overlap, exclude)
+                  forbid, progress, hint, overlap, exclude)
 
   def min_peak(self, mesh_shape, topology,
                time_limit_s=DEFAULT_TIME_LIMIT_S,
@@ -238,7 +238,7 @@ class _ProgressCallback(cp_model.CpSolverSolutionCallback):
 
 
 def solve_phases(form, phases, time_limit_s, num_workers, seed,
-                 solver_params=None, progress=None):
+                 solver_params=None, progress=None, hint=None):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
@@ -249,6 +249,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   ``{"stop_after_first_solution": True}``).  ``progress(best, bound,
   elapsed_s)``, if given, is called for every improving solution of the
   first phase (objective values in the solver's integer units).
+  ``hint`` (``{DimAxis: 0/1}``) replaces the replicated layout as CP-SAT's
+  first guess (see :mod:`autolayout.plan_hint`).
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -270,10 +272,11 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
             [v.x[k] for k in group], [2**i for i in range(len(group))]))
     else:
       exprs.append(form.objectives[p])
-  # The replicated layout is a valid first solution whenever memory allows.
+  # The replicated layout is a valid first solution whenever memory allows;
+  # a previous plan (``hint``) is usually closer to the optimum.
   model.clear_hints()
-  for var in v.x.values():
-    model.add_hint(var, 0)
+  for k, var in v.x.items():
+    model.add_hint(var, int((hint or {}).get(k, 0)))
   start, first, x = time.perf_counter(), None, None
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
@@ -332,18 +335,8 @@ def table_values(problem, rules):
     c += tb.comm_s[i]
     for k, col in tb.terms:
       terms[k] += col[i]
-  spec = problem.form.overlap
-  if spec is not None:
-    work = [0.0] + [terms.get(("work", s), 0.0)
-                    for s in range(1, spec.num_buckets + 1)]
-    for a in sorted({k[2] for k in terms if k[0] == "sync"}):
-      sync = [terms.get(("sync", b, a), 0.0)
-              for b in range(spec.num_buckets)]
-      e = cm_overlap.exposed_sync_time(sync, work,
-                                       spec.efficiency.get(a, 0.0))
-      t += e
-      c += e
-  return t, c
+  e = formulation.exposed_sync_value(problem.form.overlap, terms)
+  return t + e, c + e
 
 
 def validate(problem, rules, memory_budget=None, objective=None, value=None):
@@ -451,7 +444,7 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, overlap=True):
+                search=None, hint=None, overlap=True):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
@@ -481,6 +474,11 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
       for "memory"), e.g. to show a live display.
     search: a :class:`LayoutSearch` of ``graph`` (and ``outputs``) whose
       tables to reuse; None: a new one, for this call only.
+    hint: a previous :class:`~autolayout.plan.Plan` (or its file path) to
+      start the search from, e.g. after the shapes, batch or mesh changed.
+      Its rules are matched by dim and axis name; those that no longer
+      apply are skipped.  The result's ``hint_report`` says which rules
+      changed and which cost terms moved (:mod:`autolayout.plan_hint`).
     overlap: hide gradient syncs under the rest of the backward pass, as
       :func:`costmodels.evaluate` does (the objective is the exposed step
       time); False prices every collective in full.
@@ -513,24 +511,12 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
         "search=LayoutSearch(graph, outputs)")
   return search.solve(mesh_shape, topology, memory_budget, objective,
                       time_limit_s, num_workers, seed, tie_break,
-                      solver_params, forbid, progress, overlap)
-
-
-def _exclude_layout(problem, rules):
-  r"""Adds :math:`\sum_{k \in Q} x_k - \sum_{k \notin Q} x_k \le |Q| - 1`:
-  the answer is not exactly the layout ``Q`` = ``rules``."""
-  x = problem.form.vars.x
-  mine = {formulation.DimAxis(d, a) for d, a in rules.pairs}
-  if not mine <= set(x):
-    return  # Q is not in the space: nothing to exclude
-  problem.form.model.add(
-      sum(x[k] for k in mine) - sum(v for k, v in x.items() if k not in mine)
-      <= len(mine) - 1)
+                      solver_params, forbid, progress, hint, overlap)
 
 
 def _solve(search, mesh_shape, topology, memory_budget, objective,
            time_limit_s, num_workers, seed, tie_break, solver_params, forbid,
-           progress, overlap=True, exclude=()):
+           progress, hint=None, overlap=True, exclude=()):
   """The body of :meth:`LayoutSearch.solve`."""
   check_import_order()
   if objective not in OBJECTIVES:
@@ -543,7 +529,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     # is its predicted step time: solve "time", report it as latency.
     result = _solve(search, mesh_shape, topology, memory_budget, "time",
                     time_limit_s, num_workers, seed, tie_break,
-                    solver_params, forbid, progress, overlap, exclude)
+                    solver_params, forbid, progress, hint, overlap,
+                    exclude)
     return dataclasses.replace(result, objective="latency")
   # The edge: resolve names once; everything below gets typed values.
   mesh_shape = convert_to_mesh_shape(mesh_shape)
@@ -556,13 +543,20 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     if var is not None:
       problem.form.model.add(var == 0)
   for rules in exclude:
-    _exclude_layout(problem, rules)
+    formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
+                                     rules)
+  hint_x = None
+  if hint is not None:
+    from autolayout import plan_hint  # pylint: disable=g-import-not-at-top
+    hint_x, hinted, skipped = plan_hint.hint_values(
+        plan_hint.as_plan(hint), list(problem.form.vars.x), search.graph,
+        problem.mesh_shape)
   try:
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
         lambda best, bound, t: progress(best * unit, bound * unit, t))
     pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
-                      solver_params, on_solution)
+                      solver_params, on_solution, hint_x)
   except InfeasibleLayoutError:
     _infeasible(search, mesh_shape, topology, memory_budget,
                 time_limit_s, num_workers, seed)
@@ -588,8 +582,12 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     bound = min(bound, value)
   gap = 0.0 if pr.status == "optimal" else max(
       0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)
-  return LayoutResult(rules, problem.mesh_shape, report, objective, value,
-                      pr.status, bound, gap, pr.solve_time_s,
-                      problem.build_time_s, _model_size(problem),
-                      memory_budget, problem.topology, graph=search.graph,
-                      outputs=problem.outputs)
+  result = LayoutResult(rules, problem.mesh_shape, report, objective, value,
+                        pr.status, bound, gap, pr.solve_time_s,
+                        problem.build_time_s, _model_size(problem),
+                        memory_budget, problem.topology, graph=search.graph,
+                        outputs=problem.outputs)
+  if hint is not None:
+    result = dataclasses.replace(result, hint_report=plan_hint.hint_report(
+        hinted, skipped, result))
+  return result

@@ -3,7 +3,7 @@
 import pandas as pd
 
 from autolayout.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
-from autolayout.cli import common, inputs
+from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -19,19 +19,27 @@ def _arguments(p):
   p.add_argument("--max-axes", type=int, default=DEFAULT_MAX_AXES,
                  help="when searching meshes: most mesh axes (default "
                  f"{DEFAULT_MAX_AXES})")
+  f = p.add_argument_group("plan files (docs/plan_files.md)")
+  f.add_argument("--save", metavar="PLAN.json",
+                 help="write the plan (model identity, mesh, topology, "
+                 "rules, predicted costs, solver status) to this file")
+  f.add_argument("--hint", metavar="PLAN.json",
+                 help="start the solver from a previous plan (e.g. after "
+                 "the shapes, batch or mesh changed) and say what changed")
 
 
 def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
+  hint = plans.read(args.hint) if args.hint else None
   tried = None
   if args.devices is not None and args.mesh:
     raise CliInputError("give either --mesh or --devices, not both",
                         hint="--devices searches every mesh shape")
   if args.mesh:
     mesh = common.mesh_of(args, topology)
-    result = common.solve(ctx, setup, mesh, args, budget)
+    result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
   else:
     n = topology.num_chips if args.devices is None else args.devices
     inputs.check_devices(n, topology)
@@ -39,10 +47,11 @@ def _run(args, ctx):
       results, tried = auto_mesh_and_layout(
           model.graph, n, model.outputs, topology, budget,
           args.objective, args.max_axes, args.time_limit, args.workers,
-          args.seed, search=setup.search, overlap=setup.overlap,
+          args.seed, search=setup.search, hint=hint, overlap=setup.overlap,
           physical_names=True)
     result = results[0]
   report = result.report
+  saved = plans.save(result, args, model) if args.save else None
 
   def table(ctx):
     how = ("given" if tried is None else
@@ -61,13 +70,20 @@ def _run(args, ctx):
     common.show_memory(ctx, report)
     common.show_axes(ctx, report)
     common.show_times(ctx, report, result)
+    if result.hint_report is not None:
+      ctx.line(f"Warm start from {args.hint}:")
+      for line in str(result.hint_report).splitlines():
+        ctx.line("  " + line)
+    if saved is not None:
+      ctx.line(f"saved the plan to {args.save}")
 
   return Answer(
       json=lambda: common.payload(
           model, topology, result=out.layout_record(report, result),
           question="train" if model.train else "forward",
           meshes_tried=(None if tried is None
-                        else out.frame_records(tried))),
+                        else out.frame_records(tried)),
+          **plans.solve_record(args, result)),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
       plot=common.compare_plot({str(result.rules) or "replicated": report},
