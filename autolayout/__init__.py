@@ -29,9 +29,12 @@ from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
                                PlanFormatError, PlanMismatchError,
                                SolverError)
 from autolayout.result import LayoutResult, ModelSize
-from autolayout.solve import LayoutSearch, auto_layout, validate
+from autolayout.solve import LayoutSearch, validate
 from autolayout.explain import explain
-from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
+# auto_layout of a given mesh is autolayout.solve's; this one also searches
+# the mesh when given none.
+from autolayout.mesh_search import (auto_layout, auto_mesh_and_layout,
+                                    mesh_factorizations)
 from autolayout.pareto import pareto
 from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              splittable_dims, to_dot, write_dot,

@@ -1,5 +1,14 @@
 """Why a layout uses each of its rules: the cost of dropping each one, and
-of the best layout that puts the dim elsewhere."""
+of the best *different* layout that puts the dim elsewhere.
+
+Mesh axes that are interchangeable (same size, same links: ``x`` and ``y``
+of a square torus) make mirror images of a layout that cost the same; a
+runner-up that is such a mirror image of the chosen layout says nothing, so
+the re-solve excludes every one of them (and the other dims re-solve
+freely).
+"""
+
+import itertools
 
 import pandas as pd
 
@@ -14,13 +23,43 @@ from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
 COLUMNS = ("dim", "axis", "step_time_s", "peak_memory_bytes",
            "without_step_time_s", "without_peak_memory_bytes",
            "runner_up_axis", "runner_up_rules", "runner_up_step_time_s",
-           "runner_up_peak_memory_bytes")
+           "runner_up_peak_memory_bytes", "runner_up_comm_by_axis_s")
+
+
+def interchangeable_axes(mapping):
+  """Groups of mesh-axis names (size > 1) with equal size and equal links,
+  so that swapping them maps every layout to one of equal cost."""
+  groups = {}
+  for a in mapping.axes:
+    if a.size < 2:
+      continue
+    key = (a.size, a.link_kind, a.structure, a.bandwidth_bytes_per_s,
+           a.latency_s, tuple((s.size, s.stride, s.structure, s.link)
+                              for s in a.segments))
+    groups.setdefault(key, []).append(a.axis)
+  return [tuple(g) for g in groups.values() if len(g) > 1]
+
+
+def mirror_images(rules, groups):
+  """Every layout other than ``rules`` obtained by permuting the axes within
+  each group of interchangeable axes."""
+  perms = [list(itertools.permutations(g)) for g in groups]
+  out = set()
+  for choice in itertools.product(*perms):
+    m = {}
+    for g, p in zip(groups, choice):
+      m.update(dict(zip(g, p)))
+    image = LayoutRules([(d, m.get(a, a)) for d, a in rules.pairs])
+    if set(image.pairs) != set(rules.pairs):
+      out.add(image)
+  return sorted(out, key=str)
 
 
 def explain(search, mesh_shape, rules, topology="dgx-h100",
             memory_budget=None, objective="time", report=None,
             time_limit_s=DEFAULT_TIME_LIMIT_S,
-            num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+            num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+            overlap=True):
   """For each rule of ``rules``, the step time and peak memory without it,
   and with the dim on its runner-up axis.
 
@@ -38,6 +77,8 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
     objective: what the runner-ups minimise (as for ``auto_layout``).
     report: the CostReport of ``rules`` if already at hand (else priced).
     time_limit_s, num_workers, seed: CP-SAT settings of each re-solve.
+    overlap: price with gradient syncs hidden under compute (as
+      ``costmodels.evaluate``); False: every collective exposed.
 
   Returns:
     A DataFrame with one row per rule ``dim:axis``: the chosen
@@ -45,8 +86,10 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
     layout minus this rule; ``runner_up_*``: the best layout (same budget
     and objective) that does not put ``dim`` on ``axis``, with
     ``runner_up_axis`` the axis it gives ``dim`` (None: replicated) and
-    ``runner_up_rules`` its rules.  A value is None where no such layout
-    exists.
+    ``runner_up_rules`` its rules, ``runner_up_comm_by_axis_s`` its
+    exposed communication per mesh axis.  The runner-up is never a mirror
+    image of ``rules`` under a swap of interchangeable axes.  A value is
+    None where no such layout exists.
 
   Example:
     >>> r = autolayout.auto_layout(graph, "x:2;y:4")     # doctest: +SKIP
@@ -60,21 +103,26 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
   if report is None:
     report = costmodels.evaluate(search.graph, mesh_shape, rules, topology,
                                  outputs=outputs,
-                                 microbatches=search.microbatches)
+                                 microbatches=search.microbatches,
+                                 overlap=overlap)
   base = dict(rules.pairs)
+  mirrors = mirror_images(rules, interchangeable_axes(
+      costmodels.map_mesh(topology, mesh_shape)))
   rows = []
   for dim, axis in rules.pairs:
     rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
     try:
       r0 = costmodels.evaluate(search.graph, mesh_shape, rest, topology,
                                outputs=outputs,
-                               microbatches=search.microbatches)
+                               microbatches=search.microbatches,
+                               overlap=overlap)
     except LayoutError:
       r0 = None
     try:
       alt = search.solve(mesh_shape, topology, memory_budget, objective,
                          time_limit_s, num_workers, seed,
-                         forbid=[(dim, axis)])
+                         forbid=[(dim, axis)], overlap=overlap,
+                         exclude=mirrors)
     except AutoLayoutError:
       alt = None
     rows.append({
@@ -87,5 +135,7 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
         "runner_up_rules": str(alt.rules) if alt else None,
         "runner_up_step_time_s": alt.step_time_s if alt else None,
         "runner_up_peak_memory_bytes": (alt.peak_memory_bytes
-                                        if alt else None)})
+                                        if alt else None),
+        "runner_up_comm_by_axis_s": (dict(alt.report.comm_time_by_axis)
+                                     if alt else None)})
   return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -53,6 +53,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ortools.sat.python import cp_model
 
+from costmodels import overlap as cm_overlap
 from autolayout import assignments
 
 TIME_UNITS_TOTAL = 10**12
@@ -71,11 +72,26 @@ class TableChoice(NamedTuple):
 
 
 class Table(NamedTuple):
-  """A scope table with its per-assignment costs (seconds)."""
+  """A scope table with its per-assignment costs (seconds).
+
+  ``time_s`` and ``comm_s`` hold everything that is always exposed (all
+  compute; every collective but the gradient syncs when overlap is on).
+  ``terms`` holds the overlap terms, ``((key, per-choice seconds), ...)``
+  with ``key`` either ``("sync", bucket, axis)`` (gradient-sync seconds on
+  that axis) or ``("work", segment)`` (compute seconds in that segment).
+  """
   scope: Tuple[str, ...]
   choices: Tuple[Tuple[Optional[str], ...], ...]
   time_s: Tuple[float, ...]
   comm_s: Tuple[float, ...]
+  terms: Tuple[Tuple[tuple, Tuple[float, ...]], ...] = ()
+
+
+class OverlapSpec(NamedTuple):
+  r"""What the program needs of :mod:`costmodels.overlap`: the bucket count
+  and :math:`\eta_a` per mesh axis."""
+  num_buckets: int
+  efficiency: Dict[str, float]
 
 
 class Variables:
@@ -96,6 +112,8 @@ class Formulation(NamedTuple):
   units: Dict[str, float]   # seconds (or bytes) per objective unit
   tie_break: Tuple[Tuple[DimAxis, ...], ...]
   memory_steps: int
+  overlap: Optional["OverlapSpec"] = None
+  rounded_terms: int = 0   # overlap coefficients rounded to units
 
 
 # --- scope tables ---------------------------------------------------------
@@ -116,8 +134,22 @@ def host_scopes(scopes):
   return host
 
 
-def build_tables(tables, space, extra_scopes=()):
+def _sync_by_axis(tables, f, sub, memo):
+  key = ("axes", f.key, sub)
+  hit = memo.get(key)
+  if hit is None:
+    rec = tables.allreduce_record(f, sub)
+    hit = memo[key] = (() if rec is None else
+                       tuple(tables.pricer.collective_by_axis(rec).items()))
+  return hit
+
+
+def build_tables(tables, space, extra_scopes=(), placements=None):
   """Folds every factor of ``tables`` (a GraphTables) into scope tables.
+
+  ``placements`` (from :func:`autolayout.overlap_terms.placements`) turns
+  overlap on: gradient syncs go to ``Table.terms`` instead of ``comm_s``,
+  and compute is also split by schedule segment.
 
   Returns ``(list of Table, host map scope -> table scope)``.  Local
   assignments under which some factor's lowering is invalid are dropped.
@@ -129,10 +161,11 @@ def build_tables(tables, space, extra_scopes=()):
   out = []
   for scope in sorted(set(host.values())):
     factors = by_host.get(scope, [])
-    choices, times, comms = [], [], []
+    choices, times, comms, terms = [], [], [], []
     memo = {}
     for sigma in assignments.local_assignments(space, scope):
       ok, t_sum, c_sum = True, 0.0, 0.0
+      extra = collections.defaultdict(float)
       for f in factors:
         sub = assignments.restrict(scope, sigma, f.scope)
         v = memo.get((f.kind, f.key, sub))
@@ -141,13 +174,29 @@ def build_tables(tables, space, extra_scopes=()):
         if not v[0]:
           ok = False
           break
-        t_sum += f.count * (v[1] + v[2])
-        c_sum += f.count * v[2]
+        pl = placements[(f.kind, f.key)] if placements else None
+        plain = f.count if pl is None else pl.plain
+        t_sum += f.count * v[1] + plain * v[2]
+        c_sum += plain * v[2]
+        if pl is None:
+          continue
+        if v[1]:
+          for seg, n in pl.segments:
+            if seg:
+              extra[("work", seg)] += n * v[1]
+        if v[2] and pl.sync_buckets:
+          for a, t in _sync_by_axis(tables, f, sub, memo):
+            for b, n in pl.sync_buckets:
+              extra[("sync", b, a)] += n * t
       if ok:
         choices.append(sigma)
         times.append(t_sum)
         comms.append(c_sum)
-    out.append(Table(scope, tuple(choices), tuple(times), tuple(comms)))
+        terms.append(extra)
+    keys = sorted({k for e in terms for k in e}, key=repr)
+    out.append(Table(scope, tuple(choices), tuple(times), tuple(comms),
+                     tuple((k, tuple(e.get(k, 0.0) for e in terms))
+                           for k in keys)))
   return out, host
 
 
@@ -200,11 +249,27 @@ def add_table_vars(model, v, tables):
           model.add(x == sum(terms))
 
 
-def time_objective(v, tables, which="time"):
-  """The scaled step-time (or comm-time) objective; returns (expr, unit)."""
+def time_unit(tables, which="time"):
+  """Seconds per objective unit: the largest possible total (including
+  every gradient sync) is about :data:`TIME_UNITS_TOTAL` units."""
+  top = 0.0
+  for tb in tables:
+    c = tb.time_s if which == "time" else tb.comm_s
+    if not c:
+      continue
+    top += max(c)
+    sync = [s for k, s in tb.terms if k[0] == "sync"]
+    if sync:
+      top += max(sum(col) for col in zip(*sync))
+  return top / TIME_UNITS_TOTAL if top > 0 else 1.0
+
+
+def time_objective(v, tables, which="time", unit=None):
+  """The scaled step-time (or comm-time) objective, without the overlap
+  terms; returns (expr, unit)."""
   costs = [(tb, tb.time_s if which == "time" else tb.comm_s) for tb in tables]
-  top = sum(max(c) for _, c in costs if c)
-  unit = top / TIME_UNITS_TOTAL if top > 0 else 1.0
+  if unit is None:
+    unit = time_unit(tables, which)
   ys, coeffs = [], []
   for tb, c in costs:
     for sigma, s in zip(tb.choices, c):
@@ -213,6 +278,98 @@ def time_objective(v, tables, which="time"):
         ys.append(v.y[TableChoice(tb.scope, sigma)])
         coeffs.append(q)
   return cp_model.LinearExpr.weighted_sum(ys, coeffs), unit
+
+
+def _linear(v, tables, key, unit, scale=1.0):
+  """``(ys, coefficients)`` of the term ``key`` in units."""
+  ys, coeffs = [], []
+  for tb in tables:
+    for k, col in tb.terms:
+      if k != key:
+        continue
+      for sigma, s in zip(tb.choices, col):
+        q = int(round(scale * s / unit))
+        if q:
+          ys.append(v.y[TableChoice(tb.scope, sigma)])
+          coeffs.append(q)
+  return ys, coeffs
+
+
+def add_overlap_constraints(model, v, tables, spec, unit):
+  r"""The exposed gradient-sync time :math:`\sum_a e_a` (in units).
+
+  For each axis :math:`a` with syncs and bucket :math:`b = B-1 \dots 0`:
+
+  .. math::
+     Z_{b,a} = Z_{b+1,a} + \sum_{S,\sigma} \lfloor c_{S,\sigma,b,a}/u
+     \rceil y_{S,\sigma} - \sum_{S,\sigma} \lfloor \eta_a
+     w_{S,\sigma,b+1}/u \rceil y_{S,\sigma}, \quad Z_{B,a} = 0,
+     \qquad e_a = \max(0, Z_{0,a}, \dots, Z_{B-1,a}):
+
+  :math:`Z_{b,a}` is the suffix :math:`\sum_{b' \ge b} c_{b',a} -
+  \eta_a W_b` of :mod:`costmodels.overlap`, so :math:`e_a = E_a`.  Returns ``(expr, number of rounded coefficients)``.
+  """
+  if spec is None or not spec.num_buckets:
+    return 0, 0
+  nb = spec.num_buckets
+  axes = sorted({k[2] for tb in tables for k, _ in tb.terms
+                 if k[0] == "sync"})
+  total, rounded = [], 0
+  for a in axes:
+    eta = spec.efficiency.get(a, 0.0)
+    sync = {b: _linear(v, tables, ("sync", b, a), unit) for b in range(nb)}
+    if not any(ys for ys, _ in sync.values()):
+      continue
+    hi = sum(sum(c) for _, c in sync.values()) + 1
+    e = model.new_int_var(0, hi, f"exposed_sync[{a}]")
+    # Each suffix is a variable Z_b = Z_{b+1} + (terms of bucket b), and e
+    # is their max with 0 as an equality (tight whatever the objective,
+    # so later phases and rounding cannot leave slack in it).
+    zs, nxt = [], None
+    lo = -hi - sum(sum(c) for _, c in (
+        _linear(v, tables, ("work", s), unit, eta) for s in range(1, nb + 1)))
+    for b in range(nb - 1, -1, -1):
+      ys_s, c_s = sync[b]
+      ys_w, c_w = _linear(v, tables, ("work", b + 1), unit, eta)
+      rounded += len(c_s) + len(c_w)
+      z = model.new_int_var(lo, hi, f"suffix[{a},{b}]")
+      expr = (cp_model.LinearExpr.weighted_sum(ys_s, c_s)
+              - cp_model.LinearExpr.weighted_sum(ys_w, c_w))
+      model.add(z == (expr + nxt if nxt is not None else expr))
+      zs.append(z)
+      nxt = z
+    model.add_max_equality(e, [0] + zs)
+    total.append(e)
+  if not total:
+    return 0, 0
+  return sum(total), rounded
+
+
+def exposed_sync_value(spec, terms):
+  r""":math:`\sum_a E_a` in seconds from the summed ``Table.terms`` of one
+  layout (``{key: seconds}``), by the cost model's own formula; 0.0 without
+  overlap."""
+  if spec is None:
+    return 0.0
+  work = [0.0] + [terms.get(("work", s), 0.0)
+                  for s in range(1, spec.num_buckets + 1)]
+  total = 0.0
+  for a in sorted({k[2] for k in terms if k[0] == "sync"}):
+    sync = [terms.get(("sync", b, a), 0.0) for b in range(spec.num_buckets)]
+    total += cm_overlap.exposed_sync_time(sync, work,
+                                          spec.efficiency.get(a, 0.0))
+  return total
+
+
+def add_layout_exclusion(model, v, rules):
+  r"""Adds :math:`\sum_{k \in Q} x_k - \sum_{k \notin Q} x_k \le |Q| - 1`:
+  the answer is not exactly the layout ``Q`` = ``rules`` (a no-good)."""
+  mine = {DimAxis(d, a) for d, a in rules.pairs}
+  if not mine <= set(v.x):
+    return  # Q is not in the space: nothing to exclude
+  model.add(sum(v.x[k] for k in mine)
+            - sum(x for k, x in v.x.items() if k not in mine)
+            <= len(mine) - 1)
 
 
 def add_memory_constraints(model, v, steps, host, budget, with_peak):

@@ -11,10 +11,17 @@ import pandas as pd
 import costmodels
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.errors import InfeasibleLayoutError
+import dataclasses
+import math
+
+from autolayout import solve
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, LayoutSearch)
 
 AXIS_NAMES = ("x", "y", "z", "w")
+#: Mesh axes tried when ``auto_layout`` (or ``mtf-layout solve``) is given no
+#: mesh: every 1- and 2-axis shape of the topology's chips.
+DEFAULT_MAX_AXES = 2
 
 
 def _factorizations(n, max_axes, min_factor=2):
@@ -45,18 +52,57 @@ def mesh_factorizations(num_devices, max_axes=3, axis_names=AXIS_NAMES):
   return sorted(out, key=lambda s: (s.count(":"), s))
 
 
+def physical_axis_names(topology, mesh_shape):
+  """``mesh_shape`` with each axis renamed after the physical dims it lies
+  on (row-major, as :func:`costmodels.map_mesh` lays it): on
+  ``tpu-v5e-16x16``, ``x:16;y:16`` stays, ``x:256`` becomes ``xy:256``; on
+  ``h100x8-nodes4``, ``x:4;y:8`` becomes ``node:4;gpu:8`` and ``x:32``
+  ``node_gpu:32``.  Names repeated by axes that share one physical dim get
+  ``_2``, ``_3``...  So a rule such as ``batch:node`` says where the data
+  travels, and ``batch`` never lands on an axis named ``model``.
+
+  Raises:
+    costmodels.TopologyError: if the mesh does not embed in ``topology``.
+
+  Example:
+    >>> str(physical_axis_names("h100x8-nodes4", "x:4;y:8"))
+    'node:4,gpu:8'
+  """
+  topology = costmodels.get_topology(topology)
+  mesh_shape = convert_to_mesh_shape(mesh_shape)
+  mapping = costmodels.map_mesh(topology, mesh_shape)
+  names, seen = [], {}
+  for a in mapping.axes:
+    phys = []
+    for seg in sorted(a.segments, key=lambda g: g.phys_index):
+      if seg.phys_dim not in phys:
+        phys.append(seg.phys_dim)
+    sep = "" if all(len(n) == 1 for n in phys) else "_"
+    name = sep.join(phys) or "one"
+    seen[name] = seen.get(name, 0) + 1
+    if seen[name] > 1:
+      name = f"{name}_{seen[name]}"
+    names.append(name)
+  return convert_to_mesh_shape(
+      ";".join(f"{n}:{d.size}" for n, d in zip(names, mesh_shape.dims)))
+
+
 def auto_mesh_and_layout(graph, num_devices, outputs=None,
                          topology="dgx-h100", memory_budget=None,
                          objective="time", max_axes=3,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                         search=None, hint=None):
+                         search=None, hint=None, overlap=True,
+                         physical_names=False):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
   ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
   each mesh's tables for later queries); None: a new one.  ``hint``: a
   previous plan (or its file) that seeds every mesh's solve, matched by
-  dim and axis name (see :func:`autolayout.auto_layout`).
+  dim and axis name (see :func:`autolayout.auto_layout`).  ``overlap``: as
+  for :func:`auto_layout`.  ``physical_names``: name each tried mesh's axes
+  after the physical dims they lie on (:func:`physical_axis_names`) instead
+  of ``x, y, z``.
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -76,6 +122,9 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
     mesh_shape = convert_to_mesh_shape(mesh)
     try:
       costmodels.map_mesh(topology, mesh_shape)
+      if physical_names:
+        mesh_shape = physical_axis_names(topology, mesh_shape)
+        mesh = ";".join(f"{d.name}:{d.size}" for d in mesh_shape.dims)
     except costmodels.TopologyError as e:
       rows.append({"mesh": mesh, "status": "no-fit", "rules": None,
                    "step_time_s": None, "peak_memory_bytes": None,
@@ -83,7 +132,8 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
       continue
     try:
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       time_limit_s, num_workers, seed, hint=hint)
+                       time_limit_s, num_workers, seed, hint=hint,
+                       overlap=overlap)
     except InfeasibleLayoutError as e:
       if best_peak is None or e.min_peak_bytes < best_peak[0]:
         best_peak = (e.min_peak_bytes, mesh, e)
@@ -111,3 +161,40 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
     table = table.sort_values(["step_time_s", "mesh"], na_position="last",
                               kind="stable").reset_index(drop=True)
   return results, table
+
+
+def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
+                memory_budget=None, objective="time",
+                time_limit_s=DEFAULT_TIME_LIMIT_S,
+                num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+                tie_break=(), solver_params=None, forbid=(), progress=None,
+                search=None, hint=None, overlap=True):
+  """:func:`autolayout.solve.auto_layout`, which also answers without a
+  mesh: ``mesh_shape=None`` (the default, as in ``mtf-layout solve``)
+  searches every 1- and 2-axis mesh shape of the topology's chips, names
+  each axis after the physical dims it lies on
+  (:func:`physical_axis_names`), and returns the best result, whose
+  ``meshes_tried`` lists every shape tried, best first, as ``(mesh,
+  status, step_time_s or None)``.  ``tie_break``, ``solver_params``,
+  ``forbid`` and ``progress`` apply to a given mesh only.
+
+  Example:
+    >>> r = auto_layout(graph, topology="h100x8-nodes4")   # doctest: +SKIP
+    >>> str(r.mesh_shape), str(r.rules)                    # doctest: +SKIP
+    ('node_gpu:32', 'batch:node_gpu')
+  """
+  if mesh_shape is not None:
+    return solve.auto_layout(graph, mesh_shape, outputs, topology,
+                             memory_budget, objective, time_limit_s,
+                             num_workers, seed, tie_break, solver_params,
+                             forbid, progress, search, hint, overlap)
+  topology = costmodels.get_topology(topology)
+  results, table = auto_mesh_and_layout(
+      graph, topology.num_chips, outputs, topology, memory_budget, objective,
+      DEFAULT_MAX_AXES, time_limit_s, num_workers, seed, search=search,
+      hint=hint, overlap=overlap, physical_names=True)
+  tried = tuple((row.mesh, row.status,
+                 None if row.step_time_s is None or math.isnan(
+                     row.step_time_s) else float(row.step_time_s))
+                for row in table.itertuples())
+  return dataclasses.replace(results[0], meshes_tried=tried)

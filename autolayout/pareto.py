@@ -15,8 +15,10 @@ from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
 
 def pareto(graph, mesh_shape, outputs=None, topology="dgx-h100",
            max_points=20, time_limit_s=DEFAULT_TIME_LIMIT_S,
-           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED, search=None):
-  """The Pareto front of (peak memory, step time).
+           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED, search=None,
+           overlap=True):
+  """The Pareto front of (peak memory, step time) (``overlap``: as for
+  :func:`auto_layout`).
 
   Every point is a re-solve on the same mesh, so one :class:`LayoutSearch`
   (``search``, or a new one) builds the tables once for all of them.
@@ -32,7 +34,8 @@ def pareto(graph, mesh_shape, outputs=None, topology="dgx-h100",
   while len(results) < max_points:
     try:
       r = search.solve(mesh_shape, topology, budget, "time", time_limit_s,
-                       num_workers, seed, tie_break=("memory",))
+                       num_workers, seed, tie_break=("memory",),
+                       overlap=overlap)
     except InfeasibleLayoutError:
       break
     results.append(r)

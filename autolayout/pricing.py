@@ -37,6 +37,16 @@ class Pricer:
                                                      self.topology.chip)
     return v
 
+  def collective_by_axis(self, record):
+    """``{mesh axis: seconds}`` of a collective (sums to
+    :meth:`collective_s`)."""
+    key = ("axes",) + record.key()
+    v = self._cache.get(key)
+    if v is None:
+      v = self._cache[key] = costmodels.collective_time_by_axis(
+          record, self.mapping)
+    return v
+
   def collective_s(self, record):
     key = record.key()
     v = self._cache.get(key)

@@ -65,6 +65,8 @@ class LayoutResult:
     hint_report: for a solve given ``hint=plan``, the
       :class:`~autolayout.plan_hint.HintReport` (which rules changed and
       why); else None (not part of equality or the hash).
+    meshes_tried: when the mesh was searched (no mesh given), every mesh
+      shape tried, best first: ``(mesh, status, step_time_s or None)``.
 
   A frozen value: equal results hash equal, and ``dataclasses.replace``
   makes a changed copy.  Why a rule was chosen: :func:`autolayout.explain`.
@@ -88,6 +90,8 @@ class LayoutResult:
                                                default=())
   hint_report: Any = dataclasses.field(repr=False, compare=False,
                                        default=None)
+  meshes_tried: Tuple[Tuple[str, str, Optional[float]], ...] = (
+      dataclasses.field(repr=False, compare=False, default=()))
 
   @property
   def step_time_s(self):

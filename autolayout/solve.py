@@ -7,6 +7,7 @@
 solver).
 """
 
+import collections
 import dataclasses
 import math
 import time
@@ -18,12 +19,13 @@ from ortools.sat.python import cp_model
 
 import costmodels
 from costmodels import memory as cm_memory
+from costmodels import overlap as cm_overlap
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError, MtfError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import (assignments, formulation, memory_steps,
-                        tables)
+                        overlap_terms, tables)
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
                                SolverError, check_import_order)
 from autolayout.pricing import Pricer
@@ -47,6 +49,7 @@ class Problem(NamedTuple):
   build_time_s: float
   microbatches: object = None   # mesh_tf.microbatch.MicrobatchPlan or None
   memory_reserve_fraction: Optional[float] = None
+  overlap: bool = True
 
 
 def _outputs(graph, outputs):
@@ -108,9 +111,11 @@ class LayoutSearch:
     return value
 
   def problem(self, mesh_shape, topology, memory_budget=None,
-              need_peak=False):
+              need_peak=False, overlap=True):
     """Builds the CP-SAT model on ``mesh_shape`` and ``topology`` (see
     :mod:`autolayout.formulation` for the math), from this search's tables.
+    ``overlap``: hide gradient syncs under compute, as
+    :func:`costmodels.evaluate` does.
 
     Returns a :class:`Problem`; its model is new, so adding constraints to
     it leaves later queries untouched.
@@ -132,8 +137,17 @@ class LayoutSearch:
                       lambda: memory_steps.prune_by_layouts(
                           memory_steps.compress(graph, list(outputs)),
                           space))
+    hide = None
+    buckets = cm_overlap.gradient_buckets(graph)
+    if overlap and buckets.num_buckets:
+      placed = self._part("placements", mesh_shape, topo,
+                          lambda: overlap_terms.placements(graph, gt,
+                                                           buckets))
+      hide = (placed, formulation.OverlapSpec(
+          buckets.num_buckets,
+          overlap_terms.efficiencies(gt.pricer.mapping, space.axes)))
     problem = _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
-                        memory_budget, need_peak, t0)
+                        memory_budget, need_peak, t0, hide)
     return problem._replace(
         microbatches=self.microbatches,
         memory_reserve_fraction=self.memory_reserve_fraction)
@@ -142,12 +156,13 @@ class LayoutSearch:
             objective="time", time_limit_s=DEFAULT_TIME_LIMIT_S,
             num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
             tie_break=(), solver_params=None, forbid=(), progress=None,
-            hint=None):
+            hint=None, overlap=True, exclude=()):
     """The optimal layout on ``mesh_shape``; the arguments and the result
-    are :func:`auto_layout`'s."""
+    are :func:`auto_layout`'s.  ``exclude``: whole layouts (LayoutRules) the
+    answer must differ from."""
     return _solve(self, mesh_shape, topology, memory_budget, objective,
                   time_limit_s, num_workers, seed, tie_break, solver_params,
-                  forbid, progress, hint)
+                  forbid, progress, hint, overlap, exclude)
 
   def min_peak(self, mesh_shape, topology,
                time_limit_s=DEFAULT_TIME_LIMIT_S,
@@ -162,18 +177,21 @@ class LayoutSearch:
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
-                  need_peak=False):
+                  need_peak=False, overlap=True):
   """:meth:`LayoutSearch.problem` of a new search of ``graph``."""
   return LayoutSearch(graph, outputs).problem(mesh_shape, topology,
-                                              memory_budget, need_peak)
+                                              memory_budget, need_peak,
+                                              overlap)
 
 
 def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
-              need_peak, t0):
-  """The CP-SAT model of one query, from the search's tables."""
+              need_peak, t0, overlap=None):
+  """The CP-SAT model of one query, from the search's tables.  ``overlap``
+  is ``(placements, OverlapSpec)``, or None to expose every collective."""
   memory_bound = ms is not None
+  placed, spec = overlap if overlap else (None, None)
   tbls, host = formulation.build_tables(gt, space,
-                                        ms.scopes if ms else ())
+                                        ms.scopes if ms else (), placed)
   model = cp_model.CpModel()
   v = formulation.Variables()
   formulation.add_dim_axis_vars(model, v, space)
@@ -188,16 +206,23 @@ def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
         model, v, memory_steps.step_coefficients(ms, space), host,
         memory_budget, with_peak=need_peak)
   objectives, units = {}, {}
+  # With overlap terms both objectives share one unit, so that they share
+  # the exposed-sync variables e_a.
+  unit = formulation.time_unit(tbls) if spec else None
+  exposed, rounded = formulation.add_overlap_constraints(model, v, tbls,
+                                                         spec, unit)
   for which in ("time", "comm"):
-    objectives[which], units[which] = formulation.time_objective(v, tbls,
-                                                                 which)
+    objectives[which], units[which] = formulation.time_objective(
+        v, tbls, which, unit)
+    if rounded:
+      objectives[which] = objectives[which] + exposed
   if v.peak is not None:
     objectives["memory"], units["memory"] = v.peak, 1.0
   form = formulation.Formulation(model, v, tuple(tbls), objectives, units,
                                  formulation.tie_break_groups(v),
-                                 len(ms.steps) if ms else 0)
+                                 len(ms.steps) if ms else 0, spec, rounded)
   return Problem(graph, mesh_shape, outputs, topo, space, form, host,
-                 time.perf_counter() - t0)
+                 time.perf_counter() - t0, overlap is not None)
 
 
 class PhaseResult(NamedTuple):
@@ -306,8 +331,10 @@ def rules_of(x):
 
 
 def table_values(problem, rules):
-  """``(time_s, comm_s)`` the program's tables give ``rules`` (no solver)."""
+  """``(time_s, comm_s)`` the program's tables give ``rules`` (no solver):
+  the exposed step and communication times, overlap included."""
   t = c = 0.0
+  terms = collections.defaultdict(float)
   for tb in problem.form.tables:
     sigma = assignments.from_rules(tb.scope, rules)
     try:
@@ -317,7 +344,10 @@ def table_values(problem, rules):
                         f"{sigma}, which the program does not allow")
     t += tb.time_s[i]
     c += tb.comm_s[i]
-  return t, c
+    for k, col in tb.terms:
+      terms[k] += col[i]
+  e = formulation.exposed_sync_value(problem.form.overlap, terms)
+  return t + e, c + e
 
 
 def validate(problem, rules, memory_budget=None, objective=None, value=None):
@@ -347,6 +377,7 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
   report = costmodels.evaluate(g, mesh_shape, rules, problem.topology,
                                outputs=list(problem.outputs),
                                microbatches=problem.microbatches,
+                               overlap=problem.overlap,
                                **({} if problem.memory_reserve_fraction is None
                                   else {"memory_reserve_fraction":
                                         problem.memory_reserve_fraction}))
@@ -428,12 +459,14 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, hint=None):
+                search=None, hint=None, overlap=True):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
     graph: an mtf Graph (one mesh).
-    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"``.
+    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"`` (``autolayout.auto_layout``
+      also takes None: the best mesh shape, see
+      :func:`autolayout.mesh_search.auto_layout`).
     outputs: tensors whose values are exported (default: those nobody
       reads).
     topology: a costmodels Topology or its name (``"dgx-h100"``...).
@@ -461,6 +494,9 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
       Its rules are matched by dim and axis name; those that no longer
       apply are skipped.  The result's ``hint_report`` says which rules
       changed and which cost terms moved (:mod:`autolayout.plan_hint`).
+    overlap: hide gradient syncs under the rest of the backward pass, as
+      :func:`costmodels.evaluate` does (the objective is the exposed step
+      time); False prices every collective in full.
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -490,12 +526,12 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
         "search=LayoutSearch(graph, outputs)")
   return search.solve(mesh_shape, topology, memory_budget, objective,
                       time_limit_s, num_workers, seed, tie_break,
-                      solver_params, forbid, progress, hint)
+                      solver_params, forbid, progress, hint, overlap)
 
 
 def _solve(search, mesh_shape, topology, memory_budget, objective,
            time_limit_s, num_workers, seed, tie_break, solver_params, forbid,
-           progress, hint=None):
+           progress, hint=None, overlap=True, exclude=()):
   """The body of :meth:`LayoutSearch.solve`."""
   check_import_order()
   if objective not in OBJECTIVES:
@@ -508,18 +544,22 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     # is its predicted step time: solve "time", report it as latency.
     result = _solve(search, mesh_shape, topology, memory_budget, "time",
                     time_limit_s, num_workers, seed, tie_break,
-                    solver_params, forbid, progress, hint)
+                    solver_params, forbid, progress, hint, overlap,
+                    exclude)
     return dataclasses.replace(result, objective="latency")
   # The edge: resolve names once; everything below gets typed values.
   mesh_shape = convert_to_mesh_shape(mesh_shape)
   topology = costmodels.get_topology(topology)
   phases = _phases(objective, tie_break)
   problem = search.problem(mesh_shape, topology, memory_budget,
-                           need_peak="memory" in phases)
+                           need_peak="memory" in phases, overlap=overlap)
   for dim, axis in forbid:
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
       problem.form.model.add(var == 0)
+  for rules in exclude:
+    formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
+                                     rules)
   hint_x = None
   if hint is not None:
     from autolayout import plan_hint  # pylint: disable=g-import-not-at-top
@@ -544,7 +584,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
   if objective != "memory":
     # The solver's integer objective is the cost model's value up to the
     # rounding of one coefficient per table.
-    tol = unit * (0.5 * len(problem.form.tables) + 1)
+    tol = unit * (0.5 * (len(problem.form.tables)
+                         + problem.form.rounded_terms) + 1)
     if abs(pr.value * unit - value) > tol:
       raise SolverError(
           f"CP-SAT's objective {pr.value} x {unit!r} s differs from the cost "

@@ -154,10 +154,14 @@ class GraphTables:
     self._key_inputs: Dict[int, tuple] = {}   # op key -> per-input (D, key)
     self._producer: Dict[int, Tuple[int, int]] = {}  # tensor key -> op, j
     self._ar_info: Dict[int, tuple] = {}   # all-reduce factor key -> info
+    # op key -> (scope its output states depend on, {sigma: out_states} on
+    # that scope, or None when it is the op's whole scope)
+    self._states: Dict[int, tuple] = {}
     self.may_pend: Dict[object, bool] = {}
     self.tensor_key: Dict[object, Optional[int]] = {}
     self.pend_scope: Dict[object, Tuple[str, ...]] = {}
     self.op_key: Dict[object, int] = {}
+    self.ar_key: Dict[object, int] = {}  # pending tensor -> its factor key
     self._build(set(outputs or ()))
 
   # --- keys and scopes --------------------------------------------------
@@ -202,7 +206,7 @@ class GraphTables:
         self.may_pend[t] = pend
         if pend:
           self.tensor_key[t] = self._key(("out", key, j))
-          self.pend_scope[t] = self._key_scope[key]
+          self.pend_scope[t] = self._state_scope(key)[0]
           self._producer.setdefault(self.tensor_key[t], (key, j))
     factors = [Factor("op", k, self._key_scope[k], c, op_example[k])
                for k, c in op_counts.items()]
@@ -233,6 +237,7 @@ class GraphTables:
             scope |= set(self._key_scope[ck])
         self._ar_info[akey] = (self.tensor_key[t], structure,
                                tuple(sorted(scope)))
+      self.ar_key[t] = akey
       ar_counts[akey] = ar_counts.get(akey, 0) + self._repeats(
           t.operation.name)
       ar_example.setdefault(akey, t.name)
@@ -273,10 +278,48 @@ class GraphTables:
       self._op_cache[ck] = out
     return out
 
+  def _state_scope(self, key):
+    """The dims the pending states of op ``key``'s outputs depend on.
+
+    Usually only the op's own dims: an einsum's output is pending over the
+    axes of its split reduced dims, whatever its inputs were.  Only ops that
+    pass pending sums on (``add`` of two pending sums) depend on their
+    inputs' scopes too.  Consumers take this scope instead of the producer's
+    whole scope, so scopes do not grow along chains of ops (a residual
+    stream that starts as a pending sum would otherwise pull every dim of
+    the network into one table).  Decided exactly from the op's table: the
+    own dims are used when every valid assignment that agrees on them gives
+    the same states.
+    """
+    hit = self._states.get(key)
+    if hit is not None:
+      return hit
+    scope = self._key_scope[key]
+    own = tuple(sorted(self._dims(self._key_op[key])))
+    result = (scope, None)
+    if own != scope:
+      by_own, ok = {}, True
+      for sigma, o in self._table(key).items():
+        if not o.valid:
+          continue
+        r = assignments.restrict(scope, sigma, own)
+        prev = by_own.setdefault(r, o.out_states)
+        if prev != o.out_states:
+          ok = False
+          break
+      if ok:
+        result = (own, by_own)
+    self._states[key] = result
+    return result
+
   def state(self, tensor_key, sigma):
     """Pending state of tensors of ``tensor_key`` under the local assignment
     ``sigma`` of their pending scope (None: not pending or invalid)."""
     op_key, j = self._producer[tensor_key]
+    _, by_own = self._state_scope(op_key)
+    if by_own is not None:
+      st = by_own.get(sigma)
+      return None if st is None else st[j]
     o = self._table(op_key)[sigma]
     return o.out_states[j] if o.valid else None
 
@@ -309,12 +352,20 @@ class GraphTables:
     if factor.kind == "op":
       o = self._table(factor.key)[sigma]
       return o.valid, o.compute_s, o.comm_s
+    rec = self.allreduce_record(factor, sigma)
+    if rec is None:
+      return True, 0.0, 0.0
+    return True, 0.0, self.pricer.collective_s(rec)
+
+  def allreduce_record(self, factor, sigma):
+    """The CollectiveRecord one instance of the all-reduce ``factor`` makes
+    under ``sigma`` (None when its tensor is not pending or not forced)."""
     tkey, structure, scope = self._ar_info[factor.key]
     op_key, _ = self._producer[tkey]
-    pscope = self._key_scope[op_key]
+    pscope = self._state_scope(op_key)[0]
     st = self.state(tkey, assignments.restrict(scope, sigma, pscope))
     if st is None:
-      return True, 0.0, 0.0
+      return None
     if structure != "always":
       forced = False
       for ck, pos in structure:
@@ -324,8 +375,5 @@ class GraphTables:
           forced = True
           break
       if not forced:
-        return True, 0.0, 0.0
-    rec = pending_allreduce_record(self.mesh_shape, st)
-    if rec is None:
-      return True, 0.0, 0.0
-    return True, 0.0, self.pricer.collective_s(rec)
+        return None
+    return pending_allreduce_record(self.mesh_shape, st)

@@ -11,9 +11,16 @@ between that and the fastest layout's peak, which adds the compressed
 memory constraints.  The
 "solve / 2-layer" column compares solve time with the 2-layer model's.
 
+A second table puts a hand-written Transformer (benchmarks/handwritten.py:
+its own names, mtf.layers and raw einsums under name scopes, SGD) next to
+the zoo's of the same sizes and step (SGD), at 8, 32 and 96 layers on
+``data:2;model:4`` (dgx-h100): the time ``auto_layout`` takes, split into
+building the program and solving it, and the hand-written / zoo ratio.
+
 Reproduce:
   python benchmarks/solve.py                  # all depths
   python benchmarks/solve.py --layers 2 24    # some
+  python benchmarks/solve.py --layers --handwritten 8 32 96   # second only
 """
 
 import argparse
@@ -30,7 +37,9 @@ from ortools.sat.python import cp_model  # noqa: F401,E402  isort:skip
 import rich.console  # noqa: E402
 import rich.table  # noqa: E402
 
+import autolayout  # noqa: E402
 from autolayout import solve as solve_lib  # noqa: E402
+from benchmarks import handwritten  # noqa: E402
 from mesh_tf import optimize  # noqa: E402
 from mesh_tf.gradients import gradients  # noqa: E402
 from mesh_tf.models.transformer import transformer_lm  # noqa: E402
@@ -48,9 +57,47 @@ def build_model(num_layers):
   return m
 
 
+def build_zoo_sgd(num_layers):
+  """The zoo LM with the hand-written graph's sizes and SGD step."""
+  m = transformer_lm(layers=num_layers, d_model=1024, heads=16, d_kv=64,
+                     d_ff=4096, vocab=32768, length=1024, batch=64)
+  variables = list(m.graph.trainable_variables)
+  grads = gradients([m.loss], [v.outputs[0] for v in variables])
+  optimize.SgdOptimizer(1e-3).apply_grads(grads, variables)
+  return m.graph, [m.loss]
+
+
+def compare_handwritten(depths, console, workers, time_limit):
+  """The hand-written graph next to the zoo's, side by side per depth."""
+  table = rich.table.Table(
+      title="auto_layout on data:2;model:4 (dgx-h100): hand-written vs zoo "
+      "Transformer, fwd+bwd+SGD")
+  for col in ("layers", "graph", "ops", "tables", "build s", "solve s",
+              "total s", "hand / zoo", "rules"):
+    table.add_column(col)
+  for n in depths:
+    totals = {}
+    for label, make in (("zoo", build_zoo_sgd), ("hand", handwritten.build)):
+      graph, outs = make(n)
+      t0 = time.perf_counter()
+      r = autolayout.auto_layout(graph, "data:2;model:4", outs, "dgx-h100",
+                                 time_limit_s=time_limit,
+                                 num_workers=workers)
+      totals[label] = time.perf_counter() - t0
+      ratio = (f"{totals['hand'] / totals['zoo']:.2f}x"
+               if label == "hand" else "")
+      table.add_row(str(n), label, str(len(graph.operations)),
+                    str(r.model_size.tables), f"{r.build_time_s:.2f}",
+                    f"{r.solve_time_s:.2f}", f"{totals[label]:.2f}", ratio,
+                    str(r.rules))
+  console.print(table)
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--layers", type=int, nargs="*", default=[2, 24, 96, 192])
+  p.add_argument("--handwritten", type=int, nargs="*", default=[8, 32, 96],
+                 help="depths of the hand-written vs zoo comparison")
   p.add_argument("--workers", type=int, default=2)
   p.add_argument("--time-limit", type=float, default=120.0)
   args = p.parse_args(argv)
@@ -102,7 +149,11 @@ def main(argv=None):
           bsolve, bstatus)
       console.print(f"{n} layers ({graph_s:.1f} s to build the graph), "
                     f"{label}: done")
-  console.print(table)
+  if args.layers:
+    console.print(table)
+  if args.handwritten:
+    compare_handwritten(args.handwritten, console, args.workers,
+                        args.time_limit)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ lowering code that runs on real devices), and are priced on a topology:
   memory-minimising schedule and liveness (a :class:`memory.Liveness` the
   caller builds once per graph and reuses over layouts), and the peak;
 * :mod:`costmodels.evaluate`: :func:`evaluate`, :func:`op_costs` and
-  :func:`collective_time`.  The step time is the plain sum of every record's
-  price (no overlap), so it decomposes exactly by op.
+  :func:`collective_time`.  The step time is compute plus *exposed*
+  communication;
+* :mod:`costmodels.overlap`: gradient syncs hidden under the rest of the
+  backward pass, from the op order, with per-link overlap efficiency.
 
 Example:
   >>> import costmodels
@@ -42,6 +44,7 @@ from costmodels.collectives import (LinkParams, allgather_time,
                                     torus_reduce_scatter_time)
 from costmodels.compute import compute_time, roofline_time
 from costmodels import memory
+from costmodels import overlap
 from costmodels.memory import (live_intervals, live_sets, peak_memory,
                                schedule, tensor_bytes_per_device)
 from costmodels.report import CostReport

@@ -6,18 +6,19 @@ collectives, FLOPs and variable slices it prices are exactly those a real
 lowering would produce.  There is no second description of what each op
 communicates.
 
-**Step time is additive.**  Every trace record gets a price and
+**Step time.**  Every trace record gets a price: compute records by the
+roofline of :mod:`costmodels.compute`, collectives by the alpha-beta
+formulas of :mod:`costmodels.collectives` on the links
+:func:`costmodels.map_mesh` assigns to their mesh axes.  Collectives on the
+critical path are exposed in full; gradient syncs run under the rest of the
+backward pass, and only the part compute does not hide is exposed
+(:mod:`costmodels.overlap`, from the lowering's op order).  So
 
-    ``step_time_s == math.fsum(c.time_s for c in op_costs(trace, mapping))``
+    ``step_time_s == compute_time_s + comm_time_s``  (exposed comm)
 
-exactly: compute records are priced by the roofline of
-:mod:`costmodels.compute`, collectives by the alpha-beta formulas of
-:mod:`costmodels.collectives` on the links :func:`costmodels.map_mesh`
-assigns to their mesh axes.  Nothing overlaps and nothing is a max of
-streams: a deliberately simple, conservative model (real systems overlap
-some communication with compute) that lets the layout optimizer decompose
-the step time by op and reproduce it exactly.  ``compute_time_s`` and
-``comm_time_s`` are the ``math.fsum`` of their own records.
+and, with ``overlap=False`` or a graph without gradient syncs,
+``step_time_s == math.fsum(c.time_s for c in op_costs(trace, mapping))``
+exactly.  The layout optimizer reproduces both exactly.
 """
 
 import math
@@ -34,6 +35,7 @@ from costmodels import collectives as coll
 from costmodels import compute as compute_lib
 from costmodels import hardware
 from costmodels import memory as memory_lib
+from costmodels import overlap as overlap_lib
 from costmodels.report import CostReport
 from costmodels.topology import get_topology, map_mesh
 
@@ -212,7 +214,7 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
 def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
              schedule=None, liveness=None,
              memory_reserve_fraction=hardware.DEFAULT_MEMORY_RESERVE_FRACTION,
-             microbatches=None):
+             microbatches=None, overlap=True):
   """Predicts the step time and peak memory of ``graph`` under a layout.
 
   Args:
@@ -236,6 +238,9 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
       graph is one microbatch of a step (per-microbatch work is priced
       ``k`` times; memory is that of one microbatch plus the
       accumulators).
+    overlap: hide gradient syncs under the rest of the backward pass
+      (:mod:`costmodels.overlap`); False: every collective is exposed (the
+      conservative figure).
 
   Returns:
     A :class:`costmodels.CostReport`.
@@ -267,7 +272,10 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
   costs = op_costs(trace, mapping, microbatches)
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,
                                       outputs, liveness)
+  hidden = overlap_lib.overlap(costs, overlap_lib.gradient_buckets(graph),
+                               mapping, enabled=overlap)
   return CostReport(graph=graph, mesh_shape=mesh_shape, layout_rules=rules,
                     topology=topology, mapping=mapping, trace=trace,
                     op_costs=costs, memory=profile,
-                    memory_reserve_fraction=memory_reserve_fraction)
+                    memory_reserve_fraction=memory_reserve_fraction,
+                    overlap=hidden)

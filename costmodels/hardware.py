@@ -53,11 +53,16 @@ class LinkSpec(NamedTuple):
     bandwidth_bytes_per_s: bytes per second one chip sends in one direction
       over one such link (see the module docstring).
     latency_s: per-step latency of a collective over this link.
+    overlap_efficiency: seconds of this link's communication that one
+      second of concurrent compute hides (see :mod:`costmodels.overlap`);
+      None: the default of its kind,
+      :data:`costmodels.overlap.DEFAULT_OVERLAP_EFFICIENCY`.
   """
   name: str
   kind: str
   bandwidth_bytes_per_s: float
   latency_s: float
+  overlap_efficiency: Optional[float] = None
 
   def __repr__(self):
     return (f"LinkSpec({self.name}: {self.bandwidth_bytes_per_s / 1e9:g} GB/s"

@@ -18,14 +18,21 @@ class CostReport:
   device; bytes are per device.
 
   Attributes:
-    step_time_s: ``math.fsum`` of every record's time (compute + comm;
-      nothing overlaps).
+    step_time_s: compute time plus *exposed* communication time: every
+      collective on the critical path, and the part of the gradient syncs
+      that compute does not hide (:mod:`costmodels.overlap`).  With overlap
+      off (or nothing to overlap) it is the ``math.fsum`` of every record.
     compute_time_s: roofline time of the slicewise compute.
-    comm_time_s: time of the collectives.
-    comm_time_by_axis: ``{mesh axis: seconds}`` for every mesh axis; a
-      collective over several axes is split by the phases of its algorithm
-      (see :class:`costmodels.evaluate.OpCost`).  Sums to ``comm_time_s``
-      up to rounding.
+    comm_time_s: exposed communication time.
+    total_comm_time_s: time of every collective; ``comm_time_s +
+      hidden_comm_time_s`` equals it up to rounding.
+    hidden_comm_time_s: gradient-sync time hidden under compute.
+    comm_time_by_axis: ``{mesh axis: exposed seconds}`` for every mesh axis;
+      a collective over several axes is split by the phases of its
+      algorithm (see :class:`costmodels.evaluate.OpCost`).  Sums to
+      ``comm_time_s`` up to rounding.  ``hidden_comm_time_by_axis`` and
+      ``total_comm_time_by_axis`` give the other two figures.
+    overlap: the :class:`costmodels.overlap.Overlap` (None: not computed).
     peak_memory_bytes: peak per-device bytes (see :mod:`costmodels.memory`).
     peak_step, peak_op: where the peak is reached in the schedule.
     memory_by_category: ``{"params", "gradients", "optimizer",
@@ -53,6 +60,7 @@ class CostReport:
   op_costs: list
   memory: object
   memory_reserve_fraction: float = hardware.DEFAULT_MEMORY_RESERVE_FRACTION
+  overlap: object = None
 
   def __post_init__(self):
     object.__setattr__(self, "op_costs", list(self.op_costs))
@@ -68,7 +76,10 @@ class CostReport:
 
   @functools.cached_property
   def step_time_s(self):
-    return math.fsum(c.time_s for c in self.op_costs)
+    if self.overlap is None:
+      return math.fsum(c.time_s for c in self.op_costs)
+    return math.fsum([c.time_s for c in self._compute]
+                     + list(self.overlap.exposed_parts))
 
   @functools.cached_property
   def compute_time_s(self):
@@ -76,15 +87,43 @@ class CostReport:
 
   @functools.cached_property
   def comm_time_s(self):
-    return math.fsum(c.time_s for c in self.collectives)
+    """Exposed communication: what the step waits for."""
+    if self.overlap is None:
+      return self.total_comm_time_s
+    return self.overlap.exposed_comm_s
 
   @functools.cached_property
-  def comm_time_by_axis(self):
+  def total_comm_time_s(self):
+    """Every collective's time, hidden or not."""
+    return math.fsum(c.time_s for c in self.collectives)
+
+  @property
+  def hidden_comm_time_s(self):
+    """Gradient syncs hidden under compute (see :mod:`costmodels.overlap`)."""
+    if self.overlap is None:
+      return 0.0
+    return self.overlap.hidden_comm_s
+
+  @functools.cached_property
+  def total_comm_time_by_axis(self):
     by_axis = {a.name: [] for a in self.mesh_shape.dims}
     for c in self.collectives:
       for a, t in c.time_by_axis:
         by_axis.setdefault(a, []).append(t)
     return {a: math.fsum(ts) for a, ts in by_axis.items()}
+
+  @functools.cached_property
+  def comm_time_by_axis(self):
+    """Exposed communication per mesh axis; sums to ``comm_time_s``."""
+    if self.overlap is None:
+      return self.total_comm_time_by_axis
+    return {a.axis: a.exposed_s for a in self.overlap.by_axis}
+
+  @functools.cached_property
+  def hidden_comm_time_by_axis(self):
+    if self.overlap is None:
+      return {a: 0.0 for a in self.total_comm_time_by_axis}
+    return {a.axis: a.hidden_s for a in self.overlap.by_axis}
 
   @functools.cached_property
   def flops_per_device(self):
@@ -135,11 +174,14 @@ class CostReport:
         f"{self.graph!r} on {self.mesh_shape} ({self.topology.name}), "
         f"layout {self.layout_rules or '(replicated)'}",
         f"  step {self.step_time_s * 1e3:.4g} ms = compute "
-        f"{self.compute_time_s * 1e3:.4g} ms + comm "
+        f"{self.compute_time_s * 1e3:.4g} ms + exposed comm "
         f"{self.comm_time_s * 1e3:.4g} ms "
-        f"({len(self.collectives)} collectives)",
-        "  comm by axis: " + ", ".join(
-            f"{a} {t * 1e3:.4g} ms" for a, t in self.comm_time_by_axis.items()),
+        f"({len(self.collectives)} collectives, "
+        f"{self.hidden_comm_time_s * 1e3:.4g} ms hidden)",
+        "  exposed comm by axis: " + ", ".join(
+            f"{a} {t * 1e3:.4g} ms (+{h * 1e3:.4g} hidden)"
+            for (a, t), h in zip(self.comm_time_by_axis.items(),
+                                 self.hidden_comm_time_by_axis.values())),
         f"  peak memory {self.peak_memory_bytes / mib:.4g} MiB per device "
         f"(params {self.memory_by_category['params'] / mib:.4g}, gradients "
         f"{self.memory_by_category.get('gradients', 0) / mib:.4g}, optimizer "
@@ -204,7 +246,11 @@ class CostReport:
                      "latency_s": a.latency_s,
                      "collectives": len(mine),
                      "bytes_per_device": sum(c.bytes_per_device for c in mine),
-                     "comm_time_s": self.comm_time_by_axis.get(a.axis, 0.0)})
+                     "comm_time_s": self.comm_time_by_axis.get(a.axis, 0.0),
+                     "hidden_comm_time_s": self.hidden_comm_time_by_axis.get(
+                         a.axis, 0.0),
+                     "total_comm_time_s": self.total_comm_time_by_axis.get(
+                         a.axis, 0.0)})
       return pd.DataFrame(rows).set_index("axis")
     if view == "memory":
       rows = [{"category": k, "bytes_per_device": v}

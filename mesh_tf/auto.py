@@ -2,11 +2,12 @@
 import :mod:`autolayout` (and OR-Tools) only when called."""
 
 
-def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
+def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
                 memory_budget=None, objective="time", time_limit_s=60.0,
                 **kwargs):
   """The layout rules minimising predicted step time; see
-  :func:`autolayout.auto_layout`.  Returns a ``LayoutResult``."""
+  :func:`autolayout.auto_layout` (no ``mesh_shape``: the best mesh shape
+  of the topology's chips).  Returns a ``LayoutResult``."""
   import autolayout
   return autolayout.auto_layout(graph, mesh_shape, outputs, topology=topology,
                                 memory_budget=memory_budget,

@@ -23,6 +23,7 @@ class Graph:
     self.all_variables = []
     self.trainable_variables = []
     self._names = {}
+    self._consumers = {}  # tensor -> ops reading it, kept as ops are built
 
   def unique_name(self, name):
     name = name or "op"
@@ -41,6 +42,10 @@ class Graph:
   @property
   def tensors(self):
     return [t for op in self.operations for t in op.outputs]
+
+  def consumers_of(self, tensor):
+    """The operations that read ``tensor``, in graph order (a tuple)."""
+    return tuple(self._consumers.get(tensor, ()))
 
   def consumers(self):
     """Maps each tensor to the list of operations that read it."""
@@ -147,6 +152,10 @@ class Operation:
       for i in range(len(lst) - 1, -1, -1):
         if lst[i] is self:
           del lst[i]
+    for t in getattr(self, "_inputs", ()):
+      readers = graph._consumers.get(t, [])
+      if self in readers:
+        readers.remove(self)
 
   def __init__(self, inputs, mesh=None, name=None):
     inputs = list(inputs)
@@ -168,6 +177,8 @@ class Operation:
     self._name = mesh.graph.unique_name(name or type(self).__name__)
     self._outputs = []
     mesh.graph.operations.append(self)
+    for t in inputs:
+      mesh.graph._consumers.setdefault(t, []).append(self)
 
   @property
   def name(self):

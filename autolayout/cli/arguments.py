@@ -34,9 +34,18 @@ def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                  metavar="K=V[,K=V]",
                  help="override preset fields (or pass keyword arguments "
                  "to a model function), e.g. layers=2,d_model=512")
-  g.add_argument("--train", action="store_true",
-                 help="lay out a training step (backward pass and Adam "
-                 "update) instead of the forward pass")
+  q = g.add_mutually_exclusive_group()
+  q.add_argument("--train", dest="train", action="store_const", const=True,
+                 default=None,
+                 help="lay out the training step: forward, backward and "
+                 "Adam update (the default, except for decode: models)")
+  q.add_argument("--forward", dest="train", action="store_const",
+                 const=False,
+                 help="lay out the forward pass only (inference)")
+  g.add_argument("--no-overlap", dest="overlap", action="store_false",
+                 help="expose every collective (the conservative figure); "
+                 "by default gradient syncs run under the rest of the "
+                 "backward pass")
   g.add_argument("--topology", "-t", default="tpu-v5e-16x16",
                  help="preset topology (see `mtf-layout topologies`); "
                  "default %(default)s")

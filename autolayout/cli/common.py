@@ -24,6 +24,7 @@ class Setup:
     self.topology = inputs.get_topology(args.topology)
     self.model = load_model(args.model, parse_overrides(args.set),
                             args.train)
+    self.overlap = getattr(args, "overlap", True)
     self.search = LayoutSearch(
         self.model.graph, self.model.outputs,
         memory_reserve_fraction=inputs.memory_reserve(args))
@@ -47,18 +48,21 @@ def solve(ctx, setup, mesh, args, budget, hint=None):
     return auto_layout(
         model.graph, mesh, model.outputs, topology, budget, args.objective,
         args.time_limit, args.workers, args.seed, progress=update,
-        search=setup.search, hint=hint)
+        search=setup.search, hint=hint, overlap=setup.overlap)
 
 
-def evaluate(model, mesh, rules, topology):
+def evaluate(model, mesh, rules, topology, overlap=True):
   """The CostReport of ``rules`` on ``mesh``."""
   return costmodels.evaluate(model.graph, mesh, rules, topology,
-                             outputs=model.outputs)
+                             outputs=model.outputs, overlap=overlap)
 
 
-def header(ctx, command, model, topology, extra=""):
+def header(ctx, command, model, topology, extra="", overlap=True):
   chip = topology.chip
   ctx.line(f"{command}: {model.description}")
+  ctx.line("question: " + ("the training step" if model.train else
+                           "the forward pass (inference)")
+           + ("" if overlap else "; every collective exposed (--no-overlap)"))
   if model.overrides:
     ctx.line("  with " + ",".join(f"{k}={v}"
                                   for k, v in model.overrides.items()))
@@ -155,15 +159,20 @@ def show_memory(ctx, report):
 def show_axes(ctx, report):
   df = out.axes_frame(report)
   df = df[["size", "link", "structure", "bandwidth_bytes_per_s",
-           "collectives", "comm_time_s"]].rename(columns={
-               "bandwidth_bytes_per_s": "bandwidth", "comm_time_s": "comm"})
+           "collectives", "comm_time_s", "hidden_comm_time_s"]].rename(
+               columns={"bandwidth_bytes_per_s": "bandwidth",
+                        "comm_time_s": "exposed",
+                        "hidden_comm_time_s": "hidden"})
   out.render(ctx.console, df, "Communication per mesh axis",
-             formats={"bandwidth": out.fmt_rate, "comm": out.fmt_time})
+             formats={"bandwidth": out.fmt_rate, "exposed": out.fmt_time,
+                      "hidden": out.fmt_time},
+             caption="hidden: gradient syncs under the backward pass")
 
 
 def show_times(ctx, report, result=None):
   rows = [("compute time", out.fmt_time(report.compute_time_s)),
-          ("comm time", out.fmt_time(report.comm_time_s)),
+          ("comm time", f"{out.fmt_time(report.comm_time_s)} exposed, "
+           f"{out.fmt_time(report.hidden_comm_time_s)} hidden"),
           ("token latency" if result is not None and
            result.objective == "latency" else "step time",
            out.fmt_time(report.step_time_s)),

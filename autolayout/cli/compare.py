@@ -45,7 +45,8 @@ def _run(args, ctx):
       mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
               else base_mesh)
       rules = inputs.parse_rules(rules_text, model, mesh)
-      reports[name] = common.evaluate(model, mesh, rules, topology)
+      reports[name] = common.evaluate(model, mesh, rules, topology,
+                                      setup.overlap)
     legend.append({"layout": name, "mesh": inputs.mesh_str(mesh),
                    "rules": out.wrap_rules(reports[name].layout_rules)
                    or "(none)"})
@@ -53,7 +54,8 @@ def _run(args, ctx):
   df = pd.DataFrame(rows).set_index("layout")
 
   def table(ctx):
-    common.header(ctx, "compare", model, topology)
+    common.header(ctx, "compare", model, topology,
+                  overlap=setup.overlap)
     out.render(ctx.console, pd.DataFrame(legend), "Layouts", index=False)
     axes = [c for c in df.columns if c.startswith("comm_")
             and c.endswith("_s") and c != "comm_time_s"]

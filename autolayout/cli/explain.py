@@ -70,16 +70,18 @@ def _run(args, ctx):
     rules, base = result.rules, result.report
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
-    base = common.evaluate(model, mesh, rules, topology)
+    base = common.evaluate(model, mesh, rules, topology,
+                           setup.overlap)
   objective = result.objective if result else (
       getattr(args, "objective", None) or "time")
   with ctx.progress("pricing each rule's alternatives"):
     ex = explain(setup.search, mesh, rules, topology, budget, objective,
-                 report=base)
+                 report=base, overlap=setup.overlap)
 
   def table(ctx):
     common.header(ctx, "explain", model, topology,
-                  f"mesh {inputs.mesh_str(mesh)}")
+                  f"mesh {inputs.mesh_str(mesh)}",
+                  overlap=setup.overlap)
     ctx.line(f"layout {base.layout_rules or '(none)'}: step "
              f"{out.fmt_time(base.step_time_s)}, peak "
              f"{out.fmt_bytes(base.peak_memory_bytes)}")
@@ -106,8 +108,8 @@ def _run(args, ctx):
     for dim, _ in base.layout_rules.pairs:
       rest = [(d, a) for d, a in base.layout_rules.pairs if d != dim]
       try:
-        variants[f"-{dim}"] = common.evaluate(model, mesh, LayoutRules(rest),
-                                              topology)
+        variants[f"-{dim}"] = common.evaluate(
+            model, mesh, LayoutRules(rest), topology, setup.overlap)
       except Exception:  # pylint: disable=broad-except
         pass  # dropping a rule can leave an invalid layout; skip that bar
     return plots.compare_figure(variants, "Dropping each rule")

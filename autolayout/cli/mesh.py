@@ -35,7 +35,7 @@ def _run(args, ctx):
     results, table = auto_mesh_and_layout(
         model.graph, n, model.outputs, topology, budget, args.objective,
         args.max_axes, args.time_limit, args.workers, args.seed,
-        search=setup.search)
+        search=setup.search, overlap=setup.overlap)
   table = table.copy()
   table.insert(0, "rank", pd.array(
       [i + 1 if pd.notna(s) else None
@@ -53,7 +53,8 @@ def _run(args, ctx):
   def show(ctx):
     common.header(ctx, "mesh", model, topology,
                   f"{n} devices, memory budget "
-                  f"{out.fmt_bytes(budget) if budget else 'none'}")
+                  f"{out.fmt_bytes(budget) if budget else 'none'}",
+                  overlap=setup.overlap)
     view = table[["rank", "mesh", "rules", "step_time_s",
                   "peak_memory_bytes", "status"]].rename(columns={
                       "step_time_s": "step", "peak_memory_bytes": "peak mem"})

@@ -38,6 +38,8 @@ class LoadedModel:
     description: one line: preset, overrides, op and parameter counts.
     config: the zoo config (None for a user function).
     overrides: the ``--set`` values.
+    train: whether the graph is the training step (forward, backward and
+      update) rather than the forward pass.
   """
   graph: Any
   outputs: Optional[Tuple[Any, ...]]
@@ -45,6 +47,7 @@ class LoadedModel:
   description: str
   config: Any = None
   overrides: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  train: bool = False
 
 
 def parse_value(text):
@@ -127,13 +130,15 @@ def _load_preset(name, overrides, train):
     raise CliInputError(f"model {name!r} with {overrides or 'defaults'} "
                         f"cannot be built: {e}",
                         hint="change the sizes given with --set")
+  train = True if train is None else train
   if train:
     _add_training(model.graph, model.loss)
   label = name if name == preset else f"{name} ({preset})"
   desc = (f"{label}: {len(model.graph.operations)} ops, "
           f"{_params(model.num_parameters)} params"
           f"{', training step (Adam)' if train else ', forward'}")
-  return LoadedModel(model.graph, None, name, desc, config, overrides)
+  return LoadedModel(model.graph, None, name, desc, config, overrides,
+                     train)
 
 
 def _params(n):
@@ -216,6 +221,8 @@ def _load_file(spec, overrides, train):
                         hint="fix the model function (it runs with the "
                         "--set values as keyword arguments)")
   graph, outs, loss = _unpack_user_result(value, where)
+  if train is None:
+    train = loss is not None  # a graph without a loss is a forward pass
   if train:
     if loss is None:
       raise CliInputError(f"--train needs a scalar loss, but {where} "
@@ -226,17 +233,20 @@ def _load_file(spec, overrides, train):
   n_params = sum(v.shape.size for v in graph.trainable_variables)
   desc = (f"{where}: {len(graph.operations)} ops, {_params(n_params)} "
           f"params{', training step (Adam)' if train else ''}")
-  return LoadedModel(graph, outs, where, desc, None, overrides)
+  return LoadedModel(graph, outs, where, desc, None, overrides, train)
 
 
-def load_model(spec, overrides=None, train=False):
+def load_model(spec, overrides=None, train=None):
   """Builds the model ``spec``: a zoo family/preset name or
   ``path/to/file.py:function``.
 
   Args:
     spec: e.g. ``"transformer"``, ``"gpt3_175b"``, ``"my_model.py:build"``.
     overrides: preset fields (or the function's keyword arguments).
-    train: also build the backward pass and an Adam update.
+    train: True: the training step (the backward pass and an Adam update
+      too); False: the forward pass; None (the default, as the CLI's): the
+      training step, except for decoding steps and user graphs without a
+      loss.
 
   Returns:
     A :class:`LoadedModel`.
@@ -263,6 +273,7 @@ def _load_decoding(spec, overrides, train):
   if train:
     raise CliInputError("a decoding step has no training step",
                         hint="drop --train for decode: models")
+  train = False
   try:
     d = decoding.decoding_model(preset, **overrides)
   except MtfError as e:

@@ -116,7 +116,8 @@ def axes_frame(report):
   """One row per mesh axis: size, link, structure, bandwidth, comm time."""
   df = report.to_dataframe("axes")
   return df[["size", "link", "structure", "bandwidth_bytes_per_s",
-             "latency_s", "collectives", "bytes_per_device", "comm_time_s"]]
+             "latency_s", "collectives", "bytes_per_device", "comm_time_s",
+             "hidden_comm_time_s"]]
 
 
 def _categories(report):
@@ -159,6 +160,9 @@ def layout_record(report, result=None, label=None, training=None):
       "compute_time_s": report.compute_time_s,
       "comm_time_s": report.comm_time_s,
       "comm_time_by_axis_s": dict(report.comm_time_by_axis),
+      "hidden_comm_time_s": report.hidden_comm_time_s,
+      "hidden_comm_time_by_axis_s": dict(report.hidden_comm_time_by_axis),
+      "overlap": bool(report.overlap is not None and report.overlap.enabled),
       "flops_per_device": int(report.flops_per_device),
       "memory": {
           "params_bytes": int(report.memory_by_category.get("params", 0)),
@@ -181,7 +185,9 @@ def layout_record(report, result=None, label=None, training=None):
            "structure": a.structure,
            "bandwidth_bytes_per_s": _num(a.bandwidth_bytes_per_s),
            "latency_s": a.latency_s,
-           "comm_time_s": report.comm_time_by_axis.get(a.axis, 0.0)}
+           "comm_time_s": report.comm_time_by_axis.get(a.axis, 0.0),
+           "hidden_comm_time_s": report.hidden_comm_time_by_axis.get(
+               a.axis, 0.0)}
           for a in report.mapping.axes],
       "solver": None,
   }

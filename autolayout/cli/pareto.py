@@ -22,7 +22,7 @@ def _run(args, ctx):
   with ctx.progress(f"tracing the Pareto front on {inputs.mesh_str(mesh)}"):
     results, _ = pareto(
         model.graph, mesh, model.outputs, topology, args.max_points,
-        args.time_limit, args.workers, args.seed, search=setup.search)
+        args.time_limit, args.workers, args.seed, search=setup.search, overlap=setup.overlap)
   rows = [{"point": i + 1, "rules": str(r.rules) or "(none)",
            "step_time_s": r.step_time_s,
            "peak_memory_bytes": r.peak_memory_bytes,
@@ -32,7 +32,8 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "pareto", model, topology,
-                  f"mesh {inputs.mesh_str(mesh)}")
+                  f"mesh {inputs.mesh_str(mesh)}",
+                  overlap=setup.overlap)
     fastest = results[0].step_time_s
     view = df.rename(columns={"step_time_s": "step",
                               "peak_memory_bytes": "peak mem"})

@@ -55,11 +55,13 @@ def layout(text, model, topology):
   return plan.rules, plan.mesh_shape, plan
 
 
-def source(args):
+def source(args, model=None):
   """How the CLI built the model, recorded in saved plans so that ``diff``
-  can rebuild it."""
+  can rebuild it (``train``: the question it answered, the default's
+  included)."""
+  train = model.train if model is not None else bool(args.train)
   return {"model": args.model, "overrides": parse_overrides(args.set),
-          "train": bool(args.train)}
+          "train": bool(train)}
 
 
 def model_of(plan, path):
@@ -80,7 +82,7 @@ def model_of(plan, path):
 def save(result, args, model):
   """Writes ``result`` to ``args.save`` as a plan file; returns the Plan."""
   try:
-    return result.save(args.save, name=model.name, source=source(args))
+    return result.save(args.save, name=model.name, source=source(args, model))
   except PlanError as e:
     raise CliInputError(str(e), hint="give --save a writable path, e.g. "
                         "--save plan.json") from None

@@ -34,12 +34,14 @@ def _run(args, ctx):
     report = result.report
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
-    report = common.evaluate(model, mesh, rules, topology)
+    report = common.evaluate(model, mesh, rules, topology,
+                           setup.overlap)
   ops = report.to_dataframe("ops").sort_values("time_s", ascending=False)
 
   def table(ctx):
     common.header(ctx, "report", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)}")
+                  f"mesh {inputs.mesh_str(report.mesh_shape)}",
+                  overlap=setup.overlap)
     common.show_rules(ctx, report)
     common.show_times(ctx, report, result)
     common.show_memory(ctx, report)

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from autolayout.mesh_search import auto_mesh_and_layout
+from autolayout.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
 from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
@@ -13,12 +13,14 @@ from autolayout.cli.errors import CliInputError
 def _arguments(p):
   add_model_args(p)
   p.add_argument("--devices", "-n", type=int,
-                 help="instead of --mesh: search every mesh shape of this "
-                 "many devices and keep the best")
-  p.add_argument("--max-axes", type=int, default=2,
-                 help="with --devices: most mesh axes (default 2)")
+                 help="search every mesh shape of this many devices and "
+                 "keep the best (the default without --mesh: the "
+                 "topology's chips, axes named after its physical dims)")
+  p.add_argument("--max-axes", type=int, default=DEFAULT_MAX_AXES,
+                 help="when searching meshes: most mesh axes (default "
+                 f"{DEFAULT_MAX_AXES})")
   d = p.add_argument_group(
-      "training decisions (--train on a zoo Transformer)")
+      "training decisions (a zoo Transformer's training step)")
   for flag, what in (("--zero-stage", "ZeRO stage 0-3"),
                      ("--recompute", "blocks that recompute activations"),
                      ("--microbatches", "gradient-accumulation steps k")):
@@ -41,32 +43,47 @@ def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
-  tried = ()
+  decisions_tried = ()
   hint = plans.read(args.hint) if args.hint else None
-  if args.devices is not None:
-    if args.mesh:
-      raise CliInputError("give either --mesh or --devices, not both",
-                          hint="--devices searches every mesh shape")
-    inputs.check_devices(args.devices, topology)
-    with ctx.progress(f"solving every mesh of {args.devices} devices"):
-      results, _ = auto_mesh_and_layout(
-          model.graph, args.devices, model.outputs, topology, budget,
-          args.objective, args.max_axes, args.time_limit, args.workers,
-          args.seed, search=setup.search, hint=hint)
-    result = results[0]
-  elif _plan_search(args, model):
+  tried = None   # the mesh shapes tried, when searching meshes
+  if args.devices is not None and args.mesh:
+    raise CliInputError("give either --mesh or --devices, not both",
+                        hint="--devices searches every mesh shape")
+  if args.devices is None and _plan_search(args, model):
+    # The decisions are searched on one mesh (--mesh or the topology's
+    # default): a decision search per mesh shape would take minutes.
     mesh = common.mesh_of(args, topology)
-    result, tried = _training_plan(ctx, args, model, mesh, topology, budget)
-  else:
+    result, decisions_tried = _training_plan(ctx, args, model, mesh,
+                                             topology, budget)
+  elif args.mesh:
     mesh = common.mesh_of(args, topology)
     result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
+  else:
+    n = topology.num_chips if args.devices is None else args.devices
+    inputs.check_devices(n, topology)
+    with ctx.progress(f"solving every mesh shape of {n} devices"):
+      results, tried = auto_mesh_and_layout(
+          model.graph, n, model.outputs, topology, budget,
+          args.objective, args.max_axes, args.time_limit, args.workers,
+          args.seed, search=setup.search, hint=hint, overlap=setup.overlap,
+          physical_names=True)
+    result = results[0]
   report = result.report
   saved = plans.save(result, args, model) if args.save else None
 
   def table(ctx):
+    how = ("given" if tried is None else
+           f"best of {int(tried['step_time_s'].notna().sum())} shapes tried")
     common.header(ctx, "solve", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)}, memory budget "
-                  f"{out.fmt_bytes(budget) if budget else 'none'}")
+                  f"mesh {inputs.mesh_str(report.mesh_shape)} ({how}), "
+                  "memory budget "
+                  f"{out.fmt_bytes(budget) if budget else 'none'}",
+                  overlap=setup.overlap)
+    if tried is not None:
+      view = tried[["mesh", "step_time_s", "status"]].rename(
+          columns={"step_time_s": "step"})
+      out.render(ctx.console, view, "Mesh shapes tried", index=False,
+                 formats={"step": out.fmt_time}, best={"step": "min"})
     common.show_rules(ctx, report)
     if result.decisions is not None:
       common.show_decisions(ctx, result, model, topology)
@@ -84,7 +101,10 @@ def _run(args, ctx):
       json=lambda: common.payload(
           model, topology, result=out.layout_record(
               report, result, training=common.training_record(
-                  result, model, topology, tried)),
+                  result, model, topology, decisions_tried)),
+          question="train" if model.train else "forward",
+          meshes_tried=(None if tried is None
+                        else out.frame_records(tried)),
           **plans.solve_record(args, result)),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,

@@ -289,7 +289,7 @@ class MeshImpl(abc.ABC):
     return self.receive(x, mesh_axis, source)
 
   def slicewise(self, fn, *inputs, shape=None, slice_shape=None, dtype=None,
-                flops=None, matmul=False):
+                flops=None, matmul=False, fused=None):
     """Applies ``fn`` to each processor's slices of ``inputs``.
 
     ``inputs`` are LaidOutTensors (or lazy sums, which are forced) or plain
@@ -297,10 +297,14 @@ class MeshImpl(abc.ABC):
     ``shape`` (an mtf Shape laid out by the rules) or ``slice_shape``; give
     lists of them for several outputs.  ``flops`` defaults to the number of
     output elements per device; ``matmul`` marks a contraction (priced at
-    the matrix units' peak for its dtype).
+    the matrix units' peak for its dtype).  ``fused``, for a kernel of an
+    elementwise chain, is ``(one bool per input: read from the fused
+    producer, bool: the output stays in the fused kernel)``; those bytes are
+    not recorded as memory traffic (see :mod:`mesh_tf.ops.base`).
     """
     return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,
-                                  flops, with_pnum=False, matmul=matmul)
+                                  flops, with_pnum=False, matmul=matmul,
+                                  fused=fused)
 
   def slicewise_pnum(self, fn, *inputs, shape=None, slice_shape=None,
                      dtype=None, flops=None):
@@ -309,7 +313,7 @@ class MeshImpl(abc.ABC):
                                   flops, with_pnum=True)
 
   def _slicewise_common(self, fn, inputs, shape, slice_shape, dtype, flops,
-                        with_pnum, matmul=False):
+                        with_pnum, matmul=False, fused=None):
     inputs = [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor")
               else x for x in inputs]
     multi = isinstance(shape, (list, tuple)) or (
@@ -329,9 +333,16 @@ class MeshImpl(abc.ABC):
     if flops is None:
       flops = sum(o.slice_size for o in outs)
     laid_in = [x for x in inputs if isinstance(x, LaidOutTensor)]
+    if fused is None:
+      read = sum(x.slice_bytes for x in laid_in)
+      written = sum(o.slice_bytes for o in outs)
+    else:
+      skip_in, keep_out = fused
+      read = sum(x.slice_bytes for x, skip in zip(inputs, skip_in)
+                 if isinstance(x, LaidOutTensor) and not skip)
+      written = 0 if keep_out else sum(o.slice_bytes for o in outs)
     self.trace.compute.append(ComputeRecord(
-        self._op_name, int(flops), sum(o.slice_bytes for o in outs),
-        sum(x.slice_bytes for x in laid_in),
+        self._op_name, int(flops), written, read,
         (laid_in[0] if laid_in else outs[0]).dtype, bool(matmul)))
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]

@@ -117,6 +117,10 @@ def einsum_letters(shapes_in, shape_out):
   return ",".join(ins) + "->" + word(shape_out)
 
 
+def _is_pending(laid_out):
+  return isinstance(laid_out, LazyAllreduceSum)
+
+
 class GenericOperation(Operation):
   """An op with one output computed slicewise by a TF function of its inputs.
 
@@ -137,7 +141,28 @@ class GenericOperation(Operation):
     return self._unsplittable
 
   def cost_params(self):
-    return (self._flops_per_element, tuple(sorted(self._unsplittable)))
+    return (self._flops_per_element, tuple(sorted(self._unsplittable)),
+            self.fusion())
+
+  def fusion(self):
+    """Where this kernel sits in an elementwise chain: ``(one bool per
+    input: its producer is elementwise too, bool: every reader of the
+    output is elementwise)``.
+
+    A chain of elementwise kernels runs as one fused kernel (XLA's loop
+    fusion; the same runs that :class:`PlacementMeshImpl` traces as one
+    function between collectives), so it costs one memory pass: an input
+    made by an elementwise producer is not read from HBM (unless a pending
+    all-reduce sits between them, see :meth:`lower`), and an output read
+    only by elementwise kernels is never written.  An output nobody reads
+    is a result and is written.
+    """
+    fused_in = tuple(isinstance(t.operation, GenericOperation)
+                     for t in self.inputs)
+    readers = self.graph.consumers_of(self.outputs[0])
+    keep = bool(readers) and all(isinstance(r, GenericOperation)
+                                 for r in readers)
+    return fused_in, keep
 
   def gradient(self, grad_ys):
     """Any slicewise op whose inputs' dims are all in its output: the
@@ -166,9 +191,14 @@ class GenericOperation(Operation):
     size = 1
     for s in impl.slice_shape(out):
       size *= s
+    fused_in, keep = self.fusion()
+    # A pending sum is all-reduced first: that input comes from memory.
+    fused_in = tuple(f and not _is_pending(lowering.tensors.get(t))
+                     for f, t in zip(fused_in, self.inputs))
     laid = impl.slicewise(kernel, *[lowering.laid_out(t) for t in self.inputs],
                           shape=out.shape, dtype=out.dtype,
-                          flops=size * self._flops_per_element)
+                          flops=size * self._flops_per_element,
+                          fused=(fused_in, keep))
     lowering.set_tensor_lowering(out, laid)
 
 

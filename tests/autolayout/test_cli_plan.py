@@ -15,7 +15,9 @@ from autolayout import export
 from autolayout.cli import main
 from tests.autolayout.test_cli import assert_clean_error, run_cli
 
-TINY = ["-m", "transformer_tiny", "-t", "dgx-h100", "--mesh",
+# The forward pass (--forward; the default question is the training step).
+MODEL = ["-m", "transformer_tiny", "--forward"]
+TINY = [*MODEL, "-t", "dgx-h100", "--mesh",
         "data:2;model:4", "--memory-budget", "20000"]
 
 
@@ -43,7 +45,7 @@ def test_solve_save_writes_a_plan_of_the_model(saved, capsys):
 
 
 def test_solve_hint_reports_what_changed(saved, capsys):
-  code, out, _ = _run(capsys, "solve", "-m", "transformer_tiny", "--set",
+  code, out, _ = _run(capsys, "solve", *MODEL, "--set",
                       "d_ff=64,batch=16", "-t", "dgx-h100", "--mesh",
                       "data:2;model:4", "--memory-budget", "24000",
                       "--hint", saved, "-f", "json")
@@ -52,13 +54,13 @@ def test_solve_hint_reports_what_changed(saved, capsys):
   assert hint["file"] == saved and hint["hinted"]
   assert any("over the memory budget" in w for w in hint["why"])
   assert hint["changes"]["rows"]
-  code, out, _ = _run(capsys, "solve", "-m", "transformer_tiny", "-t",
+  code, out, _ = _run(capsys, "solve", *MODEL, "-t",
                       "dgx-h100", "--mesh", "x:8", "--memory-budget",
                       "60000", "--hint", saved)
   assert code == 0
   assert "Warm start from" in out and "is not in the mesh" in out
   # With --devices, every mesh shape of the search starts from the hint.
-  code, out, _ = _run(capsys, "solve", "-m", "transformer_tiny", "-t",
+  code, out, _ = _run(capsys, "solve", *MODEL, "-t",
                       "dgx-h100", "-n", "8", "--memory-budget", "20000",
                       "--hint", saved, "-f", "json")
   assert code == 0 and json.loads(out)["hint"]["file"] == saved
@@ -66,30 +68,30 @@ def test_solve_hint_reports_what_changed(saved, capsys):
 
 def test_layouts_from_a_plan_file(saved, capsys):
   plan = mtf.load_plan(saved)
-  code, out, _ = _run(capsys, "report", "-m", "transformer_tiny", "-t",
+  code, out, _ = _run(capsys, "report", *MODEL, "-t",
                       "dgx-h100", "-l", "@" + saved, "-f", "json")
   assert code == 0
   assert json.loads(out)["result"]["rules"] == str(plan.rules)
-  code, out, _ = _run(capsys, "compare", "-m", "transformer_tiny", "-t",
+  code, out, _ = _run(capsys, "compare", *MODEL, "-t",
                       "dgx-h100", "--mesh", "data:2;model:4", "-l",
                       "old=@" + saved, "-l", "batch:data", "-f", "json")
   assert code == 0
   layouts = {l["label"]: l for l in json.loads(out)["layouts"]}
   assert layouts["old"]["rules"] == str(plan.rules)
-  code, out, _ = _run(capsys, "explain", "-m", "transformer_tiny", "-t",
+  code, out, _ = _run(capsys, "explain", *MODEL, "-t",
                       "dgx-h100", "-l", "@" + saved)
   assert code == 0 and "dropping it" in out
 
 
 def test_a_plan_for_a_changed_model_is_refused(saved, capsys):
-  code, _, err = _run(capsys, "report", "-m", "transformer_tiny", "--set",
+  code, _, err = _run(capsys, "report", *MODEL, "--set",
                       "d_ff=64", "-t", "dgx-h100", "-l", "@" + saved)
   assert_clean_error(err, code, 2, "dim d_ff=32 -> 64", "--hint")
-  code, _, err = _run(capsys, "report", "-m", "transformer_tiny", "-l",
+  code, _, err = _run(capsys, "report", *MODEL, "-l",
                       "@" + saved)
   assert_clean_error(err, code, 2, "does not fit topology tpu-v5e-16x16",
                      "-t dgx-h100")
-  code, _, err = _run(capsys, "report", "-m", "transformer_tiny", "-t",
+  code, _, err = _run(capsys, "report", *MODEL, "-t",
                       "dgx-h100", "--mesh", "data:4;model:2", "-l",
                       "@" + saved)
   assert_clean_error(err, code, 2, "differs from the mesh")
@@ -97,7 +99,7 @@ def test_a_plan_for_a_changed_model_is_refused(saved, capsys):
 
 def test_diff_prices_each_rule(saved, tmp_path, capsys):
   b = tmp_path / "b.json"
-  assert main(["solve", "-m", "transformer_tiny", "-t", "dgx-h100",
+  assert main(["solve", *MODEL, "-t", "dgx-h100",
                "--mesh", "data:2;model:4", "--memory-budget", "none",
                "--objective", "memory", "--save", str(b), "-f",
                "json"]) == 0
@@ -167,7 +169,7 @@ def test_malformed_plan_files_get_two_line_errors(saved, tmp_path, capsys):
     path = _edited(saved, tmp_path, edit)
     code, _, err = _run(capsys, "export", path, "--to", "torch")
     assert_clean_error(err, code, 2, needle)
-    code, _, err = _run(capsys, "report", "-m", "transformer_tiny", "-t",
+    code, _, err = _run(capsys, "report", *MODEL, "-t",
                         "dgx-h100", "-l", "@" + path)
     assert_clean_error(err, code, 2, needle)
   code, _, err = _run(capsys, "diff", saved, str(tmp_path / "none.json"))

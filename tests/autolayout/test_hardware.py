@@ -1,7 +1,11 @@
 """The answer depends on the hardware: the zoo Transformer LM (forward,
 backward and Adam update) on an NVSwitch node and on a multi-node cluster,
 and under a shrinking memory budget.  Each claim is checked with the cost
-model's numbers for the alternatives."""
+model's numbers for the alternatives.
+
+These claims are about the conservative model, where every collective is
+exposed (``overlap=False``); with gradient syncs hidden under the backward
+pass, data parallelism wins more often (tests/autolayout/test_overlap.py)."""
 
 import pytest
 
@@ -31,12 +35,13 @@ def node_graph():
 
 
 def _time(graph, mesh, rules, topo):
-  return costmodels.evaluate(graph, mesh, rules, topo).step_time_s
+  return costmodels.evaluate(graph, mesh, rules, topo,
+                             overlap=False).step_time_s
 
 
 def test_nvswitch_node_gets_data_and_model_parallelism(node_graph):
   mesh, topo = "data:2;model:4", "dgx-h100"
-  r = autolayout.auto_layout(node_graph, mesh, None, topo)
+  r = autolayout.auto_layout(node_graph, mesh, None, topo, overlap=False)
   rules = r.rules.as_dict()
   batch_axis = rules["batch"]
   model_axes = {rules[d] for d in MODEL_DIMS & set(rules)}
@@ -47,7 +52,9 @@ def test_nvswitch_node_gets_data_and_model_parallelism(node_graph):
                 for a, b in [("data", "model"), ("model", "data")])
   pure_mp = min(_time(node_graph, mesh, f"d_ff:{a};heads:{a};vocab:{a}", topo)
                 for a in ("data", "model"))
-  assert r.step_time_s < 0.8 * pure_dp, (r.step_time_s, pure_dp)
+  # (0.8 before elementwise chains were priced as one memory pass, which
+  # makes every layout's compute cheaper and so narrows the gap: 0.83.)
+  assert r.step_time_s < 0.85 * pure_dp, (r.step_time_s, pure_dp)
   assert r.step_time_s < 0.6 * pure_mp, (r.step_time_s, pure_mp)
   assert r.report.comm_time_by_axis["data"] > 0
   assert r.report.comm_time_by_axis["model"] > 0
@@ -56,7 +63,7 @@ def test_nvswitch_node_gets_data_and_model_parallelism(node_graph):
 def test_multi_node_cluster_keeps_the_slow_axis_for_data_parallelism():
   graph = _train_graph(batch=64)
   mesh, topo = "node:4;gpu:8", "h100x8-nodes4"
-  r = autolayout.auto_layout(graph, mesh, None, topo)
+  r = autolayout.auto_layout(graph, mesh, None, topo, overlap=False)
   rules = r.rules.as_dict()
   assert rules["batch"] == "node", rules
   assert {rules[d] for d in MODEL_DIMS & set(rules)} == {"gpu"}, rules

@@ -1,0 +1,264 @@
+r"""Communication hidden under compute, from the schedule.
+
+Real training does not wait for every collective.  A gradient's SUM
+all-reduce (or reduce-scatter) is issued as soon as the backward pass has
+produced the gradient, and runs on its mesh axes' links while the rest of
+the step computes.  The cost model prices that from the lowering's own op
+order, the order in which :class:`mesh_tf.Lowering` runs the graph.
+
+**Which collectives overlap.**  A *gradient sync* is a lazy SUM all-reduce
+(recorded when a later op, or the export of an output, forces it) whose
+source op produces a gradient that :func:`mesh_tf.gradients` returned for a
+variable (``Tensor.gradient_of``).  Every other collective (tensor-parallel
+all-reduces, all-gathers, all-to-alls) is on the critical path and fully
+exposed.
+
+**Buckets.**  As in PyTorch DDP, gradient syncs are launched in buckets:
+the gradient-producing ops, in graph order, are cut into at most
+``max_buckets`` runs of consecutive ops (equal counts, a property of the
+graph, not of the layout); a bucket's syncs start when its last gradient is
+ready, at position :math:`r_b`.
+
+**Exposed time.**  On each mesh axis :math:`a` the syncs form one FIFO queue
+on that axis's links (each sync's time is split over axes by the phases of
+its algorithm, as ``OpCost.time_by_axis`` does).  Compute never waits for
+them until the step ends, so the queue finishes
+
+.. math::
+   E_a = \max\Bigl(0,\; \max_b \bigl(\textstyle\sum_{b' \ge b} c_{b',a}
+         - \eta_a W_b\bigr)\Bigr)
+
+after the last compute, where :math:`c_{b,a}` is bucket :math:`b`'s sync
+time on axis :math:`a`, :math:`W_b` the compute time of the ops after
+:math:`r_b`, and :math:`\eta_a` the axis's *overlap efficiency*: how many
+seconds of that link's communication one second of concurrent compute
+hides (collectives and kernels share memory bandwidth, and on GPUs NCCL
+kernels take SMs).  :math:`\eta_a` is data: the ``overlap_efficiency`` of
+the :class:`~costmodels.hardware.LinkSpec` if set (calibration writes it),
+else :data:`DEFAULT_OVERLAP_EFFICIENCY` of the link kind; an axis spanning
+several kinds of link takes the smallest.
+
+The step time is then ``compute + exposed critical-path comm + sum_a E_a``;
+the hidden time is the rest of the syncs.  With ``enabled=False`` every
+collective is exposed (the conservative figure, ``--no-overlap``).
+
+The layout search writes :math:`E_a` in CP-SAT as :math:`e_a \ge 0`,
+:math:`e_a \ge Z_{b,a}` with :math:`Z_{b,a}` linear in the table choices
+(see :mod:`autolayout.formulation`), which is exact because it minimises.
+"""
+
+import bisect
+import math
+from typing import Dict, NamedTuple, Tuple
+
+#: Seconds of a link's communication that one second of concurrent compute
+#: hides, by link kind.  These are modelling assumptions with the evidence
+#: they rest on, to be replaced by calibration (set
+#: ``LinkSpec.overlap_efficiency``):
+DEFAULT_OVERLAP_EFFICIENCY = {
+    # TPU ICI collectives run on the chip's DMA engines, asynchronously
+    # with the MXUs (XLA's async all-reduce / collective pipelining); what
+    # they steal is HBM bandwidth.  Assumed 0.9.
+    "ici": 0.9,
+    # NCCL on NVLink runs as CUDA kernels on a few SMs and competes for HBM:
+    # overlapped GEMMs slow by roughly 10-25% (e.g. Wang et al., "Overlap
+    # Communication with Dependent Computation via Decomposition", ASPLOS
+    # 2023).  Assumed 0.8.
+    "nvlink": 0.8,
+    # InfiniBand with GPUDirect RDMA needs fewer SMs than NVLink rings; the
+    # NIC moves the data.  Assumed 0.85.
+    "infiniband": 0.85,
+    # PCIe traffic crosses the host bridge and contends with other DMA.
+    # Assumed 0.7.
+    "pcie": 0.7,
+}
+
+#: At most this many gradient buckets (PyTorch DDP's default bucket cap of
+#: 25 MB gives tens of buckets for billion-parameter models; a few per step
+#: capture the schedule and keep the CP-SAT program small: on the 3-D mesh
+#: of benchmarks/solve.py, 8 buckets solve in 0.3-0.4 s, 16 in 0.7-1.4 s).
+MAX_GRADIENT_BUCKETS = 8
+
+
+def link_overlap_efficiency(link):
+  """:math:`\\eta` of one :class:`~costmodels.hardware.LinkSpec`."""
+  eta = getattr(link, "overlap_efficiency", None)
+  if eta is None:
+    eta = DEFAULT_OVERLAP_EFFICIENCY.get(link.kind, 0.0)
+  return float(eta)
+
+
+def axis_efficiency(mapping, axis):
+  """:math:`\\eta_a` of mesh axis ``axis`` under a
+  :class:`~costmodels.MeshMapping`: the smallest over its links (0.0 for an
+  axis of size 1, which never communicates)."""
+  segs = mapping[axis].segments
+  if not segs:
+    return 0.0
+  return min(link_overlap_efficiency(s.link) for s in segs)
+
+
+class GradientBuckets(NamedTuple):
+  """The gradient-sync schedule of a graph (layout independent).
+
+  Attributes:
+    positions: op name -> position in graph (= lowering) order.
+    bucket_of: name of each gradient-producing op -> its bucket.
+    releases: position :math:`r_b` of each bucket (ascending).
+  """
+  positions: Dict[str, int]
+  bucket_of: Dict[str, int]
+  releases: Tuple[int, ...]
+
+  def segment(self, position):
+    """Number of buckets released strictly before ``position``: compute at
+    ``position`` hides the syncs of buckets ``0 .. segment - 1``."""
+    return bisect.bisect_left(self.releases, position)
+
+  @property
+  def num_buckets(self):
+    return len(self.releases)
+
+
+def gradient_buckets(graph, max_buckets=MAX_GRADIENT_BUCKETS):
+  """The :class:`GradientBuckets` of ``graph``.
+
+  Example:
+    >>> import mesh_tf as mtf
+    >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    >>> w = mtf.get_variable(mesh, "w", "d:4")
+    >>> loss = mtf.reduce_sum(w * w)
+    >>> [gw] = mtf.gradients([loss], [w])
+    >>> gradient_buckets(g).num_buckets
+    1
+  """
+  positions, producers = {}, []
+  for i, op in enumerate(graph.operations):
+    positions[op.name] = i
+    if any(t.gradient_of is not None for t in op.outputs):
+      producers.append((op.name, i))
+  n = len(producers)
+  k = min(int(max_buckets), n)
+  bucket_of, releases = {}, []
+  for b in range(k):
+    part = producers[b * n // k:(b + 1) * n // k]
+    for name, _ in part:
+      bucket_of[name] = b
+    releases.append(part[-1][1])
+  return GradientBuckets(positions, bucket_of, tuple(releases))
+
+
+def is_gradient_sync(cost, buckets):
+  """True for a priced collective (an ``OpCost``) that overlaps: a lazy
+  SUM all-reduce of a gradient (see the module docstring)."""
+  return (cost.category == "comm" and cost.kind == "allreduce"
+          and cost.reduction == "SUM" and cost.source_op != cost.op_name
+          and cost.source_op in buckets.bucket_of)
+
+
+def exposed_sync_time(sync_s, work_s, efficiency):
+  """:math:`E_a` of one axis.
+
+  Args:
+    sync_s: per bucket, the seconds of its syncs on this axis.
+    work_s: per segment ``0 .. B``, the compute seconds of the ops in it
+      (segment ``s`` holds the ops after ``s`` bucket releases).
+    efficiency: :math:`\\eta_a`.
+
+  Example:
+    >>> exposed_sync_time([3.0, 1.0], [9.0, 1.0, 0.5], 1.0)   # 1 - 0.5
+    0.5
+  """
+  best = 0.0
+  for b in range(len(sync_s)):
+    # fsum of each suffix (B is small): with nothing hidden, E_a is then
+    # exactly the fsum of the syncs, and hidden time exactly 0.
+    best = max(best, math.fsum(sync_s[b:])
+               - efficiency * math.fsum(work_s[b + 1:]))
+  return best
+
+
+class AxisOverlap(NamedTuple):
+  """Communication on one mesh axis, split by what the step waits for.
+
+  ``exposed_s + hidden_s == total_s`` (up to rounding).
+  """
+  axis: str
+  total_s: float
+  exposed_s: float
+  hidden_s: float
+  sync_s: float        # of the total, gradient syncs (overlappable)
+  efficiency: float
+
+
+class Overlap(NamedTuple):
+  """What overlaps in one priced step (see :func:`overlap`)."""
+  enabled: bool
+  by_axis: Tuple[AxisOverlap, ...]
+  exposed_parts: Tuple[float, ...]   # fsum(...) is the exposed comm time
+
+  @property
+  def exposed_comm_s(self):
+    return math.fsum(self.exposed_parts)
+
+  @property
+  def hidden_comm_s(self):
+    return math.fsum(a.hidden_s for a in self.by_axis)
+
+  @property
+  def total_comm_s(self):
+    return math.fsum(a.total_s for a in self.by_axis)
+
+
+def overlap(op_costs, buckets, mapping, enabled=True):
+  """Splits the collectives of ``op_costs`` into exposed and hidden time.
+
+  Args:
+    op_costs: the priced records (``costmodels.evaluate.op_costs``).
+    buckets: the graph's :class:`GradientBuckets`.
+    mapping: the :class:`~costmodels.MeshMapping` (for :math:`\\eta_a`).
+    enabled: False to expose everything.
+
+  Returns:
+    An :class:`Overlap`.  Its ``exposed_parts`` are the times of the
+    critical-path collectives followed by each axis's :math:`E_a`, so that
+    with nothing to overlap their ``math.fsum`` is exactly the sum of all
+    collective times.
+  """
+  axes = [a.name for a in mapping.mesh_shape.dims]
+  nb = buckets.num_buckets
+  sync = {a: [[] for _ in range(nb)] for a in axes}
+  work = [[] for _ in range(nb + 1)]
+  plain, plain_axis, total_axis = [], {a: [] for a in axes}, {
+      a: [] for a in axes}
+  any_sync = False
+  for c in op_costs:
+    if c.category == "compute":
+      if nb:
+        work[buckets.segment(buckets.positions[c.op_name])].append(c.time_s)
+      continue
+    for a, t in c.time_by_axis:
+      total_axis.setdefault(a, []).append(t)
+    if enabled and is_gradient_sync(c, buckets):
+      any_sync = True
+      b = buckets.bucket_of[c.source_op]
+      for a, t in c.time_by_axis:
+        sync[a][b].append(t)
+    else:
+      plain.append(c.time_s)
+      for a, t in c.time_by_axis:
+        plain_axis.setdefault(a, []).append(t)
+  work_s = [math.fsum(w) for w in work]
+  parts, by_axis = list(plain), []
+  for a in axes:
+    total = math.fsum(total_axis.get(a, ()))
+    exposed_plain = math.fsum(plain_axis.get(a, ()))
+    eta = axis_efficiency(mapping, a)
+    sync_s = [math.fsum(s) for s in sync[a]]
+    e = exposed_sync_time(sync_s, work_s, eta) if any_sync else 0.0
+    if any_sync:
+      parts.append(e)
+    sync_total = math.fsum(sync_s)
+    by_axis.append(AxisOverlap(a, total, exposed_plain + e,
+                               max(0.0, sync_total - e), sync_total, eta))
+  return Overlap(bool(enabled), tuple(by_axis), tuple(parts))
