@@ -222,7 +222,7 @@ def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
                                  formulation.tie_break_groups(v),
                                  len(ms.steps) if ms else 0, spec, rounded)
   return Problem(graph, mesh_shape, outputs, topo, space, form, host,
-                 time.perf_counter() - t0, overlap is not None)
+                 time.perf_counter() - t0, overlap=overlap is not None)
 
 
 class PhaseResult(NamedTuple):
