@@ -105,13 +105,14 @@ def build_training(config, decisions, learning_rate=1e-4):
 
 
 def _solve(config, decisions, mesh_shape, topology, memory_budget,
-           time_limit_s, forbid, memory_reserve_fraction):
+           time_limit_s, forbid, memory_reserve_fraction, overlap):
   from autolayout.solve import LayoutSearch
   training = build_training(config, decisions)
   search = LayoutSearch(training.graph, microbatches=training.plan,
                         memory_reserve_fraction=memory_reserve_fraction)
   result = search.solve(mesh_shape, topology, memory_budget,
-                        time_limit_s=time_limit_s, forbid=forbid)
+                        time_limit_s=time_limit_s, forbid=forbid,
+                        overlap=overlap)
   return training, dataclasses.replace(result, decisions=decisions)
 
 
@@ -131,7 +132,8 @@ def _divisors(n, most):
 def search_training(config, mesh_shape, topology, memory_budget=None,
                     fixed=None, exhaustive=False, param_dtype="bfloat16",
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
-                    progress=None, memory_reserve_fraction=None):
+                    progress=None, memory_reserve_fraction=None,
+                    overlap=True):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   Args:
@@ -148,6 +150,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     progress: optional ``fn(decisions, step_time_s or None)`` per candidate.
     memory_reserve_fraction: the reserve the reports show (default: the
       costmodels default).
+    overlap: hide gradient syncs under compute (False: every collective
+      exposed), as :func:`autolayout.auto_layout`'s ``overlap``.
 
   Returns:
     A :class:`TrainingPlan`.
@@ -175,7 +179,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     try:
       training, result = _solve(config, d, mesh_shape, topology,
                                 memory_budget, time_limit_s, forbid,
-                                memory_reserve_fraction)
+                                memory_reserve_fraction, overlap)
     except InfeasibleLayoutError as e:
       last_error[0] = e
       tried.append((d, None, time.perf_counter() - t0))

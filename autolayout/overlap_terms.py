@@ -4,6 +4,9 @@ The cost tables (:mod:`autolayout.tables`) price each distinct op once and
 count its instances; the overlap of gradient syncs with compute
 (:mod:`costmodels.overlap`) also needs *where* each instance runs:
 
+Counts are instances times their repeats per step (per-microbatch ops run
+``k`` times, see :mod:`mesh_tf.microbatch`), as the factor counts are.
+
 * an op factor's compute at graph position :math:`p` belongs to segment
   :math:`s(p)`, the number of gradient buckets released before :math:`p`;
 * an all-reduce factor's instance is a gradient sync of bucket :math:`b`
@@ -41,18 +44,24 @@ def placements(graph, tables, buckets):
   """``{(factor.kind, factor.key): Placement}`` for every factor of
   ``tables`` (a :class:`~autolayout.tables.GraphTables`) under ``buckets``
   (:func:`costmodels.overlap.gradient_buckets` of ``graph``)."""
+  # Instances are weighed by their repeats per step, as the factor counts
+  # are (and as costmodels.evaluate prices per-microbatch records), so that
+  # an op factor's segments and an all-reduce factor's buckets and plain
+  # instances add up to its count.
   seg = collections.defaultdict(collections.Counter)
   for op in graph.operations:
     k = tables.op_key[op]
-    seg[k][buckets.segment(buckets.positions[op.name])] += 1
+    seg[k][buckets.segment(buckets.positions[op.name])] += tables.repeats(
+        op.name)
   sync = collections.defaultdict(collections.Counter)
   plain = collections.Counter()
   for t, akey in tables.ar_key.items():
+    n = tables.repeats(t.operation.name)
     b = buckets.bucket_of.get(t.operation.name)
     if b is None:
-      plain[akey] += 1
+      plain[akey] += n
     else:
-      sync[akey][b] += 1
+      sync[akey][b] += n
   out: Dict[tuple, Placement] = {}
   for f in tables.factors:
     if f.kind == "op":

@@ -164,6 +164,12 @@ class GraphTables:
     self.ar_key: Dict[object, int] = {}  # pending tensor -> its factor key
     self._build(set(outputs or ()))
 
+  def repeats(self, op_name):
+    """How often op ``op_name``'s records run per step (the microbatch
+    count for per-microbatch work, else 1): what :attr:`factors` counts
+    weigh each op and each pending tensor (by its producer) with."""
+    return self._repeats(op_name)
+
   # --- keys and scopes --------------------------------------------------
   def _key(self, obj):
     k = self._intern.get(obj)

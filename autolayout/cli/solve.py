@@ -137,7 +137,8 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
     plan = decisions.search_training(
         model.config, mesh, topology, budget, fixed=fixed,
         param_dtype=param_dtype, time_limit_s=args.time_limit,
-        memory_reserve_fraction=inputs.memory_reserve(args))
+        memory_reserve_fraction=inputs.memory_reserve(args),
+        overlap=getattr(args, "overlap", True))
   return plan.result, plan.tried
 
 
