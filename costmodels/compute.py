@@ -12,7 +12,14 @@ Time per record is the roofline
               bytes / hbm_bandwidth_bytes_per_s)``
 
 with ``bytes`` the bytes the kernel reads (its input slices, weights
-included) plus the bytes it writes.  Counting reads matters for
+included) plus the bytes it writes, and the record's time is
+
+    ``launch_overhead_s + shared_compute_factor * t``
+
+with both terms from the :class:`~costmodels.hardware.ChipSpec` (0 and 1 for
+every preset, so there it is the plain roofline; a calibrated topology
+measures them: the fixed cost of launching a kernel, and how much slower a
+device is when the devices of the topology share compute).  Counting reads matters for
 memory-bound work such as one-token decoding, whose time is reading the
 weights and the cache.  All FLOPs run at the chip's dense bf16 peak.
 """
@@ -34,10 +41,15 @@ def roofline_time(flops, nbytes, chip):
 
 
 def compute_time(record, chip):
-  """Roofline seconds of one ComputeRecord on ``chip``."""
-  return roofline_time(record.flops_per_device,
-                       record.output_bytes_per_device
-                       + record.input_bytes_per_device, chip)
+  """Seconds of one ComputeRecord on ``chip``: its launch cost plus its
+  roofline, scaled by the chip's shared-compute factor (see the module
+  docstring)."""
+  t = roofline_time(record.flops_per_device,
+                    record.output_bytes_per_device
+                    + record.input_bytes_per_device, chip)
+  if chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0:
+    return t  # the presets: exactly the roofline
+  return chip.launch_overhead_s + chip.shared_compute_factor * t
 
 
 def arithmetic_intensity(record):

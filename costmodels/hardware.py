@@ -34,11 +34,17 @@ class LinkSpec(NamedTuple):
     bandwidth_bytes_per_s: bytes per second one chip sends in one direction
       over one such link (see the module docstring).
     latency_s: per-step latency of a collective over this link.
+    collectives: measured :class:`costmodels.collective_fits.CollectiveFit`
+      entries (from calibration).  A collective whose kind has an entry is
+      priced by that fit, with the algorithm the lowering really runs on
+      these devices; ``()`` (every preset) keeps the ring formulas of
+      :mod:`costmodels.collectives`.
   """
   name: str
   kind: str
   bandwidth_bytes_per_s: float
   latency_s: float
+  collectives: tuple = ()
 
   def __repr__(self):
     return (f"LinkSpec({self.name}: {self.bandwidth_bytes_per_s / 1e9:g} GB/s"
@@ -50,7 +56,7 @@ class ChipSpec(NamedTuple):
 
   Attributes:
     name: e.g. ``"tpu-v4"``, ``"h100"``.
-    kind: ``"tpu"`` or ``"gpu"``.
+    kind: ``"tpu"``, ``"gpu"`` or ``"cpu"`` (a calibrated host device).
     peak_bf16_flops_per_s: dense bf16 peak of the whole chip.
     hbm_bytes: high-bandwidth memory capacity.
     hbm_bandwidth_bytes_per_s: HBM bandwidth.
@@ -58,6 +64,20 @@ class ChipSpec(NamedTuple):
     ici_links_per_chip: ICI ports per TPU chip (0 for GPUs).
     default_network: for GPUs, the InfiniBand generation its usual DGX/HGX
       system ships with (a key of :data:`INFINIBAND`); None for TPUs.
+    launch_overhead_s: fixed seconds per slicewise kernel launch, i.e. per
+      compute record of the trace, paid whatever its size (TF executor and
+      dispatch work).  0 for the presets (datasheet chips are priced at
+      their roofline only); calibration measures it.
+    shared_compute_factor: how much slower each device computes when every
+      device of the topology computes at once than when it computes alone
+      (1: each device has its own compute; 8 logical CPU devices on 2 cores
+      measure several times that).  The roofline of a record is multiplied
+      by it.
+    flops_per_s_by_dtype: measured dense matmul throughput per dtype, as
+      ``((dtype, flops_per_s), ...)``, one device alone (from calibration;
+      informative: records carry no dtype, so pricing uses
+      ``peak_bf16_flops_per_s``, which calibration sets to the throughput
+      of the dtype it was told the models use).
   """
   name: str
   kind: str
@@ -67,6 +87,9 @@ class ChipSpec(NamedTuple):
   link: LinkSpec
   ici_links_per_chip: int = 0
   default_network: Optional[str] = None
+  launch_overhead_s: float = 0.0
+  shared_compute_factor: float = 1.0
+  flops_per_s_by_dtype: tuple = ()
 
   def __repr__(self):
     return (f"ChipSpec({self.name}: {self.peak_bf16_flops_per_s / 1e12:g} "
