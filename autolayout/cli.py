@@ -10,7 +10,9 @@ Subcommands (``mtf-layout <cmd> --help`` for each):
 * ``mesh``: every mesh shape of N devices that embeds in the topology,
   ranked, each with its optimal layout;
 * ``pareto``: the memory-versus-step-time front;
-* ``topologies``: the preset topologies and their numbers;
+* ``topologies``: the preset topologies and their numbers (and topology
+  files given);
+* ``calibrate``: measure the devices at hand and write a topology file;
 * ``explain``: why each rule was chosen, and the cost of dropping it.
 
 Models are zoo presets with overrides (``--model transformer --set
@@ -70,7 +72,8 @@ def _add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                  help="lay out a training step (backward pass and Adam "
                  "update) instead of the forward pass")
   g.add_argument("--topology", "-t", default="tpu-v5e-16x16",
-                 help="preset topology (see `mtf-layout topologies`); "
+                 help="preset topology (see `mtf-layout topologies`) or a "
+                 "topology file (FILE.json, from `mtf-layout calibrate`); "
                  "default %(default)s")
   if mesh:
     g.add_argument("--mesh",
@@ -175,8 +178,14 @@ def build_parser():
 
   t = sub.add_parser("topologies", help="list the preset topologies",
                      description="The preset topologies: chips, links and "
-                     "their numbers.")
+                     "their numbers; and the topology files given.")
+  t.add_argument("files", nargs="*", metavar="FILE.json",
+                 help="topology files (from `mtf-layout calibrate`) to list "
+                 "next to the presets")
   _add_output_args(t, plot=False)
+
+  from autolayout import cli_calibrate
+  cli_calibrate.add_parser(sub, _add_output_args)
 
   e = sub.add_parser("explain", help="why each rule was chosen",
                      description="For each rule of a layout (default: the "

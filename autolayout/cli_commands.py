@@ -436,12 +436,13 @@ def _shape_text(t):
   return f"{sizes} {kind}"
 
 
-def topologies_frame():
-  """One row per preset topology: chips, chip, HBM, peak FLOP/s, the
-  chip's own link bandwidth, and its physical shape."""
+def topologies_frame(files=()):
+  """One row per preset topology, then per topology file in ``files``:
+  chips, chip, HBM, peak FLOP/s, the chip's own link bandwidth, and its
+  physical shape."""
   rows = []
-  for name in costmodels.list_topologies():
-    t = costmodels.get_topology(name)
+  for name in list(costmodels.list_topologies()) + list(files):
+    t = inputs.get_topology(name)
     rows.append({"topology": name, "chips": t.num_chips,
                  "chip": t.chip.name,
                  "hbm_bytes": t.chip.hbm_bytes,
@@ -452,7 +453,7 @@ def topologies_frame():
 
 
 def cmd_topologies(args, ctx):
-  df = topologies_frame()
+  df = topologies_frame(getattr(args, "files", ()))
   if ctx.fmt == "json":
     ctx.json({"schema": out.SCHEMA, "command": "topologies",
               "topologies": [
@@ -464,7 +465,7 @@ def cmd_topologies(args, ctx):
                        "bandwidth_bytes_per_s":
                            d.link.bandwidth_bytes_per_s,
                        "latency_s": d.link.latency_s}
-                      for d in costmodels.get_topology(rec["topology"]).dims]}
+                      for d in inputs.get_topology(rec["topology"]).dims]}
                   for rec in out.frame_records(df, "topology")]})
   elif ctx.fmt == "csv":
     ctx.csv(df)
@@ -607,9 +608,15 @@ def infeasible_message(err, args):
   return msg, hint
 
 
+def cmd_calibrate(args, ctx):
+  from autolayout import cli_calibrate
+  return cli_calibrate.cmd_calibrate(args, ctx)
+
+
 COMMANDS = {"solve": cmd_solve, "compare": cmd_compare, "report": cmd_report,
             "mesh": cmd_mesh, "pareto": cmd_pareto,
-            "topologies": cmd_topologies, "explain": cmd_explain}
+            "topologies": cmd_topologies, "explain": cmd_explain,
+            "calibrate": cmd_calibrate}
 
 
 def run(args, stream=None):
@@ -617,6 +624,6 @@ def run(args, stream=None):
   ctx = Context(args.format, stream)
   t0 = time.perf_counter()
   code = COMMANDS[args.command](args, ctx)
-  if ctx.fmt == "table" and args.command != "topologies":
+  if ctx.fmt == "table" and args.command not in ("topologies", "calibrate"):
     ctx.err.print(f"[dim]done in {time.perf_counter() - t0:.1f} s[/]")
   return code

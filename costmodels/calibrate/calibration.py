@@ -43,6 +43,10 @@ _ALGORITHMS = {"allgather": "concat_per_device", "alltoall": "split_concat",
 REDUCE_BROADCAST_MIN_BYTES = 256 * 1024
 
 
+FIT_COLUMNS = ("what", "link", "detail", "latency_s", "rate", "unit",
+               "rel_residual")
+
+
 class Calibration(NamedTuple):
   """What :func:`calibrate` measured and fitted.
 
@@ -50,7 +54,9 @@ class Calibration(NamedTuple):
     topology: the fitted :class:`~costmodels.Topology`.
     samples: every :class:`~costmodels.calibrate.fit.Sample`.
     fits: one row per fitted term: ``(what, link, detail, latency_s,
-      bandwidth, rel_residual)`` (see :meth:`frame`).
+      rate, unit, rel_residual)`` (see :meth:`frame`); ``rate`` is in
+      ``unit`` (``FLOP/s``, ``B/s``, or ``x`` for the shared-compute
+      factor).
     path: the topology file written, or None.
     seconds: wall time of the measurements.
     info: what the measuring process reported about its devices.
@@ -65,8 +71,7 @@ class Calibration(NamedTuple):
   def frame(self):
     """The fits as a pandas DataFrame (one row per fitted term)."""
     import pandas as pd  # pylint: disable=import-outside-toplevel
-    return pd.DataFrame(list(self.fits), columns=[
-        "what", "link", "detail", "latency_s", "rate", "rel_residual"])
+    return pd.DataFrame(list(self.fits), columns=list(FIT_COLUMNS))
 
 
 def _compute_price(chip, flops, nbytes):
@@ -101,7 +106,7 @@ def _link_fits(samples, link):
     axes = ", ".join(f"{a} {e:.0%}" for a, e in r.by_axis)
     table.append((kind, link, f"{algorithm} (steps {r.fit.steps}, volume "
                   f"{r.fit.volume}); per axis: {axes}", r.fit.latency_s,
-                  r.fit.bandwidth_bytes_per_s, r.fit.rel_residual))
+                  r.fit.bandwidth_bytes_per_s, "B/s", r.fit.rel_residual))
   return tuple(fits), table
 
 
@@ -153,16 +158,17 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       shared_compute_factor=cf.shared_compute_factor,
       flops_per_s_by_dtype=fit_lib.throughput_by_dtype(samples))
   coll = _collective_only(samples, chip)
-  rows = [("matmul", "chip", f"{dtype}, one device alone", 0.0,
-           cf.peak_flops_per_s, dict(cf.residuals)["compute, one device"]),
+  res = dict(cf.residuals)
+  rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
+           cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
           ("elementwise", "chip", "bytes read + written, one device", 0.0,
-           cf.bandwidth_bytes_per_s, dict(cf.residuals)["compute, one device"]),
-          ("launch", "chip", f"per kernel, all {n} devices at once "
-           f"(alone {cf.launch_alone_s * 1e6:.3g} us)", cf.launch_overhead_s,
-           0.0, dict(cf.residuals)["compute, all devices"]),
-          ("shared compute", "chip", f"slow-down when all {n} devices compute",
-           0.0, cf.shared_compute_factor,
-           dict(cf.residuals)["compute, all devices"])]
+           cf.bandwidth_bytes_per_s, "B/s", res["compute, one device"]),
+          ("launch", "chip", f"per compute record, all {n} devices (one "
+           f"kernel alone: {cf.launch_alone_s * 1e6:.3g} us)",
+           cf.launch_overhead_s, 0.0, "", res["compute, all devices"]),
+          ("shared compute", "chip", f"slow-down when all {n} devices "
+           "compute", 0.0, cf.shared_compute_factor, "x",
+           res["compute, all devices"])]
   local_fits, table = _link_fits(coll, "device")
   rows += table
   dims = []
@@ -198,7 +204,7 @@ def _allsplit_check(samples, chip):
   detail = "priced as compute (no fit); per axis: " + ", ".join(
       f"{a} {math.sqrt(sum(e * e for e in v) / len(v)):.0%}"
       for a, v in by_axis.items())
-  return [("allsplit", "device", detail, 0.0, 0.0, rms)]
+  return [("allsplit", "device", detail, 0.0, 0.0, "", rms)]
 
 
 def _command(meshes, cpu_devices, gpus, cluster, devices_per_task, quick,
@@ -355,8 +361,7 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
             "meshes": list(meshes), "quick": bool(quick),
             "measure_seconds": seconds, "devices": info,
             "overlap": "not measured (the cost model prices no overlap yet)",
-            "fits": [dict(zip(("what", "link", "detail", "latency_s",
-                               "rate", "rel_residual"), r)) for r in rows],
+            "fits": [dict(zip(FIT_COLUMNS, r)) for r in rows],
             "samples": [s._asdict() for s in samples]}
     topology_file.write_topology(output, topology, _json_safe(meta))
     path = str(output)
