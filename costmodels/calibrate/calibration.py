@@ -208,14 +208,15 @@ def _allsplit_check(samples, chip):
 
 
 def _command(meshes, cpu_devices, gpus, cluster, devices_per_task, quick,
-             dtypes):
+             dtypes, cluster_timeout_s):
   cmd = [sys.executable, "-m", "costmodels.calibrate.measure"]
   if cpu_devices is not None:
     cmd += ["--cpu-devices", str(int(cpu_devices))]
   elif gpus is not None:
     cmd += ["--gpus", str(int(gpus))]
   else:
-    cmd += ["--cluster", str(cluster)]
+    cmd += ["--cluster", str(cluster), "--timeout-s",
+            str(float(cluster_timeout_s))]
     if devices_per_task is not None:
       cmd += ["--devices-per-task", str(int(devices_per_task))]
   for m in meshes:
@@ -282,7 +283,8 @@ def _run_measurements(cmd, timeout_s, on_event):
 
 def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
               cluster=None, devices_per_task=None, quick=False, name=None,
-              dtypes=("float32",), progress=None, timeout_s=600.0):
+              dtypes=("float32",), progress=None, timeout_s=600.0,
+              cluster_timeout_s=30.0):
   """Measures devices, fits a topology and (optionally) writes it.
 
   Give exactly one device source.
@@ -301,6 +303,8 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
     progress: a :class:`rich.console.Console` to show a progress bar on,
       or None for no output.
     timeout_s: bound on the measurements.
+    cluster_timeout_s: how long to wait for every task of ``cluster`` to
+      answer.
 
   Returns:
     A :class:`Calibration`.
@@ -339,7 +343,7 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
                                   else gpus))
   meshes = tuple(meshes)
   cmd = _command(meshes, cpu_devices, gpus, cluster, devices_per_task, quick,
-                 dtypes)
+                 dtypes, cluster_timeout_s)
   bar = _Progress(progress)
   with bar:
     events = _run_measurements(cmd, timeout_s, bar.update)
