@@ -9,6 +9,7 @@ exactly and ranks the results by predicted step time.
 import pandas as pd
 
 import costmodels
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.errors import InfeasibleLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, auto_layout)
@@ -61,17 +62,19 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
   Raises:
     InfeasibleLayoutError: if no mesh shape has a layout within the budget.
   """
+  topology = costmodels.get_topology(topology)  # resolved once, here
   results, rows, best_peak = [], [], None
   for mesh in mesh_factorizations(num_devices, max_axes):
+    mesh_shape = convert_to_mesh_shape(mesh)
     try:
-      costmodels.map_mesh(topology, mesh)
+      costmodels.map_mesh(topology, mesh_shape)
     except costmodels.TopologyError as e:
       rows.append({"mesh": mesh, "status": "no-fit", "rules": None,
                    "step_time_s": None, "peak_memory_bytes": None,
                    "solve_time_s": None, "note": str(e).split(";")[0]})
       continue
     try:
-      r = auto_layout(graph, mesh, outputs, topology, memory_budget,
+      r = auto_layout(graph, mesh_shape, outputs, topology, memory_budget,
                       objective, time_limit_s, num_workers, seed)
     except InfeasibleLayoutError as e:
       if best_peak is None or e.min_peak_bytes < best_peak[0]:

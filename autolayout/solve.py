@@ -21,6 +21,7 @@ from costmodels import memory as cm_memory
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError, MtfError
 from mesh_tf.core.layout import LayoutRules
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import (assignments, formulation, memory_steps,
                         tables)
 from autolayout.errors import (InfeasibleLayoutError, SolverError,
@@ -79,7 +80,7 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   """Builds the cost tables and the CP-SAT model (see
   :mod:`autolayout.formulation` for the math)."""
   t0 = time.perf_counter()
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  mesh_shape = convert_to_mesh_shape(mesh_shape)
   outputs = _outputs(graph, outputs)
   topo = costmodels.get_topology(topology)
   key = (mesh_shape, topo, tuple(id(t) for t in outputs))
@@ -118,7 +119,7 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   form = formulation.Formulation(model, v, tuple(tbls), objectives, units,
                                  formulation.tie_break_groups(v),
                                  len(ms.steps) if ms else 0)
-  return Problem(graph, mesh_shape, outputs, costmodels.get_topology(topology),
+  return Problem(graph, mesh_shape, outputs, topo,
                  space, form, host, time.perf_counter() - t0)
 
 
@@ -401,6 +402,9 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
                          "time", time_limit_s, num_workers, seed, tie_break,
                          solver_params, forbid, progress)
     return dataclasses.replace(result, objective="latency")
+  # The edge: resolve names once; everything below gets typed values.
+  mesh_shape = convert_to_mesh_shape(mesh_shape)
+  topology = costmodels.get_topology(topology)
   phases = _phases(objective, tie_break)
   problem = build_problem(graph, mesh_shape, outputs, topology,
                           memory_budget, need_peak="memory" in phases)

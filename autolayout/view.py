@@ -22,10 +22,7 @@ Example:
 import collections
 
 import networkx as nx
-import numpy as np
 
-from mesh_tf.core import dims as dims_lib
-from mesh_tf.graph import Operation, Tensor
 from autolayout import assignments
 
 
@@ -92,48 +89,15 @@ def dims_used_together(graph):
                 key=lambda g: (-len(g), g))
 
 
-def _freeze(x):
-  """A hashable, layout-relevant summary of an op attribute."""
-  if x is None or isinstance(x, (bool, int, float, str)):
-    return x
-  if isinstance(x, (dims_lib.Shape, dims_lib.Dimension)):
-    return x
-  if isinstance(x, Tensor):
-    return ("tensor", x.shape, x.dtype)
-  if isinstance(x, Operation):
-    return ("op", type(x).__name__,
-            tuple((t.shape, t.dtype) for t in x.outputs))
-  if isinstance(x, np.ndarray):
-    return ("array", x.shape, str(x.dtype))
-  if isinstance(x, dict):
-    return tuple(sorted((str(k), _freeze(v)) for k, v in x.items()))
-  if isinstance(x, (list, tuple, set, frozenset)):
-    items = [_freeze(v) for v in x]
-    return tuple(sorted(items, key=repr)) if isinstance(
-        x, (set, frozenset)) else tuple(items)
-  if callable(x):
-    return "<fn>"
-  return type(x).__name__
-
-
-_SKIP = frozenset(("_name", "_inputs", "_outputs", "_mesh", "_fn", "seed",
-                   "name"))
-
-
 def op_signature(op):
-  """What an op's lowering cost can depend on: its type, its inputs' and
-  outputs' shapes and dtypes, and its plain attributes (not its name, nor
-  string attributes ``*_name`` that refer to other ops by name).
+  """What an op's lowering cost can depend on: :attr:`Operation.signature`,
+  which each op declares (its type, its inputs' and outputs' shapes and
+  dtypes, and its ``cost_params()``; not its name nor its seed).
 
   Ops of identical layers have equal signatures, so the search prices them
   once.
   """
-  attrs = tuple((k, _freeze(v)) for k, v in sorted(vars(op).items())
-                if k not in _SKIP and not callable(v)
-                and not (k.endswith("_name") and isinstance(v, str)))
-  return (type(op).__name__,
-          tuple((t.shape, t.dtype) for t in op.inputs),
-          tuple((t.shape, t.dtype) for t in op.outputs), attrs)
+  return op.signature
 
 
 def repeated_ops(graph):

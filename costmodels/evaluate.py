@@ -23,9 +23,9 @@ the step time by op and reproduce it exactly.  ``compute_time_s`` and
 import math
 from typing import NamedTuple, Tuple
 
-from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
@@ -196,7 +196,7 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
 
 
 def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
-             schedule=None):
+             schedule=None, liveness=None):
   """Predicts the step time and peak memory of ``graph`` under a layout.
 
   Args:
@@ -211,6 +211,9 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
       without a value (fed at run time) need no feed here.
     schedule: an operation order for the memory model (default
       :func:`costmodels.memory.schedule`).
+    liveness: a :class:`costmodels.memory.Liveness` of ``graph`` with these
+      ``outputs`` (from :func:`costmodels.memory.liveness`), to reuse one
+      schedule over many layouts; replaces ``schedule``.
 
   Returns:
     A :class:`costmodels.CostReport`.
@@ -230,8 +233,10 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     >>> [(c.kind, c.mesh_axes) for c in r.collectives]
     [('allreduce', ('model',))]
   """
+  # The edge: names and strings are resolved here, once; below this point
+  # only typed values travel.
   topology = get_topology(topology)
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  mesh_shape = convert_to_mesh_shape(mesh_shape)
   rules = convert_to_layout_rules(layout_rules)
   mapping = map_mesh(topology, mesh_shape)
   if outputs is not None:
@@ -239,7 +244,7 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
   trace = trace_graph(graph, mesh_shape, rules, outputs)
   costs = op_costs(trace, mapping)
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,
-                                      outputs)
+                                      outputs, liveness)
   return CostReport(graph=graph, mesh_shape=mesh_shape, layout_rules=rules,
                     topology=topology, mapping=mapping, trace=trace,
                     op_costs=costs, memory=profile)

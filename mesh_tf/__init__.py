@@ -59,6 +59,7 @@ from mesh_tf.ops.gather import *  # noqa: F401,F403
 from mesh_tf.ops.topk import *  # noqa: F401,F403
 from mesh_tf.ops.random import *  # noqa: F401,F403
 from mesh_tf.ops.conv import *  # noqa: F401,F403
+from mesh_tf.ops.pool import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
 

@@ -22,9 +22,6 @@ class Graph:
     self.operations = []
     self.all_variables = []
     self.trainable_variables = []
-    # Gradient tensor -> the variable value it is the gradient of, filled by
-    # mtf.gradients; the cost model reports these bytes as "gradients".
-    self.gradient_tensors = {}
     self._names = {}
 
   def unique_name(self, name):
@@ -69,7 +66,13 @@ class Mesh:
 
 
 class Tensor:
-  """A named-dim tensor: the output of an :class:`Operation`."""
+  """A named-dim tensor: the output of an :class:`Operation`.
+
+  Attributes:
+    gradient_of: for a gradient that ``mtf.gradients`` returned for a
+      variable's value, that value (a Tensor); None for every other tensor.
+      The memory model reports these tensors' bytes as "gradients".
+  """
 
   def __init__(self, operation, shape, dtype, name=None, index=0):
     self.operation = operation
@@ -77,6 +80,7 @@ class Tensor:
     self.dtype = dtypes_lib.as_dtype(dtype)
     self.index = index
     self.name = name or f"{operation.name}:{index}"
+    self.gradient_of = None
 
   @property
   def mesh(self):
@@ -93,51 +97,27 @@ class Tensor:
   def __repr__(self):
     return f"Tensor[{self.name}, {self.shape}, {self.dtype}]"
 
-  # Arithmetic, broadcasting by dim name.  Imported lazily: ops import graph.
-  def __add__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.add(self, other)
-
-  def __radd__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.add(other, self)
-
-  def __sub__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.subtract(self, other)
-
-  def __rsub__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.subtract(other, self)
-
-  def __mul__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.multiply(self, other)
-
-  def __rmul__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.multiply(other, self)
-
-  def __truediv__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.divide(self, other)
-
-  def __rtruediv__(self, other):
-    from mesh_tf.ops import elementwise
-    return elementwise.divide(other, self)
-
-  def __neg__(self):
-    from mesh_tf.ops import elementwise
-    return elementwise.negative(self)
+  # Arithmetic (+, -, *, /, unary -) broadcasts by dim name; the op library
+  # (mesh_tf.ops) binds the operators, so that this module imports no ops.
 
 
 class Operation:
   """Base class of every op.
 
   Subclasses set ``self._outputs`` in ``__init__`` and implement
-  ``lower(lowering)``.  They may override ``unsplittable_dims`` (dim names the
-  layout must not split for this op) and ``gradient(grad_ys)``.
+  ``lower(lowering)``.  Next to its lowering, each op family declares:
+
+  * ``gradient(grad_ys)``: one gradient (or None) per input, given one (or
+    None) per output, built from mtf ops; or, for ops without one,
+    ``no_gradient_reason``, a sentence saying why (integer or random
+    outputs, state updates, gradients of gradients);
+  * ``unsplittable_dims``: dim names the layout must not split for it;
+  * ``cost_params()``: what its lowering cost depends on besides its inputs'
+    and outputs' shapes and dtypes (see :attr:`signature`).
   """
+
+  #: Why this op has no gradient; None for ops that declare ``gradient``.
+  no_gradient_reason = None
 
   def __init_subclass__(cls, **kwargs):
     # A subclass validates its arguments after Operation.__init__ has
@@ -216,11 +196,37 @@ class Operation:
 
   @property
   def has_gradient(self):
+    """Whether this op's class declares ``gradient``."""
     return type(self).gradient is not Operation.gradient
 
   def gradient(self, grad_ys):
+    """Gradients of this op's inputs (one Tensor or None each), given the
+    gradients of its outputs ``grad_ys`` (one Tensor or None each).
+
+    Each gradient has its input's exact shape.  Subclasses override this;
+    the base class has no gradient.
+    """
+    reason = self.no_gradient_reason or "it declares none"
     raise MtfError(f"operation {self.name} ({type(self).__name__}) has no "
-                   "gradient")
+                   f"gradient: {reason}")
+
+  def cost_params(self):
+    """A tuple of hashable values that this op's lowering (hence its cost)
+    depends on besides the shapes and dtypes of its inputs and outputs:
+    e.g. a reduction's type or a shift's offset.  Names of ops and seeds
+    are left out, so that identical layers have equal signatures."""
+    return ()
+
+  @property
+  def signature(self):
+    """What this op's lowering cost can depend on, as a hashable value: its
+    type, its inputs' and outputs' shapes and dtypes, and
+    :meth:`cost_params`.  Ops of identical layers have equal signatures, so
+    the layout search prices them once."""
+    return (type(self).__name__,
+            tuple((t.shape, t.dtype) for t in self._inputs),
+            tuple((t.shape, t.dtype) for t in self._outputs),
+            tuple(self.cost_params()))
 
   def lower(self, lowering):
     raise NotImplementedError(type(self).__name__)

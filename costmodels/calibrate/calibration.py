@@ -32,7 +32,7 @@ from costmodels import hardware
 from costmodels.calibrate import fit as fit_lib
 from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import CalibrationError, Sample
-from costmodels.topology import PhysicalDim, Topology
+from costmodels.topology.types import PhysicalDim, Topology
 
 # The all-reduce algorithms of PlacementMeshImpl, below and above its switch.
 _SMALL_ALLREDUCE, _LARGE_ALLREDUCE = "per_device_sums", "reduce_broadcast"

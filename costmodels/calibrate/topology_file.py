@@ -28,7 +28,8 @@ import tempfile
 
 from costmodels.collective_fits import CollectiveFit, check_fit
 from costmodels.hardware import ChipSpec, LinkSpec
-from costmodels.topology import PhysicalDim, Topology, TopologyError
+from costmodels.errors import TopologyError
+from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
 VERSION = 1

@@ -21,5 +21,5 @@ from mesh_tf.layers.core import (dense, dense_relu_dense, dropout,
                                  softmax_cross_entropy_with_logits)
 from mesh_tf.layers.moe import expert_capacity, moe, top2_gating
 from mesh_tf.layers.norm import NormGradOperation, NormOperation
-from mesh_tf.layers.softmax import (SoftmaxGradOperation, SoftmaxOperation,
-                                    softmax)
+# The one softmax lives with the reductions; ``mtf.layers.softmax`` is it.
+from mesh_tf.ops.reduce import SoftmaxGradOperation, SoftmaxOperation, softmax

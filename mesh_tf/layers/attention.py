@@ -12,7 +12,7 @@ import math
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import _dropout, _maybe_cast, _unique_scope
-from mesh_tf.layers.softmax import softmax
+from mesh_tf.ops.reduce import softmax
 from mesh_tf.ops import einsum as einsum_lib
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import variables as var_lib

@@ -1,4 +1,5 @@
-"""Convolution and pooling layers (variables + :mod:`mesh_tf.ops.conv`).
+"""Convolution and pooling layers: variables plus :mod:`mesh_tf.ops.conv`
+and :mod:`mesh_tf.ops.pool`.
 
 Inputs are ``[batch..., spatial..., channels]``: the spatial dims are the
 ``n`` dims before the last, unless ``spatial_dims`` names them.  Spatial
@@ -13,6 +14,7 @@ from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import _maybe_cast, _unique_scope, get_activation
 from mesh_tf.ops import conv as conv_ops
 from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import pool as pool_ops
 from mesh_tf.ops import variables as var_lib
 
 
@@ -88,7 +90,7 @@ def _make(n):
 
 
 conv1d, conv2d, conv3d = _make(1), _make(2), _make(3)
-max_pool1d, max_pool2d, max_pool3d = (conv_ops.max_pool1d, conv_ops.max_pool2d,
-                                      conv_ops.max_pool3d)
-avg_pool1d, avg_pool2d, avg_pool3d = (conv_ops.avg_pool1d, conv_ops.avg_pool2d,
-                                      conv_ops.avg_pool3d)
+max_pool1d, max_pool2d, max_pool3d = (pool_ops.max_pool1d, pool_ops.max_pool2d,
+                                      pool_ops.max_pool3d)
+avg_pool1d, avg_pool2d, avg_pool3d = (pool_ops.avg_pool1d, pool_ops.avg_pool2d,
+                                      pool_ops.avg_pool3d)

@@ -23,7 +23,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import (_maybe_cast, _unique_scope, get_activation,
                                  one_hot)
-from mesh_tf.layers.softmax import softmax
+from mesh_tf.ops.reduce import softmax
 from mesh_tf.ops import einsum as einsum_lib
 from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import reduce as reduce_lib

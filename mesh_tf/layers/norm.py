@@ -101,6 +101,9 @@ class NormOperation(Operation):
     self.has_bias = bias is not None
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
+  def cost_params(self):
+    return (self.dim, self.epsilon, self.rms, self.has_bias)
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     x = self.inputs[0]
@@ -138,6 +141,8 @@ class NormOperation(Operation):
 class NormGradOperation(Operation):
   """Gradients of a :class:`NormOperation`: dx, dscale (and dbias)."""
 
+  no_gradient_reason = "second derivatives of norms are not built"
+
   def __init__(self, norm_op, dy, name=None):
     x, scale = norm_op.inputs[:2]
     super().__init__([x, scale, dy], name=name or f"{norm_op.name}_grad")
@@ -147,6 +152,9 @@ class NormGradOperation(Operation):
     if norm_op.has_bias:
       outs.append(Tensor(self, scale.shape, scale.dtype, index=2))
     self._outputs = outs
+
+  def cost_params(self):
+    return (self.norm_op.signature,)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)

@@ -12,6 +12,10 @@ class StopGradientOperation(GenericOperation):
     super().__init__(lambda t: tf.stop_gradient(t), [x], x.shape, x.dtype,
                      name=name or "stop_gradient", flops_per_element=0)
 
+  def gradient(self, grad_ys):
+    del grad_ys
+    return [None]
+
 
 def stop_gradient(x, name=None):
   return StopGradientOperation(x, name=name).outputs[0]
@@ -26,6 +30,15 @@ class DependOperation(Operation):
     super().__init__([x] + tensors, name=name or "depend")
     self.dependency_ops = [d for d in deps if isinstance(d, Operation)]
     self._outputs = [Tensor(self, x.shape, x.dtype)]
+
+  def cost_params(self):
+    return tuple((type(op).__name__,
+                  tuple((t.shape, t.dtype) for t in op.outputs))
+                 for op in self.dependency_ops)
+
+  def gradient(self, grad_ys):
+    """``x``'s gradient passes through; the dependencies get none."""
+    return [grad_ys[0]] + [None] * (len(self.inputs) - 1)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)

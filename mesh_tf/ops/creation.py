@@ -17,6 +17,13 @@ class ConstantOperation(Operation):
     self.value = value
     self._outputs = [Tensor(self, shape, dtype)]
 
+  no_gradient_reason = "a constant has no inputs"
+
+  def cost_params(self):
+    # A scalar is filled on every processor, an array imported: the value
+    # itself does not change the cost.
+    return ("fill" if np.ndim(self.value) == 0 else "import",)
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     out = self.outputs[0]
@@ -64,6 +71,8 @@ class RangeOperation(Operation):
     self.dim, self.start, self.step = dim, start, step
     self._outputs = [Tensor(self, dims_lib.Shape([dim]), dtype)]
 
+  no_gradient_reason = "a range has no inputs"
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     out = self.outputs[0]
@@ -98,6 +107,8 @@ class ImportOperation(Operation):
     super().__init__([], mesh=mesh, name=name or "import")
     self.value = value
     self._outputs = [Tensor(self, shape, dtype)]
+
+  no_gradient_reason = "an imported TF value has no mtf inputs"
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)

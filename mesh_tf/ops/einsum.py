@@ -1,8 +1,14 @@
-"""Einsum, the workhorse: contraction over named dims.
+"""Einsum, the workhorse: contraction over named dims, and its inverse,
+broadcast.
 
 Lowering: each processor contracts its slices; a reduced dim that is split
 leaves partial sums, which become a lazy SUM all-reduce over that dim's mesh
 axis.  FLOPs per device are ``2 * prod(slice sizes of all dims)``.
+
+Gradients: the gradient of each einsum input is an einsum of the output
+gradient with the other inputs, broadcast over the dims only that input has;
+the gradient of a broadcast is a one-operand einsum that sums the new dims
+out.  The two live in one module because each is the other's gradient.
 """
 
 import math
@@ -12,7 +18,7 @@ from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering import einsum_kernels
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
-from mesh_tf.ops.base import einsum_letters
+from mesh_tf.ops.base import align_slice, einsum_letters, is_float
 
 
 def _infer_output_shape(xs, reduced_dims):
@@ -111,6 +117,28 @@ class EinsumOperation(Operation):
     else:
       lowering.set_tensor_lowering(out, y)
 
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None] * len(self.inputs)
+    out = []
+    for i, x in enumerate(self.inputs):
+      if not is_float(x):
+        out.append(None)
+        continue
+      others = [t for j, t in enumerate(self.inputs) if j != i]
+      have = set(g.shape.dimension_names)
+      for t in others:
+        have.update(t.shape.dimension_names)
+      target = dims_lib.Shape([d for d in x.shape if d.name in have])
+      if not others and g.shape == target:
+        gx = g
+      else:
+        gx = einsum([g] + others, output_shape=target,
+                    name=f"{self.name}_grad{i}")
+      out.append(broadcast(gx, x.shape, name=f"{gx.operation.name}_broadcast"))
+    return out
+
 
 def einsum(xs, output_shape=None, reduced_dims=None, name=None):
   """Einstein summation over named dims.
@@ -145,3 +173,75 @@ def matmul(a, b, output_shape=None, reduced_dims=None, name=None):
   """``einsum([a, b])``: contracts the dims ``a`` and ``b`` share."""
   return einsum([a, b], output_shape=output_shape, reduced_dims=reduced_dims,
                 name=name or "matmul")
+
+
+class BroadcastOperation(Operation):
+  """Broadcasts ``x`` to ``new_shape`` (a superset of its dims, any order).
+
+  Each processor broadcasts its slice to its output slice: a dim of ``x``
+  keeps its mesh axis, and ``x`` is replicated along the axes of new dims.
+
+  Attributes:
+    old_shape: the input's shape (the gradient sums back to it).
+    new_shape: the output's shape.
+  """
+
+  def __init__(self, x, new_shape, name=None):
+    super().__init__([x], name=name or "broadcast")
+    for d in x.shape:
+      if d not in new_shape:
+        raise ShapeError(
+            f"{self.name}: cannot broadcast {x.name} {x.shape!r} to "
+            f"{new_shape!r}: dim {d} is missing from the new shape; "
+            "broadcast only adds dims")
+    self.old_shape = x.shape
+    self.new_shape = new_shape
+    self._outputs = [Tensor(self, new_shape, x.dtype)]
+
+  @property
+  def unsplittable_dims(self):
+    """None: broadcasting is local under every layout."""
+    return frozenset()
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    out_slice = impl.slice_shape(self.new_shape)
+    old, new = self.old_shape, self.new_shape
+
+    def fn(t):
+      return tf.broadcast_to(align_slice(tf, t, old, new), out_slice)
+    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
+        fn, lowering.laid_out(self.inputs[0]), shape=new, flops=0))
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else sum_to(g, self.old_shape)]
+
+
+def broadcast(x, new_shape, name=None):
+  """Broadcasts ``x`` to ``new_shape``, which holds all of ``x``'s dims.
+
+  Returns ``x`` itself when the shapes are equal.
+
+  Raises:
+    ShapeError: if a dim of ``x`` is not in ``new_shape``.
+
+  Example:
+    >>> y = broadcast(bias, "batch:8,d_model:512")   # doctest: +SKIP
+  """
+  new_shape = dims_lib.convert_to_shape(new_shape)
+  if x.shape == new_shape:
+    return x
+  return BroadcastOperation(x, new_shape, name=name).outputs[0]
+
+
+def sum_to(g, shape):
+  """Sums ``g`` over its dims not in ``shape`` and orders it like ``shape``.
+
+  A one-operand einsum: one TF kernel per processor, and a lazy SUM
+  all-reduce when a summed dim is split.  Returns ``g`` if already equal.
+  """
+  shape = dims_lib.convert_to_shape(shape)
+  if g.shape == shape:
+    return g
+  return einsum([g], output_shape=shape, name=f"{g.operation.name}_sum")

@@ -2,6 +2,11 @@
 
 Elementwise ops split every dim, need no communication, and cost one FLOP
 per output element (a few for transcendental functions, as rooflines count).
+
+Gradients are fused (see :mod:`mesh_tf.ops.base`): one op per input, using
+TF's own gradient kernels where TF has one, so the numbers equal
+``tf.GradientTape``'s.  Products and sums are einsums over named dims: one TF
+kernel each, which broadcasts, sums out and transposes at once.
 """
 
 from mesh_tf.core import dtypes as dtypes_lib
@@ -9,7 +14,35 @@ from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Tensor
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
-from mesh_tf.ops.base import GenericOperation, broadcast_shapes
+from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.base import (GenericOperation, broadcast_shapes,
+                              elementwise_grad, is_float)
+
+# kind -> (kernel(g, x[, y]), uses_output): the derivative of a unary op.
+_UNARY_GRADS = {
+    "abs": (lambda g, x: g * tf.sign(x), False),
+    "square": (lambda g, x: g * (2.0 * x), False),
+    "sqrt": (lambda g, x, y: tf.raw_ops.SqrtGrad(y=y, dy=g), True),
+    "rsqrt": (lambda g, x, y: tf.raw_ops.RsqrtGrad(y=y, dy=g), True),
+    "reciprocal": (lambda g, x, y: tf.raw_ops.ReciprocalGrad(y=y, dy=g), True),
+    "exp": (lambda g, x, y: g * y, True),
+    "log": (lambda g, x: g * tf.math.reciprocal(x), False),
+    "sin": (lambda g, x: g * tf.cos(x), False),
+    "cos": (lambda g, x: g * -tf.sin(x), False),
+    "tanh": (lambda g, x, y: tf.raw_ops.TanhGrad(y=y, dy=g), True),
+    "sigmoid": (lambda g, x, y: tf.raw_ops.SigmoidGrad(y=y, dy=g), True),
+    "relu": (lambda g, x, y: tf.raw_ops.ReluGrad(gradients=g, features=y),
+             True),
+    "elu": (lambda g, x, y: tf.raw_ops.EluGrad(gradients=g, outputs=y), True),
+    "selu": (lambda g, x, y: tf.raw_ops.SeluGrad(gradients=g, outputs=y),
+             True),
+    "softplus": (lambda g, x: tf.raw_ops.SoftplusGrad(gradients=g,
+                                                      features=x), False),
+}
+# Piecewise-constant or boolean ops: their gradient is zero (None).
+_NONDIFFERENTIABLE = frozenset((
+    "sign", "logical_not", "floordiv", "less", "less_equal", "greater",
+    "greater_equal", "equal", "not_equal", "logical_and", "logical_or"))
 
 
 class UnaryOperation(GenericOperation):
@@ -23,6 +56,31 @@ class UnaryOperation(GenericOperation):
     self.params = params
     super().__init__(fn, [x], x.shape, output_dtype or x.dtype,
                      name=name or kind, flops_per_element=flops)
+
+  def cost_params(self):
+    return super().cost_params() + (
+        self.kind, tuple(sorted(self.params.items())))
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    kind, x = self.kind, self.inputs[0]
+    if g is None or kind in _NONDIFFERENTIABLE or not is_float(x):
+      return [None]
+    if kind == "identity":
+      return [g]
+    if kind == "negative":
+      return [negative(g)]
+    if kind == "cast":
+      return [cast(g, x.dtype) if is_float(g) else None]
+    if kind == "leaky_relu":
+      alpha = self.params["alpha"]
+      return [elementwise_grad(self, g, 0, lambda gg, xx: tf.raw_ops.
+                               LeakyReluGrad(gradients=gg, features=xx,
+                                             alpha=alpha))]
+    if kind in _UNARY_GRADS:
+      kernel, uses_output = _UNARY_GRADS[kind]
+      return [elementwise_grad(self, g, 0, kernel, uses_output)]
+    return [elementwise_grad(self, g, 0, flops=8)]
 
 
 def _unary(kind, tf_fn, flops=1, out_dtype=None):
@@ -123,6 +181,61 @@ class BinaryOperation(GenericOperation):
         return
     super().lower(lowering)
 
+  def cost_params(self):
+    return super().cost_params() + (self.kind, self.scalar)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    kind = self.kind
+    if g is None or kind in _NONDIFFERENTIABLE:
+      return [None] * len(self.inputs)
+    if len(self.inputs) == 1:  # the other operand is a Python scalar
+      if kind == "add":
+        return [g]
+      if kind == "multiply":
+        return [multiply(g, self.scalar)]
+      return [elementwise_grad(self, g, 0, flops=4)]
+    x, y = self.inputs
+    sum_to = einsum_ops.sum_to
+    if kind == "add":
+      return [sum_to(g, x.shape), sum_to(g, y.shape)]
+    if kind == "subtract":
+      return [sum_to(g, x.shape), negative(sum_to(g, y.shape))]
+    if kind == "multiply":
+      return [self._product(g, y, x, 0), self._product(g, x, y, 1)]
+    if kind == "divide":
+      # d(x/y)/dy = -(x/y)/y: sum g*z over y's broadcast dims first.
+      z = self.outputs[0]
+      return [sum_to(divide(g, y), x.shape),
+              negative(divide(einsum_ops.einsum(
+                  [g, z], output_shape=y.shape, name=f"{self.name}_grad1"),
+                  y))]
+    if kind in ("maximum", "minimum"):
+      gx, gy = _max_mask(kind == "maximum")
+      return [elementwise_grad(self, g, 0, gx),
+              elementwise_grad(self, g, 1, gy)]
+    return [elementwise_grad(self, g, i, flops=8) for i in range(2)]
+
+  def _product(self, g, other, x, index):
+    if not is_float(x):
+      return None
+    return einsum_ops.einsum([g, other], output_shape=x.shape,
+                             name=f"{self.name}_grad{index}")
+
+
+def _max_mask(greater):
+  """Kernels for maximum/minimum: ties send the gradient to x, as in TF."""
+  # A lambda, not ``tf.greater_equal``: graph building must not load TF.
+  cmp = ((lambda a, b: tf.greater_equal(a, b)) if greater
+         else (lambda a, b: tf.less_equal(a, b)))
+
+  def gx(g, x, y):
+    return tf.where(cmp(x, y), g, tf.zeros_like(g))
+
+  def gy(g, x, y):
+    return tf.where(cmp(x, y), tf.zeros_like(g), g)
+  return gx, gy
+
 
 def _binary(kind, tf_fn, bool_out=False, flops=1):
   def op(x1, x2, output_shape=None, name=None):
@@ -133,8 +246,7 @@ def _binary(kind, tf_fn, bool_out=False, flops=1):
                           output_dtype="bool" if bool_out else None,
                           name=name, flops=flops).outputs[0]
     if output_shape is not None:
-      from mesh_tf.ops.reshape import broadcast
-      out = broadcast(out, output_shape)
+      out = einsum_ops.broadcast(out, output_shape)
     return out
   op.__name__ = kind
   op.__doc__ = f"Elementwise ``{kind}``, broadcasting by dim name."
@@ -177,10 +289,22 @@ def add_n(xs, name=None):
 
 
 class WhereOperation(GenericOperation):
+  """``x`` where ``condition`` holds, else ``y``, broadcast by dim name."""
+
   def __init__(self, condition, x, y, name=None):
     shape = broadcast_shapes(condition.shape, x.shape, y.shape)
     super().__init__(lambda c, a, b: tf.where(c, a, b), [condition, x, y],
                      shape, x.dtype, name=name or "where")
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None, None, None]
+    return [None,
+            elementwise_grad(self, g, 1, lambda gg, c, a, b: tf.where(
+                c, gg, tf.zeros_like(gg)), flops=1),
+            elementwise_grad(self, g, 2, lambda gg, c, a, b: tf.where(
+                c, tf.zeros_like(gg), gg), flops=1)]
 
 
 def where(condition, x, y, output_shape=None, name=None):
@@ -194,7 +318,6 @@ def where(condition, x, y, output_shape=None, name=None):
     y = constant(mesh, y, dtype=x.dtype)
   out = WhereOperation(condition, x, y, name=name).outputs[0]
   if output_shape is not None:
-    from mesh_tf.ops.reshape import broadcast
-    out = broadcast(out, output_shape)
+    out = einsum_ops.broadcast(out, output_shape)
   return out
 

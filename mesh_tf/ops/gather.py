@@ -20,8 +20,9 @@ from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import DTypeError, ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.ops.base import resolve_dim
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
+from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops.base import is_float, resolve_dim
 
 __all__ = ["OneHotOperation", "GatherOperation", "one_hot", "gather"]
 
@@ -40,6 +41,8 @@ class OneHotOperation(Operation):
   gradients and cost models): ``output_dim``, ``on_value``, ``off_value``.
   It has no gradient: its only input is an integer tensor.
   """
+
+  no_gradient_reason = "its only input is an integer tensor of indices"
 
   def __init__(self, indices, output_dim, on_value, off_value, dtype,
                name=None):
@@ -70,6 +73,9 @@ class OneHotOperation(Operation):
                         off_value=tf.constant(off, dtype), dtype=dtype)
     lowering.set_tensor_lowering(out, impl.slicewise_pnum(
         fn, lowering.laid_out(self.inputs[0]), shape=out.shape, dtype=dtype))
+
+  def cost_params(self):
+    return (self.output_dim, self.on_value, self.off_value)
 
 
 def one_hot(indices, output_dim, on_value=1.0, off_value=0.0, dtype="float32",
@@ -125,6 +131,21 @@ class GatherOperation(Operation):
   @property
   def weights(self):
     return self.inputs[0]
+
+  def cost_params(self):
+    return (self.dim, self.batch_dim_names)
+
+  def gradient(self, grad_ys):
+    # Scatter-add dy into the gathered rows: a contraction with the one-hot
+    # of the indices, laid out (and all-reduced) like any einsum.
+    g = grad_ys[0]
+    weights, indices = self.inputs
+    if g is None or not is_float(weights):
+      return [None, None]
+    hot = one_hot(indices, self.dim, dtype=g.dtype,
+                  name=f"{self.name}_grad_one_hot")
+    return [einsum_ops.einsum([hot, g], output_shape=weights.shape,
+                              name=f"{self.name}_grad"), None]
 
   @property
   def indices(self):

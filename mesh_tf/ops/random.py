@@ -41,6 +41,11 @@ class RandomOperation(Operation):
     self.params = dict(params)
     self._outputs = [Tensor(self, shape, dtype)]
 
+  no_gradient_reason = "a random draw has no inputs"
+
+  def cost_params(self):
+    return (self.kind, tuple(sorted(self.params.items())))
+
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
     out = self.outputs[0]

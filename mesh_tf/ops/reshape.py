@@ -24,7 +24,9 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError, UnknownNameError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.ops.base import align_slice
+# Broadcasting is einsum's inverse and lives with it (each is the other's
+# gradient); it is exported here too, with the other shape ops.
+from mesh_tf.ops.einsum import BroadcastOperation, broadcast
 
 __all__ = ["reshape", "transpose", "rename_dimension", "replace_dimensions",
            "broadcast", "reshape_plan", "RelayoutStep", "ReshapePlan",
@@ -217,6 +219,11 @@ class ReshapeOperation(Operation):
       laid = _apply_step(impl, laid, step)
     lowering.set_tensor_lowering(self.outputs[0], laid)
 
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else reshape(g, self.old_shape,
+                                           name=f"{self.name}_grad")]
+
 
 def reshape(x, new_shape, name=None):
   """Reshapes ``x`` to ``new_shape``, keeping the row-major element order.
@@ -277,6 +284,11 @@ class TransposeOperation(Operation):
       laid = impl.slicewise(lambda t: tf.transpose(t, perm), laid,
                             shape=self.new_shape, flops=0)
     lowering.set_tensor_lowering(self.outputs[0], laid)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else transpose(g, self.old_shape,
+                                             name=f"{self.name}_grad")]
 
 
 def transpose(x, new_shape, name=None):
@@ -355,59 +367,3 @@ def _dim_list(x):
   if isinstance(x, (dims_lib.Dimension, str)):
     return [dims_lib.convert_to_dimension(x)]
   return [dims_lib.convert_to_dimension(d) for d in x]
-
-
-class BroadcastOperation(Operation):
-  """Broadcasts ``x`` to ``new_shape`` (a superset of its dims, any order).
-
-  Each processor broadcasts its slice to its output slice: a dim of ``x``
-  keeps its mesh axis, and ``x`` is replicated along the axes of new dims.
-
-  Attributes:
-    old_shape: the input's shape (the gradient sums back to it).
-    new_shape: the output's shape.
-  """
-
-  def __init__(self, x, new_shape, name=None):
-    super().__init__([x], name=name or "broadcast")
-    for d in x.shape:
-      if d not in new_shape:
-        raise ShapeError(
-            f"{self.name}: cannot broadcast {x.name} {x.shape!r} to "
-            f"{new_shape!r}: dim {d} is missing from the new shape; "
-            "broadcast only adds dims")
-    self.old_shape = x.shape
-    self.new_shape = new_shape
-    self._outputs = [Tensor(self, new_shape, x.dtype)]
-
-  @property
-  def unsplittable_dims(self):
-    """None: broadcasting is local under every layout."""
-    return frozenset()
-
-  def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    out_slice = impl.slice_shape(self.new_shape)
-    old, new = self.old_shape, self.new_shape
-
-    def fn(t):
-      return tf.broadcast_to(align_slice(tf, t, old, new), out_slice)
-    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
-        fn, lowering.laid_out(self.inputs[0]), shape=new, flops=0))
-
-
-def broadcast(x, new_shape, name=None):
-  """Broadcasts ``x`` to ``new_shape``, which holds all of ``x``'s dims.
-
-  Returns ``x`` itself when the shapes are equal.
-
-  Raises:
-    ShapeError: if a dim of ``x`` is not in ``new_shape``.
-
-  Example:
-    >>> y = broadcast(bias, "batch:8,d_model:512")   # doctest: +SKIP
-  """
-  new_shape = dims_lib.convert_to_shape(new_shape)
-  if x.shape == new_shape:
-    return x
-  return BroadcastOperation(x, new_shape, name=name).outputs[0]

@@ -113,6 +113,14 @@ class ShiftOperation(Operation):
                        shape=out.shape, flops=0)
     lowering.set_tensor_lowering(out, y)
 
+  def cost_params(self):
+    return (self.axis, self.offset, self.wrap)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    return [None if g is None else shift(
+        g, -self.offset, self.dim, self.wrap, name=f"{self.name}_grad")]
+
 
 def shift(x, offset, dim, wrap, name=None):
   """Shifts ``x`` by ``offset`` along ``dim`` (right if positive).

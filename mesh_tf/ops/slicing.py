@@ -14,6 +14,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError, UnknownNameError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.ops import creation
 
 __all__ = ["concat", "split", "stack", "unstack", "slice", "mtf_slice", "pad",
            "ConcatOperation", "SplitOperation", "StackOperation",
@@ -44,6 +45,12 @@ def _check_int(op_name, what, v, low=0):
   if isinstance(v, builtins.bool) or not isinstance(v, int) or v < low:
     raise ShapeError(f"{op_name}: {what} must be an integer >= {low}, got "
                      f"{v!r}")
+
+
+def _zeros_for(grads, tensors):
+  """Output gradients with None replaced by zeros (for ops that glue them)."""
+  return [g if g is not None else creation.zeros_like(t)
+          for g, t in zip(grads, tensors)]
 
 
 class _OneDimOperation(Operation):
@@ -131,6 +138,18 @@ class ConcatOperation(_OneDimOperation):
     self._lower_local(lowering, lambda *ts: [tf.concat(ts, self.axis)],
                       self.inputs)
 
+  def cost_params(self):
+    return (self.axis, self.sizes)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None] * len(self.inputs)
+    if len(self.inputs) == 1:
+      return [g]
+    return list(split(g, self.dim_name, list(self.sizes),
+                      name=f"{self.name}_grad"))
+
 
 def concat(xs, concat_dim_name, name=None):
   """Concatenates a list of tensors along the dim named ``concat_dim_name``.
@@ -183,6 +202,16 @@ class SplitOperation(_OneDimOperation):
     self._lower_local(
         lowering, lambda t: tf.split(t, list(self.sizes), axis=self.axis),
         self.inputs)
+
+  def cost_params(self):
+    return (self.axis, self.sizes)
+
+  def gradient(self, grad_ys):
+    if all(g is None for g in grad_ys):
+      return [None]
+    gs = _zeros_for(grad_ys, self.outputs)
+    return [gs[0] if len(gs) == 1 else concat(
+        gs, self.dim_name, name=f"{self.name}_grad")]
 
 
 def split(x, split_dim, num_or_size_splits, name=None):
@@ -250,6 +279,16 @@ class StackOperation(_OneDimOperation):
         kernel, *[lowering.laid_out(x) for x in self.inputs],
         shape=out.shape, flops=0))
 
+  def cost_params(self):
+    return (self.axis,)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None] * len(self.inputs)
+    return list(unstack(g, self.outputs[0].shape[self.axis],
+                        name=f"{self.name}_grad"))
+
 
 def stack(xs, dim_name, axis=0, name=None):
   """Stacks equal-shaped tensors along a new dim of size ``len(xs)``.
@@ -296,6 +335,15 @@ class UnstackOperation(_OneDimOperation):
     for t, y in zip(self.outputs, ys):
       lowering.set_tensor_lowering(t, y)
 
+  def cost_params(self):
+    return (self.axis,)
+
+  def gradient(self, grad_ys):
+    if all(g is None for g in grad_ys):
+      return [None]
+    return [stack(_zeros_for(grad_ys, self.outputs), self.dim_name,
+                  self.axis, name=f"{self.name}_grad")]
+
 
 def unstack(x, dim, name=None):
   """Splits ``x`` along ``dim`` into a list of ``dim.size`` tensors.
@@ -336,6 +384,19 @@ class SliceOperation(_OneDimOperation):
       size[self.axis] = self.size
       return [tf.slice(t, begin, size)]
     self._lower_local(lowering, fn, self.inputs)
+
+  def cost_params(self):
+    return (self.axis, self.begin, self.size)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None]
+    after = self.old_size - self.begin - self.size
+    if self.begin == 0 and after == 0:
+      return [g]
+    return [pad(g, [self.begin, after], self.dim_name,
+                name=f"{self.name}_grad")]
 
 
 def slice(x, begin, size, slice_dim_name, name=None):  # pylint: disable=redefined-builtin
@@ -387,6 +448,19 @@ class PadOperation(_OneDimOperation):
       return [tf.pad(t, pads, constant_values=tf.constant(
           self.constant_values, t.dtype))]
     self._lower_local(lowering, fn, self.inputs)
+
+  def cost_params(self):
+    return (self.axis, self.paddings, self.constant_values)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]
+    if g is None:
+      return [None]
+    size = self.inputs[0].shape.get_dim_by_name(self.dim_name).size
+    if not any(self.paddings):
+      return [g]
+    return [slice(g, self.paddings[0], size, self.dim_name,
+                  name=f"{self.name}_grad")]
 
 
 def pad(x, paddings, dim_name, constant_values=0, name=None):

@@ -18,7 +18,11 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import DTypeError, ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.ops.base import resolve_dim
+from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops import elementwise as ew
+from mesh_tf.ops import gather as gather_ops
+from mesh_tf.ops import reduce as reduce_ops
+from mesh_tf.ops.base import is_float, resolve_dim
 
 __all__ = ["TopKOperation", "CumsumOperation", "top_k", "top_1", "argmax",
            "cumsum"]
@@ -103,6 +107,19 @@ class TopKOperation(Operation):
     self.k = k
     self._outputs = [Tensor(self, out_shape, x.dtype, index=0),
                      Tensor(self, out_shape, "int32", index=1)]
+
+  def cost_params(self):
+    return (self.reduced_dim, self.k_dim, self.k)
+
+  def gradient(self, grad_ys):
+    g = grad_ys[0]  # the indices output has no gradient
+    x = self.inputs[0]
+    if g is None or not is_float(x):
+      return [None]
+    hot = gather_ops.one_hot(self.outputs[1], self.reduced_dim,
+                             dtype=g.dtype, name=f"{self.name}_grad_one_hot")
+    return [einsum_ops.einsum([hot, g], output_shape=x.shape,
+                              name=f"{self.name}_grad")]
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
@@ -243,6 +260,21 @@ class CumsumOperation(Operation):
     self.dim = dim
     self.exclusive = bool(exclusive)
     self._outputs = [Tensor(self, x.shape, x.dtype)]
+
+  def cost_params(self):
+    return (self.dim, self.exclusive)
+
+  def gradient(self, grad_ys):
+    # dx_i = sum_{j >= i} dy_j (inclusive) or sum_{j > i} dy_j (exclusive):
+    # the total minus the opposite-exclusivity prefix sum.
+    g = grad_ys[0]
+    x = self.inputs[0]
+    if g is None or not is_float(x):
+      return [None]
+    total = reduce_ops.reduce_sum(g, output_shape=g.shape - [self.dim])
+    prefix = cumsum(g, self.dim, exclusive=not self.exclusive)
+    # -(prefix - total) keeps x's dim order, and equals total - prefix.
+    return [ew.negative(ew.subtract(prefix, total))]
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)

@@ -143,6 +143,12 @@ class Variable(Operation):
     if trainable:
       mesh.graph.trainable_variables.append(self)
 
+  no_gradient_reason = ("a variable has no inputs; gradients stop at its "
+                        "value")
+
+  def cost_params(self):
+    return (type(self.initializer).__name__, self.trainable)
+
   @property
   def value(self):
     return self.outputs[0]
@@ -215,6 +221,11 @@ class AssignOperation(Operation):
                      name=name or mode)
     self.variables, self.mode = variables, mode
 
+  no_gradient_reason = "a state update has no outputs"
+
+  def cost_params(self):
+    return (self.mode, tuple((v.shape, v.dtype) for v in self.variables))
+
   def lower(self, lowering):
     ops = []
     for v, x in zip(self.variables, self.inputs):
@@ -247,6 +258,11 @@ class ApplyGradientDescentOperation(Operation):
     inputs = [grad] + ([lr] if isinstance(lr, Tensor) else [])
     super().__init__(inputs, mesh=var.mesh, name=name or "sgd_update")
     self.variable, self.lr = var, lr
+
+  no_gradient_reason = "a state update has no outputs"
+
+  def cost_params(self):
+    return (self.variable.shape, self.variable.dtype)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)

@@ -10,6 +10,7 @@ import mesh_tf as mtf
 from mesh_tf import layers as L
 from mesh_tf.gradients import gradients
 from mesh_tf.ops import conv as C
+from mesh_tf.ops import pool as P
 from tests.layout_harness import check_layouts, run
 
 RNG = np.random.RandomState(0)
@@ -115,8 +116,8 @@ def test_pooling_matches_tf_and_needs_no_communication(kind):
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, x3, mtf.Shape([B, D, H, W, CI]))
-    fn = C.max_pool3d if kind == "max" else C.avg_pool3d
-    y2 = (C.max_pool2d if kind == "max" else C.avg_pool2d)(
+    fn = P.max_pool3d if kind == "max" else P.avg_pool3d
+    y2 = (P.max_pool2d if kind == "max" else P.avg_pool2d)(
         x, spatial_dims=["h", "w"])
     return [fn(x), y2]
 
@@ -136,7 +137,7 @@ def test_pooling_needs_spatial_dims_that_are_multiples_of_the_window():
                            mtf.Shape([B, H, W, CI]))
   with pytest.raises(mtf.ShapeError, match="h=8 of .* not a multiple of the "
                      "pooling window 3"):
-    C.max_pool2d(x, ksize=3)
+    P.max_pool2d(x, ksize=3)
 
 
 # --- gradients -----------------------------------------------------------------
@@ -169,7 +170,7 @@ def test_conv1d_and_pool_gradients_match_gradient_tape():
     x = mtf.import_tf_tensor(mesh, x1, mtf.Shape([B, H, CI]))
     w = mtf.import_tf_tensor(mesh, w1, mtf.Shape(_fdims(4) + [CI, CO]))
     r = mtf.import_tf_tensor(mesh, r1, mtf.Shape([B, mtf.Dimension("h", 4), CO]))
-    y = C.max_pool1d(C.conv1d(x, w)) + C.avg_pool1d(C.conv1d(x, w * 0.5))
+    y = P.max_pool1d(C.conv1d(x, w)) + P.avg_pool1d(C.conv1d(x, w * 0.5))
     return gradients([mtf.reduce_sum(y * r)], [x, w])
 
   def ref():

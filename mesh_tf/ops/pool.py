@@ -1,0 +1,152 @@
+"""Max and average pooling over named spatial dims (1-d, 2-d and 3-d).
+
+Windows equal strides (VALID padding), so a split spatial dim whose blocks
+are multiples of the window needs no communication at all.  Gradients use
+TF's pooling gradient kernels locally, for the same reason.
+"""
+
+import math
+
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import MtfError, ShapeError
+from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.ops.base import dim_name as _as_name
+from mesh_tf.ops.base import permutation as _perm
+from mesh_tf.ops.base import transpose_slice as _transpose
+
+__all__ = ["PoolOperation", "PoolGradOperation", "max_pool1d", "max_pool2d",
+           "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d"]
+
+
+class PoolOperation(Operation):
+  """Max or average pooling with window = stride over ``spatial_dims``."""
+
+  def __init__(self, x, spatial_dims, ksizes, kind, name=None):
+    super().__init__([x], name=name or f"{kind}_pool")
+    if kind not in ("max", "avg"):
+      raise MtfError(f"unknown pooling {kind!r}")
+    self.kind = kind
+    self.spatial_names = [_as_name(d) for d in spatial_dims]
+    self.ksizes = list(ksizes)
+    if len(self.ksizes) != len(self.spatial_names):
+      raise ShapeError(f"{self.name}: {len(self.ksizes)} window sizes for "
+                       f"{len(self.spatial_names)} spatial dims")
+    dims = []
+    for d in x.shape:
+      if d.name in self.spatial_names:
+        k = self.ksizes[self.spatial_names.index(d.name)]
+        if d.size % k:
+          raise ShapeError(f"{self.name}: spatial dim {d} of {x.name} is not "
+                           f"a multiple of the pooling window {k}")
+        d = dims_lib.Dimension(d.name, d.size // k)
+      dims.append(d)
+    for n in self.spatial_names:
+      if n not in x.shape:
+        raise ShapeError(f"{self.name}: {x.name} {x.shape!r} has no dim "
+                         f"{n!r}")
+    self._outputs = [Tensor(self, dims_lib.Shape(dims), x.dtype)]
+
+  def cost_params(self):
+    return (self.kind, tuple(self.spatial_names), tuple(self.ksizes))
+
+  def _layout(self, shape):
+    others = [n for n in shape.dimension_names
+              if n not in self.spatial_names]
+    order = others + self.spatial_names
+    return others, _perm(shape.dimension_names, order), order
+
+  def _pool(self, t, others_shape):
+    """Pools TF tensor ``t`` laid out as [others..., spatial...]."""
+    n = math.prod(others_shape)
+    sp = [int(s) for s in t.shape[len(others_shape):]]
+    t = tf.reshape(t, [n] + sp + [1])
+    fn = tf.nn.max_pool if self.kind == "max" else tf.nn.avg_pool
+    y = fn(t, self.ksizes, self.ksizes, "VALID")
+    return tf.reshape(y, list(others_shape) + [int(s) for s in y.shape[1:-1]])
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    x, out = self.inputs[0], self.outputs[0]
+    laid = lowering.laid_out(x)
+    others, perm, order = self._layout(x.shape)
+    back = _perm(order, out.shape.dimension_names)
+    n_oth = len(others)
+
+    def kernel(t):
+      t = _transpose(t, perm)
+      y = self._pool(t, [int(s) for s in t.shape[:n_oth]])
+      return _transpose(y, back)
+    # Blocks of a split spatial dim are whole windows: the output dim
+    # (n / k) is divisible by the mesh axis, so (n / axis) % k == 0.
+    lowering.set_tensor_lowering(out, impl.slicewise(
+        kernel, laid, shape=out.shape, flops=laid.slice_size))
+
+  def gradient(self, grad_ys):
+    (dy,) = grad_ys
+    if dy is None:
+      return [None]
+    return [PoolGradOperation(self, dy).outputs[0]]
+
+
+class PoolGradOperation(Operation):
+  """The gradient of a :class:`PoolOperation` (local: windows never cross
+  block boundaries)."""
+
+  no_gradient_reason = "second derivatives of pooling are not built"
+
+  def __init__(self, pool_op, dy, name=None):
+    x = pool_op.inputs[0]
+    super().__init__([x, dy], name=name or f"{pool_op.name}/grad")
+    self.pool_op = pool_op
+    self._outputs = [Tensor(self, x.shape, x.dtype)]
+
+  def cost_params(self):
+    return (self.pool_op.signature,)
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    p = self.pool_op
+    x, dy = self.inputs
+    others, perm, order = p._layout(x.shape)
+    dy_perm = _perm(dy.shape.dimension_names, order)
+    back = _perm(order, x.shape.dimension_names)
+    n_oth = len(others)
+
+    def kernel(xs, dys):
+      xs = _transpose(xs, perm)
+      dys = _transpose(dys, dy_perm)
+      oth = [int(s) for s in xs.shape[:n_oth]]
+      with tf.GradientTape() as tape:
+        tape.watch(xs)
+        y = p._pool(xs, oth)
+      dx = tape.gradient(y, xs, output_gradients=dys)
+      return _transpose(dx, back)
+    laid_x = lowering.laid_out(x)
+    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
+        kernel, laid_x, lowering.laid_out(dy), shape=x.shape,
+        flops=2 * laid_x.slice_size))
+
+
+def _poolnd(n, kind):
+  def op(x, ksize=None, spatial_dims=None, name=None):
+    if spatial_dims is None:
+      spatial_dims = x.shape.dimension_names[-1 - n:-1]
+    if ksize is None:
+      ksize = [2] * n
+    if isinstance(ksize, int):
+      ksize = [ksize] * n
+    return PoolOperation(x, spatial_dims, ksize, kind,
+                         name=name or f"{kind}_pool{n}d").outputs[0]
+  op.__name__ = op.__qualname__ = f"{kind}_pool{n}d"
+  op.__doc__ = (f"{'Max' if kind == 'max' else 'Average'} pooling over "
+                f"{n} spatial dims (default: the {n} before the last dim) "
+                "with window = stride = ``ksize`` (default 2) and VALID "
+                "padding; each spatial dim must be a multiple of its window.")
+  return op
+
+
+max_pool1d, max_pool2d, max_pool3d = (_poolnd(1, "max"), _poolnd(2, "max"),
+                                      _poolnd(3, "max"))
+avg_pool1d, avg_pool2d, avg_pool3d = (_poolnd(1, "avg"), _poolnd(2, "avg"),
+                                      _poolnd(3, "avg"))
