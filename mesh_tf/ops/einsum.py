@@ -17,6 +17,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering import einsum_kernels
+from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
 from mesh_tf.ops.base import align_slice, einsum_letters, is_float
 
