@@ -12,7 +12,7 @@ import costmodels
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.errors import InfeasibleLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
-                              DEFAULT_TIME_LIMIT_S, auto_layout)
+                              DEFAULT_TIME_LIMIT_S, LayoutSearch)
 
 AXIS_NAMES = ("x", "y", "z", "w")
 
@@ -49,8 +49,12 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
                          topology="dgx-h100", memory_budget=None,
                          objective="time", max_axes=3,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
-                         num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+                         num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+                         search=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
+
+  ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
+  each mesh's tables for later queries); None: a new one.
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -63,6 +67,8 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
     InfeasibleLayoutError: if no mesh shape has a layout within the budget.
   """
   topology = costmodels.get_topology(topology)  # resolved once, here
+  if search is None:
+    search = LayoutSearch(graph, outputs)
   results, rows, best_peak = [], [], None
   for mesh in mesh_factorizations(num_devices, max_axes):
     mesh_shape = convert_to_mesh_shape(mesh)
@@ -74,8 +80,8 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
                    "solve_time_s": None, "note": str(e).split(";")[0]})
       continue
     try:
-      r = auto_layout(graph, mesh_shape, outputs, topology, memory_budget,
-                      objective, time_limit_s, num_workers, seed)
+      r = search.solve(mesh_shape, topology, memory_budget, objective,
+                       time_limit_s, num_workers, seed)
     except InfeasibleLayoutError as e:
       if best_peak is None or e.min_peak_bytes < best_peak[0]:
         best_peak = (e.min_peak_bytes, mesh, e)

@@ -10,24 +10,29 @@ import pandas as pd
 
 from autolayout.errors import InfeasibleLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
-                              DEFAULT_TIME_LIMIT_S, auto_layout)
+                              DEFAULT_TIME_LIMIT_S, LayoutSearch)
 
 
 def pareto(graph, mesh_shape, outputs=None, topology="dgx-h100",
            max_points=20, time_limit_s=DEFAULT_TIME_LIMIT_S,
-           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED, search=None):
   """The Pareto front of (peak memory, step time).
+
+  Every point is a re-solve on the same mesh, so one :class:`LayoutSearch`
+  (``search``, or a new one) builds the tables once for all of them.
 
   Returns:
     ``(results, table)``: :class:`LayoutResult`s from fastest (most memory)
     to leanest, and a DataFrame with ``rules``, ``step_time_s``,
     ``peak_memory_bytes`` and ``status`` per point.
   """
+  if search is None:
+    search = LayoutSearch(graph, outputs)
   results, budget = [], None
   while len(results) < max_points:
     try:
-      r = auto_layout(graph, mesh_shape, outputs, topology, budget, "time",
-                      time_limit_s, num_workers, seed, tie_break=("memory",))
+      r = search.solve(mesh_shape, topology, budget, "time", time_limit_s,
+                       num_workers, seed, tie_break=("memory",))
     except InfeasibleLayoutError:
       break
     results.append(r)

@@ -26,7 +26,7 @@ from typing import NamedTuple, Tuple
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import convert_to_layout_rules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.ops.creation import ImportOperation
@@ -187,7 +187,7 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
   # shape-only backend ignores values.
   feeds = {op.outputs[0]: _NO_VALUE for op in graph.operations
            if isinstance(op, ImportOperation) and op.value is None}
-  lowering = Lowering(graph, {mesh: impl}, feeds=feeds)
+  lowering = lower(graph, {mesh: impl}, feeds=feeds)
   if outputs is None:
     outputs = memory_lib.default_outputs(graph)
   for t in outputs:
