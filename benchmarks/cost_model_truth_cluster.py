@@ -1,4 +1,4 @@
-"""The 2-process part of ``cost_model_truth.py``: the MLP on ``hosts:2;local:4``.
+"""The 2-process part of ``cost_model_truth.py``: an MLP on hosts:2;local:4.
 
 Starts two real ``mtf-worker`` processes on 127.0.0.1 (4 logical CPU devices
 each), calibrates them (``costmodels.calibrate`` with ``cluster=``, so the

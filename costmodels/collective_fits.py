@@ -131,17 +131,17 @@ def measured_phases(kind, nbytes, links):
   dimensions gather what the earlier ones have already concatenated, and a
   shift is bounded by its slowest dimension (as in the ring model).
   """
-  fits = [find_fit(l.measured, kind, nbytes) for l in links]
+  fits = [find_fit(link.measured, kind, nbytes) for link in links]
   if not links or any(f is None for f in fits):
     return None
   out, n = [], float(nbytes)
-  for l, f in zip(links, fits):
+  for link, f in zip(links, fits):
     if kind == "allgather":
-      f = find_fit(l.measured, kind, n)
-      out.append((l, f.time_s(l.size, n)))
-      n *= l.size
+      f = find_fit(link.measured, kind, n)
+      out.append((link, f.time_s(link.size, n)))
+      n *= link.size
     else:
-      out.append((l, f.time_s(l.size, n)))
+      out.append((link, f.time_s(link.size, n)))
   if kind == "permute" and len(out) > 1:
     worst = max(out, key=lambda lt: lt[1])
     return [worst]

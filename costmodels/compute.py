@@ -19,9 +19,9 @@ included) plus the bytes it writes, and the record's time is
 with both terms from the :class:`~costmodels.hardware.ChipSpec` (0 and 1 for
 every preset, so there it is the plain roofline; a calibrated topology
 measures them: the fixed cost of launching a kernel, and how much slower a
-device is when the devices of the topology share compute).  Counting reads matters for
-memory-bound work such as one-token decoding, whose time is reading the
-weights and the cache.  All FLOPs run at the chip's dense bf16 peak.
+device is when the devices of the topology share compute).  Counting reads
+matters for memory-bound work such as one-token decoding, whose time is
+reading the weights and the cache.  All FLOPs run at the chip's dense bf16 peak.
 """
 
 from costmodels import hardware

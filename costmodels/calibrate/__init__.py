@@ -25,3 +25,9 @@ from costmodels.calibrate.topology_file import (TopologyFileError,
                                                 topology_from_json,
                                                 topology_json,
                                                 write_topology)
+
+__all__ = ["Calibration", "CalibrationError", "Sample", "TopologyFileError",
+           "calibrate", "default_meshes", "fit_collective", "fit_compute",
+           "fit_topology", "nonneg_lstsq", "read_topology",
+           "read_topology_file", "topology_from_json", "topology_json",
+           "write_topology"]

@@ -317,8 +317,8 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
       (no file is left behind).
 
   Example:
-    >>> cal = calibrate("mycpu.json", cpu_devices=8, quick=True)  # doctest: +SKIP
-    >>> costmodels.get_topology("mycpu.json").num_chips          # doctest: +SKIP
+    >>> cal = calibrate("my.json", cpu_devices=8)    # doctest: +SKIP
+    >>> costmodels.get_topology("my.json").num_chips  # doctest: +SKIP
     8
   """
   sources = [x for x in (cpu_devices, gpus, cluster) if x is not None]

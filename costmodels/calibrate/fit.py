@@ -224,9 +224,9 @@ def fit_compute(samples, num_devices, dtype="float32"):
         + [[1.0, s.nbytes * inv_bw] for s in eln]
         + [[1.0, 0.0] for s in launch])
   ys = [s.seconds for s in mmn + eln + launch]
-  (l, factor), resn = nonneg_lstsq(xs, ys)
+  (launch, factor), resn = nonneg_lstsq(xs, ys)
   if num_devices == 1:
-    l, factor = l1, 1.0
+    launch, factor = l1, 1.0
   factor = max(float(factor), 1e-3)
   # A lowered step's record costs more to launch than one kernel of a long
   # fused chain: the slope of the reference steps over their record counts.
@@ -235,9 +235,9 @@ def fit_compute(samples, num_devices, dtype="float32"):
   if len(steps) >= 2 and steps[-1].flops > steps[0].flops:
     slope = ((steps[-1].seconds - steps[0].seconds)
              / (steps[-1].flops - steps[0].flops))
-    if slope > l:
-      l = slope
-  return ComputeFit(1.0 / inv_peak, 1.0 / inv_bw, float(l), factor,
+    if slope > launch:
+      launch = slope
+  return ComputeFit(1.0 / inv_peak, 1.0 / inv_bw, float(launch), factor,
                     float(l1), (("compute, one device", res1),
                                 ("compute, all devices", resn)))
 
