@@ -36,6 +36,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import sys
 import time
 from typing import NamedTuple, Tuple
@@ -150,9 +151,11 @@ class _Bench:
     """Seconds of one ``rep(x) -> x`` in a chain of ``reps``.
 
     The chain and an empty call (that only reads the inputs and returns as
-    many tensors) are timed in turn, and the fastest of each is kept: on a
-    shared machine other work only ever adds time, and interleaving keeps
-    a burst of it from landing on one of the two only.
+    many tensors) are called in turn, and the median of their paired
+    differences is kept: interleaving puts a burst of other work on both
+    of a pair, and the median (not the minimum) is the statistic the step
+    benchmark reports, so that calibration and steps see the same machine
+    even while it is shared.
     """
     tf = _tf()
 
@@ -168,11 +171,11 @@ class _Bench:
            tf.function(empty, autograph=False)]
     for f in fns:
       self._call(f)  # traces, optimises and runs once
-    best = [math.inf, math.inf]
+    diffs = []
     for _ in range(self.calls):
-      for i, f in enumerate(fns):
-        best[i] = min(best[i], self._call(f))
-    return max(best[0] - best[1], 1e-9) / reps
+      t = [self._call(f) for f in fns]
+      diffs.append(t[0] - t[1])
+    return max(statistics.median(diffs), 1e-9) / reps
 
 
 def _variables(impl, slice_shape, dtype, ones=False):
@@ -375,14 +378,14 @@ def reference_steps(devices, calls, depths=(1, 6), width=8):
       step(x).numpy()
     records = len(costmodels.trace_graph(step.graph, f"x:{n}", "").compute)
     steps.append((depth, records, step, x))
-  best = [math.inf] * len(steps)
+  times = [[] for _ in steps]
   for _ in range(calls):
     for i, (_, _, step, x) in enumerate(steps):
       t0 = time.perf_counter()
       step(x).numpy()
-      best[i] = min(best[i], time.perf_counter() - t0)
-  return [Sample("step", "", n, 0, float(records), t)
-          for (_, records, _, _), t in zip(steps, best)]
+      times[i].append(time.perf_counter() - t0)
+  return [Sample("step", "", n, 0, float(records), statistics.median(t))
+          for (_, records, _, _), t in zip(steps, times)]
 
 
 def _devices_info(devices):
