@@ -283,7 +283,7 @@ def _run_measurements(cmd, timeout_s, on_event):
 
 def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
               cluster=None, devices_per_task=None, quick=False, name=None,
-              dtypes=("float32",), progress=None, timeout_s=600.0,
+              dtypes=("float32", "bfloat16"), progress=None, timeout_s=600.0,
               cluster_timeout_s=30.0):
   """Measures devices, fits a topology and (optionally) writes it.
 
@@ -299,7 +299,8 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
       (``"host:port,host:port"``); ``devices_per_task`` of each.
     quick: the short plan (about 20 s on a 2-core machine, instead of 60).
     name: the topology's name (default: the file name, or ``calibrated``).
-    dtypes: matmul dtypes; the first prices FLOPs.
+    dtypes: einsum dtypes, each timed on one device (all but the first
+      only in the full plan); the first prices FLOPs.
     progress: a :class:`rich.console.Console` to show a progress bar on,
       or None for no output.
     timeout_s: bound on the measurements.

@@ -359,7 +359,7 @@ def _reference_build(layers, width):
   return build
 
 
-def reference_steps(devices, calls, depths=(1, 6), width=8):
+def reference_steps(devices, calls, depths=(1, 8), width=8):
   """Samples ``step``: seconds of one training step of the reference graph
   (:func:`_reference_build`) at each depth, replicated on every device,
   with ``flops`` holding its number of compute records (from the
@@ -458,8 +458,8 @@ def main(argv=None):
                                f"{e}") from None
       devices = conn.mesh_devices(args.mesh[0])
     dtypes = tuple(args.dtype or ("float32",))
-    if len(dtypes) == 1 and not args.quick and args.gpus is not None:
-      dtypes = ("float32", "float16", "bfloat16")
+    if args.gpus is not None and "float16" not in dtypes:
+      dtypes += ("float16",)  # GPUs' tensor cores take half precision too
     plan = make_plan(tuple(args.mesh), args.quick, dtypes)
     emit({"event": "plan", "total": plan.num_benchmarks})
     emit({"event": "info", **_devices_info(devices)})
