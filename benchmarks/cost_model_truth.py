@@ -92,15 +92,15 @@ def _models():
       ("replicated", "x:8", ""),
       ("data", "x:8", "batch:x"),
       ("depth", "x:8", "depth:x"),
-      ("channels", "x:8", "channels:x;filters:x"),
+      ("channels", "x:8", "channels:x"),
       ("mixed", "a:2;b:4", "batch:a;depth:b"),
       ("mixed-swap", "a:2;b:4", "batch:b;depth:a"),
-      ("batch+channels", "a:2;b:4", "batch:b;channels:a;filters:a"),
+      ("batch+channels", "a:2;b:4", "batch:b;channels:a"),
       ("height", "a:2;b:4", "height:b"),
       ("depth+height", "a:2;b:4", "depth:a;height:b"),
       ("width", "x:8", "width:x"),
       ("bad-classes", "a:2;b:4", "classes:a;channels:b"),
-      ("bad-channels", "x:8", "channels:x"),
+      ("bad-width", "a:2;b:4", "width:a;filters:b"),
   ]
   return {
       "transformer": (lambda: models.transformer_lm(**tr), lm_layouts),
