@@ -401,7 +401,24 @@ def _devices_info(devices):
       info["gpu_name"] = details.get("device_name", "gpu")
     except Exception:  # pylint: disable=broad-except
       info["gpu_name"] = "gpu"
+    total = _gpu_memory_bytes()
+    if total:
+      info["memory_bytes_per_device"] = total
   return info
+
+
+def _gpu_memory_bytes():
+  """Memory of the first GPU from ``nvidia-smi`` (TF does not tell the
+  total), or 0."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  try:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.total",
+         "--format=csv,noheader,nounits"], capture_output=True, text=True,
+        timeout=10, check=True).stdout
+    return int(float(out.split()[0]) * 2**20)
+  except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+    return 0
 
 
 def _gpu_sync(out):
