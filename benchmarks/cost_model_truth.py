@@ -282,6 +282,22 @@ def _plot(path, results):
   plt.close(fig)
 
 
+def load_ratio(topo_path, devices):
+  """How much slower the calibration's reference training steps run now
+  than when the topology was calibrated (median over both depths): about 1
+  on a quiet machine; well above 1 while other work shares it, and then
+  every measured step is that much slower than what was calibrated."""
+  from costmodels.calibrate import measure, topology_file
+  meta = topology_file.read_topology_file(topo_path)[1]
+  then = {s["flops"]: s["seconds"] for s in meta.get("samples", ())
+          if s["what"] == "step"}
+  if not then:
+    return None
+  now = measure.reference_steps(devices, 7)
+  ratios = [s.seconds / then[s.flops] for s in now if s.flops in then]
+  return statistics.median(ratios) if ratios else None
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--topology", help="a calibrated topology file to use "
@@ -318,6 +334,7 @@ def main(argv=None):
   mtf.set_logical_cpu_devices(8)
   devices = mtf.logical_cpu_devices(8)
   results, summaries = {}, []
+  before = load_ratio(topo_path, devices)
   zoo = _models()
   for name in args.models:
     build, layouts = zoo[name]
@@ -335,6 +352,11 @@ def main(argv=None):
     s = summarize(name, rows)
     summaries.append(s)
     _table(out, name, rows, s)
+  after = load_ratio(topo_path, devices)
+  if before is not None and after is not None:
+    out.print(f"machine load: the calibration's reference steps ran "
+              f"{before:.2f}x (before the models) and {after:.2f}x (after) "
+              "their calibrated time")
   _plot(args.plot, results)
   out.print(f"scatter plot: {args.plot}")
   final = {"spearman_min": min(s["spearman"] for s in summaries),
