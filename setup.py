@@ -29,6 +29,9 @@ setup(
             "nbclient>=0.10,<0.12",
             "nbformat>=5.10,<6",
             "ipykernel>=6.29,<8",
+            # Architecture gates (tests/test_architecture.py).
+            "ruff==0.17.6",
+            "import-linter==2.17",
         ],
     },
     entry_points={

@@ -17,7 +17,8 @@ from tests.autolayout import graphs
 def _tables(g, mesh, outs):
   space = assignments.dim_space(g, mesh)
   return tables.GraphTables(g, space.mesh_shape, outs,
-                            Pricer(graphs.TOPOLOGY, space.mesh_shape),
+                            Pricer(costmodels.get_topology(graphs.TOPOLOGY),
+                                   space.mesh_shape),
                             space), space
 
 
