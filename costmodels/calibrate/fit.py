@@ -229,12 +229,13 @@ def fit_compute(samples, num_devices, dtype="float32"):
     launch, factor = l1, 1.0
   factor = max(float(factor), 1e-3)
   # A lowered step's record costs more to launch than one kernel of a long
-  # fused chain: the slope of the reference steps over their record counts.
-  steps = sorted((s for s in samples if s.what == "step"),
-                 key=lambda s: s.flops)
-  if len(steps) >= 2 and steps[-1].flops > steps[0].flops:
-    slope = ((steps[-1].seconds - steps[0].seconds)
-             / (steps[-1].flops - steps[0].flops))
+  # fused chain: the least-squares slope of the reference steps' times over
+  # their record counts (several depths, so that one noisy step does not
+  # decide it).
+  steps = [s for s in samples if s.what == "step"]
+  if len({s.flops for s in steps}) >= 2:
+    slope = float(np.polyfit([s.flops for s in steps],
+                             [s.seconds for s in steps], 1)[0])
     if slope > launch:
       launch = slope
   return ComputeFit(1.0 / inv_peak, 1.0 / inv_bw, float(launch), factor,

@@ -73,7 +73,7 @@ class Plan(NamedTuple):
     axes = sum(len(dims_lib.convert_to_shape(m).dims) for m in self.meshes)
     return (axes * len(COLLECTIVES) * len(self.collective_bytes)
             + 2 * (len(self.einsums) + len(self.elementwise_bytes) + 1)
-            + len(self.dtypes) - 1 + 2)
+            + len(self.dtypes) - 1 + 3)
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
@@ -315,9 +315,10 @@ def run(plan, devices, emit, sync=None, cluster_devices=False):
     a = _variables(alone, xs, other)
     b = _variables(alone, ws, other)
     flops = einsum_flops(eq, xs, ws)
-    t = bench.per_rep(alone, a, lambda y: alone.slicewise(
-        lambda u, v: _tf().einsum(eq, u, v), y, b, slice_shape=xs,
-        flops=flops), 2)
+    def mm1(y, b=b, eq=eq, xs=xs, flops=flops):
+      return alone.slicewise(lambda u, v: _tf().einsum(eq, u, v), y, b,
+                             slice_shape=xs, flops=flops)
+    t = bench.per_rep(alone, a, mm1, 2)
     note(f"einsum {eq} {other}, 1 device",
          Sample("matmul", "", 1, 0, float(flops), t, other))
   for s in reference_steps(devices, 3 * plan.calls):
@@ -359,7 +360,7 @@ def _reference_build(layers, width):
   return build
 
 
-def reference_steps(devices, calls, depths=(1, 8), width=8):
+def reference_steps(devices, calls, depths=(1, 4, 8), width=8):
   """Samples ``step``: seconds of one training step of the reference graph
   (:func:`_reference_build`) at each depth, replicated on every device,
   with ``flops`` holding its number of compute records (from the
