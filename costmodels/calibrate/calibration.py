@@ -26,6 +26,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from typing import NamedTuple, Tuple
 
 from costmodels import hardware
@@ -239,30 +240,28 @@ def default_meshes(num_devices, processes=1):
 
 
 def _run_measurements(cmd, timeout_s, on_event):
+  """Runs the measuring subprocess; returns its events, after passing each
+  to ``on_event``.  The subprocess is killed after ``timeout_s``."""
   env = dict(os.environ)
   root = os.path.dirname(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__))))
   env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
   env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  events = []
   with tempfile.TemporaryFile() as err:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
                             stdin=subprocess.DEVNULL, env=env, text=True)
-    events, deadline = [], None
-    import time  # pylint: disable=import-outside-toplevel
-    deadline = time.monotonic() + timeout_s
-    import threading  # pylint: disable=import-outside-toplevel
     timer = threading.Timer(timeout_s, proc.kill)
     timer.start()
     try:
       for line in proc.stdout:
         line = line.strip()
-        if not line.startswith("{"):
-          continue
-        ev = json.loads(line)
-        events.append(ev)
-        on_event(ev)
+        if line.startswith("{"):  # TF may print other lines
+          events.append(json.loads(line))
+          on_event(events[-1])
       proc.wait()
     finally:
+      timed_out = not timer.is_alive() and proc.returncode != 0
       timer.cancel()
       if proc.poll() is None:
         proc.kill()
@@ -272,9 +271,10 @@ def _run_measurements(cmd, timeout_s, on_event):
   errors = [e for e in events if e["event"] == "error"]
   if errors:
     raise CalibrationError(errors[0]["message"])
-  if time.monotonic() > deadline:
+  if timed_out:
     raise CalibrationError(f"the measurements did not finish within "
-                           f"{timeout_s:g} s; raise timeout_s or use quick")
+                           f"{timeout_s:g} s; raise timeout_s (--timeout) "
+                           "or measure with quick=True (--quick)")
   if not any(e["event"] == "done" for e in events):
     raise CalibrationError("the measuring process stopped without results "
                            f"(exit code {proc.returncode}): {tail}")

@@ -251,7 +251,7 @@ def _slice_shape(nbytes, itemsize, p):
   return m, w
 
 
-def run(plan, devices, emit, sync=None, cluster_devices=False):
+def run(plan, devices, emit, sync=None):
   """Runs ``plan`` on ``devices`` (TF device names); returns Samples.
 
   ``emit(event)`` receives ``progress`` events (dicts) as benchmarks end.

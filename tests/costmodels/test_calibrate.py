@@ -262,6 +262,8 @@ def test_calibrate_refuses_what_the_machine_cannot_give(tmp_path):
   out = tmp_path / "x.json"
   with pytest.raises(cal.CalibrationError, match="has 4 processors"):
     cal.calibrate(out, cpu_devices=8, meshes=["x:4"], quick=True)
+  with pytest.raises(cal.CalibrationError, match="did not finish within"):
+    cal.calibrate(out, cpu_devices=8, quick=True, timeout_s=1.0)
   import tensorflow as tf
   if not tf.config.list_physical_devices("GPU"):
     with pytest.raises(cal.CalibrationError, match="no GPU"):
