@@ -30,6 +30,7 @@ import threading
 from typing import NamedTuple, Tuple
 
 from costmodels import hardware
+from mesh_tf.core import dims as dims_lib
 from costmodels.calibrate import fit as fit_lib
 from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import CalibrationError, Sample
@@ -343,6 +344,15 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
       meshes = default_meshes(int(cpu_devices if cpu_devices is not None
                                   else gpus))
   meshes = tuple(meshes)
+  count = cpu_devices if cpu_devices is not None else gpus
+  if count is None and devices_per_task is not None:
+    count = len(str(cluster).split(",")) * int(devices_per_task)
+  for m in meshes:
+    size = dims_lib.convert_to_shape(m).size
+    if count is not None and size != int(count):
+      raise CalibrationError(
+          f"mesh {m!r} has {size} processors but {count} devices are "
+          f"measured; give meshes of {count} processors (e.g. 'x:{count}')")
   cmd = _command(meshes, cpu_devices, gpus, cluster, devices_per_task, quick,
                  dtypes, cluster_timeout_s)
   bar = _Progress(progress)
