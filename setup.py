@@ -33,6 +33,8 @@ setup(
             "ruff==0.17.6",
             "import-linter==2.17",
         ],
+        # Exported plans are proven in the real frameworks by the tests.
+        "interop": ["jax[cpu]==0.10.2", "torch==2.13.0"],
     },
     entry_points={
         "console_scripts": [

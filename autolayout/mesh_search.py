@@ -50,11 +50,13 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
                          objective="time", max_axes=3,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                         search=None):
+                         search=None, hint=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
   ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
-  each mesh's tables for later queries); None: a new one.
+  each mesh's tables for later queries); None: a new one.  ``hint``: a
+  previous plan (or its file) that seeds every mesh's solve, matched by
+  dim and axis name (see :func:`autolayout.auto_layout`).
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -81,7 +83,7 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
       continue
     try:
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       time_limit_s, num_workers, seed)
+                       time_limit_s, num_workers, seed, hint=hint)
     except InfeasibleLayoutError as e:
       if best_peak is None or e.min_peak_bytes < best_peak[0]:
         best_peak = (e.min_peak_bytes, mesh, e)

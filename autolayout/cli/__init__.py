@@ -12,9 +12,15 @@ Subcommands (``mtf-layout <cmd> --help`` for each):
 * ``pareto``: the memory-versus-step-time front;
 * ``topologies``: the preset topologies and their numbers (and the topology
   files given);
+* ``explain``: why each rule was chosen, and the cost of dropping it;
+* ``diff``: two plan files rule by rule, each change priced alone;
+* ``export``: a plan file as JAX, PyTorch DTensor or TF DTensor shardings;
 * ``calibrate``: measure the devices at hand and write a topology file
-  (``-t FILE.json`` then takes it);
-* ``explain``: why each rule was chosen, and the cost of dropping it.
+  (``-t FILE.json`` then takes it).
+
+``solve --save plan.json`` writes a plan file and ``--hint plan.json``
+starts from one; ``-l @plan.json`` takes a plan's layout wherever layouts
+are taken (:mod:`~autolayout.cli.plans`, ``docs/plan_files.md``).
 
 Models are zoo presets with overrides (``--model transformer --set
 layers=96,d_model=12288,heads=96,batch=1536``) or ``path/to/file.py:fn``
@@ -33,7 +39,7 @@ Example:
 
 The package has one module per subcommand (:mod:`~autolayout.cli.solve`,
 ``compare``, ``report``, ``mesh``, ``pareto``, ``topologies``, ``explain``,
-``calibrate``),
+``diff``, ``export``, ``calibrate``),
 each defining a :class:`~autolayout.cli.context.Command`, plus the shared
 :mod:`~autolayout.cli.arguments`, :mod:`~autolayout.cli.inputs` (strings
 parsed once), :mod:`~autolayout.cli.models` (model loading),
