@@ -89,7 +89,7 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                 tuple(dtypes)[:1], 5)
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(dense + attention), (65536, 524288, 4194304),
-              tuple(dtypes), 7)
+              tuple(dtypes), 9)
 
 
 def einsum_flops(eq, xs, ws):
