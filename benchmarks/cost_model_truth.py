@@ -199,10 +199,18 @@ def kendall(a, b):
   return (conc - disc) / (((n0 + ta) * (n0 + tb)) ** 0.5 or 1.0)
 
 
-def run_model(name, build, layouts, topology, devices, rounds, console):
+def run_model(name, build, layouts, topology, devices, rounds, console,
+              reference=None):
   """Rows ``(label, mesh, rules, predicted_s, measured_s, fastest_s)`` of
-  one model: measured is the median step, fastest the quickest (shown
-  only, as a sign of how noisy the machine was)."""
+  one model, and the machine load while they ran.
+
+  measured is the median step, fastest the quickest (shown only, as a sign
+  of how noisy the machine was).  ``reference``: ``{records: calibrated
+  seconds}`` of the calibration's reference steps; those steps are timed
+  in the same rounds, and the load is their median time over the
+  calibrated one (about 1 on a quiet machine), or None.
+  """
+  from costmodels.calibrate import measure
   mesh, rules = _auto(build, topology)
   layouts = list(layouts) + [("auto", mesh, rules)]
   steps = []
@@ -211,31 +219,41 @@ def run_model(name, build, layouts, topology, devices, rounds, console):
     step, feeds = _make_step(build, mesh, rules, devices)
     for _ in range(2):  # lowering, first call, one more warm-up
       step(**feeds).numpy()
-    steps.append([label, mesh, rules, pred, step, feeds, []])
-  order = list(range(len(steps)))
+    steps.append([label, mesh, rules, pred, lambda s=step, f=feeds:
+                  s(**f).numpy(), []])
+  refs = []
+  for depth in (1, 8):
+    step, x, records = measure.reference_step(devices, depth)
+    if reference and records in reference:
+      refs.append([records, lambda s=step, x=x: s(x).numpy(), []])
+  order = list(range(len(steps) + len(refs)))
   rng = random.Random(0)
   for _ in range(rounds):
     rng.shuffle(order)
     for i in order:
-      _, _, _, _, step, feeds, times = steps[i]
+      call, times = (steps[i][4:6] if i < len(steps)
+                     else refs[i - len(steps)][1:3])
       t0 = time.perf_counter()
-      step(**feeds).numpy()
+      call()
       times.append(time.perf_counter() - t0)
-  rows = [(s[0], s[1], s[2], s[3], statistics.median(s[6]), min(s[6]))
+  rows = [(s[0], s[1], s[2], s[3], statistics.median(s[5]), min(s[5]))
           for s in steps]
-  for s in steps:  # let TF free the steps' variables and functions
-    s[4] = None
+  load = (statistics.median([statistics.median(t) / reference[r]
+                             for r, _, t in refs]) if refs else None)
   console.print(f"[dim]{name}: {len(rows)} layouts x {rounds} rounds[/dim]")
-  return rows
+  return rows, load
 
 
-def summarize(name, rows):
+def summarize(name, rows, load=None):
   pred = [r[3] for r in rows]
   meas = [r[4] for r in rows]
   errs = [abs(p - m) / m for p, m in zip(pred, meas)]
   auto = next(r[4] for r in rows if r[0] == "auto")
   fastest = [r[5] for r in rows]
-  return {"model": name, "spearman": spearman(pred, meas),
+  scaled = [abs(p * load - m) / m for p, m in zip(pred, meas)] if load else []
+  return {"model": name, "spearman": spearman(pred, meas), "load": load,
+          "median_abs_err_load_scaled": (statistics.median(scaled)
+                                         if scaled else None),
           "spearman_fastest": spearman(pred, fastest),
           "median_abs_err_fastest": statistics.median(
               [abs(p - m) / m for p, m in zip(pred, fastest)]),
@@ -265,6 +283,12 @@ def _table(console, name, rows, summary):
       f"{summary['auto_vs_best']:.3f}  (against each layout's fastest step: "
       f"Spearman {summary['spearman_fastest']:.3f}, median |err| "
       f"{summary['median_abs_err_fastest']:.1%})")
+  if summary.get("load"):
+    console.print(
+        f"{name}: machine load while timing: the calibration's reference "
+        f"steps ran {summary['load']:.2f}x their calibrated time; "
+        "predictions scaled by it: median |err| "
+        f"{summary['median_abs_err_load_scaled']:.1%}")
 
 
 def _plot(path, results):
@@ -288,22 +312,6 @@ def _plot(path, results):
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
-
-
-def load_ratio(topo_path, devices):
-  """How much slower the calibration's reference training steps run now
-  than when the topology was calibrated (median over both depths): about 1
-  on a quiet machine; well above 1 while other work shares it, and then
-  every measured step is that much slower than what was calibrated."""
-  from costmodels.calibrate import measure, topology_file
-  meta = topology_file.read_topology_file(topo_path)[1]
-  then = {s["flops"]: s["seconds"] for s in meta.get("samples", ())
-          if s["what"] == "step"}
-  if not then:
-    return None
-  now = measure.reference_steps(devices, 7)
-  ratios = [s.seconds / then[s.flops] for s in now if s.flops in then]
-  return statistics.median(ratios) if ratios else None
 
 
 def main(argv=None):
@@ -342,14 +350,16 @@ def main(argv=None):
   mtf.set_logical_cpu_devices(8)
   devices = mtf.logical_cpu_devices(8)
   results, summaries = {}, []
-  before = load_ratio(topo_path, devices)
+  meta = cal_lib.read_topology_file(topo_path)[1]
+  reference = {s["flops"]: s["seconds"] for s in meta.get("samples", ())
+               if s["what"] == "step"}
   zoo = _models()
   for name in args.models:
     build, layouts = zoo[name]
-    rows = run_model(name, build, layouts, topology, devices, args.rounds,
-                     console)
+    rows, load = run_model(name, build, layouts, topology, devices,
+                           args.rounds, console, reference)
     results[name] = rows
-    s = summarize(name, rows)
+    s = summarize(name, rows, load)
     summaries.append(s)
     _table(out, name, rows, s)
   if args.cluster:
@@ -360,11 +370,6 @@ def main(argv=None):
     s = summarize(name, rows)
     summaries.append(s)
     _table(out, name, rows, s)
-  after = load_ratio(topo_path, devices)
-  if before is not None and after is not None:
-    out.print(f"machine load: the calibration's reference steps ran "
-              f"{before:.2f}x (before the models) and {after:.2f}x (after) "
-              "their calibrated time")
   _plot(args.plot, results)
   out.print(f"scatter plot: {args.plot}")
   final = {"spearman_min": min(s["spearman"] for s in summaries),

@@ -360,33 +360,37 @@ def _reference_build(layers, width):
   return build
 
 
-def reference_steps(devices, calls, depths=(1, 4, 8), width=8):
-  """Samples ``step``: seconds of one training step of the reference graph
-  (:func:`_reference_build`) at each depth, replicated on every device,
-  with ``flops`` holding its number of compute records (from the
-  shape-only lowering of the same graph)."""
+def reference_step(devices, depth, width=8):
+  """``(step, input, records)``: the reference graph of ``depth`` layers as
+  a warmed-up training step replicated on ``devices``, its input value and
+  its number of compute records (from the shape-only lowering)."""
   import numpy as np  # pylint: disable=import-outside-toplevel
   import costmodels  # pylint: disable=import-outside-toplevel
   from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
   n = len(devices)
-  steps = []
-  for depth in depths:
-    step = training.make_train_step(_reference_build(depth, width),
-                                    f"x:{n}", "", devices,
-                                    optimize.SgdOptimizer(0.01))
-    x = np.zeros((8, width), np.float32)
-    for _ in range(2):
-      step(x).numpy()
-    records = len(costmodels.trace_graph(step.graph, f"x:{n}", "").compute)
-    steps.append((depth, records, step, x))
+  step = training.make_train_step(_reference_build(depth, width), f"x:{n}",
+                                  "", devices, optimize.SgdOptimizer(0.01))
+  x = np.zeros((8, width), np.float32)
+  for _ in range(2):
+    step(x).numpy()
+  records = len(costmodels.trace_graph(step.graph, f"x:{n}", "").compute)
+  return step, x, records
+
+
+def reference_steps(devices, calls, depths=(1, 4, 8), width=8):
+  """Samples ``step``: the median seconds of one training step of the
+  reference graph (:func:`_reference_build`) at each depth, replicated on
+  every device, with ``flops`` holding its number of compute records."""
+  steps = [reference_step(devices, d, width) for d in depths]
   times = [[] for _ in steps]
   for _ in range(calls):
-    for i, (_, _, step, x) in enumerate(steps):
+    for i, (step, x, _) in enumerate(steps):
       t0 = time.perf_counter()
       step(x).numpy()
       times[i].append(time.perf_counter() - t0)
-  return [Sample("step", "", n, 0, float(records), statistics.median(t))
-          for (_, records, _, _), t in zip(steps, times)]
+  return [Sample("step", "", len(devices), 0, float(records),
+                 statistics.median(t))
+          for (_, _, records), t in zip(steps, times)]
 
 
 def _devices_info(devices):
