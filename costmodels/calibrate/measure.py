@@ -83,13 +83,18 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   dense = [("abc,cd->abd", (16, 32, k), (k, k)) for k in (64, 128, 256)]
   attention = [("abcd,abde->abce", (16, 8, s, 16), (16, 8, 16, 16))
                for s in (32, 128)]
+  # Forms whose operands TF must transpose first, as backward passes and
+  # per-expert layers issue them: measured several times slower per FLOP
+  # than the two above at these sizes.
+  transposed = [("abcd,abce->abed", (16, 8, 32, 16), (16, 8, 32, 32)),
+                ("abcd,bed->abce", (16, 8, 4, 128), (8, 128, 128))]
   if quick:
     return Plan(tuple(meshes), (4096, 131072, 524288, 2097152),
-                tuple(dense[::2] + attention[:1]), (262144, 2097152),
-                tuple(dtypes)[:1], 5)
+                tuple(dense[::2] + attention[:1] + transposed[1:]),
+                (262144, 2097152), tuple(dtypes)[:1], 5)
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
-              tuple(dense + attention), (65536, 524288, 4194304),
-              tuple(dtypes), 9)
+              tuple(dense + attention + transposed),
+              (65536, 524288, 4194304), tuple(dtypes), 9)
 
 
 def einsum_flops(eq, xs, ws):
