@@ -17,7 +17,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import (MtfError, UnknownNameError,
                                  UnsplittableDimError)
-from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.core.layout import TensorLayout, convert_to_layout_rules
 from mesh_tf.lowering import geometry
 # The value types, importable from here as before the split.
 from mesh_tf.lowering.laid_out import (LaidOutTensor, LaidOutVariable,  # noqa: F401
@@ -35,6 +35,10 @@ class MeshImpl(abc.ABC):
   Args:
     shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
     layout: layout rules, LayoutRules or string like ``"batch:rows"``.
+
+  For geometry questions alone (``tensor_layout``, ``slice_shape``...,
+  which Mesh TF programs ask of ``MeshImpl(shape, layout)``), use the
+  shape-only backend :class:`~mesh_tf.lowering.ShapeMeshImpl`.
   """
 
   def __init__(self, shape, layout):
@@ -58,6 +62,23 @@ class MeshImpl(abc.ABC):
   @property
   def ndims(self):
     return self.shape.ndims
+
+  @property
+  def supports_control_dependencies(self):
+    """Whether ``mtf.depend`` orders work on this backend (Mesh TF's flag)."""
+    return True
+
+  def laid_out_size(self, tensor_shape):
+    """Elements of a tensor of ``tensor_shape`` over all processors
+    (replicas counted)."""
+    return self.size * math.prod(self.slice_shape(tensor_shape))
+
+  def slice_size(self, tensor_shape):
+    """Elements of one processor's slice of a tensor of ``tensor_shape``."""
+    return math.prod(self.slice_shape(tensor_shape))
+
+  def mesh_dimension_name_to_size(self, name):
+    return self.shape.get_dim_by_name(name).size
 
   def _compute_strides(self):
     strides, s = [], 1
@@ -91,7 +112,10 @@ class MeshImpl(abc.ABC):
         [d.size for d in self.shape.dims], mesh_axes)
 
   def tensor_layout(self, arg):
-    """The TensorLayout of an mtf Tensor or Shape (validated)."""
+    """The TensorLayout of an mtf Tensor or Shape (validated); a
+    TensorLayout is returned as it is."""
+    if isinstance(arg, TensorLayout):
+      return arg
     name = getattr(arg, "name", None)
     shape = getattr(arg, "shape", arg)
     return self.layout_rules.tensor_layout(shape, self.shape, name)

@@ -100,6 +100,7 @@ class _ValueInitializer(Initializer):
 
   def __init__(self, value):
     self.value = value
+    self._last = (None, None)  # (key, full TF value) of the latest call
 
   def _full(self, full_shape, dtype):
     v = self.value
@@ -107,9 +108,22 @@ class _ValueInitializer(Initializer):
       v = v(list(full_shape), dtype=dtype)
     return v
 
+  def _full_tf(self, full_shape, dtype):
+    # A random callable (a TF initializer without a seed) must be called
+    # once per variable, not once per slice, or replicas would differ.  The
+    # value is kept for the next slice of the same graph (or of eager mode).
+    graph = None if tf.executing_eagerly() else id(
+        tf.compat.v1.get_default_graph())
+    key = (graph, tuple(full_shape), dtype)
+    if self._last[0] != key:
+      self._last = (key, tf.cast(self._full(full_shape, dtype), dtype))
+    return self._last[1]
+
   def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    return tf.slice(tf.cast(self._full(full_shape, dtype), dtype), begin,
-                    slice_shape)
+    full = self._full_tf(full_shape, dtype)
+    if tuple(slice_shape) == tuple(full_shape):
+      return full
+    return tf.slice(full, begin, slice_shape)
 
   def numpy(self, full_shape, dtype, seed):
     return np.asarray(self._full(full_shape, dtype)).astype(dtype)
@@ -177,6 +191,95 @@ class Variable(Operation):
     lowering.set_tensor_lowering(self.outputs[0], v.value())
 
 
+class VariableDType:
+  """The three dtypes of a Mesh TensorFlow variable.
+
+  Args:
+    master_dtype: dtype of the master (the checkpointed, full copy).
+    slice_dtype: dtype of the per-device slices (default: master_dtype).
+    activation_dtype: dtype the variable's value is cast to when read
+      (default: slice_dtype).
+
+  mesh-tf stores one copy, in ``slice_dtype``; the master of a
+  ``tf.compat.v1`` program (:mod:`mesh_tf.lowering.masters`) has that dtype
+  too.  Pass one as ``dtype`` to :func:`mesh_tf.get_variable`.
+
+  Example:
+    >>> d = VariableDType("float32", "bfloat16")
+    >>> d.activation_dtype
+    'bfloat16'
+  """
+
+  __slots__ = ("_activation", "_master", "_slice")
+
+  def __init__(self, master_dtype="float32", slice_dtype=None,
+               activation_dtype=None):
+    self._master = dtypes_lib.as_dtype(master_dtype)
+    self._slice = dtypes_lib.as_dtype(slice_dtype or self._master)
+    self._activation = dtypes_lib.as_dtype(activation_dtype or self._slice)
+
+  @property
+  def master_dtype(self):
+    return self._master
+
+  @property
+  def slice_dtype(self):
+    return self._slice
+
+  @property
+  def activation_dtype(self):
+    return self._activation
+
+  def __eq__(self, other):
+    return isinstance(other, VariableDType) and (
+        (self._master, self._slice, self._activation)
+        == (other._master, other._slice, other._activation))
+
+  def __hash__(self):
+    return hash((self._master, self._slice, self._activation))
+
+  def __repr__(self):
+    return (f"VariableDType(master={self._master}, slice={self._slice}, "
+            f"activation={self._activation})")
+
+
+# --- per-slice assign functions: fn(variable, slice_var, value) -> TF op ---
+def assign_slice(variable, slice_var, val):
+  """Sets one slice: the default ``assign_fn`` of :func:`mesh_tf.assign`."""
+  del variable
+  return slice_var.assign(val, read_value=False)
+
+
+def assign_add_slice(variable, slice_var, val):
+  """Adds ``val`` to one slice (``assign_fn`` of :func:`mesh_tf.assign_add`)."""
+  del variable
+  return slice_var.assign_add(val, read_value=False)
+
+
+def assign_sub_slice(variable, slice_var, val):
+  """Subtracts ``val`` from one slice (``assign_fn`` of ``assign_sub``)."""
+  del variable
+  return slice_var.assign_sub(val, read_value=False)
+
+
+MODE_OF_ASSIGN_FN = {assign_slice: "assign", assign_add_slice: "assign_add",
+                     assign_sub_slice: "assign_sub"}
+
+
+def run_assign_fn(impl, assign_fn, variable, laid_variable, laid_value):
+  """Calls a custom ``assign_fn(variable, slice_var, value)`` on each
+  processor's slice; returns the TF ops (None for the shape-only backend)."""
+  if laid_variable.slices is None:
+    return None
+  ops = []
+  for p, (s, t) in enumerate(zip(laid_variable.slices,
+                                 laid_value.tensor_list)):
+    with tf.device(impl.devices[p]):
+      ops.append(assign_fn(variable, s, t))
+  return ops
+
+
+
 def get_variable(mesh, name, shape, dtype="float32", initializer=None,
                  trainable=True, activation_dtype=None, master_dtype=None,
                  slice_dtype=None):
@@ -186,7 +289,7 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
     mesh: the Mesh.
     name: variable name (made unique in the graph).
     shape: its Shape (or shape string).
-    dtype: element dtype.
+    dtype: element dtype, or a :class:`VariableDType`.
     initializer: an mtf initializer, a scalar, a NumPy array of the full
       shape, or a callable ``(shape, dtype)`` such as a Keras initializer.
     trainable: whether ``graph.trainable_variables`` lists it.
@@ -195,7 +298,16 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
     master_dtype, slice_dtype: Mesh TF's storage dtypes; the variable is
       stored in ``slice_dtype`` or else ``master_dtype`` when given (this
       implementation keeps one copy, so the two are the same).
+
+  Inside a ``tf.compat.v1.variable_scope`` the name gets the scope's prefix,
+  as in Mesh TensorFlow (see :mod:`mesh_tf.compat.tf_scope`).
   """
+  from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
+  name = scoped_name(name)
+  if isinstance(dtype, VariableDType):  # Mesh TF passes all three at once
+    slice_dtype = slice_dtype or dtype.slice_dtype
+    activation_dtype = activation_dtype or dtype.activation_dtype
+    dtype = dtype.master_dtype
   shape = dims_lib.convert_to_shape(shape)
   storage = slice_dtype or master_dtype or dtype
   value = Variable(mesh, name, shape, dtypes_lib.as_dtype(storage),
@@ -210,7 +322,8 @@ def get_variable(mesh, name, shape, dtype="float32", initializer=None,
 class AssignOperation(Operation):
   """Writes a new value (or adds/subtracts one) into variables' slices."""
 
-  def __init__(self, variables, new_values, mode="assign", name=None):
+  def __init__(self, variables, new_values, mode="assign", name=None,
+               assign_fn=None):
     variables = [_as_variable(v) for v in variables]
     new_values = list(new_values)
     for v, x in zip(variables, new_values):
@@ -220,6 +333,8 @@ class AssignOperation(Operation):
     super().__init__(new_values, mesh=variables[0].mesh,
                      name=name or mode)
     self.variables, self.mode = variables, mode
+    # A custom per-slice fn(variable, slice_var, value) (Mesh TF's assign_fn).
+    self.assign_fn = assign_fn
 
   no_gradient_reason = "a state update has no outputs"
 
@@ -235,7 +350,11 @@ class AssignOperation(Operation):
         x_laid = lowering.mesh_impl(self).slicewise(
             lambda t, d=v.dtype: tf.cast(t, d), x_laid, shape=x.shape,
             dtype=v.dtype)
-      r = laid_v.assign(x_laid, self.mode)
+      if self.assign_fn is not None:
+        r = run_assign_fn(lowering.mesh_impl(self), self.assign_fn, v, laid_v,
+                          x_laid.to_laid_out_tensor())
+      else:
+        r = laid_v.assign(x_laid, self.mode)
       if r:
         ops.extend(r)
     lowering.lowered_operations[self] = ops
@@ -297,17 +416,30 @@ def _as_variable(v):
   raise MtfError(f"{v!r} is not a variable")
 
 
-def assign(var, new_val, name=None):
-  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation."""
-  return AssignOperation([var], [new_val], "assign", name=name)
+def _assign(var, new_val, mode, assign_fn, name):
+  if assign_fn is not None and assign_fn in MODE_OF_ASSIGN_FN:
+    mode, assign_fn = MODE_OF_ASSIGN_FN[assign_fn], None
+  return AssignOperation([var], [new_val], mode, name=name,
+                         assign_fn=assign_fn)
 
 
-def assign_add(var, new_val, name=None):
-  return AssignOperation([var], [new_val], "assign_add", name=name)
+def assign(var, new_val, assign_fn=None, name=None):
+  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation.
+
+  ``assign_fn(variable, slice_var, value)``, as in Mesh TF, may replace the
+  per-slice write (default :func:`assign_slice`).
+  """
+  return _assign(var, new_val, "assign", assign_fn, name)
 
 
-def assign_sub(var, new_val, name=None):
-  return AssignOperation([var], [new_val], "assign_sub", name=name)
+def assign_add(var, new_val, assign_fn=None, name=None):
+  """Adds ``new_val`` to variable ``var``; returns the AssignOperation."""
+  return _assign(var, new_val, "assign_add", assign_fn, name)
+
+
+def assign_sub(var, new_val, assign_fn=None, name=None):
+  """Subtracts ``new_val`` from ``var``; returns the AssignOperation."""
+  return _assign(var, new_val, "assign_sub", assign_fn, name)
 
 
 def read(var):
