@@ -59,14 +59,16 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
   outputs = list(search.outputs)
   if report is None:
     report = costmodels.evaluate(search.graph, mesh_shape, rules, topology,
-                                 outputs=outputs)
+                                 outputs=outputs,
+                                 microbatches=search.microbatches)
   base = dict(rules.pairs)
   rows = []
   for dim, axis in rules.pairs:
     rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
     try:
       r0 = costmodels.evaluate(search.graph, mesh_shape, rest, topology,
-                               outputs=outputs)
+                               outputs=outputs,
+                               microbatches=search.microbatches)
     except LayoutError:
       r0 = None
     try:

@@ -10,7 +10,7 @@ solver).
 import dataclasses
 import math
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 # OR-Tools must be imported before TensorFlow in any process (protobuf
 # clash); mesh_tf loads TensorFlow lazily, after this.
@@ -45,6 +45,8 @@ class Problem(NamedTuple):
   form: formulation.Formulation
   host: dict
   build_time_s: float
+  microbatches: object = None   # mesh_tf.microbatch.MicrobatchPlan or None
+  memory_reserve_fraction: Optional[float] = None
 
 
 def _outputs(graph, outputs):
@@ -82,9 +84,14 @@ class LayoutSearch:
     ...                                                  # doctest: +SKIP
   """
 
-  def __init__(self, graph, outputs=None):
+  def __init__(self, graph, outputs=None, microbatches=None,
+               memory_reserve_fraction=None):
     self.graph = graph
     self.outputs = _outputs(graph, outputs)
+    # A mesh_tf.microbatch.MicrobatchPlan: per-microbatch work priced k times.
+    self.microbatches = microbatches
+    # What the reports show as kept free of the HBM (None: the default).
+    self.memory_reserve_fraction = memory_reserve_fraction
     self._num_ops = len(graph.operations)
     self._built = {}  # (what, mesh Shape, Topology) -> tables, space, steps
 
@@ -115,7 +122,8 @@ class LayoutSearch:
     space = self._part("space", mesh_shape, topo,
                        lambda: assignments.dim_space(graph, mesh_shape))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
-        graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space))
+        graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
+        self.microbatches))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None
@@ -124,8 +132,11 @@ class LayoutSearch:
                       lambda: memory_steps.prune_by_layouts(
                           memory_steps.compress(graph, list(outputs)),
                           space))
-    return _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
-                     memory_budget, need_peak, t0)
+    problem = _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
+                        memory_budget, need_peak, t0)
+    return problem._replace(
+        microbatches=self.microbatches,
+        memory_reserve_fraction=self.memory_reserve_fraction)
 
   def solve(self, mesh_shape, topology="dgx-h100", memory_budget=None,
             objective="time", time_limit_s=DEFAULT_TIME_LIMIT_S,
@@ -334,7 +345,11 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
   except LayoutError as e:
     raise SolverError(f"the solver returned invalid rules {rules}: {e}")
   report = costmodels.evaluate(g, mesh_shape, rules, problem.topology,
-                               outputs=list(problem.outputs))
+                               outputs=list(problem.outputs),
+                               microbatches=problem.microbatches,
+                               **({} if problem.memory_reserve_fraction is None
+                                  else {"memory_reserve_fraction":
+                                        problem.memory_reserve_fraction}))
   t, c = table_values(problem, rules)
   for name, mine, theirs in (("step time", t, report.step_time_s),
                              ("communication time", c, report.comm_time_s)):

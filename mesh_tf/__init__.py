@@ -12,7 +12,7 @@ _import_order.import_cp_sat_first()
 
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
-from mesh_tf.core.dtypes import as_dtype
+from mesh_tf.core.dtypes import VariableDType, as_dtype
 from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rules
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
@@ -46,7 +46,7 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
-from mesh_tf.ops.variables import (VariableDType, assign_add_slice,
+from mesh_tf.ops.variables import (assign_add_slice,
                                    assign_slice, assign_sub_slice)
 from mesh_tf.compat.op_classes import *  # noqa: F401,F403,E402
 from mesh_tf.compat.functions import *  # noqa: F401,F403,E402

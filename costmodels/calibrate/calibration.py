@@ -158,7 +158,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       link=hardware.LinkSpec("device", "host", math.inf, 0.0),
       launch_overhead_s=cf.launch_overhead_s,
       shared_compute_factor=cf.shared_compute_factor,
-      flops_per_s_by_dtype=fit_lib.throughput_by_dtype(samples))
+      matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
+          samples, dtype, cf.peak_flops_per_s))
   coll = _collective_only(samples, chip)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,

@@ -243,14 +243,19 @@ def fit_compute(samples, num_devices, dtype="float32"):
                                 ("compute, all devices", resn)))
 
 
-def throughput_by_dtype(samples):
-  """``((dtype, flops_per_s), ...)``: per dtype, the best matmul throughput
-  of one device alone (FLOPs over time, largest size)."""
-  out = {}
-  for s in samples:
-    if s.what == "matmul" and s.group_size == 1 and s.seconds > 0:
-      out[s.dtype] = max(out.get(s.dtype, 0.0), s.flops / s.seconds)
-  return tuple(sorted(out.items()))
+def matmul_peaks_by_dtype(samples, dtype, peak_flops_per_s):
+  """``((dtype, flops_per_s), ...)``: ``dtype`` at the fitted
+  ``peak_flops_per_s``, and every other dtype timed on one device alone at
+  that peak times its throughput over ``dtype``'s on the same einsum."""
+  alone = [s for s in samples if s.what == "matmul" and s.group_size == 1
+           and s.seconds > 0]
+  base = {s.flops: s.flops / s.seconds for s in alone if s.dtype == dtype}
+  out = [(dtype, float(peak_flops_per_s))]
+  for s in alone:
+    if s.dtype != dtype and s.flops in base and s.dtype not in dict(out):
+      out.append((s.dtype, float(peak_flops_per_s) * (s.flops / s.seconds)
+                  / base[s.flops]))
+  return tuple(out)
 
 
 def axis_link(samples, axis) -> Optional[str]:

@@ -70,7 +70,8 @@ def topology_json(topology, calibration=None):
           "hbm_bandwidth_bytes_per_s": c.hbm_bandwidth_bytes_per_s,
           "launch_overhead_s": c.launch_overhead_s,
           "shared_compute_factor": c.shared_compute_factor,
-          "flops_per_s_by_dtype": dict(c.flops_per_s_by_dtype),
+          "matmul_flops_by_dtype": dict(c.matmul_flops_by_dtype),
+          "vector_flops_per_s": c.vector_flops_per_s,
           "ici_links_per_chip": c.ici_links_per_chip,
           "default_network": c.default_network,
           "link": _link_json(c.link)}
@@ -175,7 +176,10 @@ def topology_from_json(obj, source="<json>"):
         f"version {VERSION}; recalibrate with `mtf-layout calibrate`")
   c = _get(obj, "chip", dict, where)
   w = f"{where}.chip"
-  by_dtype = _get(c, "flops_per_s_by_dtype", dict, w, {})
+  by_dtype = _get(c, "matmul_flops_by_dtype", dict, w, {})
+  vector = c.get("vector_flops_per_s")
+  if vector is not None:
+    vector = _get(c, "vector_flops_per_s", float, w)
   chip = ChipSpec(
       _get(c, "name", str, w), _get(c, "kind", str, w),
       _get(c, "peak_flops_per_s", float, w), _get(c, "hbm_bytes", int, w),
@@ -183,9 +187,10 @@ def topology_from_json(obj, source="<json>"):
       _link(_get(c, "link", dict, w), f"{w}.link"),
       _get(c, "ici_links_per_chip", int, w, 0),
       c.get("default_network"),
+      # In file order: the presets' tables are ordered, and equality keeps it.
+      tuple((str(k), float(v)) for k, v in by_dtype.items()), vector,
       _get(c, "launch_overhead_s", float, w, 0.0),
-      _get(c, "shared_compute_factor", float, w, 1.0),
-      tuple(sorted((str(k), float(v)) for k, v in by_dtype.items())))
+      _get(c, "shared_compute_factor", float, w, 1.0))
   if not (chip.peak_bf16_flops_per_s > 0 and
           chip.hbm_bandwidth_bytes_per_s > 0):
     raise TopologyFileError(f"{w} needs positive peak_flops_per_s and "

@@ -209,6 +209,23 @@ class MeshImpl(abc.ABC):
     self._record("allconcat", x, axes)
     return self._allconcat(x, axes[0], concat_axis)
 
+  def reduce_scatter(self, x, mesh_axis, split_axis, source_op=None):
+    """SUM-reduces ``x`` over ``mesh_axis`` and leaves on each participant
+    its part of tensor axis ``split_axis`` (by its coordinate on the axis):
+    an all-reduce followed by an all-split, at half the all-reduce's cost.
+    """
+    x = x.to_laid_out_tensor()
+    axes = self._axes(mesh_axis)
+    if not axes:
+      return x
+    n = self.shape[axes[0]].size
+    if x.slice_shape[split_axis] % n:
+      raise MtfError(f"reduce_scatter: slice axis {split_axis} of size "
+                     f"{x.slice_shape[split_axis]} is not divisible by mesh "
+                     f"axis {self.shape[axes[0]]}")
+    self._record("reduce_scatter", x, axes, "SUM", source_op)
+    return self._reduce_scatter(x, axes[0], split_axis)
+
   def allsplit(self, x, mesh_axis, split_axis):
     """Keeps, on each processor, its part of tensor axis ``split_axis``
     according to its coordinate on ``mesh_axis``.  No communication."""
@@ -272,17 +289,18 @@ class MeshImpl(abc.ABC):
     return self.receive(x, mesh_axis, source)
 
   def slicewise(self, fn, *inputs, shape=None, slice_shape=None, dtype=None,
-                flops=None):
+                flops=None, matmul=False):
     """Applies ``fn`` to each processor's slices of ``inputs``.
 
     ``inputs`` are LaidOutTensors (or lazy sums, which are forced) or plain
     Python values passed as they are.  The output slice shape comes from
     ``shape`` (an mtf Shape laid out by the rules) or ``slice_shape``; give
     lists of them for several outputs.  ``flops`` defaults to the number of
-    output elements per device.
+    output elements per device; ``matmul`` marks a contraction (priced at
+    the matrix units' peak for its dtype).
     """
     return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,
-                                  flops, with_pnum=False)
+                                  flops, with_pnum=False, matmul=matmul)
 
   def slicewise_pnum(self, fn, *inputs, shape=None, slice_shape=None,
                      dtype=None, flops=None):
@@ -291,7 +309,7 @@ class MeshImpl(abc.ABC):
                                   flops, with_pnum=True)
 
   def _slicewise_common(self, fn, inputs, shape, slice_shape, dtype, flops,
-                        with_pnum):
+                        with_pnum, matmul=False):
     inputs = [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor")
               else x for x in inputs]
     multi = isinstance(shape, (list, tuple)) or (
@@ -310,17 +328,21 @@ class MeshImpl(abc.ABC):
     outs = [LaidOutTensor(s, d) for s, d in zip(slice_shapes, dtypes)]
     if flops is None:
       flops = sum(o.slice_size for o in outs)
+    laid_in = [x for x in inputs if isinstance(x, LaidOutTensor)]
     self.trace.compute.append(ComputeRecord(
         self._op_name, int(flops), sum(o.slice_bytes for o in outs),
-        sum(x.slice_bytes for x in inputs if isinstance(x, LaidOutTensor))))
+        sum(x.slice_bytes for x in laid_in),
+        (laid_in[0] if laid_in else outs[0]).dtype, bool(matmul)))
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]
 
-  def record_compute(self, flops, output_bytes, input_bytes):
+  def record_compute(self, flops, output_bytes, input_bytes,
+                     dtype="float32"):
     """Records per-device work done outside ``slicewise`` (e.g. a fused
     variable update), so that every backend prices it alike."""
     self.trace.compute.append(ComputeRecord(
-        self._op_name, int(flops), int(output_bytes), int(input_bytes)))
+        self._op_name, int(flops), int(output_bytes), int(input_bytes),
+        dtypes_lib.as_dtype(dtype)))
 
   def scalar_constant(self, value, dtype):
     """A LaidOutTensor holding the scalar ``value`` on every processor.
@@ -399,6 +421,10 @@ class MeshImpl(abc.ABC):
   @abc.abstractmethod
   def _allconcat(self, x, mesh_axis, concat_axis):
     """All-gather over one mesh-axis index, concatenating on concat_axis."""
+
+  @abc.abstractmethod
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    """SUM reduce-scatter over one mesh-axis index onto ``split_axis``."""
 
   @abc.abstractmethod
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):

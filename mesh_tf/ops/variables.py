@@ -145,12 +145,21 @@ def name_seed(name):
 
 
 class Variable(Operation):
-  """A variable; its output tensor is the variable's current value."""
+  """A variable; its output tensor is the variable's current value.
 
-  def __init__(self, mesh, name, shape, dtype, initializer, trainable=True):
+  ``memory_category`` is what the memory model counts it as:
+  ``"params"`` (trainable), ``"optimizer"`` (other state) or e.g.
+  ``"kv_cache"``.
+  """
+
+  def __init__(self, mesh, name, shape, dtype, initializer, trainable=True,
+               memory_category=None):
     super().__init__([], mesh=mesh, name=name)
     self.initializer = _as_initializer(initializer)
     self.trainable = trainable
+    # What the memory model counts it as; see costmodels.memory.
+    self.memory_category = memory_category or (
+        "params" if trainable else "optimizer")
     self.seed = name_seed(self.name)
     self._outputs = [Tensor(self, shape, dtype, name=self.name)]
     mesh.graph.all_variables.append(self)
@@ -191,56 +200,9 @@ class Variable(Operation):
     lowering.set_tensor_lowering(self.outputs[0], v.value())
 
 
-class VariableDType:
-  """The three dtypes of a Mesh TensorFlow variable.
-
-  Args:
-    master_dtype: dtype of the master (the checkpointed, full copy).
-    slice_dtype: dtype of the per-device slices (default: master_dtype).
-    activation_dtype: dtype the variable's value is cast to when read
-      (default: slice_dtype).
-
-  mesh-tf stores one copy, in ``slice_dtype``; the master of a
-  ``tf.compat.v1`` program (:mod:`mesh_tf.lowering.masters`) has that dtype
-  too.  Pass one as ``dtype`` to :func:`mesh_tf.get_variable`.
-
-  Example:
-    >>> d = VariableDType("float32", "bfloat16")
-    >>> d.activation_dtype
-    'bfloat16'
-  """
-
-  __slots__ = ("_activation", "_master", "_slice")
-
-  def __init__(self, master_dtype="float32", slice_dtype=None,
-               activation_dtype=None):
-    self._master = dtypes_lib.as_dtype(master_dtype)
-    self._slice = dtypes_lib.as_dtype(slice_dtype or self._master)
-    self._activation = dtypes_lib.as_dtype(activation_dtype or self._slice)
-
-  @property
-  def master_dtype(self):
-    return self._master
-
-  @property
-  def slice_dtype(self):
-    return self._slice
-
-  @property
-  def activation_dtype(self):
-    return self._activation
-
-  def __eq__(self, other):
-    return isinstance(other, VariableDType) and (
-        (self._master, self._slice, self._activation)
-        == (other._master, other._slice, other._activation))
-
-  def __hash__(self):
-    return hash((self._master, self._slice, self._activation))
-
-  def __repr__(self):
-    return (f"VariableDType(master={self._master}, slice={self._slice}, "
-            f"activation={self._activation})")
+# One VariableDType for the language: mesh_tf.core.dtypes (the master is
+# stored and checkpointed; the slice copy is what the model reads).
+VariableDType = dtypes_lib.VariableDType
 
 
 # --- per-slice assign functions: fn(variable, slice_var, value) -> TF op ---
@@ -282,41 +244,58 @@ def run_assign_fn(impl, assign_fn, variable, laid_variable, laid_value):
 
 def get_variable(mesh, name, shape, dtype="float32", initializer=None,
                  trainable=True, activation_dtype=None, master_dtype=None,
-                 slice_dtype=None):
+                 slice_dtype=None, memory_category=None):
   """Creates a variable and returns its value as an mtf Tensor.
 
   Args:
     mesh: the Mesh.
     name: variable name (made unique in the graph).
     shape: its Shape (or shape string).
-    dtype: element dtype, or a :class:`VariableDType`.
+    dtype: element dtype, or a :class:`mesh_tf.VariableDType` giving all
+      three dtypes at once.
     initializer: an mtf initializer, a scalar, a NumPy array of the full
       shape, or a callable ``(shape, dtype)`` such as a Keras initializer.
     trainable: whether ``graph.trainable_variables`` lists it.
     activation_dtype: if given, the returned value is cast to it (Mesh TF's
-      bfloat16-activations pattern); the variable keeps its own dtype.
-    master_dtype, slice_dtype: Mesh TF's storage dtypes; the variable is
-      stored in ``slice_dtype`` or else ``master_dtype`` when given (this
-      implementation keeps one copy, so the two are the same).
+      bfloat16-activations pattern).
+    master_dtype: the dtype the variable is stored, checkpointed and
+      updated in (default ``dtype``).
+    slice_dtype: the dtype of the compute copy the model reads (default:
+      the master dtype, no copy).  Mixed precision is ``master_dtype=
+      "float32", slice_dtype="bfloat16"``: the float32 master is cast to a
+      bfloat16 copy, which the memory model counts as parameter memory and
+      the roofline prices at the bf16 peak.
+    memory_category: what the memory model counts the variable as (default
+      ``"params"`` if trainable, else ``"optimizer"``); e.g. ``"kv_cache"``
+      for a decoding cache.
+
+  Example:
+    >>> import mesh_tf as mtf
+    >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    >>> w = get_variable(mesh, "w", "a:4", master_dtype="float32",
+    ...                  slice_dtype="bfloat16")
+    >>> w.dtype, w.operation.inputs[0].dtype
+    ('bfloat16', 'float32')
 
   Inside a ``tf.compat.v1.variable_scope`` the name gets the scope's prefix,
   as in Mesh TensorFlow (see :mod:`mesh_tf.compat.tf_scope`).
   """
   from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
   name = scoped_name(name)
-  if isinstance(dtype, VariableDType):  # Mesh TF passes all three at once
+  shape = dims_lib.convert_to_shape(shape)
+  if isinstance(dtype, dtypes_lib.VariableDType):
+    master_dtype = master_dtype or dtype.master_dtype
     slice_dtype = slice_dtype or dtype.slice_dtype
     activation_dtype = activation_dtype or dtype.activation_dtype
     dtype = dtype.master_dtype
-  shape = dims_lib.convert_to_shape(shape)
-  storage = slice_dtype or master_dtype or dtype
-  value = Variable(mesh, name, shape, dtypes_lib.as_dtype(storage),
-                   initializer, trainable).outputs[0]
-  if activation_dtype is not None and (
-      dtypes_lib.as_dtype(activation_dtype) != value.dtype):
-    from mesh_tf.ops.elementwise import cast  # pylint: disable=g-import-not-at-top
-    value = cast(value, activation_dtype)
-  return value
+  var_dtype = dtypes_lib.VariableDType(master_dtype or dtype, slice_dtype,
+                                       activation_dtype)
+  value = Variable(mesh, name, shape, var_dtype.master_dtype, initializer,
+                   trainable, memory_category=memory_category).outputs[0]
+  from mesh_tf.ops.elementwise import cast  # pylint: disable=g-import-not-at-top
+  # Each cast is a no-op when the dtypes agree.
+  value = cast(value, var_dtype.slice_dtype, name=f"{name}/slice_cast")
+  return cast(value, var_dtype.activation_dtype)
 
 
 class AssignOperation(Operation):
@@ -398,7 +377,8 @@ class ApplyGradientDescentOperation(Operation):
                                slice_shape=(), dtype=v.dtype)
     else:
       alpha = impl.scalar_constant(float(self.lr), v.dtype)
-    impl.record_compute(2 * g.slice_size, g.slice_bytes, 2 * g.slice_bytes)
+    impl.record_compute(2 * g.slice_size, g.slice_bytes, 2 * g.slice_bytes,
+                        v.dtype)
     lowering.lowered_operations[self] = laid_v.apply_gradient_descent(
         g, alpha) or []
 

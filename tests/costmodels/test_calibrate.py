@@ -34,7 +34,8 @@ def _calibrated(processes=1):
   local = LinkSpec("device", "host", 4e9, 1e-5, FITS)
   chip = ChipSpec("cpu-8x-logical", "cpu", 1.5e11, 2**30, 6e10, local,
                   launch_overhead_s=2e-5, shared_compute_factor=7.0,
-                  flops_per_s_by_dtype=(("float32", 2e11),))
+                  matmul_flops_by_dtype=(("float32", 1.5e11),
+                                         ("bfloat16", 3e11)))
   dims = (PhysicalDim("device", 8 // processes, local, "switch"),)
   if processes > 1:
     grpc = LinkSpec("process", "grpc", 1e8, 1e-3,
@@ -205,14 +206,15 @@ def test_presets_price_the_plain_roofline():
     chip = costmodels.get_topology(name).chip
     assert (chip.launch_overhead_s, chip.shared_compute_factor) == (0, 1)
     assert compute.compute_time(rec, chip) == compute.roofline_time(
-        10**9, 2 * 10**6, chip)
+        10**9, 2 * 10**6, chip, rec.dtype, rec.matmul)
 
 
 def test_launch_cost_and_shared_compute_are_priced_per_record():
   chip = _calibrated().chip
   rec = ComputeRecord("op", 3 * 10**8, 0, 0)
   assert compute.compute_time(rec, chip) == pytest.approx(
-      2e-5 + 7.0 * 3e8 / 1.5e11)
+      2e-5 + 7.0 * compute.roofline_time(3e8, 0, chip, rec.dtype,
+                                         rec.matmul))
 
 
 def test_measured_collectives_use_the_algorithm_for_their_size():
