@@ -13,7 +13,13 @@ lowering code that runs on real devices), and are priced on a topology:
   so that every mesh axis knows its links);
 * :mod:`costmodels.collectives`: pure alpha-beta formulas (ring, line,
   switch, and dimension-ordered torus/hierarchical variants);
-* :mod:`costmodels.compute`: the per-record roofline;
+* :mod:`costmodels.collective_fits`: measured collective costs (the
+  algorithm the lowering really runs, fitted per link by calibration);
+* :mod:`costmodels.compute`: the per-record roofline, plus a calibrated
+  chip's launch cost and shared-compute factor;
+* :mod:`costmodels.calibrate`: measure the devices at hand (TensorFlow in a
+  subprocess only), fit, and read/write topology files
+  (``get_topology("mycpu.json")``, ``docs/topology_files.md``);
 * :mod:`costmodels.memory`: per-device tensor bytes, a layout-independent
   memory-minimising schedule and liveness (a :class:`memory.Liveness` the
   caller builds once per graph and reuses over layouts), and the peak;

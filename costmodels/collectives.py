@@ -38,6 +38,7 @@ import math
 from typing import NamedTuple, Tuple
 
 from mesh_tf.core.errors import MtfError
+from costmodels import collective_fits
 
 STRUCTURES = ("ring", "line", "switch")
 
@@ -53,12 +54,17 @@ class LinkParams(NamedTuple):
     structure: ``"ring"``, ``"line"`` or ``"switch"``.
     owners: mesh-axis names this dimension belongs to (for attributing time
       to mesh axes; not used by the formulas).
+    measured: the link's calibrated
+      :class:`~costmodels.collective_fits.CollectiveFit` entries; a kind
+      with an entry on every link is priced by them instead of the ring
+      formulas.
   """
   size: int
   bandwidth_bytes_per_s: float
   latency_s: float
   structure: str = "ring"
   owners: Tuple[str, ...] = ()
+  measured: tuple = ()
 
   @property
   def algorithm_bandwidth_bytes_per_s(self):
@@ -271,6 +277,10 @@ def phase_times(kind, nbytes, links):
   if not links:
     return []
   kind = _KIND_ALIASES.get(kind, kind)
+  if any(l.measured for l in links):
+    measured = collective_fits.measured_phases(kind, nbytes, links)
+    if measured is not None:
+      return measured
   if kind == "reduce_scatter":
     return reduce_scatter_phases(nbytes, links)
   if kind == "allreduce":

@@ -17,6 +17,12 @@ weights and the cache.  ``peak(record)`` is the chip's dense matmul peak
 for the record's dtype when it is a contraction, else its vector peak (see
 :func:`costmodels.precision.record_peak_flops_per_s`): a float32 einsum
 on an A100 runs at the TF32 156 TFLOP/s, not the bf16 312.
+
+A record's time is ``launch_overhead_s + shared_compute_factor * t``, both
+terms from the :class:`~costmodels.hardware.ChipSpec`: 0 and 1 for every
+preset (so there it is the plain roofline); a calibrated topology measures
+them (the fixed cost of launching a kernel, and how much slower a device is
+when the devices of the topology share compute).
 """
 
 from costmodels import hardware
@@ -42,11 +48,17 @@ def roofline_time(flops, nbytes, chip, dtype="bfloat16", matmul=True):
 
 
 def compute_time(record, chip):
-  """Roofline seconds of one ComputeRecord on ``chip``."""
-  return roofline_time(record.flops_per_device,
-                       record.output_bytes_per_device
-                       + record.input_bytes_per_device, chip,
-                       record.dtype, record.matmul)
+  """Seconds of one ComputeRecord on ``chip``: its roofline (at the peak of
+  its dtype), plus the chip's launch cost, scaled by its shared-compute
+  factor (see the module docstring)."""
+  t = roofline_time(record.flops_per_device,
+                    record.output_bytes_per_device
+                    + record.input_bytes_per_device, chip,
+                    record.dtype, record.matmul)
+  chip = hardware.get_chip(chip)
+  if chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0:
+    return t  # the presets: exactly the roofline
+  return chip.launch_overhead_s + chip.shared_compute_factor * t
 
 
 def arithmetic_intensity(record):

@@ -57,12 +57,18 @@ class LinkSpec(NamedTuple):
       second of concurrent compute hides (see :mod:`costmodels.overlap`);
       None: the default of its kind,
       :data:`costmodels.overlap.DEFAULT_OVERLAP_EFFICIENCY`.
+    collectives: measured :class:`costmodels.collective_fits.CollectiveFit`
+      entries (from calibration).  A collective whose kind has an entry is
+      priced by that fit, with the algorithm the lowering really runs on
+      these devices; ``()`` (every preset) keeps the ring formulas of
+      :mod:`costmodels.collectives`.
   """
   name: str
   kind: str
   bandwidth_bytes_per_s: float
   latency_s: float
   overlap_efficiency: Optional[float] = None
+  collectives: tuple = ()
 
   def __repr__(self):
     return (f"LinkSpec({self.name}: {self.bandwidth_bytes_per_s / 1e9:g} GB/s"
@@ -74,7 +80,7 @@ class ChipSpec(NamedTuple):
 
   Attributes:
     name: e.g. ``"tpu-v4"``, ``"h100"``.
-    kind: ``"tpu"`` or ``"gpu"``.
+    kind: ``"tpu"``, ``"gpu"`` or ``"cpu"`` (a calibrated host device).
     peak_bf16_flops_per_s: dense bf16 peak of the whole chip.
     hbm_bytes: high-bandwidth memory capacity.
     hbm_bandwidth_bytes_per_s: HBM bandwidth.
@@ -87,6 +93,14 @@ class ChipSpec(NamedTuple):
       ``"tf32"``.  A dtype not listed runs at the bf16 peak.
     vector_flops_per_s: peak of the vector units (elementwise work), or
       None for the float32 matmul peak.
+    launch_overhead_s: fixed seconds per compute record of the trace (TF
+      executor and dispatch work), paid whatever its size.  0 for the
+      presets (datasheet chips are priced at their roofline only);
+      calibration measures it.
+    shared_compute_factor: how much slower each device computes when every
+      device of the topology computes at once than when it computes alone
+      (1: each device has its own compute; 8 logical CPU devices on 2 cores
+      measure several times that).  A record's roofline is multiplied by it.
   """
   name: str
   kind: str
@@ -98,6 +112,8 @@ class ChipSpec(NamedTuple):
   default_network: Optional[str] = None
   matmul_flops_by_dtype: Tuple[Tuple[str, float], ...] = ()
   vector_flops_per_s: Optional[float] = None
+  launch_overhead_s: float = 0.0
+  shared_compute_factor: float = 1.0
 
   def peak_flops_per_s(self, dtype="bfloat16"):
     """Dense matmul FLOP/s of ``dtype`` (``"tf32"`` for TF32 tensor cores).

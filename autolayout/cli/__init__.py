@@ -10,10 +10,13 @@ Subcommands (``mtf-layout <cmd> --help`` for each):
 * ``mesh``: every mesh shape of N devices that embeds in the topology,
   ranked, each with its optimal layout;
 * ``pareto``: the memory-versus-step-time front;
-* ``topologies``: the preset topologies and their numbers;
+* ``topologies``: the preset topologies and their numbers (and the topology
+  files given);
 * ``explain``: why each rule was chosen, and the cost of dropping it;
 * ``diff``: two plan files rule by rule, each change priced alone;
-* ``export``: a plan file as JAX, PyTorch DTensor or TF DTensor shardings.
+* ``export``: a plan file as JAX, PyTorch DTensor or TF DTensor shardings;
+* ``calibrate``: measure the devices at hand and write a topology file
+  (``-t FILE.json`` then takes it).
 
 ``solve --save plan.json`` writes a plan file and ``--hint plan.json``
 starts from one; ``-l @plan.json`` takes a plan's layout wherever layouts
@@ -36,7 +39,7 @@ Example:
 
 The package has one module per subcommand (:mod:`~autolayout.cli.solve`,
 ``compare``, ``report``, ``mesh``, ``pareto``, ``topologies``, ``explain``,
-``diff``, ``export``),
+``diff``, ``export``, ``calibrate``),
 each defining a :class:`~autolayout.cli.context.Command`, plus the shared
 :mod:`~autolayout.cli.arguments`, :mod:`~autolayout.cli.inputs` (strings
 parsed once), :mod:`~autolayout.cli.models` (model loading),

@@ -47,7 +47,8 @@ def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                  "by default gradient syncs run under the rest of the "
                  "backward pass")
   g.add_argument("--topology", "-t", default="tpu-v5e-16x16",
-                 help="preset topology (see `mtf-layout topologies`); "
+                 help="preset topology (see `mtf-layout topologies`) or a "
+                 "topology file (FILE.json, from `mtf-layout calibrate`); "
                  "default %(default)s")
   if mesh:
     g.add_argument("--mesh",

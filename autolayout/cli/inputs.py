@@ -17,13 +17,19 @@ from autolayout.cli.errors import CliInputError
 
 
 def get_topology(name):
-  """The topology ``name`` (a preset or family size).
+  """The topology ``name`` (a preset, a family size, or a topology file).
 
   Raises:
-    CliInputError: for an unknown name, with the presets as the hint.
+    CliInputError: for an unknown name, with the presets as the hint, or a
+      topology file that is missing or off-schema.
   """
+  from costmodels.calibrate.topology_file import TopologyFileError
   try:
     return costmodels.get_topology(name)
+  except TopologyFileError as e:
+    raise CliInputError(str(e), hint="write one with `mtf-layout calibrate "
+                        "--cpu-devices 8 -o FILE.json`; the schema is in "
+                        "docs/topology_files.md")
   except costmodels.TopologyError:
     raise CliInputError(
         f"unknown topology {name!r}",

@@ -1,9 +1,11 @@
-"""``mtf-layout topologies``: the preset topologies and their numbers."""
+"""``mtf-layout topologies``: the preset topologies and their numbers, and
+the topology files given (``mtf-layout topologies mycpu.json``)."""
 
 import pandas as pd
 
 import costmodels
 from autolayout.cli import output as out
+from autolayout.cli import inputs
 from autolayout.cli.arguments import add_output_args
 from autolayout.cli.context import Answer, Command
 
@@ -21,12 +23,17 @@ def _shape_text(t):
   return f"{sizes} {kind}"
 
 
-def topologies_frame():
-  """One row per preset topology: chips, chip, HBM, peak FLOP/s, the
-  chip's own link bandwidth, and its physical shape."""
+def topologies_frame(files=()):
+  """One row per preset topology, then per topology file in ``files``:
+  chips, chip, HBM, peak FLOP/s, the chip's own link bandwidth, and its
+  physical shape.
+
+  Raises:
+    CliInputError: for a file that is missing or off-schema.
+  """
   rows = []
-  for name in costmodels.list_topologies():
-    t = costmodels.get_topology(name)
+  for name in list(costmodels.list_topologies()) + list(files):
+    t = inputs.get_topology(name)
     rows.append({"topology": name, "chips": t.num_chips,
                  "chip": t.chip.name,
                  "hbm_bytes": t.chip.hbm_bytes,
@@ -43,12 +50,11 @@ def _dims_json(topology_name):
            "wraparound": d.wraparound,
            "bandwidth_bytes_per_s": d.link.bandwidth_bytes_per_s,
            "latency_s": d.link.latency_s}
-          for d in costmodels.get_topology(topology_name).dims]
+          for d in inputs.get_topology(topology_name).dims]
 
 
 def _run(args, ctx):
-  del args  # no options but the output's
-  df = topologies_frame()
+  df = topologies_frame(args.files)
 
   def table(ctx):
     view = df.drop(columns=["chip"]).rename(columns={
@@ -69,8 +75,16 @@ def _run(args, ctx):
       csv=lambda: df, table=table)
 
 
+def _add_arguments(p):
+  p.add_argument("files", nargs="*", metavar="FILE.json",
+                 help="topology files (from `mtf-layout calibrate`) to list "
+                 "next to the presets")
+  add_output_args(p, plot=False)
+
+
 COMMAND = Command(
     "topologies", help="list the preset topologies",
-    description="The preset topologies: chips, links and their numbers.",
-    add_arguments=lambda p: add_output_args(p, plot=False), run=_run,
+    description="The preset topologies: chips, links and their numbers; "
+    "and the topology files given.",
+    add_arguments=_add_arguments, run=_run,
     timed=False)

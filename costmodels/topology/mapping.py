@@ -44,7 +44,8 @@ class Segment(NamedTuple):
   def params(self):
     """The :class:`LinkParams` the collective formulas take."""
     return LinkParams(self.size, self.bandwidth_bytes_per_s,
-                      self.link.latency_s, self.structure, self.owners)
+                      self.link.latency_s, self.structure, self.owners,
+                      self.link.collectives)
 
 
 def _segment(pdim, index, size, stride, owners):

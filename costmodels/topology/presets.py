@@ -126,10 +126,13 @@ def list_topologies():
 
 
 def get_topology(name_or_topology):
-  """The :class:`Topology` for a preset name, a family name, or a Topology.
+  """The :class:`Topology` for a preset name, a family name, a topology file
+  (a path ending in ``.json``, as ``mtf-layout calibrate`` writes), or a
+  Topology.
 
   Raises:
-    TopologyError: for a name that is neither a preset nor of a known family.
+    TopologyError: for a name that is neither a preset nor of a known
+      family, or a topology file that is missing or has the wrong schema.
 
   Example:
     >>> get_topology("tpu-v5e-16x16").num_chips
@@ -137,6 +140,10 @@ def get_topology(name_or_topology):
   """
   if isinstance(name_or_topology, Topology):
     return name_or_topology
+  if str(name_or_topology).strip().lower().endswith(".json"):
+    # A topology file written by calibration (docs/topology_files.md).
+    from costmodels.calibrate import topology_file  # pylint: disable=import-outside-toplevel
+    return topology_file.read_topology(str(name_or_topology).strip())
   name = str(name_or_topology).strip().lower()
   m = _TPU_RE.match(name)
   if m:
@@ -153,5 +160,6 @@ def get_topology(name_or_topology):
   raise TopologyError(
       f"unknown topology {name_or_topology!r}; use a preset "
       f"({', '.join(_PRESETS)}), a name of the form tpu-v4-AxBxC, "
-      "dgx-h100 or h100x8-nodesN[-ndr], or build one with tpu_slice(), "
+      "dgx-h100 or h100x8-nodesN[-ndr], a calibrated topology file "
+      "(path ending in .json), or build one with tpu_slice(), "
       "gpu_cluster() or torus()")

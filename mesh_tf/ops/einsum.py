@@ -16,6 +16,7 @@ import math
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
+from mesh_tf.lowering import einsum_kernels
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
 from mesh_tf.ops.base import align_slice, einsum_letters, is_float
@@ -104,7 +105,7 @@ class EinsumOperation(Operation):
     out_slice = tuple(sizes[d.name] for d in out.shape)
     flops = math.prod(sizes.values()) * (2 if len(self.inputs) > 1 else 1)
     eq = einsum_letters(in_shapes, out.shape)
-    y = impl.slicewise(lambda *ts: tf.einsum(eq, *ts), *slices,
+    y = impl.slicewise(einsum_kernels.einsum_kernel(eq), *slices,
                        slice_shape=out_slice, dtype=out.dtype, flops=flops,
                        matmul=len(self.inputs) > 1)
     if resplit:

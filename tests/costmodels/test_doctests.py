@@ -8,7 +8,9 @@ import pytest
 MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
            "costmodels.topology.presets",
            "costmodels.collectives", "costmodels.compute",
-           "costmodels.memory", "costmodels.evaluate"]
+           "costmodels.memory", "costmodels.evaluate",
+           "costmodels.collective_fits", "costmodels.calibrate.fit",
+           "costmodels.calibrate.topology_file"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,386 @@
+"""Benchmark: does the cost model predict measured step times, and rank
+layouts as the machine does?
+
+On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
+
+1. calibrates the devices (``costmodels.calibrate``, in a subprocess) and
+   writes the topology file (or reads one given with ``--topology``);
+2. for each zoo model (tiny Transformer, MLP, MoE, 3-D conv net, at sizes
+   where a training step takes 10-500 ms here) builds at least 12 layouts:
+   replicated, pure data parallel, pure model parallel, mixed, the solver's
+   auto layout (solved with the calibrated topology) and a few deliberately
+   bad ones;
+3. lowers each layout's training step (``mesh_tf.training.TrainStep``,
+   SGD), warms it up, then times steps round-robin over the layouts (so
+   that machine noise spreads over all of them) and keeps each layout's
+   median of ``--rounds`` steps;
+4. prints, per model, the table of predicted and measured step times,
+   Spearman and Kendall rank correlations, median and worst absolute %
+   error, and the auto layout's measured step over the best measured one;
+   saves a log-log predicted-vs-measured scatter (``--plot``);
+5. ends with one JSON line: ``spearman_min``, ``kendall_min``,
+   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max``.
+
+Targets (issue 15): Spearman >= 0.9 per model, median error <= 25%, auto
+within 1.05x of the best measured layout.
+
+``--cluster`` adds one model on a 2-process mesh ``hosts:2;local:4`` (two
+``mtf-worker``s on 127.0.0.1, calibrated on their own).
+
+Reproduce:
+  python benchmarks/cost_model_truth.py                 # full, ~6 min idle
+  python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
+"""
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+MESHES = ("x:8", "a:2;b:4")
+
+
+def _models():
+  """name -> (builder of a fresh ModelGraph, [(label, mesh, rules)])."""
+  from mesh_tf import models
+  tr = dict(layers=2, d_model=64, heads=8, d_kv=16, d_ff=256, vocab=512,
+            length=32, batch=16)
+  mo = dict(layers=2, d_model=64, heads=8, d_kv=8, d_ff=128, vocab=256,
+            length=16, batch=16, experts=8)
+  lm_layouts = [
+      ("replicated", "x:8", ""),
+      ("data", "x:8", "batch:x"),
+      ("model", "x:8", "heads:x;d_ff:x;vocab:x"),
+      ("model-ffn", "x:8", "d_ff:x"),
+      ("mixed", "a:2;b:4", "batch:a;heads:b;d_ff:b;vocab:b"),
+      ("mixed-swap", "a:2;b:4", "batch:b;heads:a;d_ff:a;vocab:a"),
+      ("data-2d", "a:2;b:4", "batch:b"),
+      ("data+vocab", "a:2;b:4", "batch:b;vocab:a"),
+      ("bad-d_model", "x:8", "d_model:x"),
+      ("bad-length", "x:8", "length:x"),
+      ("bad-d_kv", "a:2;b:4", "d_kv:a;d_model:b"),
+      ("heads-only", "a:2;b:4", "heads:b"),
+  ]
+  moe_layouts = lm_layouts[:8] + [
+      ("experts", "x:8", "experts:x"),
+      ("batch+experts", "a:2;b:4", "batch:a;experts:b"),
+      ("bad-d_model", "x:8", "d_model:x"),
+      ("bad-length", "a:2;b:4", "length:a;d_model:b"),
+  ]
+  mlp_layouts = [
+      ("replicated", "x:8", ""),
+      ("data", "x:8", "batch:x"),
+      ("model", "x:8", "d_ff:x"),
+      ("model-classes", "x:8", "d_ff:x;classes:x"),
+      ("mixed", "a:2;b:4", "batch:a;d_ff:b"),
+      ("mixed-swap", "a:2;b:4", "batch:b;d_ff:a"),
+      ("data-2d", "a:2;b:4", "batch:b"),
+      ("data+classes", "a:2;b:4", "batch:b;classes:a"),
+      ("ffn-2d", "a:2;b:4", "d_ff:b"),
+      ("bad-d_model", "x:8", "d_model:x"),
+      ("bad-mixed", "a:2;b:4", "d_model:a;batch:b"),
+      ("bad-both", "a:2;b:4", "d_model:b;d_ff:a"),
+  ]
+  conv_layouts = [
+      ("replicated", "x:8", ""),
+      ("data", "x:8", "batch:x"),
+      ("depth", "x:8", "depth:x"),
+      ("channels", "x:8", "channels:x"),
+      ("mixed", "a:2;b:4", "batch:a;depth:b"),
+      ("mixed-swap", "a:2;b:4", "batch:b;depth:a"),
+      ("batch+channels", "a:2;b:4", "batch:b;channels:a"),
+      ("height", "a:2;b:4", "height:b"),
+      ("depth+height", "a:2;b:4", "depth:a;height:b"),
+      ("width", "x:8", "width:x"),
+      ("bad-classes", "a:2;b:4", "classes:a;channels:b"),
+      ("bad-width", "a:2;b:4", "width:a;filters:b"),
+  ]
+  return {
+      "transformer": (lambda: models.transformer_lm(**tr), lm_layouts),
+      "mlp": (lambda: models.mlp(layers=4, batch=64, d_model=256, d_ff=1024,
+                                 classes=64), mlp_layouts),
+      "moe": (lambda: models.moe_transformer_lm(**mo), moe_layouts),
+      "conv3d": (lambda: models.conv3d_net(layers=2, batch=8, depth=16,
+                                           height=16, width=16, channels=8,
+                                           classes=4), conv_layouts),
+  }
+
+
+def _training_graph(build):
+  """A fresh model with its SGD training step built on its graph (what
+  TrainStep adds), for pricing and solving."""
+  from mesh_tf import optimize
+  from mesh_tf.gradients import gradients
+  model = build()
+  variables = list(model.graph.trainable_variables)
+  grads = gradients([model.loss], [v.outputs[0] for v in variables])
+  optimize.SgdOptimizer(0.01).apply_grads(grads, variables)
+  return model
+
+
+def _auto(build, topology):
+  """The solver's layout: the best of its answers on both meshes."""
+  import autolayout
+  best = None
+  for mesh in MESHES:
+    model = _training_graph(build)
+    r = autolayout.auto_layout(model.graph, mesh, None, topology=topology,
+                               time_limit_s=30.0)
+    if best is None or r.report.step_time_s < best[2]:
+      best = (mesh, str(r.rules), r.report.step_time_s)
+  return best[0], best[1]
+
+
+def _rules_text(rules):
+  return str(rules) if str(rules) else "(replicated)"
+
+
+def _predict(build, mesh, rules, topology):
+  import costmodels
+  model = _training_graph(build)
+  return costmodels.evaluate(model.graph, mesh, rules, topology).step_time_s
+
+
+def _make_step(build, mesh, rules, devices):
+  from mesh_tf import optimize, training
+  model = build()
+  step = training.train_step_for_model(model, mesh, rules, devices,
+                                       optimize.SgdOptimizer(0.01))
+  feeds = model.random_values(seed=1)
+  return step, feeds
+
+
+def _ranks(xs):
+  order = sorted(range(len(xs)), key=lambda i: xs[i])
+  ranks = [0.0] * len(xs)
+  i = 0
+  while i < len(order):
+    j = i
+    while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+      j += 1
+    for k in range(i, j + 1):
+      ranks[order[k]] = (i + j) / 2.0
+    i = j + 1
+  return ranks
+
+
+def spearman(a, b):
+  """Spearman's rank correlation (Pearson of the ranks)."""
+  import numpy as np
+  ra, rb = np.array(_ranks(a)), np.array(_ranks(b))
+  ra, rb = ra - ra.mean(), rb - rb.mean()
+  return float((ra @ rb) / np.sqrt((ra @ ra) * (rb @ rb)))
+
+
+def kendall(a, b):
+  """Kendall's tau-b."""
+  conc = disc = ta = tb = 0
+  for i in range(len(a)):
+    for j in range(i + 1, len(a)):
+      da, db = a[i] - a[j], b[i] - b[j]
+      if da == 0 and db == 0:
+        continue
+      if da == 0:
+        ta += 1
+      elif db == 0:
+        tb += 1
+      elif (da > 0) == (db > 0):
+        conc += 1
+      else:
+        disc += 1
+  n0 = conc + disc
+  return (conc - disc) / (((n0 + ta) * (n0 + tb)) ** 0.5 or 1.0)
+
+
+def run_model(name, build, layouts, topology, devices, rounds, console,
+              reference=None):
+  """Rows ``(label, mesh, rules, predicted_s, measured_s, fastest_s)`` of
+  one model, and the machine load while they ran.
+
+  measured is the median step, fastest the quickest (shown only, as a sign
+  of how noisy the machine was).  ``reference``: ``{records: calibrated
+  seconds}`` of the calibration's reference steps; those steps are timed
+  in the same rounds, and the load is their median time over the
+  calibrated one (about 1 on a quiet machine), or None.
+  """
+  from costmodels.calibrate import measure
+  mesh, rules = _auto(build, topology)
+  layouts = list(layouts) + [("auto", mesh, rules)]
+  steps = []
+  for label, mesh, rules in layouts:
+    pred = _predict(build, mesh, rules, topology)
+    step, feeds = _make_step(build, mesh, rules, devices)
+    for _ in range(2):  # lowering, first call, one more warm-up
+      step(**feeds).numpy()
+    steps.append([label, mesh, rules, pred, lambda s=step, f=feeds:
+                  s(**f).numpy(), []])
+  refs = []
+  for depth in (1, 8):
+    step, x, records = measure.reference_step(devices, depth)
+    if reference and records in reference:
+      refs.append([records, lambda s=step, x=x: s(x).numpy(), []])
+  order = list(range(len(steps) + len(refs)))
+  rng = random.Random(0)
+  for _ in range(rounds):
+    rng.shuffle(order)
+    for i in order:
+      call, times = (steps[i][4:6] if i < len(steps)
+                     else refs[i - len(steps)][1:3])
+      t0 = time.perf_counter()
+      call()
+      times.append(time.perf_counter() - t0)
+  rows = [(s[0], s[1], s[2], s[3], statistics.median(s[5]), min(s[5]))
+          for s in steps]
+  load = (statistics.median([statistics.median(t) / reference[r]
+                             for r, _, t in refs]) if refs else None)
+  console.print(f"[dim]{name}: {len(rows)} layouts x {rounds} rounds[/dim]")
+  return rows, load
+
+
+def summarize(name, rows, load=None):
+  pred = [r[3] for r in rows]
+  meas = [r[4] for r in rows]
+  errs = [abs(p - m) / m for p, m in zip(pred, meas)]
+  auto = next(r[4] for r in rows if r[0] == "auto")
+  fastest = [r[5] for r in rows]
+  scaled = [abs(p * load - m) / m for p, m in zip(pred, meas)] if load else []
+  return {"model": name, "spearman": spearman(pred, meas), "load": load,
+          "median_abs_err_load_scaled": (statistics.median(scaled)
+                                         if scaled else None),
+          "spearman_fastest": spearman(pred, fastest),
+          "median_abs_err_fastest": statistics.median(
+              [abs(p - m) / m for p, m in zip(pred, fastest)]),
+          "kendall": kendall(pred, meas),
+          "median_abs_err": statistics.median(errs),
+          "worst_abs_err": max(errs), "auto_vs_best": auto / min(meas)}
+
+
+def _table(console, name, rows, summary):
+  from rich.table import Table
+  t = Table(title=f"{name}: predicted vs measured training step "
+            "(8 logical CPU devices)")
+  for c in ("layout", "mesh", "rules", "predicted", "measured", "error",
+            "fastest"):
+    t.add_column(c, justify="left" if c in ("layout", "mesh", "rules")
+                 else "right", overflow="fold")
+  for label, mesh, rules, p, m, fastest in sorted(rows, key=lambda r: r[4]):
+    t.add_row(label, mesh, _rules_text(rules), f"{p * 1e3:.2f} ms",
+              f"{m * 1e3:.2f} ms", f"{(p - m) / m:+.0%}",
+              f"{fastest * 1e3:.2f} ms")
+  console.print(t)
+  console.print(
+      f"{name}: Spearman {summary['spearman']:.3f}, Kendall "
+      f"{summary['kendall']:.3f}, median |err| "
+      f"{summary['median_abs_err']:.1%}, worst |err| "
+      f"{summary['worst_abs_err']:.1%}, auto / best measured "
+      f"{summary['auto_vs_best']:.3f}  (against each layout's fastest step: "
+      f"Spearman {summary['spearman_fastest']:.3f}, median |err| "
+      f"{summary['median_abs_err_fastest']:.1%})")
+  if summary.get("load"):
+    console.print(
+        f"{name}: machine load while timing: the calibration's reference "
+        f"steps ran {summary['load']:.2f}x their calibrated time; "
+        "predictions scaled by it: median |err| "
+        f"{summary['median_abs_err_load_scaled']:.1%}")
+
+
+def _plot(path, results):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6, 6))
+  lo, hi = float("inf"), 0.0
+  for name, rows in results.items():
+    p = [r[3] * 1e3 for r in rows]
+    m = [r[4] * 1e3 for r in rows]
+    ax.scatter(m, p, label=name, s=22)
+    lo, hi = min(lo, *p, *m), max(hi, *p, *m)
+  ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="predicted = measured")
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("measured step (ms)")
+  ax.set_ylabel("predicted step (ms)")
+  ax.set_title("cost model vs measured, 8 logical CPU devices")
+  ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--topology", help="a calibrated topology file to use "
+                 "instead of calibrating first")
+  p.add_argument("--quick", action="store_true",
+                 help="quick calibration (about 20 s instead of 60)")
+  p.add_argument("--models", nargs="+", default=list(_models()),
+                 choices=list(_models()))
+  p.add_argument("--rounds", type=int, default=11,
+                 help="timed steps per layout (median kept); default 11")
+  p.add_argument("--plot", default=os.path.join(
+      tempfile.gettempdir(), "cost_model_truth.png"))
+  p.add_argument("--save-topology", help="where to keep the calibrated file")
+  p.add_argument("--cluster", action="store_true",
+                 help="also run the MLP on a 2-process hosts:2;local:4 mesh")
+  args = p.parse_args(argv)
+  from rich.console import Console
+  console = Console(stderr=True)
+  out = Console(width=150)  # whole rules, also when piped to a file
+  import costmodels
+  from costmodels import calibrate as cal_lib
+  if args.topology:
+    topo_path = args.topology
+  else:
+    topo_path = args.save_topology or os.path.join(
+        tempfile.mkdtemp(), "cpu8.json")
+    t0 = time.perf_counter()
+    cal_lib.calibrate(topo_path, cpu_devices=8, meshes=MESHES,
+                      quick=args.quick, progress=console)
+    out.print(f"calibrated 8 logical CPU devices in "
+              f"{time.perf_counter() - t0:.1f} s -> {topo_path}")
+  topology = costmodels.get_topology(topo_path)
+  import mesh_tf as mtf
+  mtf.set_logical_cpu_devices(8)
+  devices = mtf.logical_cpu_devices(8)
+  results, summaries = {}, []
+  meta = cal_lib.read_topology_file(topo_path)[1]
+  reference = {s["flops"]: s["seconds"] for s in meta.get("samples", ())
+               if s["what"] == "step"}
+  zoo = _models()
+  for name in args.models:
+    build, layouts = zoo[name]
+    rows, load = run_model(name, build, layouts, topology, devices,
+                           args.rounds, console, reference)
+    results[name] = rows
+    s = summarize(name, rows, load)
+    summaries.append(s)
+    _table(out, name, rows, s)
+  if args.cluster:
+    from benchmarks import cost_model_truth_cluster
+    name, rows = cost_model_truth_cluster.run(args.rounds, args.quick,
+                                              console)
+    results[name] = rows
+    s = summarize(name, rows)
+    summaries.append(s)
+    _table(out, name, rows, s)
+  _plot(args.plot, results)
+  out.print(f"scatter plot: {args.plot}")
+  final = {"spearman_min": min(s["spearman"] for s in summaries),
+           "kendall_min": min(s["kendall"] for s in summaries),
+           # The worst model's median, so that every model must meet it.
+           "median_abs_err": max(s["median_abs_err"] for s in summaries),
+           "worst_abs_err": max(s["worst_abs_err"] for s in summaries),
+           "auto_vs_best_max": max(s["auto_vs_best"] for s in summaries)}
+  sys.stdout.flush()
+  print(json.dumps({k: round(v, 4) for k, v in final.items()}))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,147 @@
+"""The 2-process part of ``cost_model_truth.py``: an MLP on hosts:2;local:4.
+
+Starts two real ``mtf-worker`` processes on 127.0.0.1 (4 logical CPU devices
+each), calibrates them (``costmodels.calibrate`` with ``cluster=``, so the
+cross-process axis gets its own measured collectives), then, in a client
+subprocess connected to them, times the MLP's training step under at least
+12 layouts and the solver's auto layout.  Every process started here is
+killed before :func:`run` returns.
+
+Reproduce (through the main benchmark):
+  python benchmarks/cost_model_truth.py --cluster --models mlp
+"""
+
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MESH = "hosts:2;local:4"
+LAYOUTS = [
+    ("replicated", ""),
+    ("data-hosts", "batch:hosts"),
+    ("data-local", "batch:local"),
+    ("data-2d", "batch:hosts;d_ff:local"),
+    ("model-local", "d_ff:local"),
+    ("model-hosts", "d_ff:hosts"),
+    ("mixed-swap", "d_ff:hosts;batch:local"),
+    ("model-2d", "d_ff:local;classes:hosts"),
+    ("data+classes", "batch:hosts;classes:local"),
+    ("bad-d_model-hosts", "d_model:hosts"),
+    ("bad-d_model-local", "d_model:local;batch:hosts"),
+    ("bad-both", "d_model:hosts;d_ff:local"),
+]
+
+
+def _build():
+  from mesh_tf import models
+  return models.mlp(layers=4, batch=64, d_model=256, d_ff=1024, classes=64)
+
+
+def _free_ports(n):
+  socks = [socket.socket() for _ in range(n)]
+  try:
+    for s in socks:
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in socks]
+  finally:
+    for s in socks:
+      s.close()
+
+
+def _env():
+  env = dict(os.environ)
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  env.pop("TF_CONFIG", None)
+  return env
+
+
+def _client(addresses, topo_path, rounds, out_path):
+  """Runs in the client subprocess: connect, lower, time, write rows."""
+  import autolayout  # OR-Tools before TensorFlow  # noqa: F401
+  import costmodels
+  from benchmarks.cost_model_truth import _training_graph
+  from mesh_tf import distributed as dist
+  from mesh_tf import optimize, training
+  topology = costmodels.get_topology(topo_path)
+  model = _training_graph(_build)
+  auto = autolayout.auto_layout(model.graph, MESH, None, topology=topology,
+                                time_limit_s=30.0)
+  conn = dist.connect(addresses, devices_per_task=4, timeout_s=60)
+  devices = conn.mesh_devices(MESH)
+  steps = []
+  for label, rules in LAYOUTS + [("auto", str(auto.rules))]:
+    pred = costmodels.evaluate(_training_graph(_build).graph, MESH, rules,
+                               topology).step_time_s
+    m = _build()
+    step = training.train_step_for_model(m, MESH, rules, devices,
+                                         optimize.SgdOptimizer(0.01))
+    feeds = m.random_values(seed=1)
+    for _ in range(2):
+      step(**feeds).numpy()
+    steps.append([label, rules, pred, step, feeds, []])
+  order = list(range(len(steps)))
+  rng = random.Random(0)
+  for _ in range(rounds):
+    rng.shuffle(order)
+    for i in order:
+      t0 = time.perf_counter()
+      steps[i][3](**steps[i][4]).numpy()
+      steps[i][5].append(time.perf_counter() - t0)
+  rows = [(s[0], MESH, s[1], s[2], statistics.median(s[5]), min(s[5]))
+          for s in steps]
+  with open(out_path, "w", encoding="utf-8") as f:
+    json.dump(rows, f)
+
+
+def run(rounds, quick, console):
+  """Returns ``(name, rows)`` as ``cost_model_truth.run_model`` does."""
+  from costmodels import calibrate as cal_lib
+  ports = _free_ports(2)
+  addresses = ",".join(f"127.0.0.1:{p}" for p in ports)
+  tmp = tempfile.mkdtemp()
+  procs = []
+  try:
+    for k in range(2):
+      log = open(os.path.join(tmp, f"worker{k}.log"), "wb")
+      procs.append(subprocess.Popen(
+          [sys.executable, "-m", "mesh_tf.worker", "--cluster", addresses,
+           "--task", str(k), "--cpu-devices", "4"], cwd=ROOT, env=_env(),
+          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+    topo_path = os.path.join(tmp, "cluster.json")
+    t0 = time.perf_counter()
+    cal_lib.calibrate(topo_path, cluster=addresses, devices_per_task=4,
+                      quick=quick, progress=console, cluster_timeout_s=60)
+    console.print(f"calibrated {MESH} across 2 mtf-workers in "
+                  f"{time.perf_counter() - t0:.1f} s -> {topo_path}")
+    out = os.path.join(tmp, "rows.json")
+    client = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--client", addresses,
+         topo_path, str(rounds), out], cwd=ROOT, env=_env(),
+        capture_output=True, text=True, timeout=1200)
+    if client.returncode != 0 or not os.path.exists(out):
+      raise RuntimeError("the cluster client failed:\n"
+                         + client.stderr[-3000:])
+    with open(out, encoding="utf-8") as f:
+      rows = [tuple(r) for r in json.load(f)]
+    return f"mlp@{MESH}", rows
+  finally:
+    for p in procs:
+      p.kill()
+      p.wait()
+
+
+if __name__ == "__main__":
+  if len(sys.argv) == 6 and sys.argv[1] == "--client":
+    sys.path.insert(0, ROOT)
+    _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    # Remote eager contexts can take seconds to tear down; rows are written.
+    os._exit(0)  # pylint: disable=protected-access
+  sys.exit(__doc__)

@@ -1,0 +1,436 @@
+"""``calibrate(...)``: measure the devices at hand, fit, write a topology.
+
+The measurements run in a subprocess (``python -m
+costmodels.calibrate.measure``), because TensorFlow fixes its logical CPU
+devices (and a cluster connection) once per process; this process only
+reads the subprocess's JSON events, shows progress, fits and writes the
+file, and never imports TensorFlow.
+
+Fitted, per physical dimension of the device set (``device``: the devices
+of one process; ``process``: between processes), one
+:class:`~costmodels.collective_fits.CollectiveFit` per collective kind --
+two for the all-reduce, whose algorithm the placement backend switches at
+``REDUCE_BROADCAST_MIN_BYTES`` -- and, for the chip, the matmul throughput,
+the elementwise bandwidth, the fixed cost per kernel launch and the
+shared-compute factor.  All-split moves no data: it is a slicewise kernel,
+priced by the compute fit, and its timings only check that fit.
+
+Not measured yet: the overlap of communication with compute, which the cost
+model does not price (it sums every record); it waits for the overlap term.
+"""
+
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import NamedTuple, Tuple
+
+from costmodels import hardware
+from mesh_tf.core import dims as dims_lib
+from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import topology_file
+from costmodels.calibrate.fit import CalibrationError, Sample
+from costmodels.topology.types import PhysicalDim, Topology
+
+# The all-reduce algorithms of PlacementMeshImpl, below and above its switch.
+_SMALL_ALLREDUCE, _LARGE_ALLREDUCE = "per_device_sums", "reduce_broadcast"
+_ALGORITHMS = {"allgather": "concat_per_device", "alltoall": "split_concat",
+               "permute": "copy"}
+# Kept in step with PlacementMeshImpl.REDUCE_BROADCAST_MIN_BYTES (a test
+# checks it), so that this module need not import the TF backend.
+REDUCE_BROADCAST_MIN_BYTES = 256 * 1024
+
+
+FIT_COLUMNS = ("what", "link", "detail", "latency_s", "rate", "unit",
+               "rel_residual")
+
+
+class Calibration(NamedTuple):
+  """What :func:`calibrate` measured and fitted.
+
+  Attributes:
+    topology: the fitted :class:`~costmodels.Topology`.
+    samples: every :class:`~costmodels.calibrate.fit.Sample`.
+    fits: one row per fitted term: ``(what, link, detail, latency_s,
+      rate, unit, rel_residual)`` (see :meth:`frame`); ``rate`` is in
+      ``unit`` (``FLOP/s``, ``B/s``, or ``x`` for the shared-compute
+      factor).
+    path: the topology file written, or None.
+    seconds: wall time of the measurements.
+    info: what the measuring process reported about its devices.
+  """
+  topology: Topology
+  samples: Tuple[Sample, ...]
+  fits: Tuple[tuple, ...]
+  path: str
+  seconds: float
+  info: dict
+
+  def frame(self):
+    """The fits as a pandas DataFrame (one row per fitted term)."""
+    import pandas as pd  # pylint: disable=import-outside-toplevel
+    return pd.DataFrame(list(self.fits), columns=list(FIT_COLUMNS))
+
+
+def _compute_price(chip, flops, nbytes):
+  t = max(flops / chip.peak_bf16_flops_per_s,
+          nbytes / chip.hbm_bandwidth_bytes_per_s)
+  return chip.launch_overhead_s + chip.shared_compute_factor * t
+
+
+def _collective_only(samples, chip):
+  """Samples of collectives with the shape-restoring kernel's price taken
+  off (at least 2% of the rep is kept, so that noise stays positive)."""
+  out = []
+  for s in samples:
+    if s.what in ("allreduce", "allgather", "alltoall", "permute"):
+      t = s.seconds - _compute_price(chip, s.flops, s.companion_bytes)
+      out.append(s._replace(seconds=max(t, 0.02 * s.seconds)))
+  return out
+
+
+def _link_fits(samples, link):
+  """The CollectiveFits of one physical link, and their residual rows."""
+  rows = [s for s in samples if s.link == link]
+  fits, table = [], []
+  specs = [("allreduce", _SMALL_ALLREDUCE, 0, REDUCE_BROADCAST_MIN_BYTES),
+           ("allreduce", _LARGE_ALLREDUCE, REDUCE_BROADCAST_MIN_BYTES, None)]
+  specs += [(k, a, 0, None) for k, a in _ALGORITHMS.items()]
+  for kind, algorithm, lo, hi in specs:
+    r = fit_lib.fit_collective(rows, kind, algorithm, lo, hi)
+    if r is None:
+      continue
+    fits.append(r.fit)
+    axes = ", ".join(f"{a} {e:.0%}" for a, e in r.by_axis)
+    table.append((kind, link, f"{algorithm} (steps {r.fit.steps}, volume "
+                  f"{r.fit.volume}); per axis: {axes}", r.fit.latency_s,
+                  r.fit.bandwidth_bytes_per_s, "B/s", r.fit.rel_residual))
+  return tuple(fits), table
+
+
+def _link_spec(name, kind, fits):
+  # Kinds without a fit (e.g. reduce-scatter, which the lowering never
+  # issues) fall back to the ring formulas with the all-gather's numbers.
+  base = next((f for f in fits if f.kind == "allgather"), None) or (
+      fits[0] if fits else None)
+  bw = base.bandwidth_bytes_per_s if base else math.inf
+  lat = base.latency_s if base else 0.0
+  return hardware.LinkSpec(name, kind, bw, lat, collectives=fits)
+
+
+def fit_topology(samples, info, name="calibrated", dtype="float32"):
+  """Fits a Topology to ``samples`` measured on the devices of ``info``.
+
+  Args:
+    samples: :class:`~costmodels.calibrate.fit.Sample` timings.
+    info: ``{"devices": [...], "device_types": [...], ...}`` as the
+      measuring process reports it; ``info["devices"]`` fixes the device
+      count and whether there are several processes.
+    name: the topology's name.
+    dtype: the dtype whose matmul throughput prices FLOPs.
+
+  Returns:
+    ``(topology, fit rows)``.
+
+  Raises:
+    CalibrationError: if a kind of timing needed for the fit is missing.
+  """
+  from costmodels.calibrate.measure import process_of  # pylint: disable=import-outside-toplevel
+  devices = list(info["devices"])
+  n = len(devices)
+  procs = []
+  for d in devices:
+    if process_of(d) not in procs:
+      procs.append(process_of(d))
+  cf = fit_lib.fit_compute(samples, n, dtype)
+  is_gpu = "GPU" in info.get("device_types", ())
+  per_device_memory = int(info.get("memory_bytes_per_device") or 0)
+  chip = hardware.ChipSpec(
+      name=(info.get("gpu_name") or "gpu") if is_gpu else f"cpu-{n}x-logical",
+      kind="gpu" if is_gpu else "cpu",
+      peak_bf16_flops_per_s=cf.peak_flops_per_s,
+      hbm_bytes=per_device_memory,
+      hbm_bandwidth_bytes_per_s=cf.bandwidth_bytes_per_s,
+      link=hardware.LinkSpec("device", "host", math.inf, 0.0),
+      launch_overhead_s=cf.launch_overhead_s,
+      shared_compute_factor=cf.shared_compute_factor,
+      matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
+          samples, dtype, cf.peak_flops_per_s))
+  coll = _collective_only(samples, chip)
+  res = dict(cf.residuals)
+  rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
+           cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
+          ("elementwise", "chip", "bytes read + written, one device", 0.0,
+           cf.bandwidth_bytes_per_s, "B/s", res["compute, one device"]),
+          ("launch", "chip", f"per compute record, all {n} devices (one "
+           f"kernel alone: {cf.launch_alone_s * 1e6:.3g} us)",
+           cf.launch_overhead_s, 0.0, "", res["compute, all devices"]),
+          ("shared compute", "chip", f"slow-down when all {n} devices "
+           "compute", 0.0, cf.shared_compute_factor, "x",
+           res["compute, all devices"])]
+  local_fits, table = _link_fits(coll, "device")
+  rows += table
+  dims = []
+  per_task = n // max(1, len(procs))
+  if len(procs) > 1:
+    proc_fits, table = _link_fits(coll, "process")
+    rows += table
+    dims.append(PhysicalDim("process", len(procs),
+                            _link_spec("process", "grpc", proc_fits),
+                            "switch"))
+  dims.append(PhysicalDim("device", per_task if len(procs) > 1 else n,
+                          _link_spec("device", "gpu" if is_gpu else "host",
+                                     local_fits), "switch"))
+  chip = chip._replace(link=dims[-1].link)
+  topology = Topology(name, chip, tuple(dims))
+  rows += _allsplit_check(samples, chip)
+  return topology, rows
+
+
+def _allsplit_check(samples, chip):
+  """All-split is two slicewise kernels per rep; how well compute prices
+  them, per axis (a check, nothing is fitted)."""
+  by_axis = {}
+  for s in samples:
+    if s.what == "allsplit":
+      pred = (_compute_price(chip, 0, s.nbytes * (1 + 1 / s.group_size))
+              + _compute_price(chip, 0, s.companion_bytes))
+      by_axis.setdefault(s.axis, []).append((pred - s.seconds) / s.seconds)
+  if not by_axis:
+    return []
+  errs = [e for v in by_axis.values() for e in v]
+  rms = math.sqrt(sum(e * e for e in errs) / len(errs))
+  detail = "priced as compute (no fit); per axis: " + ", ".join(
+      f"{a} {math.sqrt(sum(e * e for e in v) / len(v)):.0%}"
+      for a, v in by_axis.items())
+  return [("allsplit", "device", detail, 0.0, 0.0, "", rms)]
+
+
+def _command(meshes, cpu_devices, gpus, cluster, devices_per_task, quick,
+             dtypes, cluster_timeout_s):
+  cmd = [sys.executable, "-m", "costmodels.calibrate.measure"]
+  if cpu_devices is not None:
+    cmd += ["--cpu-devices", str(int(cpu_devices))]
+  elif gpus is not None:
+    cmd += ["--gpus", str(int(gpus))]
+  else:
+    cmd += ["--cluster", str(cluster), "--timeout-s",
+            str(float(cluster_timeout_s))]
+    if devices_per_task is not None:
+      cmd += ["--devices-per-task", str(int(devices_per_task))]
+  for m in meshes:
+    cmd += ["--mesh", str(m)]
+  for d in dtypes:
+    cmd += ["--dtype", d]
+  if quick:
+    cmd.append("--quick")
+  return cmd
+
+
+def default_meshes(num_devices, processes=1):
+  """``x:N`` and, for 8 devices, ``a:2;b:4``; for a cluster of ``processes``
+  tasks, ``hosts:P;local:D``."""
+  if processes > 1:
+    return (f"hosts:{processes};local:{num_devices // processes}",)
+  if num_devices == 8:
+    return ("x:8", "a:2;b:4")
+  return (f"x:{num_devices}",)
+
+
+def _run_measurements(cmd, timeout_s, on_event):
+  """Runs the measuring subprocess; returns its events, after passing each
+  to ``on_event``.  The subprocess is killed after ``timeout_s``."""
+  env = dict(os.environ)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  events = []
+  with tempfile.TemporaryFile() as err:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err,
+                            stdin=subprocess.DEVNULL, env=env, text=True)
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
+    try:
+      for line in proc.stdout:
+        line = line.strip()
+        if line.startswith("{"):  # TF may print other lines
+          events.append(json.loads(line))
+          on_event(events[-1])
+      proc.wait()
+    finally:
+      timed_out = not timer.is_alive() and proc.returncode != 0
+      timer.cancel()
+      if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    err.seek(0)
+    tail = err.read().decode("utf-8", "replace")[-1500:]
+  errors = [e for e in events if e["event"] == "error"]
+  if errors:
+    raise CalibrationError(errors[0]["message"])
+  if timed_out:
+    raise CalibrationError(f"the measurements did not finish within "
+                           f"{timeout_s:g} s; raise timeout_s (--timeout) "
+                           "or measure with quick=True (--quick)")
+  if not any(e["event"] == "done" for e in events):
+    raise CalibrationError("the measuring process stopped without results "
+                           f"(exit code {proc.returncode}): {tail}")
+  return events
+
+
+def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
+              cluster=None, devices_per_task=None, quick=False, name=None,
+              dtypes=("float32", "bfloat16"), progress=None, timeout_s=600.0,
+              cluster_timeout_s=30.0):
+  """Measures devices, fits a topology and (optionally) writes it.
+
+  Give exactly one device source.
+
+  Args:
+    output: path of the topology file to write (``.json``), or None.
+    meshes: mesh strings whose axes are measured (default
+      :func:`default_meshes`); each must have one processor per device.
+    cpu_devices: measure this many TF logical CPU devices of this machine.
+    gpus: measure this many local GPUs.
+    cluster: measure the devices of running ``mtf-worker`` tasks
+      (``"host:port,host:port"``); ``devices_per_task`` of each.
+    quick: the short plan (about 20 s on a 2-core machine, instead of 60).
+    name: the topology's name (default: the file name, or ``calibrated``).
+    dtypes: einsum dtypes, each timed on one device (all but the first
+      only in the full plan); the first prices FLOPs.
+    progress: a :class:`rich.console.Console` to show a progress bar on,
+      or None for no output.
+    timeout_s: bound on the measurements.
+    cluster_timeout_s: how long to wait for every task of ``cluster`` to
+      answer.
+
+  Returns:
+    A :class:`Calibration`.
+
+  Raises:
+    CalibrationError: for no or several device sources, a device count
+      the machine cannot give, a mesh of the wrong size, a cluster that
+      does not answer, or measurements that fail.
+    costmodels.calibrate.TopologyFileError: if ``output`` cannot be written
+      (no file is left behind).
+
+  Example:
+    >>> cal = calibrate("my.json", cpu_devices=8)    # doctest: +SKIP
+    >>> costmodels.get_topology("my.json").num_chips  # doctest: +SKIP
+    8
+  """
+  sources = [x for x in (cpu_devices, gpus, cluster) if x is not None]
+  if len(sources) != 1:
+    raise CalibrationError("give exactly one of cpu_devices (e.g. 8), gpus "
+                           "or cluster ('host:port,host:port') to calibrate")
+  if cpu_devices is not None and int(cpu_devices) < 1:
+    raise CalibrationError(f"cpu_devices={cpu_devices}: give at least 1 "
+                           "logical CPU device")
+  if output is not None and not str(output).lower().endswith(".json"):
+    raise topology_file.TopologyFileError(
+        f"topology file {str(output)!r} must end in .json")
+  if meshes is None:
+    if cluster is not None:
+      tasks = len(str(cluster).split(","))
+      if devices_per_task is None:
+        raise CalibrationError("give devices_per_task (the workers' "
+                               "--cpu-devices) or meshes for a cluster")
+      meshes = default_meshes(tasks * int(devices_per_task), tasks)
+    else:
+      meshes = default_meshes(int(cpu_devices if cpu_devices is not None
+                                  else gpus))
+  meshes = tuple(meshes)
+  count = cpu_devices if cpu_devices is not None else gpus
+  if count is None and devices_per_task is not None:
+    count = len(str(cluster).split(",")) * int(devices_per_task)
+  for m in meshes:
+    size = dims_lib.convert_to_shape(m).size
+    if count is not None and size != int(count):
+      raise CalibrationError(
+          f"mesh {m!r} has {size} processors but {count} devices are "
+          f"measured; give meshes of {count} processors (e.g. 'x:{count}')")
+  cmd = _command(meshes, cpu_devices, gpus, cluster, devices_per_task, quick,
+                 dtypes, cluster_timeout_s)
+  bar = _Progress(progress)
+  with bar:
+    events = _run_measurements(cmd, timeout_s, bar.update)
+  info = next(e for e in events if e["event"] == "info")
+  info = {k: v for k, v in info.items() if k != "event"}
+  info.setdefault("memory_bytes_per_device", _host_memory_bytes()
+                  // max(1, len(info["devices"])))
+  samples = tuple(Sample(**{k: v for k, v in e.items() if k != "event"})
+                  for e in events if e["event"] == "sample")
+  seconds = next(e for e in events if e["event"] == "done")["seconds"]
+  if name is None:
+    name = (os.path.splitext(os.path.basename(str(output)))[0] if output
+            else "calibrated")
+  topology, rows = fit_topology(samples, info, name, dtypes[0])
+  path = None
+  if output is not None:
+    meta = {"created_utc": datetime.datetime.now(
+        datetime.timezone.utc).isoformat(timespec="seconds"),
+            "meshes": list(meshes), "quick": bool(quick),
+            "measure_seconds": seconds, "devices": info,
+            "overlap": "not measured (the cost model prices no overlap yet)",
+            "fits": [dict(zip(FIT_COLUMNS, r)) for r in rows],
+            "samples": [s._asdict() for s in samples]}
+    topology_file.write_topology(output, topology, _json_safe(meta))
+    path = str(output)
+  return Calibration(topology, samples, tuple(rows), path, seconds, info)
+
+
+def _json_safe(obj):
+  if isinstance(obj, float) and not math.isfinite(obj):
+    return None
+  if isinstance(obj, dict):
+    return {k: _json_safe(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [_json_safe(v) for v in obj]
+  return obj
+
+
+def _host_memory_bytes():
+  try:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  except (ValueError, OSError, AttributeError):
+    return 0
+
+
+class _Progress:
+  """A rich progress bar fed by the measuring process's events."""
+
+  def __init__(self, console):
+    self.console, self._bar, self._task = console, None, None
+
+  def __enter__(self):
+    if self.console is not None:
+      from rich.progress import (BarColumn, Progress, TextColumn,  # pylint: disable=import-outside-toplevel
+                                 TimeElapsedColumn)
+      self._bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                           TextColumn("{task.completed}/{task.total}"),
+                           TimeElapsedColumn(), console=self.console,
+                           transient=False)
+      self._bar.__enter__()
+      self._task = self._bar.add_task("starting TensorFlow", total=None)
+    return self
+
+  def update(self, ev):
+    if self._bar is None:
+      return
+    if ev["event"] == "plan":
+      self._bar.update(self._task, total=ev["total"],
+                       description="measuring")
+    elif ev["event"] == "progress":
+      self._bar.update(self._task, completed=ev["done"],
+                       description=ev["label"][:48].ljust(48))
+
+  def __exit__(self, *exc):
+    if self._bar is not None:
+      self._bar.update(self._task, description="measured".ljust(48))
+      self._bar.__exit__(*exc)
+    return False

@@ -1,0 +1,266 @@
+"""Least-squares fits of cost parameters to measured timings (numpy only).
+
+Every cost term is linear in its parameters once its law is fixed, e.g. a
+collective's ``T = latency * steps(p) + volume(p, n) / bandwidth`` is linear
+in ``(latency, 1 / bandwidth)``.  :func:`nonneg_lstsq` fits such a model with
+non-negative coefficients, minimising the *relative* residuals (a timing of
+10 us matters as much as one of 10 ms), and :func:`fit_collective` tries
+every law pair of :mod:`costmodels.collective_fits` and keeps the best.
+
+Samples are plain :class:`Sample` tuples, so fits can be checked against
+synthetic timings made from known parameters (see the tests).
+
+Example:
+  >>> xs = [[1.0, n] for n in (1e3, 1e4, 1e5)]
+  >>> ys = [2e-6 + n / 1e9 for n in (1e3, 1e4, 1e5)]
+  >>> coef, rel = nonneg_lstsq(xs, ys)
+  >>> [float(f"{c:.3g}") for c in coef], rel < 1e-9
+  ([2e-06, 1e-09], True)
+"""
+
+import itertools
+import math
+from typing import NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from costmodels.collective_fits import (STEP_LAWS, VOLUME_LAWS,
+                                        CollectiveFit)
+from mesh_tf.core.errors import MtfError
+
+
+class CalibrationError(MtfError):
+  """Calibration cannot measure or fit what it was asked to."""
+
+
+class Sample(NamedTuple):
+  """One measured timing.
+
+  Attributes:
+    what: ``"allreduce"``, ``"allgather"``, ``"alltoall"``, ``"permute"``,
+      ``"allsplit"``, ``"matmul"``, ``"elementwise"``, ``"launch"`` or
+      ``"step"`` (a reference training step; ``flops`` holds its number of
+      compute records).
+    axis: the mesh axis (collectives), or ``""``.
+    group_size: participants (collectives), or devices that ran at once.
+    nbytes: input bytes per participant (collectives, elementwise) or 0.
+    flops: FLOPs per device (matmul; for collectives, those of the rep's
+      shape-restoring kernel) or 0.
+    seconds: the median measured time of one operation (for collectives,
+      the whole rep: the collective and its shape-restoring kernel).
+    dtype: the data type.
+    link: the physical dimension the axis runs over (collectives):
+      ``"device"``, ``"process"``, or ``""`` if it spans both.
+    companion_bytes: bytes read + written by the rep's shape-restoring
+      kernel (collectives).
+  """
+  what: str
+  axis: str
+  group_size: int
+  nbytes: int
+  flops: float
+  seconds: float
+  dtype: str = "float32"
+  link: str = ""
+  companion_bytes: int = 0
+
+
+def nonneg_lstsq(xs, ys, relative=True):
+  """Non-negative least squares of ``ys ~ xs @ coef``.
+
+  Args:
+    xs: rows of features, one row per sample.
+    ys: the timings.
+    relative: weight each row by ``1 / y``, so that the fit minimises
+      relative residuals.
+
+  Returns:
+    ``(coef, rel_rms)``: the coefficients (each >= 0) and the RMS of the
+    relative residuals ``(pred - y) / y``.
+
+  Raises:
+    CalibrationError: with no samples, or a non-positive timing.
+  """
+  a = np.asarray(xs, dtype=float)
+  y = np.asarray(ys, dtype=float)
+  if a.ndim != 2 or len(y) == 0 or a.shape[0] != len(y):
+    raise CalibrationError(f"a fit needs one feature row per timing, got "
+                           f"{a.shape} features for {len(y)} timings")
+  if np.any(y <= 0):
+    raise CalibrationError("every timing must be positive to be fitted; "
+                           "measure longer runs")
+  w = 1.0 / y if relative else np.ones_like(y)
+  aw, yw = a * w[:, None], y * w
+  k = a.shape[1]
+  best = None
+  # Few parameters: try every subset of free coefficients (the others 0)
+  # and keep the best non-negative solution -- exact NNLS for small k.
+  for r in range(k, 0, -1):
+    for cols in itertools.combinations(range(k), r):
+      sol, *_ = np.linalg.lstsq(aw[:, cols], yw, rcond=None)
+      if np.any(sol < 0):
+        continue
+      coef = np.zeros(k)
+      coef[list(cols)] = sol
+      res = float(np.sqrt(np.mean(((a @ coef - y) / y) ** 2)))
+      if best is None or res < best[1] - 1e-15:
+        best = (coef, res)
+  if best is None:
+    return np.zeros(k), 1.0
+  return best
+
+
+def rel_errors(pred, meas):
+  """``(pred - meas) / meas`` elementwise, as a numpy array."""
+  pred, meas = np.asarray(pred, float), np.asarray(meas, float)
+  return (pred - meas) / meas
+
+
+class CollectiveFitResult(NamedTuple):
+  """The chosen fit of one collective kind, and the per-axis residuals."""
+  fit: CollectiveFit
+  by_axis: Tuple[Tuple[str, float], ...]  # (axis, RMS relative residual)
+
+
+def fit_collective(samples, kind, algorithm, min_bytes=0, max_bytes=None,
+                   steps_laws=None, volume_laws=None):
+  """Fits ``kind`` on ``samples`` with ``min_bytes <= nbytes < max_bytes``.
+
+  Tries every (steps, volume) law pair and keeps the one with the smallest
+  relative RMS residual.
+
+  Returns:
+    A :class:`CollectiveFitResult`, or None if no sample is in range.
+  """
+  rows = [s for s in samples if s.what == kind and s.nbytes >= min_bytes
+          and (max_bytes is None or s.nbytes < max_bytes)]
+  if not rows:
+    return None
+  best = None
+  for st in (steps_laws or STEP_LAWS):
+    for vol in (volume_laws or VOLUME_LAWS):
+      xs = [[STEP_LAWS[st](s.group_size),
+             VOLUME_LAWS[vol](s.group_size, s.nbytes)] for s in rows]
+      coef, res = nonneg_lstsq(xs, [s.seconds for s in rows])
+      if best is None or res < best[0]:
+        best = (res, st, vol, coef)
+  res, st, vol, (lat, inv_bw) = best
+  # A volume term that fitted to 0 means the timings do not grow with size
+  # (e.g. a copy that only passes a reference): infinitely fast bytes.
+  bw = 1.0 / inv_bw if inv_bw > 0 else math.inf
+  fit = CollectiveFit(kind, algorithm, float(lat), bw, st, vol,
+                      int(min_bytes), float(res), len(rows))
+  by_axis = {}
+  for s in rows:
+    by_axis.setdefault(s.axis, []).append(
+        (fit.time_s(s.group_size, s.nbytes) - s.seconds) / s.seconds)
+  return CollectiveFitResult(fit, tuple(
+      (a, float(np.sqrt(np.mean(np.square(v))))) for a, v in by_axis.items()))
+
+
+class ComputeFit(NamedTuple):
+  """Fitted compute parameters of one device set.
+
+  Attributes:
+    peak_flops_per_s: matmul throughput of one device alone (dtype of the
+      fit).
+    bandwidth_bytes_per_s: elementwise (memory-bound) bandwidth alone.
+    launch_overhead_s: fixed seconds per kernel, all devices at once.
+    shared_compute_factor: slow-down of each device when all compute.
+    launch_alone_s: fixed seconds per kernel on one device alone.
+    residuals: ``((what, RMS relative residual), ...)``.
+  """
+  peak_flops_per_s: float
+  bandwidth_bytes_per_s: float
+  launch_overhead_s: float
+  shared_compute_factor: float
+  launch_alone_s: float
+  residuals: Tuple[Tuple[str, float], ...]
+
+
+def _alone(s, num_devices):
+  return s.group_size == 1 and num_devices > 1
+
+
+def fit_compute(samples, num_devices, dtype="float32"):
+  """Fits peak FLOP/s, bandwidth, launch cost and the shared-compute factor.
+
+  ``samples`` hold ``matmul`` (FLOPs) and ``elementwise`` (bytes read +
+  written) timings of one op, on one device alone (``group_size == 1``) and
+  on all ``num_devices`` at once, and ``launch`` timings of tiny ops on all
+  devices.  With one device, alone and all are the same runs.
+
+  Model, per op: alone ``T = l1 + max(F / peak, B / bw)``; all devices
+  ``T = l + s * max(F / peak, B / bw)``.  Where ``step`` samples (reference
+  training steps of two depths) are given, ``l`` is the larger of the
+  fitted one and their time per compute record.
+
+  Raises:
+    CalibrationError: if a kind of sample is missing.
+  """
+  def pick(what, alone):
+    out = [s for s in samples if s.what == what and s.dtype == dtype
+           and (s.group_size == 1 if alone else s.group_size == num_devices)]
+    if not out:
+      raise CalibrationError(
+          f"no {what} timings ({dtype}, {'one device' if alone else 'all'}"
+          " devices) to fit; run the measurements first")
+    return out
+  mm1, el1 = pick("matmul", True), pick("elementwise", True)
+  mmn, eln = pick("matmul", False), pick("elementwise", False)
+  launch = pick("launch", False)
+  launch1 = [s for s in samples if s.what == "launch" and s.group_size == 1]
+  # One device alone: T = l1 + F / peak and T = l1 + B / bw, jointly.
+  xs = ([[1.0, s.flops, 0.0] for s in mm1]
+        + [[1.0, 0.0, s.nbytes] for s in el1]
+        + [[1.0, 0.0, 0.0] for s in launch1])
+  ys = [s.seconds for s in mm1 + el1 + launch1]
+  (l1, inv_peak, inv_bw), res1 = nonneg_lstsq(xs, ys)
+  if inv_peak <= 0 or inv_bw <= 0:
+    raise CalibrationError("the matmul or elementwise timings do not grow "
+                           "with size; measure larger sizes")
+  # All devices: T = l + s * roofline, with the roofline fitted above.
+  xs = ([[1.0, s.flops * inv_peak] for s in mmn]
+        + [[1.0, s.nbytes * inv_bw] for s in eln]
+        + [[1.0, 0.0] for s in launch])
+  ys = [s.seconds for s in mmn + eln + launch]
+  (launch, factor), resn = nonneg_lstsq(xs, ys)
+  if num_devices == 1:
+    launch, factor = l1, 1.0
+  factor = max(float(factor), 1e-3)
+  # A lowered step's record costs more to launch than one kernel of a long
+  # fused chain: the least-squares slope of the reference steps' times over
+  # their record counts (several depths, so that one noisy step does not
+  # decide it).
+  steps = [s for s in samples if s.what == "step"]
+  if len({s.flops for s in steps}) >= 2:
+    slope = float(np.polyfit([s.flops for s in steps],
+                             [s.seconds for s in steps], 1)[0])
+    if slope > launch:
+      launch = slope
+  return ComputeFit(1.0 / inv_peak, 1.0 / inv_bw, float(launch), factor,
+                    float(l1), (("compute, one device", res1),
+                                ("compute, all devices", resn)))
+
+
+def matmul_peaks_by_dtype(samples, dtype, peak_flops_per_s):
+  """``((dtype, flops_per_s), ...)``: ``dtype`` at the fitted
+  ``peak_flops_per_s``, and every other dtype timed on one device alone at
+  that peak times its throughput over ``dtype``'s on the same einsum."""
+  alone = [s for s in samples if s.what == "matmul" and s.group_size == 1
+           and s.seconds > 0]
+  base = {s.flops: s.flops / s.seconds for s in alone if s.dtype == dtype}
+  out = [(dtype, float(peak_flops_per_s))]
+  for s in alone:
+    if s.dtype != dtype and s.flops in base and s.dtype not in dict(out):
+      out.append((s.dtype, float(peak_flops_per_s) * (s.flops / s.seconds)
+                  / base[s.flops]))
+  return tuple(out)
+
+
+def axis_link(samples, axis) -> Optional[str]:
+  """The physical link name recorded for ``axis`` in ``samples``."""
+  for s in samples:
+    if s.axis == axis and s.link:
+      return s.link
+  return None
