@@ -67,8 +67,8 @@ class LinkSpec(NamedTuple):
   kind: str
   bandwidth_bytes_per_s: float
   latency_s: float
-  overlap_efficiency: Optional[float] = None
   collectives: tuple = ()
+  overlap_efficiency: Optional[float] = None
 
   def __repr__(self):
     return (f"LinkSpec({self.name}: {self.bandwidth_bytes_per_s / 1e9:g} GB/s"
