@@ -48,7 +48,8 @@ def conv3d_net(layers=2, batch=2, depth=8, height=8, width=8,
                image_channels=1, channels=4, classes=2, filter_size=3,
                activation="relu", dtype="float32", mesh_name="mesh"):
   """Builds a per-voxel classifier: ``layers`` SAME 3-D convolutions with
-  ``activation``, then a 1x1x1 convolution to ``classes``.
+  ``activation``, then a per-voxel dense layer (a 1x1x1 convolution) to
+  ``classes``.
 
   Inputs: ``inputs`` (float ``[batch, depth, height, width,
   image_channels]``) and ``targets`` (int32 labels ``[batch, depth, height,
@@ -79,7 +80,11 @@ def conv3d_net(layers=2, batch=2, depth=8, height=8, width=8,
                  filter_size=filter_size, activation=activation,
                  name=f"conv_{i}")
   c = Dimension("classes", classes)
-  logits = L.conv3d(x, c, filter_size=1, name="classifier")
+  # The 1x1x1 classifier is a per-voxel dense layer (the same product and
+  # the same parameters), not a conv: a conv would name its 1-wide window
+  # ``filter_depth`` etc. too, and one dim name may have one size only
+  # (layout rules are keyed by name).
+  logits = L.dense(x, c, name="classifier")
   loss = reduce_lib.reduce_mean(
       L.softmax_cross_entropy_with_logits(logits, targets, c), name="loss")
   return ModelGraph(graph, mesh, {"inputs": inputs, "targets": targets},
