@@ -118,6 +118,9 @@ def build_parser():
                   "--help` for a command's options; docs/cli.md\nhas "
                   "them all, the exit codes and the JSON schema."),
               formatter_class=argparse.RawDescriptionHelpFormatter)
+  from mesh_tf import __version__  # pylint: disable=g-import-not-at-top
+  p.add_argument("--version", action="version",
+                 version=f"{PROG} {__version__}")
   sub = p.add_subparsers(dest="command", metavar="COMMAND",
                          parser_class=_Parser)
   sub.required = True

@@ -9,7 +9,10 @@ exactly and ranks the results by predicted step time.
 import pandas as pd
 
 import costmodels
+from autolayout import arguments
+from autolayout.arguments import DEFAULTS
 from autolayout.errors import InfeasibleLayoutError
+from costmodels import arguments as cm_args
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, auto_layout)
 
@@ -44,12 +47,19 @@ def mesh_factorizations(num_devices, max_axes=3, axis_names=AXIS_NAMES):
   return sorted(out, key=lambda s: (s.count(":"), s))
 
 
-def auto_mesh_and_layout(graph, num_devices, outputs=None,
-                         topology="dgx-h100", memory_budget=None,
-                         objective="time", max_axes=3,
+def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
+                         topology=DEFAULTS.topology,
+                         memory_budget=DEFAULTS.memory_budget,
+                         objective=DEFAULTS.objective,
+                         max_axes=DEFAULTS.max_axes,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
+
+  The defaults are ``mtf-layout mesh``'s: ``num_devices`` the topology's
+  chips, at most ``max_axes=2`` mesh axes, topology ``tpu-v5e-16x16`` and
+  the chip's HBM as the budget (``memory_budget`` as in
+  :func:`autolayout.auto_layout`).
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -59,8 +69,20 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
     the budget).
 
   Raises:
+    InvalidArgumentError: for a misused argument (named, with a valid
+      value), e.g. ``num_devices=0`` or ``max_axes=0``.
     InfeasibleLayoutError: if no mesh shape has a layout within the budget.
   """
+  graph = cm_args.check_graph(graph)
+  topology = arguments.resolve_topology(topology)
+  if num_devices is None:
+    num_devices = topology.num_chips
+  num_devices = arguments.check_count(num_devices, "num_devices", 1,
+                                      arguments.MAX_DEVICES,
+                                      topology.num_chips)
+  max_axes = arguments.check_count(max_axes, "max_axes", 1,
+                                   arguments.MAX_AXES, DEFAULTS.max_axes)
+  memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
   results, rows, best_peak = [], [], None
   for mesh in mesh_factorizations(num_devices, max_axes):
     try:

@@ -8,21 +8,32 @@ budget, so the list is exactly the front.
 
 import pandas as pd
 
+from autolayout import arguments
+from autolayout.arguments import DEFAULTS
 from autolayout.errors import InfeasibleLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, auto_layout)
 
 
-def pareto(graph, mesh_shape, outputs=None, topology="dgx-h100",
-           max_points=20, time_limit_s=DEFAULT_TIME_LIMIT_S,
+def pareto(graph, mesh_shape=None, outputs=None, topology=DEFAULTS.topology,
+           max_points=DEFAULTS.max_points, time_limit_s=DEFAULT_TIME_LIMIT_S,
            num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
   """The Pareto front of (peak memory, step time).
+
+  The defaults are ``mtf-layout pareto``'s (at most 12 points, topology
+  ``tpu-v5e-16x16`` with its own ``data x model`` mesh).
 
   Returns:
     ``(results, table)``: :class:`LayoutResult`s from fastest (most memory)
     to leanest, and a DataFrame with ``rules``, ``step_time_s``,
     ``peak_memory_bytes`` and ``status`` per point.
+
+  Raises:
+    InvalidArgumentError: for a misused argument, e.g. ``max_points=0``.
   """
+  max_points = arguments.check_count(max_points, "max_points", 1,
+                                     arguments.MAX_POINTS,
+                                     DEFAULTS.max_points)
   results, budget = [], None
   while len(results) < max_points:
     try:
@@ -32,7 +43,7 @@ def pareto(graph, mesh_shape, outputs=None, topology="dgx-h100",
       break
     results.append(r)
     budget = r.peak_memory_bytes - 1
-    if budget < 0:
+    if budget < 1:
       break
   table = pd.DataFrame([{"rules": str(r.rules), "step_time_s": r.step_time_s,
                          "peak_memory_bytes": r.peak_memory_bytes,

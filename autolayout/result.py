@@ -92,17 +92,18 @@ class LayoutResult:
     import costmodels  # pylint: disable=g-import-not-at-top
     from autolayout import errors, solve
     base = dict(self.rules.pairs)
+    outputs = list(self.outputs) or None  # none recorded: the default
     rows = []
     for dim, axis in self.rules.pairs:
       rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
       try:
         r0 = costmodels.evaluate(self.graph, self.mesh_shape, rest,
-                                 self.topology, outputs=list(self.outputs))
+                                 self.topology, outputs=outputs)
       except LayoutError:
         r0 = None
       try:
         alt = solve.auto_layout(self.graph, self.mesh_shape,
-                                list(self.outputs), self.topology,
+                                outputs, self.topology,
                                 self.memory_budget, self.objective,
                                 forbid=[(dim, axis)])
       except errors.AutoLayoutError:

@@ -19,19 +19,20 @@ from ortools.sat.python import cp_model
 import costmodels
 from costmodels import memory as cm_memory
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import LayoutError, MtfError
+from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
-from autolayout import (assignments, formulation, memory_steps,
+from autolayout import (arguments, assignments, formulation, memory_steps,
                         tables)
+from autolayout.arguments import DEFAULTS
 from autolayout.errors import (InfeasibleLayoutError, SolverError,
                                check_import_order)
 from autolayout.pricing import Pricer
 from autolayout.result import LayoutResult
 
-OBJECTIVES = ("time", "comm", "memory", "latency")
-DEFAULT_TIME_LIMIT_S = 60.0
-DEFAULT_NUM_WORKERS = 2
-DEFAULT_SEED = 0
+OBJECTIVES = arguments.OBJECTIVES
+DEFAULT_TIME_LIMIT_S = DEFAULTS.time_limit_s
+DEFAULT_NUM_WORKERS = DEFAULTS.num_workers
+DEFAULT_SEED = DEFAULTS.seed
 
 
 class Problem(NamedTuple):
@@ -341,20 +342,29 @@ def _infeasible(graph, mesh_shape, outputs, topology, budget, time_limit_s,
       memory_budget=budget, min_peak_bytes=peak, dominating=top)
 
 
-def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
-                memory_budget=None, objective="time",
+def auto_layout(graph, mesh_shape=None, outputs=None,
+                topology=DEFAULTS.topology,
+                memory_budget=DEFAULTS.memory_budget,
+                objective=DEFAULTS.objective,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None):
   """Finds the layout rules that minimise predicted step time.
 
+  The defaults are ``mtf-layout solve``'s (:mod:`autolayout.arguments`):
+  the same question gets the same answer from Python and from the shell.
+
   Args:
     graph: an mtf Graph (one mesh).
-    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"``.
+    mesh_shape: the mesh, e.g. ``"rows:2;cols:4"``; default the topology's
+      own shape as ``data x model`` (``data:16;model:16`` on
+      ``tpu-v5e-16x16``).
     outputs: tensors whose values are exported (default: those nobody
       reads).
-    topology: a costmodels Topology or its name (``"dgx-h100"``...).
-    memory_budget: bytes per device, or None for no limit.
+    topology: a costmodels Topology or its name; default ``tpu-v5e-16x16``.
+    memory_budget: bytes per device, a size string (``"16GB"``,
+      ``"12GiB"``, ``"90%"`` of HBM), ``"hbm"`` (default: the chip's HBM) or
+      None / ``"none"`` for no limit.
     objective: ``"time"`` (step time), ``"latency"`` (the same: the
       predicted time of one step, for a one-token decoding graph from
       ``mesh_tf.models.decoding``), ``"comm"`` (communication time) or
@@ -376,6 +386,8 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
 
   Raises:
+    InvalidArgumentError: for a misused argument (named, with a valid
+      value).
     InfeasibleLayoutError: if no layout fits ``memory_budget``; it states
       the smallest reachable peak and the tensors that dominate it.
     costmodels.TopologyError: if the mesh does not embed in the topology.
@@ -388,11 +400,12 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     'batch:data;d_ff:model;heads:model'
   """
   check_import_order()
-  if objective not in OBJECTIVES:
-    raise MtfError(f"unknown objective {objective!r}; use one of "
-                   f"{OBJECTIVES}")
-  if not time_limit_s > 0:
-    raise MtfError(f"time_limit_s must be positive, got {time_limit_s!r}")
+  (graph, mesh_shape, outputs, topology, memory_budget, objective,
+   time_limit_s, num_workers, seed, tie_break, forbid, solver_params,
+   progress) = arguments.check_search_args(
+       graph, mesh_shape, outputs, topology, memory_budget, objective,
+       time_limit_s, num_workers, seed, tie_break, forbid, solver_params,
+       progress)
   if objective == "latency":
     # The latency of a one-token decoding graph (mesh_tf.models.decoding)
     # is its predicted step time: solve "time", report it as latency.

@@ -23,13 +23,13 @@ the step time by op and reproduce it exactly.  ``compute_time_s`` and
 import math
 from typing import NamedTuple, Tuple
 
-from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError
-from mesh_tf.core.layout import convert_to_layout_rules
+
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.ops.creation import ImportOperation
+from costmodels import arguments
 from costmodels import collectives as coll
 from costmodels import compute as compute_lib
 from costmodels import memory as memory_lib
@@ -216,6 +216,8 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     A :class:`costmodels.CostReport`.
 
   Raises:
+    mesh_tf.InvalidArgumentError: for a misused argument (named, with a
+      valid value).
     costmodels.TopologyError: if the mesh does not fit the topology.
     mesh_tf.LayoutError: subclasses, for a layout the graph cannot take.
 
@@ -230,12 +232,12 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     >>> [(c.kind, c.mesh_axes) for c in r.collectives]
     [('allreduce', ('model',))]
   """
+  graph = arguments.check_graph(graph)
   topology = get_topology(topology)
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-  rules = convert_to_layout_rules(layout_rules)
+  mesh_shape = arguments.check_mesh_shape(mesh_shape)
+  rules = arguments.check_rules(layout_rules)
   mapping = map_mesh(topology, mesh_shape)
-  if outputs is not None:
-    outputs = list(outputs)
+  outputs = arguments.check_outputs(graph, outputs)
   trace = trace_graph(graph, mesh_shape, rules, outputs)
   costs = op_costs(trace, mapping)
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,

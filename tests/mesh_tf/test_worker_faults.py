@@ -19,7 +19,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 
 import mesh_tf as mtf
 from tests.mesh_tf.test_distributed import _env, _tail, free_ports
