@@ -51,10 +51,8 @@ DEFAULTS = _Defaults()
 
 
 class SearchArgs(NamedTuple):
-  """The checked, converted arguments of one layout search."""
-  graph: Any
-  mesh_shape: Any          # a Shape
-  outputs: Optional[list]
+  """The checked, converted arguments of one layout search query."""
+  mesh_shape: Any          # a MeshShape
   topology: Any            # a costmodels Topology
   memory_budget: Optional[int]
   objective: str
@@ -204,11 +202,12 @@ def resolve_topology(topology):
   return costmodels.get_topology(topology)
 
 
-def check_search_args(graph, mesh_shape, outputs, topology, memory_budget,
-                      objective, time_limit_s, num_workers, seed,
-                      tie_break=(), forbid=(), solver_params=None,
-                      progress=None):
-  """Checks and converts the arguments of :func:`autolayout.auto_layout`.
+def check_search_args(graph, mesh_shape, topology, memory_budget, objective,
+                      time_limit_s, num_workers, seed, tie_break=(),
+                      forbid=(), solver_params=None, progress=None):
+  """Checks and converts the arguments of one query of
+  :func:`autolayout.auto_layout` (the graph and outputs are checked by its
+  :class:`~autolayout.LayoutSearch`).
 
   ``mesh_shape`` None means :func:`default_mesh` of the topology;
   ``memory_budget`` takes bytes or a size string (``"16GB"``, ``"90%"``,
@@ -221,12 +220,10 @@ def check_search_args(graph, mesh_shape, outputs, topology, memory_budget,
     InvalidArgumentError: naming the first bad argument and a valid value.
     costmodels.TopologyError: for an unknown topology.
   """
-  graph = cm_args.check_graph(graph)
   topo = resolve_topology(topology)
   if mesh_shape is None:
     mesh_shape = default_mesh(topo)
   mesh = cm_args.check_mesh_shape(mesh_shape)
-  outputs = cm_args.check_outputs(graph, outputs)
   budget = cm_args.resolve_memory_budget(memory_budget, topo)
   objective = check_objective(objective, graph)
   time_limit_s = check_time_limit(time_limit_s)
@@ -237,7 +234,7 @@ def check_search_args(graph, mesh_shape, outputs, topology, memory_budget,
     raise InvalidArgumentError(
         f"progress={cm_args.echo(progress, 80)} is not callable; pass a "
         "function progress(best, bound, elapsed_s) or None")
-  return SearchArgs(graph, mesh, outputs, topo, budget, objective,
-                    time_limit_s, num_workers, seed,
-                    _check_tie_break(tie_break), _check_forbid(forbid),
-                    _check_solver_params(solver_params), progress)
+  return SearchArgs(mesh, topo, budget, objective, time_limit_s,
+                    num_workers, seed, _check_tie_break(tie_break),
+                    _check_forbid(forbid), _check_solver_params(solver_params),
+                    progress)

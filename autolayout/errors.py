@@ -31,18 +31,10 @@ class ImportOrderError(AutoLayoutError):
 
 
 def tensorflow_loaded_first():
-  """True if this process imported TensorFlow before CP-SAT.
-
-  ``sys.modules`` keeps insertion (import) order, so this is known after
-  the fact.
-  """
-  import sys  # pylint: disable=g-import-not-at-top
-  names = list(sys.modules)
-  try:
-    return names.index("tensorflow") < names.index(
-        "ortools.sat.python.cp_model")
-  except ValueError:
-    return False
+  """True if this process imported TensorFlow before CP-SAT (the rule
+  lives in :mod:`mesh_tf.import_order`)."""
+  from mesh_tf import import_order  # pylint: disable=g-import-not-at-top
+  return import_order.tensorflow_loaded_first()
 
 
 def check_import_order():

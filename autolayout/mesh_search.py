@@ -11,10 +11,11 @@ import pandas as pd
 import costmodels
 from autolayout import arguments
 from autolayout.arguments import DEFAULTS
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.errors import InfeasibleLayoutError
 from costmodels import arguments as cm_args
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
-                              DEFAULT_TIME_LIMIT_S, auto_layout)
+                              DEFAULT_TIME_LIMIT_S, LayoutSearch)
 
 AXIS_NAMES = ("x", "y", "z", "w")
 
@@ -53,13 +54,16 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                          objective=DEFAULTS.objective,
                          max_axes=DEFAULTS.max_axes,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
-                         num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+                         num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+                         search=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
   The defaults are ``mtf-layout mesh``'s: ``num_devices`` the topology's
   chips, at most ``max_axes=2`` mesh axes, topology ``tpu-v5e-16x16`` and
   the chip's HBM as the budget (``memory_budget`` as in
   :func:`autolayout.auto_layout`).
+  ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
+  each mesh's tables for later queries); None: a new one.
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -73,8 +77,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
       value), e.g. ``num_devices=0`` or ``max_axes=0``.
     InfeasibleLayoutError: if no mesh shape has a layout within the budget.
   """
-  graph = cm_args.check_graph(graph)
-  topology = arguments.resolve_topology(topology)
+  topology = arguments.resolve_topology(topology)  # resolved once, here
   if num_devices is None:
     num_devices = topology.num_chips
   num_devices = arguments.check_count(num_devices, "num_devices", 1,
@@ -83,18 +86,21 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
   max_axes = arguments.check_count(max_axes, "max_axes", 1,
                                    arguments.MAX_AXES, DEFAULTS.max_axes)
   memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
+  if search is None:
+    search = LayoutSearch(graph, outputs)
   results, rows, best_peak = [], [], None
   for mesh in mesh_factorizations(num_devices, max_axes):
+    mesh_shape = convert_to_mesh_shape(mesh)
     try:
-      costmodels.map_mesh(topology, mesh)
+      costmodels.map_mesh(topology, mesh_shape)
     except costmodels.TopologyError as e:
       rows.append({"mesh": mesh, "status": "no-fit", "rules": None,
                    "step_time_s": None, "peak_memory_bytes": None,
                    "solve_time_s": None, "note": str(e).split(";")[0]})
       continue
     try:
-      r = auto_layout(graph, mesh, outputs, topology, memory_budget,
-                      objective, time_limit_s, num_workers, seed)
+      r = search.solve(mesh_shape, topology, memory_budget, objective,
+                       time_limit_s, num_workers, seed)
     except InfeasibleLayoutError as e:
       if best_peak is None or e.min_peak_bytes < best_peak[0]:
         best_peak = (e.min_peak_bytes, mesh, e)

@@ -12,16 +12,19 @@ from autolayout import arguments
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import InfeasibleLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
-                              DEFAULT_TIME_LIMIT_S, auto_layout)
+                              DEFAULT_TIME_LIMIT_S, LayoutSearch)
 
 
 def pareto(graph, mesh_shape=None, outputs=None, topology=DEFAULTS.topology,
            max_points=DEFAULTS.max_points, time_limit_s=DEFAULT_TIME_LIMIT_S,
-           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED, search=None):
   """The Pareto front of (peak memory, step time).
 
   The defaults are ``mtf-layout pareto``'s (at most 12 points, topology
   ``tpu-v5e-16x16`` with its own ``data x model`` mesh).
+
+  Every point is a re-solve on the same mesh, so one :class:`LayoutSearch`
+  (``search``, or a new one) builds the tables once for all of them.
 
   Returns:
     ``(results, table)``: :class:`LayoutResult`s from fastest (most memory)
@@ -34,11 +37,13 @@ def pareto(graph, mesh_shape=None, outputs=None, topology=DEFAULTS.topology,
   max_points = arguments.check_count(max_points, "max_points", 1,
                                      arguments.MAX_POINTS,
                                      DEFAULTS.max_points)
+  if search is None:
+    search = LayoutSearch(graph, outputs)
   results, budget = [], None
   while len(results) < max_points:
     try:
-      r = auto_layout(graph, mesh_shape, outputs, topology, budget, "time",
-                      time_limit_s, num_workers, seed, tie_break=("memory",))
+      r = search.solve(mesh_shape, topology, budget, "time", time_limit_s,
+                       num_workers, seed, tie_break=("memory",))
     except InfeasibleLayoutError:
       break
     results.append(r)

@@ -8,20 +8,24 @@ lowering with the same functions, so its objective is the cost model's.
 
 import costmodels
 from costmodels import compute as cm_compute
-from mesh_tf.core import dims as dims_lib
 
 
 class Pricer:
   """Seconds of compute and collective records on one mesh and topology.
+
+  Args:
+    topology: a resolved :class:`costmodels.Topology` (names are resolved
+      once, by the caller's entry point).
+    mesh_shape: a :class:`mesh_tf.MeshShape`.
 
   Raises:
     costmodels.TopologyError: if the mesh does not embed in the topology.
   """
 
   def __init__(self, topology, mesh_shape):
-    self.topology = costmodels.get_topology(topology)
-    self.mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-    self.mapping = costmodels.map_mesh(self.topology, self.mesh_shape)
+    self.topology = topology
+    self.mesh_shape = mesh_shape
+    self.mapping = costmodels.map_mesh(topology, mesh_shape)
     self._cache = {}
 
   def compute_s(self, record):

@@ -1,13 +1,41 @@
 """LayoutResult: the answer of the layout search, with its evidence."""
 
 import dataclasses
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import pandas as pd
 
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSize:
+  """The size of one CP-SAT program.
+
+  Attributes:
+    variables: CP-SAT variables.
+    constraints: CP-SAT constraints.
+    tables: cost tables (one per group of dims used together).
+    table_choices: local assignments over all tables.
+    memory_steps: memory steps constrained (0 without a budget).
+
+  ``size["variables"]`` reads a field by name, as for the dict it replaces.
+  """
+  variables: int
+  constraints: int
+  tables: int
+  table_choices: int
+  memory_steps: int
+
+  def __getitem__(self, name):
+    if name not in self.as_dict():
+      raise KeyError(name)
+    return getattr(self, name)
+
+  def as_dict(self):
+    """``{field: count}`` in field order."""
+    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,9 +54,13 @@ class LayoutResult:
     gap: ``(value - bound) / value`` (0.0 when optimal).
     solve_time_s: wall time in CP-SAT, all phases.
     build_time_s: wall time to build the cost tables and the model.
-    model_size: counts of variables, constraints, tables, memory steps.
+    model_size: the program's :class:`ModelSize`.
     memory_budget: the per-device budget in bytes, or None.
     topology: the topology it was priced on.
+    graph, outputs: what was laid out (not part of equality or the hash).
+
+  A frozen value: equal results hash equal, and ``dataclasses.replace``
+  makes a changed copy.  Why a rule was chosen: :func:`autolayout.explain`.
   """
   rules: LayoutRules
   mesh_shape: dims_lib.Shape
@@ -40,7 +72,7 @@ class LayoutResult:
   gap: float
   solve_time_s: float
   build_time_s: float
-  model_size: Dict[str, int]
+  model_size: ModelSize
   memory_budget: Optional[int]
   topology: Any
   graph: Any = dataclasses.field(repr=False, compare=False, default=None)
@@ -75,52 +107,4 @@ class LayoutResult:
         "peak_memory_bytes": self.peak_memory_bytes,
         "status": self.status, "gap": self.gap,
         "solve_time_s": self.solve_time_s,
-        **{f"model_{k}": v for k, v in self.model_size.items()}}])
-
-  def explain(self):
-    """For each chosen rule, what the step time and peak memory would be
-    without it, and with the runner-up axis.
-
-    Returns a DataFrame with one row per rule ``dim:axis``: the chosen
-    ``step_time_s`` and ``peak_memory_bytes``; ``without_*``: the same
-    layout minus this rule; ``runner_up_*``: the best layout (re-solved
-    exactly, same budget and objective) that does not put ``dim`` on
-    ``axis``, with ``runner_up_axis`` the axis it gives ``dim`` (None:
-    replicated) and ``runner_up_rules`` its rules.  A value is None where
-    no such layout exists.
-    """
-    import costmodels  # pylint: disable=g-import-not-at-top
-    from autolayout import errors, solve
-    base = dict(self.rules.pairs)
-    outputs = list(self.outputs) or None  # none recorded: the default
-    rows = []
-    for dim, axis in self.rules.pairs:
-      rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
-      try:
-        r0 = costmodels.evaluate(self.graph, self.mesh_shape, rest,
-                                 self.topology, outputs=outputs)
-      except LayoutError:
-        r0 = None
-      try:
-        alt = solve.auto_layout(self.graph, self.mesh_shape,
-                                outputs, self.topology,
-                                self.memory_budget, self.objective,
-                                forbid=[(dim, axis)])
-      except errors.AutoLayoutError:
-        alt = None
-      rows.append({
-          "dim": dim, "axis": axis,
-          "step_time_s": self.report.step_time_s,
-          "peak_memory_bytes": self.report.peak_memory_bytes,
-          "without_step_time_s": r0.step_time_s if r0 else None,
-          "without_peak_memory_bytes": r0.peak_memory_bytes if r0 else None,
-          "runner_up_axis": alt.rules.as_dict().get(dim) if alt else None,
-          "runner_up_rules": str(alt.rules) if alt else None,
-          "runner_up_step_time_s": alt.step_time_s if alt else None,
-          "runner_up_peak_memory_bytes": (alt.peak_memory_bytes
-                                          if alt else None)})
-    return pd.DataFrame(rows, columns=[
-        "dim", "axis", "step_time_s", "peak_memory_bytes",
-        "without_step_time_s", "without_peak_memory_bytes",
-        "runner_up_axis", "runner_up_rules", "runner_up_step_time_s",
-        "runner_up_peak_memory_bytes"])
+        **{f"model_{k}": v for k, v in self.model_size.as_dict().items()}}])

@@ -7,7 +7,7 @@
 solver).
 """
 
-import collections
+import dataclasses
 import math
 import time
 from typing import NamedTuple
@@ -21,13 +21,15 @@ from costmodels import memory as cm_memory
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import (arguments, assignments, formulation, memory_steps,
                         tables)
 from autolayout.arguments import DEFAULTS
-from autolayout.errors import (InfeasibleLayoutError, SolverError,
-                               check_import_order)
+from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
+                               SolverError, check_import_order)
 from autolayout.pricing import Pricer
-from autolayout.result import LayoutResult
+from autolayout.result import LayoutResult, ModelSize
+from costmodels import arguments as cm_args
 
 OBJECTIVES = arguments.OBJECTIVES
 DEFAULT_TIME_LIMIT_S = DEFAULTS.time_limit_s
@@ -55,46 +57,116 @@ def _outputs(graph, outputs):
   return tuple(outputs)
 
 
-_CACHE = collections.OrderedDict()
-_CACHE_SIZE = 12
+class LayoutSearch:
+  """The layout search of one graph: the state every query shares.
 
+  Building the cost tables, the dim-axis space and the memory steps of a
+  (mesh shape, topology) is most of a solve's time, and the same ones serve
+  every query on that mesh: re-solves under other budgets (Pareto sweeps),
+  with forbidden rules (:func:`autolayout.explain`), or the smallest peak
+  (the infeasibility report).  A ``LayoutSearch`` builds each on first use
+  and keeps it for its own lifetime; the caller owns it, so there is no
+  module state and nothing to invalidate behind anyone's back.
 
-def _cached(key, graph, make):
-  """Cost tables and memory steps, kept for the last few (graph, mesh,
-  topology, outputs), so that Pareto sweeps and repeated calls reuse them.
-  Keyed by the graph's identity and op count (graphs only grow)."""
-  full = (id(graph), len(graph.operations)) + key
-  hit = _CACHE.get(full)
-  if hit is not None and hit[0] is graph:
-    _CACHE.move_to_end(full)
-    return hit[1]
-  value = make()
-  _CACHE[full] = (graph, value)
-  while len(_CACHE) > _CACHE_SIZE:
-    _CACHE.popitem(last=False)
-  return value
+  The graph must not change while the search is in use (the tables would be
+  stale): a query on a graph that gained ops raises AutoLayoutError.
+
+  Args:
+    graph: the mtf Graph.
+    outputs: tensors whose values the step returns (kept live to the end);
+      None: every tensor no op reads.
+
+  Raises:
+    InvalidArgumentError: for something else than a non-empty Graph, or
+      outputs that are not Tensors of it.
+
+  Example:
+    >>> search = LayoutSearch(graph, [loss])             # doctest: +SKIP
+    >>> fast = search.solve("data:2;model:4", "dgx-h100")  # doctest: +SKIP
+    >>> lean = search.solve("data:2;model:4", "dgx-h100",
+    ...                     memory_budget=fast.peak_memory_bytes - 1)
+    ...                                                  # doctest: +SKIP
+  """
+
+  def __init__(self, graph, outputs=None):
+    self.graph = cm_args.check_graph(graph)
+    self.outputs = _outputs(graph, cm_args.check_outputs(graph, outputs))
+    self._num_ops = len(graph.operations)
+    self._built = {}  # (what, mesh Shape, Topology) -> tables, space, steps
+
+  def _part(self, what, mesh_shape, topo, make):
+    if len(self.graph.operations) != self._num_ops:
+      raise AutoLayoutError(
+          f"the graph grew from {self._num_ops} to "
+          f"{len(self.graph.operations)} ops after its LayoutSearch was "
+          "made; make a new LayoutSearch for the changed graph")
+    key = (what, mesh_shape, topo)
+    value = self._built.get(key)
+    if value is None:
+      value = self._built[key] = make()
+    return value
+
+  def problem(self, mesh_shape, topology, memory_budget=None,
+              need_peak=False):
+    """Builds the CP-SAT model on ``mesh_shape`` and ``topology`` (see
+    :mod:`autolayout.formulation` for the math), from this search's tables.
+
+    Returns a :class:`Problem`; its model is new, so adding constraints to
+    it leaves later queries untouched.
+    """
+    t0 = time.perf_counter()
+    mesh_shape = convert_to_mesh_shape(mesh_shape)
+    topo = costmodels.get_topology(topology)
+    graph, outputs = self.graph, self.outputs
+    space = self._part("space", mesh_shape, topo,
+                       lambda: assignments.dim_space(graph, mesh_shape))
+    gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
+        graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space))
+    # Memory constraints only when a budget or the peak is asked for.
+    memory_bound = memory_budget is not None or need_peak
+    ms = None
+    if memory_bound:
+      ms = self._part("memory", mesh_shape, topo,
+                      lambda: memory_steps.prune_by_layouts(
+                          memory_steps.compress(graph, list(outputs)),
+                          space))
+    return _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
+                     memory_budget, need_peak, t0)
+
+  def solve(self, mesh_shape=None, topology=DEFAULTS.topology,
+            memory_budget=DEFAULTS.memory_budget,
+            objective=DEFAULTS.objective, time_limit_s=DEFAULT_TIME_LIMIT_S,
+            num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+            tie_break=(), solver_params=None, forbid=(), progress=None):
+    """The optimal layout on ``mesh_shape``; the arguments and the result
+    are :func:`auto_layout`'s."""
+    return _solve(self, mesh_shape, topology, memory_budget, objective,
+                  time_limit_s, num_workers, seed, tie_break, solver_params,
+                  forbid, progress)
+
+  def min_peak(self, mesh_shape, topology,
+               time_limit_s=DEFAULT_TIME_LIMIT_S,
+               num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+    """``(peak bytes, rules, problem, status)`` of the layout with the
+    smallest peak memory per device (``status`` "feasible": the smallest
+    found within ``time_limit_s``, not proven)."""
+    problem = self.problem(mesh_shape, topology, need_peak=True)
+    pr = solve_phases(problem.form, ["memory"], time_limit_s, num_workers,
+                      seed)
+    return int(round(pr.value)), rules_of(pr.x), problem, pr.status
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
                   need_peak=False):
-  """Builds the cost tables and the CP-SAT model (see
-  :mod:`autolayout.formulation` for the math)."""
-  t0 = time.perf_counter()
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-  outputs = _outputs(graph, outputs)
-  topo = costmodels.get_topology(topology)
-  key = (mesh_shape, topo, tuple(id(t) for t in outputs))
-  space = _cached(("space",) + key, graph,
-                  lambda: assignments.dim_space(graph, mesh_shape))
-  gt = _cached(("tables",) + key, graph, lambda: tables.GraphTables(
-      graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space))
-  # Memory constraints only when a budget or the peak is asked for.
-  memory_bound = memory_budget is not None or need_peak
-  ms = None
-  if memory_bound:
-    ms = _cached(("memory",) + key, graph,
-                 lambda: memory_steps.prune_by_layouts(
-                     memory_steps.compress(graph, list(outputs)), space))
+  """:meth:`LayoutSearch.problem` of a new search of ``graph``."""
+  return LayoutSearch(graph, outputs).problem(mesh_shape, topology,
+                                              memory_budget, need_peak)
+
+
+def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
+              need_peak, t0):
+  """The CP-SAT model of one query, from the search's tables."""
+  memory_bound = ms is not None
   tbls, host = formulation.build_tables(gt, space,
                                         ms.scopes if ms else ())
   model = cp_model.CpModel()
@@ -119,8 +191,8 @@ def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
   form = formulation.Formulation(model, v, tuple(tbls), objectives, units,
                                  formulation.tie_break_groups(v),
                                  len(ms.steps) if ms else 0)
-  return Problem(graph, mesh_shape, outputs, costmodels.get_topology(topology),
-                 space, form, host, time.perf_counter() - t0)
+  return Problem(graph, mesh_shape, outputs, topo, space, form, host,
+                 time.perf_counter() - t0)
 
 
 class PhaseResult(NamedTuple):
@@ -285,11 +357,11 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
 
 def _model_size(problem):
   proto = problem.form.model.proto
-  return {"variables": len(proto.variables),
-          "constraints": len(proto.constraints),
-          "tables": len(problem.form.tables),
-          "table_choices": sum(len(tb.choices) for tb in problem.form.tables),
-          "memory_steps": problem.form.memory_steps}
+  return ModelSize(
+      variables=len(proto.variables), constraints=len(proto.constraints),
+      tables=len(problem.form.tables),
+      table_choices=sum(len(tb.choices) for tb in problem.form.tables),
+      memory_steps=problem.form.memory_steps)
 
 
 def _phases(objective, extra=()):
@@ -301,20 +373,17 @@ def _phases(objective, extra=()):
 def min_peak_layout(graph, mesh_shape, outputs, topology,
                     time_limit_s=DEFAULT_TIME_LIMIT_S,
                     num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
-  """``(peak bytes, rules, problem, status)`` of the layout with the
-  smallest peak memory per device (``status`` "feasible": the smallest
-  found within ``time_limit_s``, not proven)."""
-  problem = build_problem(graph, mesh_shape, outputs, topology,
-                          need_peak=True)
-  pr = solve_phases(problem.form, ["memory"], time_limit_s, num_workers,
-                    seed)
-  return int(round(pr.value)), rules_of(pr.x), problem, pr.status
+  """:meth:`LayoutSearch.min_peak` of a new search of ``graph``."""
+  return LayoutSearch(graph, outputs).min_peak(mesh_shape, topology,
+                                               time_limit_s, num_workers,
+                                               seed)
 
 
-def _infeasible(graph, mesh_shape, outputs, topology, budget, time_limit_s,
+def _infeasible(search, mesh_shape, topology, budget, time_limit_s,
                 num_workers, seed):
-  peak, rules, problem, status = min_peak_layout(
-      graph, mesh_shape, outputs, topology, time_limit_s, num_workers, seed)
+  graph = search.graph
+  peak, rules, problem, status = search.min_peak(
+      mesh_shape, topology, time_limit_s, num_workers, seed)
   prof = cm_memory.memory_profile(graph, problem.mesh_shape, rules,
                                   outputs=list(problem.outputs))
   if prof.peak_bytes != peak:
@@ -348,7 +417,8 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 objective=DEFAULTS.objective,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                tie_break=(), solver_params=None, forbid=(), progress=None):
+                tie_break=(), solver_params=None, forbid=(), progress=None,
+                search=None):
   """Finds the layout rules that minimise predicted step time.
 
   The defaults are ``mtf-layout solve``'s (:mod:`autolayout.arguments`):
@@ -381,6 +451,8 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     progress: optional ``progress(best, bound, elapsed_s)`` called by the
       solver for each improving layout (objective units: seconds, or bytes
       for "memory"), e.g. to show a live display.
+    search: a :class:`LayoutSearch` of ``graph`` (and ``outputs``) whose
+      tables to reuse; None: a new one, for this call only.
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -399,24 +471,45 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     >>> str(r.rules)                                     # doctest: +SKIP
     'batch:data;d_ff:model;heads:model'
   """
+  if search is None:
+    search = LayoutSearch(graph, outputs)
+  elif search.graph is not graph:
+    raise AutoLayoutError("auto_layout was given a LayoutSearch of another "
+                          "graph; pass search=LayoutSearch(graph, outputs)")
+  elif outputs is not None and [id(t) for t in _outputs(graph, outputs)] != [
+      id(t) for t in search.outputs]:
+    raise AutoLayoutError(
+        "auto_layout was given outputs that differ from its LayoutSearch's "
+        f"{[t.name for t in search.outputs]}; pass outputs=None, or "
+        "search=LayoutSearch(graph, outputs)")
+  return search.solve(mesh_shape, topology, memory_budget, objective,
+                      time_limit_s, num_workers, seed, tie_break,
+                      solver_params, forbid, progress)
+
+
+def _solve(search, mesh_shape, topology, memory_budget, objective,
+           time_limit_s, num_workers, seed, tie_break, solver_params, forbid,
+           progress):
+  """The body of :meth:`LayoutSearch.solve`."""
   check_import_order()
-  (graph, mesh_shape, outputs, topology, memory_budget, objective,
-   time_limit_s, num_workers, seed, tie_break, forbid, solver_params,
-   progress) = arguments.check_search_args(
-       graph, mesh_shape, outputs, topology, memory_budget, objective,
-       time_limit_s, num_workers, seed, tie_break, forbid, solver_params,
-       progress)
+  (mesh_shape, topology, memory_budget, objective, time_limit_s, num_workers,
+   seed, tie_break, forbid, solver_params, progress) = (
+       arguments.check_search_args(
+           search.graph, mesh_shape, topology, memory_budget, objective,
+           time_limit_s, num_workers, seed, tie_break, forbid,
+           solver_params, progress))
   if objective == "latency":
     # The latency of a one-token decoding graph (mesh_tf.models.decoding)
     # is its predicted step time: solve "time", report it as latency.
-    import dataclasses
-    result = auto_layout(graph, mesh_shape, outputs, topology, memory_budget,
-                         "time", time_limit_s, num_workers, seed, tie_break,
-                         solver_params, forbid, progress)
+    result = _solve(search, mesh_shape, topology, memory_budget, "time",
+                    time_limit_s, num_workers, seed, tie_break,
+                    solver_params, forbid, progress)
     return dataclasses.replace(result, objective="latency")
+  # The edge (check_search_args) resolved the names once; everything below
+  # gets typed values.
   phases = _phases(objective, tie_break)
-  problem = build_problem(graph, mesh_shape, outputs, topology,
-                          memory_budget, need_peak="memory" in phases)
+  problem = search.problem(mesh_shape, topology, memory_budget,
+                           need_peak="memory" in phases)
   for dim, axis in forbid:
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
@@ -428,7 +521,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
                       solver_params, on_solution)
   except InfeasibleLayoutError:
-    _infeasible(graph, mesh_shape, outputs, topology, memory_budget,
+    _infeasible(search, mesh_shape, topology, memory_budget,
                 time_limit_s, num_workers, seed)
   rules = rules_of(pr.x)
   unit = problem.form.units[objective]
@@ -454,5 +547,5 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   return LayoutResult(rules, problem.mesh_shape, report, objective, value,
                       pr.status, bound, gap, pr.solve_time_s,
                       problem.build_time_s, _model_size(problem),
-                      memory_budget, problem.topology, graph=graph,
+                      memory_budget, problem.topology, graph=search.graph,
                       outputs=problem.outputs)

@@ -30,14 +30,15 @@ number of distinct ops, not with depth.
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
-from mesh_tf.lowering.lowering import Lowering
-from mesh_tf.lowering.mesh_impl import (LaidOutTensor, LaidOutVariable,
-                                        LazyAllreduceSum)
+from mesh_tf.lowering.laid_out import LaidOutTensor, LazyAllreduceSum
+from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
 from autolayout import assignments
 from autolayout.view import op_signature
 
+# The source_op of a pending input's stand-in sum: the records that name it
+# are the all-reduces the op forced on that input.
 _LAZY_SOURCE = "\x00pending-input-{}"
 
 # A pending state: (mesh-axis indices of the pending all-reduce, bytes of
@@ -64,81 +65,40 @@ class Factor(NamedTuple):
   example: str       # an op or tensor name it stands for
 
 
-class _AnyFeed(dict):
-  """Feeds for stand-in lowering: imports need a value, never looked at."""
-
-  def get(self, key, default=None):
-    v = super().get(key, default)
-    return 0 if v is None else v
-
-
-class _StandInVariables(dict):
-  def __init__(self, impl):
-    super().__init__()
-    self._impl = impl
-
-  def __missing__(self, v):
-    lv = LaidOutVariable(v.name, v.shape, self._impl.slice_shape(v.shape),
-                         v.dtype, None)
-    self[v] = lv
-    return lv
-
-
-class LocalLowering(Lowering):
-  """A Lowering that lowers single ops on stand-in inputs.
-
-  It deliberately skips ``Lowering.__init__`` (which lowers the whole graph)
-  and offers the same interface to op lowering code.
-  """
-
-  # pylint: disable-next=super-init-not-called
-  def __init__(self, graph, mesh, impl):
-    self.graph = graph
-    self.mesh_to_impl = {mesh: impl}
-    self.feeds = _AnyFeed()
-    self.tensors = {}
-    self.variables = _StandInVariables(impl)
-    self.lowered_operations = {}
-
-
 def lower_op(op, mesh_shape, rules, input_states, pricer):
   """Lowers ``op`` alone under ``rules`` with inputs in ``input_states``.
 
-  Returns an :class:`Outcome`; ``valid`` is False (with the error message)
-  if the op's lowering rejects the layout.
+  Runs :func:`mesh_tf.lowering.lower_operation` on a
+  :class:`~mesh_tf.ShapeMeshImpl`, with value-less inputs in the given
+  pending states.  Returns an :class:`Outcome`; ``valid`` is False (with
+  the error message) if the op's lowering rejects the layout.
   """
   impl = ShapeMeshImpl(mesh_shape, rules)
-  lw = LocalLowering(op.graph, op.mesh, impl)
   sources = {}
   try:
+    inputs = []
     for i, (t, st) in enumerate(zip(op.inputs, input_states)):
-      if t in lw.tensors:
-        continue
-      sl = LaidOutTensor(impl.slice_shape(t), t.dtype)
       if st is None:
-        lw.tensors[t] = sl
-      else:
-        src = _LAZY_SOURCE.format(i)
-        sources[src] = i
-        with impl.recording(src):
-          lw.tensors[t] = LazyAllreduceSum(impl, sl, st[0])
-    impl.check_splittable(op)
-    with impl.recording(op.name):
-      op.lower(lw)
+        inputs.append(None)  # a stand-in of the tensor's slice shape
+        continue
+      src = _LAZY_SOURCE.format(i)
+      sources[src] = i
+      inputs.append(LazyAllreduceSum(
+          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0],
+          source_op=src))
+    lowered = lower_operation(op, impl, inputs)
   except MtfError as e:
     return Outcome(False, 0.0, 0.0, (), frozenset(), str(e))
   forced, comm = set(), 0.0
-  for rec in impl.trace.collectives:
+  for rec in lowered.trace.collectives:
     if rec.source_op in sources:
       forced.add(sources[rec.source_op])
       continue
     comm += pricer.collective_s(rec)
-  compute = sum(pricer.compute_s(rec) for rec in impl.trace.compute)
+  compute = sum(pricer.compute_s(rec) for rec in lowered.trace.compute)
   outs = []
-  for t in op.outputs:
-    v = lw.tensors.get(t)
-    # pylint: disable-next=protected-access
-    if isinstance(v, LazyAllreduceSum) and v._reduced is None:
+  for v in lowered.outputs:
+    if isinstance(v, LazyAllreduceSum) and v.pending:
       outs.append((tuple(v.mesh_axes), v.laid_out_input.slice_bytes))
     else:
       outs.append(None)

@@ -6,14 +6,17 @@ from lowering the graph on :class:`mesh_tf.ShapeMeshImpl` (the same op
 lowering code that runs on real devices), and are priced on a topology:
 
 * :mod:`costmodels.hardware`: chip and link specs with units and sources;
-* :mod:`costmodels.topology`: TPU tori and GPU clusters, presets, and
-  :func:`map_mesh`, which lays a logical mesh onto one (row-major) so that
-  every mesh axis knows its links;
+* :mod:`costmodels.errors`: :class:`TopologyError`;
+* :mod:`costmodels.topology`: a package of ``types`` (:class:`Topology`),
+  ``presets`` (TPU tori, GPU clusters, named presets) and ``mapping``
+  (:func:`map_mesh`, which lays a logical mesh onto a topology, row-major,
+  so that every mesh axis knows its links);
 * :mod:`costmodels.collectives`: pure alpha-beta formulas (ring, line,
   switch, and dimension-ordered torus/hierarchical variants);
 * :mod:`costmodels.compute`: the per-record roofline;
 * :mod:`costmodels.memory`: per-device tensor bytes, a layout-independent
-  memory-minimising schedule, liveness and the peak;
+  memory-minimising schedule and liveness (a :class:`memory.Liveness` the
+  caller builds once per graph and reuses over layouts), and the peak;
 * :mod:`costmodels.evaluate`: :func:`evaluate`, :func:`op_costs` and
   :func:`collective_time`.  The step time is the plain sum of every record's
   price (no overlap), so it decomposes exactly by op.

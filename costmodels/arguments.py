@@ -15,6 +15,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import InvalidArgumentError, MtfError
 from mesh_tf.core.layout import LayoutRules, convert_to_layout_rules
+from mesh_tf.core.mesh_shape import MeshShape, convert_to_mesh_shape
 
 __all__ = ["MAX_BYTES", "MAX_ECHO", "check_graph", "check_mesh_shape",
            "check_outputs", "check_rules", "echo", "parse_size",
@@ -203,7 +204,8 @@ def check_outputs(graph, outputs, name="outputs"):
 
 
 def check_mesh_shape(mesh_shape, name="mesh_shape"):
-  """Parses and checks a mesh shape (``"data:4;model:4"`` or a Shape).
+  """Parses and checks a mesh shape (``"data:4;model:4"``, a Shape or a
+  MeshShape) into a MeshShape.
 
   Raises:
     InvalidArgumentError: for a malformed or empty mesh, an axis of size
@@ -211,12 +213,18 @@ def check_mesh_shape(mesh_shape, name="mesh_shape"):
       processors.
   """
   example = "e.g. 'data:4;model:4'"
+  if isinstance(mesh_shape, MeshShape):
+    if mesh_shape.size > MAX_MESH_SIZE:
+      raise InvalidArgumentError(
+          f"{name}={mesh_shape} has {mesh_shape.size} processors, over the "
+          f"{MAX_MESH_SIZE} the cost model prices; use a smaller mesh")
+    return mesh_shape
   if not isinstance(mesh_shape, (str, dims_lib.Shape, list, tuple)):
     raise InvalidArgumentError(
         f"{name} must be a mesh string or Shape, got "
         f"{type(mesh_shape).__name__} {echo(mesh_shape, 80)}; {example}")
   try:
-    shape = dims_lib.convert_to_shape(mesh_shape)
+    shape = convert_to_mesh_shape(mesh_shape)
   except MtfError as e:  # keep the type (ParseError, ShapeError...)
     raise type(e)(f"{name}={echo(mesh_shape)} is not a mesh: {e}; "
                   f"{example}") from None

@@ -62,8 +62,9 @@ class LinkParams(NamedTuple):
 
   @property
   def algorithm_bandwidth_bytes_per_s(self):
-    """Bandwidth of a ring algorithm: ``2B`` on a ring, ``B`` otherwise."""
-    return self.bandwidth_bytes_per_s * (2 if self.structure == "ring" else 1)
+    """Bandwidth of a ring algorithm on these links; see
+    :func:`algorithm_bandwidth`."""
+    return algorithm_bandwidth(self.bandwidth_bytes_per_s, self.structure)
 
 
 def _check(structure, p):
@@ -74,8 +75,15 @@ def _check(structure, p):
     raise MtfError(f"a collective needs at least one participant, got {p}")
 
 
-def _alg_bw(bandwidth, structure):
-  return bandwidth * (2 if structure == "ring" else 1)
+def algorithm_bandwidth(bandwidth_bytes_per_s, structure):
+  """``b_alg``, the bandwidth a ring algorithm gets: ``2B`` on a ring (half
+  the data goes each way round), ``B`` on a line or a switch.
+
+  Example:
+    >>> algorithm_bandwidth(100.0, "ring"), algorithm_bandwidth(100.0, "line")
+    (200.0, 100.0)
+  """
+  return bandwidth_bytes_per_s * (2 if structure == "ring" else 1)
 
 
 def reduce_scatter_time(nbytes, group_size, bandwidth_bytes_per_s, latency_s,
@@ -92,8 +100,8 @@ def reduce_scatter_time(nbytes, group_size, bandwidth_bytes_per_s, latency_s,
   _check(structure, p)
   if p == 1:
     return 0.0
-  return ((p - 1) * latency_s
-          + (p - 1) / p * nbytes / _alg_bw(bandwidth_bytes_per_s, structure))
+  b_alg = algorithm_bandwidth(bandwidth_bytes_per_s, structure)
+  return (p - 1) * latency_s + (p - 1) / p * nbytes / b_alg
 
 
 def allgather_time(nbytes_per_device, group_size, bandwidth_bytes_per_s,
@@ -111,8 +119,8 @@ def allgather_time(nbytes_per_device, group_size, bandwidth_bytes_per_s,
   _check(structure, p)
   if p == 1:
     return 0.0
-  return ((p - 1) * latency_s + (p - 1) * nbytes_per_device
-          / _alg_bw(bandwidth_bytes_per_s, structure))
+  b_alg = algorithm_bandwidth(bandwidth_bytes_per_s, structure)
+  return (p - 1) * latency_s + (p - 1) * nbytes_per_device / b_alg
 
 
 def allreduce_time(nbytes, group_size, bandwidth_bytes_per_s, latency_s,

@@ -24,8 +24,7 @@ import math
 from typing import NamedTuple, Tuple
 
 from mesh_tf.core.errors import MtfError
-
-from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.ops.creation import ImportOperation
@@ -187,7 +186,7 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
   # shape-only backend ignores values.
   feeds = {op.outputs[0]: _NO_VALUE for op in graph.operations
            if isinstance(op, ImportOperation) and op.value is None}
-  lowering = Lowering(graph, {mesh: impl}, feeds=feeds)
+  lowering = lower(graph, {mesh: impl}, feeds=feeds)
   if outputs is None:
     outputs = memory_lib.default_outputs(graph)
   for t in outputs:
@@ -196,7 +195,7 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
 
 
 def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
-             schedule=None):
+             schedule=None, liveness=None):
   """Predicts the step time and peak memory of ``graph`` under a layout.
 
   Args:
@@ -211,6 +210,9 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
       without a value (fed at run time) need no feed here.
     schedule: an operation order for the memory model (default
       :func:`costmodels.memory.schedule`).
+    liveness: a :class:`costmodels.memory.Liveness` of ``graph`` with these
+      ``outputs`` (from :func:`costmodels.memory.liveness`), to reuse one
+      schedule over many layouts; replaces ``schedule``.
 
   Returns:
     A :class:`costmodels.CostReport`.
@@ -232,6 +234,8 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     >>> [(c.kind, c.mesh_axes) for c in r.collectives]
     [('allreduce', ('model',))]
   """
+  # The edge: names and strings are checked and resolved here, once; below
+  # this point only typed values travel.
   graph = arguments.check_graph(graph)
   topology = get_topology(topology)
   mesh_shape = arguments.check_mesh_shape(mesh_shape)
@@ -241,7 +245,7 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
   trace = trace_graph(graph, mesh_shape, rules, outputs)
   costs = op_costs(trace, mapping)
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,
-                                      outputs)
+                                      outputs, liveness)
   return CostReport(graph=graph, mesh_shape=mesh_shape, layout_rules=rules,
                     topology=topology, mapping=mapping, trace=trace,
                     op_costs=costs, memory=profile)

@@ -24,6 +24,8 @@ Example:
 
 from typing import NamedTuple, Optional
 
+from costmodels.errors import TopologyError
+
 
 class LinkSpec(NamedTuple):
   """One kind of link, as seen by one chip.
@@ -180,7 +182,7 @@ def get_chip(chip):
   """The :class:`ChipSpec` named ``chip`` (or ``chip`` itself).
 
   Raises:
-    costmodels.topology.TopologyError: for an unknown name.
+    TopologyError: for an unknown name.
   """
   if isinstance(chip, ChipSpec):
     return chip
@@ -188,7 +190,6 @@ def get_chip(chip):
   if key.startswith("v") and f"tpu-{key}" in CHIPS:
     key = f"tpu-{key}"
   if key not in CHIPS:
-    from costmodels.topology import TopologyError
     raise TopologyError(f"unknown chip {chip!r}; use one of {sorted(CHIPS)} "
                         "or build a ChipSpec")
   return CHIPS[key]
@@ -209,7 +210,6 @@ def get_network(network):
     return INFINIBAND[key]
   if key.startswith("pcie-") and key[5:] in PCIE:
     return PCIE[key[5:]]
-  from costmodels.topology import TopologyError
   raise TopologyError(
       f"unknown network {network!r}; use one of {sorted(INFINIBAND)} "
       f"(InfiniBand), {['pcie-' + k for k in sorted(PCIE)]} or a LinkSpec")

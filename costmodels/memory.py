@@ -26,14 +26,17 @@ Example:
   128
 """
 
+import dataclasses
 import heapq
-import weakref
+import math
+from typing import Optional, Tuple
 
 import numpy as np
 
-from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
+from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from mesh_tf.ops.variables import Variable
 
 CATEGORIES = ("params", "gradients", "optimizer", "activations")
@@ -55,13 +58,14 @@ def tensor_bytes_per_device(tensor, mesh_shape, layout_rules):
     >>> tensor_bytes_per_device(w, "model:4", "d_ff:model")
     256
   """
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-  rules = convert_to_layout_rules(layout_rules)
+  return _slice_bytes(tensor, convert_to_mesh_shape(mesh_shape),
+                      convert_to_layout_rules(layout_rules))
+
+
+def _slice_bytes(tensor, mesh_shape, rules):
   layout = rules.tensor_layout(tensor.shape, mesh_shape, tensor.name)
-  n = 1
-  for d, a in zip(tensor.shape.dims, layout):
-    n *= d.size // (mesh_shape[a].size if a is not None else 1)
-  return n * dtypes_lib.size_of(tensor.dtype)
+  return (math.prod(layout.slice_sizes(tensor.shape, mesh_shape))
+          * dtypes_lib.size_of(tensor.dtype))
 
 
 def full_bytes(tensor):
@@ -265,22 +269,45 @@ def tensor_category(tensor):
   return "activations"
 
 
-# Schedules depend on the graph only, not on the layout, so evaluating many
-# layouts of one graph reuses them.  Keyed weakly by graph and validated by
-# its op count (graphs only grow).
-_CACHE = weakref.WeakKeyDictionary()
+@dataclasses.dataclass(frozen=True, eq=False)
+class Liveness:
+  """The layout-independent half of the memory model of one graph: its
+  schedule and each tensor's live steps.  Build it once with
+  :func:`liveness` and pass it to :func:`memory_profile` (or
+  ``costmodels.evaluate(..., liveness=...)``) for every layout of the graph.
+
+  Attributes:
+    schedule: the operations in execution order.
+    intervals: ``((tensor, first_step, last_step), ...)``, inclusive.
+    num_operations: ``len(graph.operations)`` when it was built (graphs only
+      grow; a plan of fewer operations is out of date).
+  """
+  schedule: Tuple[object, ...]
+  intervals: Tuple[Tuple[object, int, int], ...]
+  num_operations: int
+
+  def check_current(self, graph):
+    """Raises MtfError if ``graph`` has grown since this was built."""
+    if len(graph.operations) != self.num_operations:
+      raise MtfError(
+          f"this Liveness was built for {self.num_operations} operations but "
+          f"{graph!r} now has {len(graph.operations)}; build a new one with "
+          "costmodels.memory.liveness(graph) after adding operations")
 
 
-def _cached(graph, outputs, what, fn):
-  key = (what, len(graph.operations),
-         None if outputs is None else tuple(id(t) for t in outputs))
-  per_graph = _CACHE.setdefault(graph, {})
-  hit = per_graph.get(key)
-  if hit is None:
-    hit = per_graph[key] = fn()
-  return hit
+def liveness(graph, outputs=None, schedule_ops=None):
+  """The :class:`Liveness` of ``graph``: ``schedule_ops`` (default
+  :func:`schedule`) and :func:`live_intervals` under it, with ``outputs``
+  (default: unread tensors) kept live to the end."""
+  if schedule_ops is None:
+    schedule_ops = schedule(graph, outputs)
+  intervals = live_intervals(graph, schedule_ops, outputs)
+  return Liveness(tuple(schedule_ops),
+                  tuple((t, a, b) for t, (a, b) in intervals.items()),
+                  len(graph.operations))
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
 class MemoryProfile:
   """Per-step memory of one layout: what :func:`peak_memory` computes.
 
@@ -292,15 +319,12 @@ class MemoryProfile:
     bytes_by_step: numpy int64 array of the per-device total at each step.
     tensor_bytes: ``{tensor: bytes per device}``.
   """
-
-  def __init__(self, peak_bytes, peak_step, peak_op, breakdown, bytes_by_step,
-               tensor_bytes):
-    self.peak_bytes = peak_bytes
-    self.peak_step = peak_step
-    self.peak_op = peak_op
-    self.breakdown = breakdown
-    self.bytes_by_step = bytes_by_step
-    self.tensor_bytes = tensor_bytes
+  peak_bytes: int
+  peak_step: int
+  peak_op: Optional[object]
+  breakdown: dict
+  bytes_by_step: np.ndarray
+  tensor_bytes: dict
 
   def __repr__(self):
     return (f"MemoryProfile(peak {self.peak_bytes} B at step {self.peak_step}"
@@ -308,25 +332,35 @@ class MemoryProfile:
 
 
 def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
-                   outputs=None):
-  """The :class:`MemoryProfile` of ``graph`` under a layout."""
-  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+                   outputs=None, liveness_plan=None):
+  """The :class:`MemoryProfile` of ``graph`` under a layout.
+
+  Args:
+    graph, mesh_shape, layout_rules, outputs: as :func:`peak_memory`.
+    schedule_ops: an operation order (default :func:`schedule`); ignored
+      when ``liveness_plan`` is given.
+    liveness_plan: a :class:`Liveness` of ``graph`` built by
+      :func:`liveness` with the same ``outputs``; pass one when pricing
+      many layouts of one graph, so that the schedule is computed once.
+
+  Raises:
+    MtfError: if ``liveness_plan`` is out of date (the graph grew).
+  """
+  mesh_shape = convert_to_mesh_shape(mesh_shape)
   rules = convert_to_layout_rules(layout_rules)
-  if schedule_ops is None:
-    schedule_ops = _cached(graph, outputs, "schedule",
-                           lambda: schedule(graph, outputs))
-    intervals = _cached(graph, outputs, "intervals",
-                        lambda: live_intervals(graph, schedule_ops, outputs))
+  if liveness_plan is None:
+    liveness_plan = liveness(graph, outputs, schedule_ops)
   else:
-    intervals = live_intervals(graph, schedule_ops, outputs)
+    liveness_plan.check_current(graph)
+  schedule_ops = liveness_plan.schedule
   steps = len(schedule_ops)
   tensor_bytes, by_shape = {}, {}
   diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in CATEGORIES}
-  for t, (a, b) in intervals.items():
+  for t, a, b in liveness_plan.intervals:
     key = (t.shape, t.dtype)
     n = by_shape.get(key)
     if n is None:
-      n = by_shape[key] = tensor_bytes_per_device(t, mesh_shape, rules)
+      n = by_shape[key] = _slice_bytes(t, mesh_shape, rules)
     tensor_bytes[t] = n
     d = diffs[tensor_category(t)]
     d[a] += n

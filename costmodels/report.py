@@ -1,12 +1,16 @@
 """The :class:`CostReport` of one (graph, mesh, layout, topology)."""
 
+import dataclasses
+import functools
 import math
 
 VIEWS = ("ops", "axes", "memory", "collectives", "variables")
 
 
+@dataclasses.dataclass(frozen=True, eq=False, repr=False)
 class CostReport:
-  """Predicted step time and memory of a graph under one layout.
+  """Predicted step time and memory of a graph under one layout (frozen;
+  equal and hashed by identity, as it holds the graph and numpy arrays).
 
   Built by :func:`costmodels.evaluate`.  Times are seconds per step and per
   device; bytes are per device.
@@ -23,8 +27,7 @@ class CostReport:
     peak_memory_bytes: peak per-device bytes (see :mod:`costmodels.memory`).
     peak_step, peak_op: where the peak is reached in the schedule.
     memory_by_category: ``{"params", "gradients", "optimizer",
-      "activations": bytes}`` at the peak step
-      at the peak step.
+      "activations": bytes}`` at the peak step.
     memory_by_step: per-step totals (numpy array).
     variable_bytes_per_device: ``{variable name: bytes}`` from the trace.
     collectives: the priced collectives (``OpCost`` with category "comm").
@@ -34,34 +37,78 @@ class CostReport:
     mesh_shape, layout_rules, topology, mapping, trace, graph.
   """
 
-  def __init__(self, graph, mesh_shape, layout_rules, topology, mapping,
-               trace, op_costs, memory):
-    self.graph = graph
-    self.mesh_shape = mesh_shape
-    self.layout_rules = layout_rules
-    self.topology = topology
-    self.mapping = mapping
-    self.trace = trace
-    self.op_costs = list(op_costs)
-    self.memory = memory
-    comp = [c for c in self.op_costs if c.category == "compute"]
-    self.collectives = [c for c in self.op_costs if c.category == "comm"]
-    self.step_time_s = math.fsum(c.time_s for c in self.op_costs)
-    self.compute_time_s = math.fsum(c.time_s for c in comp)
-    self.comm_time_s = math.fsum(c.time_s for c in self.collectives)
-    by_axis = {a.name: [] for a in mesh_shape.dims}
+  graph: object
+  mesh_shape: object
+  layout_rules: object
+  topology: object
+  mapping: object
+  trace: object
+  op_costs: list
+  memory: object
+
+  def __post_init__(self):
+    object.__setattr__(self, "op_costs", list(self.op_costs))
+
+  # The rest is derived from the fields above, once, on first use.
+  @functools.cached_property
+  def collectives(self):
+    return [c for c in self.op_costs if c.category == "comm"]
+
+  @functools.cached_property
+  def _compute(self):
+    return [c for c in self.op_costs if c.category == "compute"]
+
+  @functools.cached_property
+  def step_time_s(self):
+    return math.fsum(c.time_s for c in self.op_costs)
+
+  @functools.cached_property
+  def compute_time_s(self):
+    return math.fsum(c.time_s for c in self._compute)
+
+  @functools.cached_property
+  def comm_time_s(self):
+    return math.fsum(c.time_s for c in self.collectives)
+
+  @functools.cached_property
+  def comm_time_by_axis(self):
+    by_axis = {a.name: [] for a in self.mesh_shape.dims}
     for c in self.collectives:
       for a, t in c.time_by_axis:
         by_axis.setdefault(a, []).append(t)
-    self.comm_time_by_axis = {a: math.fsum(ts) for a, ts in by_axis.items()}
-    self.flops_per_device = sum(c.flops_per_device for c in comp)
-    self.peak_memory_bytes = memory.peak_bytes
-    self.peak_step = memory.peak_step
-    self.peak_op = memory.peak_op
-    self.memory_by_category = dict(memory.breakdown)
-    self.memory_by_step = memory.bytes_by_step
-    self.variable_bytes_per_device = dict(trace.variables)
-    self.hbm_bytes = topology.chip.hbm_bytes
+    return {a: math.fsum(ts) for a, ts in by_axis.items()}
+
+  @functools.cached_property
+  def flops_per_device(self):
+    return sum(c.flops_per_device for c in self._compute)
+
+  @property
+  def peak_memory_bytes(self):
+    return self.memory.peak_bytes
+
+  @property
+  def peak_step(self):
+    return self.memory.peak_step
+
+  @property
+  def peak_op(self):
+    return self.memory.peak_op
+
+  @functools.cached_property
+  def memory_by_category(self):
+    return dict(self.memory.breakdown)
+
+  @property
+  def memory_by_step(self):
+    return self.memory.bytes_by_step
+
+  @functools.cached_property
+  def variable_bytes_per_device(self):
+    return dict(self.trace.variables)
+
+  @property
+  def hbm_bytes(self):
+    return self.topology.chip.hbm_bytes
 
   @property
   def fits_in_memory(self):

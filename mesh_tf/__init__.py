@@ -4,16 +4,11 @@
 TensorFlow; only lowering onto real devices does.
 """
 
-import sys as _sys
+# CP-SAT before TensorFlow (see mesh_tf.import_order): importing mesh_tf
+# first makes every later order safe.
+from mesh_tf import import_order as _import_order
 
-if "tensorflow" not in _sys.modules:
-  # OR-Tools' CP-SAT must be imported before TensorFlow in any process that
-  # uses both (a protobuf clash makes CP-SAT crash otherwise), so importing
-  # mesh_tf first makes every later order safe.
-  try:
-    import ortools.sat.python.cp_model  # noqa: F401
-  except ImportError:  # The layout search is then unavailable anyway.
-    pass
+_import_order.import_cp_sat_first()
 
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
@@ -22,9 +17,9 @@ from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rul
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
                               LazyAllreduceSum, Lowering, MeshImpl,
-                              PlacementMeshImpl, ShapeMeshImpl,
-                              logical_cpu_devices, set_logical_cpu_devices,
-                              step_call_options)
+                              OpLowering, PlacementMeshImpl, ShapeMeshImpl,
+                              logical_cpu_devices, lower, lower_operation,
+                              set_logical_cpu_devices, step_call_options)
 from mesh_tf.ops.control import depend, stop_gradient
 from mesh_tf.ops.creation import (constant, import_fully_replicated,
                                   import_tf_tensor, mtf_range, ones, ones_like,

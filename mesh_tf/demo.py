@@ -49,14 +49,14 @@ def main(argv=None):
   t0 = time.perf_counter()
   impl = mtf.PlacementMeshImpl(mesh_shape, args.layout,
                                mtf.logical_cpu_devices(mesh_shape.size))
-  lowering = mtf.Lowering(graph, {mesh: impl})
+  lowering = mtf.lower(graph, {mesh: impl})
   y_full = lowering.export_to_tf_tensor(y).numpy()
   loss_full = float(lowering.export_to_tf_tensor(loss).numpy())
   dt = time.perf_counter() - t0
 
   # The same graph on one device, as the reference.
   ref_impl = mtf.PlacementMeshImpl("all:1", "", mtf.logical_cpu_devices(1))
-  ref = mtf.Lowering(graph, {mesh: ref_impl})
+  ref = mtf.lower(graph, {mesh: ref_impl})
   y_ref = ref.export_to_tf_tensor(y).numpy()
 
   print(f"mesh {mesh_shape}  layout {impl.layout_rules}  "

@@ -14,7 +14,9 @@ Example:
   >>> update_ops = opt.apply_grads(grads, graph.trainable_variables)
 """
 
+import dataclasses
 import re
+from typing import Any, Optional, Tuple
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError
@@ -44,9 +46,30 @@ def _slot(var, suffix, shape=None):
       trainable=False)
 
 
+def _pairs(grads, variables):
+  """The checked ``(gradient, Variable)`` pairs, None gradients skipped."""
+  grads, variables = list(grads), [_as_variable(v) for v in variables]
+  if len(grads) != len(variables):
+    raise MtfError(f"apply_grads got {len(grads)} gradients for "
+                   f"{len(variables)} variables")
+  for g, v in zip(grads, variables):
+    if g is None:
+      continue
+    if g.shape != v.shape:
+      raise MtfError(f"gradient {g.name} {g.shape!r} does not match "
+                     f"variable {v.name} {v.shape!r}")
+    yield g, v
+
+
 def reduce_rms(x):
   """Root mean square of all elements of ``x`` (a scalar Tensor)."""
   return ew.sqrt(reduce_ops.reduce_mean(ew.square(x)))
+
+
+def _optimizer(cls):
+  """Optimizers are frozen dataclasses: their hyperparameters are the whole
+  of their state, compared and hashed as values."""
+  return dataclasses.dataclass(frozen=True)(cls)
 
 
 class Optimizer:
@@ -64,17 +87,8 @@ class Optimizer:
       MtfError: if the lists differ in length or a gradient's shape is not its
         variable's.
     """
-    grads, variables = list(grads), [_as_variable(v) for v in variables]
-    if len(grads) != len(variables):
-      raise MtfError(f"apply_grads got {len(grads)} gradients for "
-                     f"{len(variables)} variables")
     ops = []
-    for g, v in zip(grads, variables):
-      if g is None:
-        continue
-      if g.shape != v.shape:
-        raise MtfError(f"gradient {g.name} {g.shape!r} does not match "
-                       f"variable {v.name} {v.shape!r}")
+    for g, v in _pairs(grads, variables):
       ops.extend(self.apply_grad(g, v))
     return ops
 
@@ -83,26 +97,24 @@ class Optimizer:
     raise NotImplementedError
 
 
+@_optimizer
 class SgdOptimizer(Optimizer):
   """Plain gradient descent: ``var -= lr * grad``.
 
   ``lr`` is a float or a scalar mtf Tensor (e.g. a schedule).
   """
-
-  def __init__(self, lr):
-    self.lr = lr
+  lr: Any
 
   def apply_grad(self, grad, var):
     return [variable_ops.apply_gradient_descent(var, grad, self.lr)]
 
 
+@_optimizer
 class MomentumOptimizer(Optimizer):
   """Heavy-ball momentum, as ``tf.compat.v1.train.MomentumOptimizer``:
   ``m = momentum * m + grad; var -= lr * m``."""
-
-  def __init__(self, learning_rate, momentum):
-    self.learning_rate = learning_rate
-    self.momentum = momentum
+  learning_rate: Any
+  momentum: float
 
   def apply_grad(self, grad, var):
     m = _slot(var, "momentum")
@@ -112,6 +124,7 @@ class MomentumOptimizer(Optimizer):
                                                      self.learning_rate))]
 
 
+@_optimizer
 class AdamWeightDecayOptimizer(Optimizer):
   """Adam with decoupled weight decay, as in BERT and Mesh TensorFlow.
 
@@ -124,12 +137,16 @@ class AdamWeightDecayOptimizer(Optimizer):
       no weight decay (e.g. ``["layer_norm", "bias"]``).
   """
 
-  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
-               beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=None):
-    self.learning_rate = learning_rate
-    self.weight_decay_rate = weight_decay_rate
-    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
-    self.exclude_from_weight_decay = list(exclude_from_weight_decay or [])
+  learning_rate: Any
+  weight_decay_rate: float = 0.0
+  beta_1: float = 0.9
+  beta_2: float = 0.999
+  epsilon: float = 1e-6
+  exclude_from_weight_decay: Tuple[str, ...] = ()
+
+  def __post_init__(self):
+    object.__setattr__(self, "exclude_from_weight_decay",
+                       tuple(self.exclude_from_weight_decay or ()))
 
   def _use_weight_decay(self, name):
     if not self.weight_decay_rate:
@@ -151,6 +168,7 @@ class AdamWeightDecayOptimizer(Optimizer):
                                                      self.learning_rate))]
 
 
+@_optimizer
 class AdafactorOptimizer(Optimizer):
   """Adafactor (Shazeer & Stern, 2018), with Mesh TensorFlow's defaults.
 
@@ -170,21 +188,17 @@ class AdafactorOptimizer(Optimizer):
   The step counter is a scalar non-trainable variable ``<name>/step``.
   """
 
-  def __init__(self, multiply_by_parameter_scale=True, learning_rate=None,
-               decay_rate=None, beta1=0.0, clipping_threshold=1.0,
-               factored=True, epsilon1=1e-30, epsilon2=1e-3,
-               min_dim_size_to_factor=128, decay_exponent=0.8,
-               name="adafactor"):
-    self.multiply_by_parameter_scale = multiply_by_parameter_scale
-    self.learning_rate = learning_rate
-    self.decay_rate = decay_rate
-    self.beta1 = beta1
-    self.clipping_threshold = clipping_threshold
-    self.factored = factored
-    self.epsilon1, self.epsilon2 = epsilon1, epsilon2
-    self.min_dim_size_to_factor = min_dim_size_to_factor
-    self.decay_exponent = decay_exponent
-    self.name = name
+  multiply_by_parameter_scale: bool = True
+  learning_rate: Optional[Any] = None
+  decay_rate: Optional[Any] = None
+  beta1: float = 0.0
+  clipping_threshold: Optional[float] = 1.0
+  factored: bool = True
+  epsilon1: float = 1e-30
+  epsilon2: float = 1e-3
+  min_dim_size_to_factor: int = 128
+  decay_exponent: float = 0.8
+  name: str = "adafactor"
 
   def factored_dims(self, shape):
     """The (largest, second-largest) dims to factor over, or None."""
@@ -206,21 +220,30 @@ class AdafactorOptimizer(Optimizer):
         initializer=variable_ops.zeros_initializer(), trainable=False)
     t = ew.add(step, 1.0)
     if self.decay_rate is None:
-      self._decay = ew.subtract(1.0, ew.pow(t, -self.decay_exponent))
+      decay = ew.subtract(1.0, ew.pow(t, -self.decay_exponent))
     else:
-      self._decay = self.decay_rate
+      decay = self.decay_rate
     if self.learning_rate is None:
-      self._lr = ew.minimum(ew.rsqrt(t), 0.01)
+      lr = ew.minimum(ew.rsqrt(t), 0.01)
       if not self.multiply_by_parameter_scale:
-        self._lr = ew.multiply(self._lr, 0.05)
+        lr = ew.multiply(lr, 0.05)
     else:
-      self._lr = self.learning_rate
-    ops = super().apply_grads(grads, variables)
+      lr = self.learning_rate
+    ops = []
+    for g, v in _pairs(grads, variables):
+      ops.extend(self._update(g, v, decay, lr))
     ops.append(variable_ops.assign_add(step, creation_ops.ones_like(step)))
     return ops
 
   def apply_grad(self, grad, var):
-    decay = self._decay
+    """Adafactor's decay and learning rate depend on the shared step
+    counter, which :meth:`apply_grads` creates once for all variables."""
+    raise MtfError(
+        f"AdafactorOptimizer updates variables together, around one step "
+        f"counter; call apply_grads([grad], [{var.name!r}]) instead of "
+        "apply_grad")
+
+  def _update(self, grad, var, decay, lr):
     keep = 1.0 - decay if not isinstance(decay, Tensor) else ew.subtract(
         1.0, decay)
     grad_sq = ew.add(ew.square(grad), self.epsilon1)
@@ -251,7 +274,7 @@ class AdafactorOptimizer(Optimizer):
       denom = ew.maximum(ew.divide(reduce_rms(x), self.clipping_threshold),
                          1.0)
       x = ew.divide(x, denom)
-    scale = self._lr
+    scale = lr
     if self.multiply_by_parameter_scale:
       scale = ew.multiply(ew.maximum(reduce_rms(var.value), self.epsilon2),
                           scale)

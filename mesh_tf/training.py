@@ -23,10 +23,10 @@ Example:
 
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Mesh, Tensor
-from mesh_tf.lowering.fusion import step_call_options
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
+from mesh_tf.lowering.tf_private import CallOptions
 from mesh_tf.ops import creation as creation_ops
 
 __all__ = ["TrainStep", "make_train_step", "train_step_for_model"]
@@ -36,7 +36,8 @@ class LoweredStep:
   """What a lowered step (:class:`TrainStep`, ``DecodeStep``) is made of:
   variables created eagerly once, in ``mesh_impl``; ``_step`` traced once
   as a ``tf.function`` (the mtf lowering runs then); calls of the traced
-  step with :func:`step_call_options`.
+  step as :func:`~mesh_tf.lowering.fusion.step_call_options` makes them,
+  through call options the step owns (built once, not per call).
 
   Subclasses call :meth:`_init_step` and define ``_step(*args)``.
   """
@@ -47,6 +48,7 @@ class LoweredStep:
     self.lowering = None
     self._initialized = False
     self._concrete = None
+    self._call_options = CallOptions()
     self._function = tf.function(self._step, autograph=False,
                                  input_signature=signature)
 
@@ -76,7 +78,7 @@ class LoweredStep:
     # Traced outside step_call_options: the fused functions' own call ops
     # keep TF's default (optimising) options.
     self.concrete_function()
-    with step_call_options():
+    with self._call_options.scope(optimize=False):
       return self._function(*args)
 
 
@@ -135,8 +137,8 @@ class TrainStep(LoweredStep):
                      for t in self.inputs])
 
   def _step(self, *args):
-    self.lowering = Lowering(self.graph, {self.mesh: self.mesh_impl},
-                             feeds=dict(zip(self.inputs, args)))
+    self.lowering = lower(self.graph, {self.mesh: self.mesh_impl},
+                          feeds=dict(zip(self.inputs, args)))
     results = [self.lowering.export_to_tf_tensor(t)
                for t in [self.loss] + self.outputs]
     updates = []

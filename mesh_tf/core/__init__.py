@@ -9,5 +9,6 @@ from mesh_tf.core.errors import (DimMappedTwiceError, DTypeError, FeedError,
                                  MeshAxisReuseError, MeshSizeError, MtfError,
                                  ParseError, ShapeError, UnknownNameError,
                                  UnsplittableDimError)
+from mesh_tf.core.mesh_shape import MeshShape, convert_to_mesh_shape
 from mesh_tf.core.layout import (LayoutRules, TensorLayout,
                                  convert_to_layout_rules)

@@ -214,17 +214,27 @@ def _parse_pairs(text, what):
   return pairs
 
 
-@functools.lru_cache(maxsize=4096)
-def _parse_shape(text):
-  dims = []
-  for name, size in _parse_pairs(text, "shape"):
+def parse_name_sizes(text, what="shape", item="dim"):
+  """``"a:2;b:4"`` -> ``[("a", 2), ("b", 4)]``.
+
+  Raises:
+    ParseError: quoting ``text`` and calling it ``what`` (``"shape"``,
+      ``"mesh shape"``), naming the bad ``item`` (``"dim"``, ``"mesh axis"``).
+  """
+  out = []
+  for name, size in _parse_pairs(text, what):
     try:
       size = int(size)
     except ValueError:
-      raise ParseError(f"cannot parse shape {text!r}: size {size!r} of dim "
-                       f"{name!r} is not an integer") from None
-    dims.append(Dimension(name, size))
-  return Shape(dims)
+      raise ParseError(f"cannot parse {what} {text!r}: size {size!r} of "
+                       f"{item} {name!r} is not an integer") from None
+    out.append((name, size))
+  return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_shape(text):
+  return Shape([Dimension(n, s) for n, s in parse_name_sizes(text)])
 
 
 def convert_to_dimension(d):

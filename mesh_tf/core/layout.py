@@ -132,6 +132,20 @@ class TensorLayout(NamedTuple):
   def is_fully_replicated(self):
     return all(a is None for a in self.tensor_axis_to_mesh_axis)
 
+  def slice_sizes(self, tensor_shape, mesh_shape):
+    """The per-processor slice of a tensor of ``tensor_shape`` (a Shape)
+    under this layout on ``mesh_shape``, as a tuple of sizes: each split
+    dim divided by its mesh axis' size.
+
+    Example:
+      >>> from mesh_tf.core.dims import convert_to_shape
+      >>> TensorLayout((None, 0)).slice_sizes(convert_to_shape("b:8,d:12"),
+      ...                                     convert_to_shape("x:4"))
+      (8, 3)
+    """
+    return tuple(d.size // (mesh_shape[a].size if a is not None else 1)
+                 for d, a in zip(tensor_shape, self.tensor_axis_to_mesh_axis))
+
   def mesh_axis_to_tensor_axis(self, mesh_ndims):
     out = [None] * mesh_ndims
     for ta, ma in enumerate(self.tensor_axis_to_mesh_axis):

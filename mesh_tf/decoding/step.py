@@ -17,7 +17,7 @@ Example:
 
 from mesh_tf.core.errors import MtfError
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.lowering.lowering import Lowering
+from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.training import LoweredStep
 
@@ -70,7 +70,7 @@ class DecodeStep(LoweredStep):
     self.traces += 1
     d = self.decoding
     feeds = {d.inputs[k]: a for k, a in zip(self.input_names, args)}
-    self.lowering = Lowering(d.graph, {d.mesh: self.mesh_impl}, feeds=feeds)
+    self.lowering = lower(d.graph, {d.mesh: self.mesh_impl}, feeds=feeds)
     results = {k: self.lowering.export_to_tf_tensor(d.outputs[k])
                for k in self.output_names}
     updates = []

@@ -33,14 +33,16 @@ Closure cells are copied when a kernel is deferred, so a kernel made in a
 loop sees the loop variable's value of its own iteration.
 """
 
-import contextlib
-import functools
 import types
 import weakref
 
 import numpy as np
 
+from mesh_tf.core import dims, layout
+from mesh_tf.lowering import tf_private
+from mesh_tf.lowering.laid_out import LaidOutTensor
 from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.mesh_impl import MeshImpl
 
 __all__ = ["SlicewiseFuser", "kernel_key", "step_call_options"]
 
@@ -55,12 +57,9 @@ _MAX_DEPTH = 12
 _MAX_ARRAY = 4096
 
 
-@functools.lru_cache(maxsize=None)
-def _value_types():
-  """Immutable library types keyed by value (hash/eq)."""
-  from mesh_tf.core import dims, layout  # pylint: disable=g-import-not-at-top
-  return (dims.Dimension, dims.Shape, layout.LayoutRules, layout.TensorLayout,
-          np.dtype)
+# Immutable library types keyed by value (hash/eq).
+_VALUE_TYPES = (dims.Dimension, dims.Shape, layout.LayoutRules,
+                layout.TensorLayout, np.dtype)
 
 
 def kernel_key(obj, _depth=0):
@@ -115,9 +114,8 @@ def kernel_key(obj, _depth=0):
     return ("np", obj.dtype.str, obj.item())
   if isinstance(obj, tf.DType):
     return ("dtype", obj.name)
-  if isinstance(obj, _value_types()):
+  if isinstance(obj, _VALUE_TYPES):
     return (type(obj), obj)
-  from mesh_tf.lowering.mesh_impl import MeshImpl  # pylint: disable=g-import-not-at-top
   if isinstance(obj, MeshImpl):  # shape and layout are fixed for its life
     return ("id", obj)
   raise Uncacheable(f"cannot key a {type(obj).__qualname__}")
@@ -177,22 +175,26 @@ class SlicewiseFuser:
 
   Args:
     impl: the :class:`PlacementMeshImpl` whose devices run the segments.
+    private_tf: use TF's private function and call-option APIs (see
+      :mod:`mesh_tf.lowering.tf_private`); False: public APIs only (same
+      results; a slower first call and steps).
 
   Attributes:
     stats: counts of kernels deferred, segments run, distinct functions
       traced, and kernels that ran unfused.
   """
 
-  def __init__(self, impl):
+  def __init__(self, impl, private_tf=True):
     self.impl = impl
+    self.private_tf = private_tf
+    self.call_options = tf_private.CallOptions(private=private_tf)
     self._pending = weakref.WeakKeyDictionary()  # graph -> [PendingKernel]
-    self._functions = {}
+    self._functions = {}  # segment key -> (FusedFunction or None, executor)
     self.stats = {"deferred": 0, "segments": 0, "functions": 0,
                   "unfused": 0}
 
   def defer(self, fn, inputs, outputs):
     """Records ``fn`` for later; returns False if it must run now."""
-    from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=g-import-not-at-top
     if tf.executing_eagerly():
       return False
     try:
@@ -221,7 +223,6 @@ class SlicewiseFuser:
     4 calls per layer and device instead of 13, and a faster step.  Every
     pending kernel would run unfused too, so no extra work is done.
     """
-    from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=g-import-not-at-top
     order = self._pending.pop(graph, [])
     if not order:
       return
@@ -262,10 +263,10 @@ class SlicewiseFuser:
             results.append(self._run(order, wiring,
                                      [ts[p] for ts in ext_lists]))
       else:
-        with _call_options(executor_type=executor):
+        with self.call_options.scope(executor_type=executor):
           for p in range(self.impl.size):
             with self.impl._on(p):  # pylint: disable=protected-access
-              results.append(fn.call_flat(*[ts[p] for ts in ext_lists]))
+              results.append(fn.call(*[ts[p] for ts in ext_lists]))
         self.stats["segments"] += 1
     k = 0
     for n in order:
@@ -323,77 +324,8 @@ class SlicewiseFuser:
       return None, None
     executor = ("" if types_ & _NEEDS_DEFAULT_EXECUTOR
                 else "SINGLE_THREADED_EXECUTOR")
-    try:
-      return _uninlined_copy(concrete._inference_function), executor  # pylint: disable=protected-access
-    except (ImportError, AttributeError, TypeError):
-      # TF's private function API moved: the public route cannot stop
-      # grappler specialising call sites, so the first call is slower.
-      concrete = tf.function(
-          body, autograph=False,
-          experimental_attributes={"_noinline": True}).get_concrete_function(
-              *signature)
-      return concrete._inference_function, executor  # pylint: disable=protected-access
-
-
-def _uninlined_copy(atomic):
-  """``atomic`` re-registered so that TF neither inlines nor specialises it.
-
-  Inlined, TF's first call would optimise every copy of the body again.
-  Grappler also *specialises* a function for each call site whose outputs
-  are not all used -- most segments have such outputs -- which copies the
-  body per call site just the same; ``_nospecialize`` (read by grappler's
-  function optimizer, not settable through ``tf.function``) stops that.
-  """
-  from tensorflow.python.eager.polymorphic_function import atomic_function  # pylint: disable=g-import-not-at-top
-  fdef = type(atomic.definition)()
-  fdef.CopyFrom(atomic.definition)
-  fdef.signature.name = fdef.signature.name + "_fused"
-  fdef.attr["_noinline"].b = True
-  fdef.attr["_nospecialize"].b = True
-  ctx = atomic._bound_context  # pylint: disable=protected-access
-  ctx.add_function_def(fdef)
-  # Children: functions the body calls (e.g. tf.cond branches).
-  return atomic_function.AtomicFunction(
-      fdef.signature.name, ctx, atomic.function_type,
-      children=list(atomic.children), call_options=atomic.call_options)
-
-
-_CALL_OPTIONS = {}
-
-
-@contextlib.contextmanager
-def _call_options(executor_type=None, optimize=True):
-  """TF function calls made inside (call ops created in a graph, or eager
-  calls) use ``executor_type`` and, if not ``optimize``, no grappler.
-
-  Uses TF's private per-thread ``function_call_options``; if that moved,
-  calls keep TF's defaults (slower, same results).
-  """
-  try:
-    from tensorflow.core.protobuf import config_pb2  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
-    ctx = context.context()
-    old = ctx.function_call_options
-    key = (old.config_proto_serialized, old.executor_type, executor_type,
-           optimize)
-  except (ImportError, AttributeError):
-    yield
-    return
-  new = _CALL_OPTIONS.get(key)
-  if new is None:
-    config = config_pb2.ConfigProto()
-    config.ParseFromString(old.config_proto_serialized)
-    if not optimize:
-      config.graph_options.rewrite_options.disable_meta_optimizer = True
-    new = context.FunctionCallOptions(
-        executor_type=old.executor_type if executor_type is None
-        else executor_type, config_proto=config)
-    _CALL_OPTIONS[key] = new
-  ctx.function_call_options = new
-  try:
-    yield
-  finally:
-    ctx.function_call_options = old
+    return tf_private.uninlined_function(body, signature, concrete,
+                                         private=self.private_tf), executor
 
 
 def step_call_options():
@@ -406,6 +338,8 @@ def step_call_options():
   instantiates them.  Optimising the step graph itself took half of the
   first call of a 32-layer Transformer (10 of 20 s on the 2-core benchmark
   machine) and made later steps at most a few percent faster; see
-  benchmarks/train_step.py.
+  benchmarks/train_step.py.  A caller that enters it every step should own
+  a :class:`~mesh_tf.lowering.tf_private.CallOptions` and enter its
+  ``scope(optimize=False)`` instead (this builds TF's options each time).
   """
-  return _call_options(optimize=False)
+  return tf_private.CallOptions().scope(optimize=False)

@@ -1,11 +1,40 @@
-"""Lowering: turns an mtf Graph into per-processor computations."""
+"""Lowering: turns an mtf Graph into per-processor computations.
+
+Lowering is an explicit call:
+
+* :func:`lower` lowers every operation of a graph and returns the
+  :class:`Lowering` that holds the laid-out value of each tensor;
+* :func:`lower_operation` lowers ONE operation on given laid-out inputs and
+  returns its outputs and the trace it recorded (the cost tables of the
+  layout search price ops this way, on :class:`~mesh_tf.ShapeMeshImpl`).
+
+``Lowering(graph, {mesh: impl})`` is Mesh TensorFlow's spelling of
+:func:`lower`, kept so that its programs port by changing their import only.
+"""
+
+from typing import NamedTuple, Tuple
 
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Mesh, Operation, Tensor
+from mesh_tf.lowering.laid_out import LaidOutTensor
+from mesh_tf.lowering.trace import CollectiveTrace
+
+__all__ = ["Lowering", "OpLowering", "lower", "lower_operation"]
 
 
 class Lowering:
-  """Lowers every operation of ``graph``, in graph order.
+  """The laid-out values of a graph's tensors, lowered on their backends.
+
+  Op lowering code reads and writes it: ``mesh_impl(op)``, ``laid_out(t)``,
+  ``set_tensor_lowering(t, x)``, ``tensors``, ``variables`` (mtf Variable op
+  -> LaidOutVariable), ``feeds`` and ``lowered_operations``.
+
+  ``Lowering(graph, mesh_to_impl, feeds=None, autostack=True)`` lowers the
+  whole graph: it is exactly :func:`lower`, in Mesh TensorFlow's spelling.
+  It lowers at once rather than on first use so that a layout the graph
+  cannot take raises where the program asks for the lowering (as in Mesh
+  TF), and so that inside a ``tf.function`` the TF ops are created while
+  the function is traced.  :meth:`empty` makes one that holds nothing yet.
 
   Args:
     graph: the mtf Graph.
@@ -15,29 +44,62 @@ class Lowering:
     autostack: accepted for Mesh TF compatibility; variables are never
       stacked here, so it has no effect.
 
+  Raises:
+    MtfError: subclasses, for a layout the graph cannot take, or a mesh
+      without a MeshImpl.
+
   Example:
-    >>> lowering = Lowering(graph, {mesh: mesh_impl})   # doctest: +SKIP
+    >>> lowering = mtf.lower(graph, {mesh: mesh_impl})   # doctest: +SKIP
     >>> tf_y = lowering.export_to_tf_tensor(y)           # doctest: +SKIP
   """
 
   def __init__(self, graph, mesh_to_impl, feeds=None, autostack=True):
+    del autostack  # Mesh TF compatibility only.
+    self._start(graph, mesh_to_impl, feeds)
+    self.lower_operations(graph.operations)
+
+  @classmethod
+  def empty(cls, graph, mesh_to_impl, feeds=None):
+    """A Lowering of ``graph`` in which nothing is lowered yet."""
+    lowering = cls.__new__(cls)
+    lowering._start(graph, mesh_to_impl, feeds)  # pylint: disable=protected-access
+    return lowering
+
+  def _start(self, graph, mesh_to_impl, feeds):
     self.graph = graph
     self.mesh_to_impl = dict(mesh_to_impl)
     self.feeds = dict(feeds or {})
     self.tensors = {}
     self.variables = {}
     self.lowered_operations = {}
-    for op in graph.operations:
-      impl = self.mesh_impl(op)
-      for t in op.outputs:  # Layout errors name the tensor, not just a shape.
-        impl.tensor_layout(t)
+
+  # --- lowering ops -----------------------------------------------------
+  def lower_operations(self, operations):
+    """Lowers ``operations`` in order (their inputs must be lowered already,
+    in this Lowering); returns self."""
+    for op in operations:
+      self.lower_op(op)
+    return self
+
+  def lower_op(self, op):
+    """Lowers one operation whose inputs are lowered in this Lowering."""
+    impl = self.mesh_impl(op)
+    try:
       impl.check_splittable(op)
       with impl.recording(op.name):
         op.lower(self)
+    except Exception:
+      # A layout error names the output tensor, not just a shape that op
+      # code laid out.  Checked only on failure: on every op it cost 13% of
+      # pricing one op for the layout search.
       for t in op.outputs:
-        if t not in self.tensors:
-          raise AssertionError(f"{op} did not lower its output {t.name}")
+        impl.tensor_layout(t)
+      raise
+    for t in op.outputs:
+      if t not in self.tensors:
+        raise AssertionError(f"{op} did not lower its output {t.name}")
 
+  # --- the interface op lowering code uses -------------------------------
   def mesh_impl(self, x):
     """The MeshImpl of a Mesh, Tensor or Operation."""
     mesh = x if isinstance(x, Mesh) else x.mesh
@@ -60,6 +122,7 @@ class Lowering:
     """The LaidOutTensor of ``tensor``, forcing a pending all-reduce."""
     return self.tensors[tensor].to_laid_out_tensor()
 
+  # --- results ----------------------------------------------------------
   def export_to_tf_tensor(self, x):
     """The full value of mtf Tensor ``x`` as one TF tensor."""
     if not isinstance(x, Tensor):
@@ -77,4 +140,120 @@ class Lowering:
     return self.lowered_operations.get(op)
 
   def collective_trace(self, mesh):
+    """The trace of ``mesh``'s backend (everything it lowered so far)."""
     return self.mesh_to_impl[mesh].trace
+
+
+def lower(graph, mesh_to_impl, feeds=None):
+  """Lowers every operation of ``graph``, in graph order.
+
+  Args:
+    graph: the mtf Graph.
+    mesh_to_impl: dict from each Mesh to its MeshImpl backend.
+    feeds: optional dict from mtf Tensors made by ``import_tf_tensor`` to the
+      values that replace the imported ones (e.g. ``tf.function`` args).
+
+  Returns:
+    The :class:`Lowering`, holding the laid-out value of every tensor.
+
+  Raises:
+    MtfError: subclasses, for a layout the graph cannot take.
+
+  Example:
+    >>> lowering = lower(graph, {mesh: mesh_impl})      # doctest: +SKIP
+    >>> lowering.export_to_tf_tensor(y)                 # doctest: +SKIP
+  """
+  return Lowering.empty(graph, mesh_to_impl, feeds).lower_operations(
+      graph.operations)
+
+
+class OpLowering(NamedTuple):
+  """One operation lowered alone, by :func:`lower_operation`.
+
+  Attributes:
+    outputs: the laid-out value of each output of the op, in order: a
+      LaidOutTensor, or a :class:`LazyAllreduceSum` whose ``pending`` says
+      whether its all-reduce is still to come.
+    trace: the records that lowering the op added to its backend's trace.
+    lowered: what the op lowered to if it has side effects (e.g. the assign
+      ops of an update), else None.
+  """
+  outputs: Tuple[object, ...]
+  trace: CollectiveTrace
+  lowered: object = None
+
+
+def lower_operation(op, mesh_impl, inputs=None, feeds=None, variables=None):
+  """Lowers ``op`` alone on ``mesh_impl``, on the given laid-out inputs.
+
+  The op runs the same lowering code as in :func:`lower`, so its trace is
+  what it records inside a whole-graph lowering given the same inputs.
+
+  Args:
+    op: an mtf Operation.
+    mesh_impl: the backend (a MeshImpl); its layout rules apply.
+    inputs: one laid-out value per ``op.inputs`` entry: a LaidOutTensor, a
+      :class:`LazyAllreduceSum` (an input whose all-reduce is pending), or
+      None for a value-less stand-in of the tensor's slice shape (enough
+      for :class:`~mesh_tf.ShapeMeshImpl`).  None: stand-ins for all.
+    feeds: values for an import op, as in :func:`lower`.
+    variables: dict from mtf Variable ops to the LaidOutVariables an
+      assign or update writes; missing ones come from
+      ``mesh_impl.laid_out_variable``.
+
+  Returns:
+    An :class:`OpLowering` (outputs, trace, lowered).
+
+  Raises:
+    MtfError: subclasses, for a layout the op cannot take, or inputs that
+      do not match ``op.inputs``.
+
+  Example:
+    >>> impl = mtf.ShapeMeshImpl("rows:2;cols:4", "d_ff:cols")  # doctest: +SKIP
+    >>> r = lower_operation(einsum_op, impl)                      # doctest: +SKIP
+    >>> r.outputs[0].pending, r.trace.total_flops_per_device      # doctest: +SKIP
+  """
+  if inputs is None:
+    inputs = [None] * len(op.inputs)
+  inputs = list(inputs)
+  if len(inputs) != len(op.inputs):
+    raise MtfError(f"operation {op.name} has {len(op.inputs)} inputs, but "
+                   f"{len(inputs)} laid-out inputs were given; give one per "
+                   "op.inputs entry (None for a stand-in)")
+  lowering = Lowering.empty(op.graph, {op.mesh: mesh_impl}, feeds)
+  lowering.variables = _VariableLookup(mesh_impl, variables or {})
+  for t, x in zip(op.inputs, inputs):
+    if t in lowering.tensors:  # the same tensor twice, e.g. x * x
+      continue
+    if x is None:
+      lowering.tensors[t] = LaidOutTensor(mesh_impl.slice_shape(t), t.dtype)
+    else:
+      lowering.set_tensor_lowering(t, x)
+  trace = mesh_impl.trace
+  n_coll, n_comp, n_vars = (len(trace.collectives), len(trace.compute),
+                            len(trace.variables))
+  lowering.lower_op(op)
+  own = CollectiveTrace()
+  own.collectives = trace.collectives[n_coll:]
+  own.compute = trace.compute[n_comp:]
+  if len(trace.variables) > n_vars:
+    for name in list(trace.variables)[n_vars:]:
+      own.variables[name] = trace.variables[name]
+  tensors = lowering.tensors
+  return OpLowering(tuple([tensors[t] for t in op.outputs]), own,
+                    lowering.lowered_operations.get(op))
+
+
+class _VariableLookup(dict):
+  """Laid-out variables given by the caller, else found on the backend."""
+
+  def __init__(self, mesh_impl, given):
+    super().__init__(given)
+    self._impl = mesh_impl
+
+  def __missing__(self, variable):
+    v = self._impl.laid_out_variable(variable.name, variable.shape,
+                                     variable.dtype)
+    self[variable] = v
+    return v
+

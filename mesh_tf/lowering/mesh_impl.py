@@ -1,7 +1,8 @@
 """The MeshImpl contract: what every lowering backend must provide.
 
 A backend holds a mesh shape and layout rules and operates on
-:class:`LaidOutTensor` values (one slice per processor).  The public methods
+:class:`LaidOutTensor` values (one slice per processor; the value types are
+in :mod:`mesh_tf.lowering.laid_out`).  The public methods
 here (``allreduce``, ``allconcat``, ``alltoall``, ``receive``, ``slicewise``...)
 record into ``self.trace`` and then call the backend's primitive
 (``_allreduce``...), so that every backend running the same op lowering code
@@ -10,7 +11,6 @@ produces the same trace.
 
 import abc
 import contextlib
-import functools
 import math
 
 from mesh_tf.core import dims as dims_lib
@@ -18,83 +18,12 @@ from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import (MtfError, UnknownNameError,
                                  UnsplittableDimError)
 from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.lowering import geometry
+# The value types, importable from here as before the split.
+from mesh_tf.lowering.laid_out import (LaidOutTensor, LaidOutVariable,  # noqa: F401
+                                       LazyAllreduceSum)
 from mesh_tf.lowering.trace import (CollectiveRecord, CollectiveTrace,
                                     ComputeRecord)
-
-
-class LaidOutTensor:
-  """One tensor as per-processor slices.
-
-  ``tensor_list`` holds one backend value per processor (TF tensors for
-  :class:`PlacementMeshImpl`); it is None for the shape-only backend.  A
-  slicewise result may be *pending* (see :mod:`mesh_tf.lowering.fusion`):
-  reading ``tensor_list`` then runs the deferred kernels it needs.
-  """
-  __slots__ = ("slice_shape", "dtype", "_tensor_list", "_producer")
-
-  def __init__(self, slice_shape, dtype, tensor_list=None):
-    self.slice_shape = tuple(int(s) for s in slice_shape)
-    self.dtype = dtypes_lib.as_dtype(dtype)
-    self._tensor_list = tensor_list
-    self._producer = None
-
-  @property
-  def tensor_list(self):
-    if self._producer is not None:
-      self._producer.materialize()
-    return self._tensor_list
-
-  @tensor_list.setter
-  def tensor_list(self, value):
-    self._tensor_list = value
-    self._producer = None
-
-  @property
-  def slice_size(self):
-    return math.prod(self.slice_shape)
-
-  @property
-  def slice_bytes(self):
-    return self.slice_size * dtypes_lib.size_of(self.dtype)
-
-  def to_laid_out_tensor(self):
-    return self
-
-  def __repr__(self):
-    return f"LaidOutTensor({self.slice_shape}, {self.dtype})"
-
-
-class LazyAllreduceSum:
-  """A SUM all-reduce that has not happened yet.
-
-  Adding two lazy sums over the same axes adds the partial sums locally and
-  stays lazy, so that ``einsum(...) + einsum(...)`` all-reduces once.
-  """
-
-  def __init__(self, mesh_impl, laid_out_input, mesh_axes):
-    self.mesh_impl = mesh_impl
-    self.laid_out_input = laid_out_input
-    self.mesh_axes = tuple(sorted(mesh_axes))
-    self.source_op = mesh_impl._op_name  # the op that left partial sums
-    self._reduced = None
-
-  @property
-  def slice_shape(self):
-    return self.laid_out_input.slice_shape
-
-  @property
-  def dtype(self):
-    return self.laid_out_input.dtype
-
-  def to_laid_out_tensor(self):
-    if self._reduced is None:
-      self._reduced = self.mesh_impl.allreduce(
-          self.laid_out_input, self.mesh_axes, "SUM",
-          source_op=self.source_op)
-    return self._reduced
-
-  def __repr__(self):
-    return f"LazyAllreduceSum({self.laid_out_input}, axes={self.mesh_axes})"
 
 
 class MeshImpl(abc.ABC):
@@ -150,20 +79,16 @@ class MeshImpl(abc.ABC):
   def processor_coordinates_to_pnum(self, coords):
     return sum(c * st for c, st in zip(coords, self._strides))
 
-  @functools.lru_cache(maxsize=None)
   def processor_groups(self, mesh_axes):
     """Groups of pnums that vary only along ``mesh_axes`` (tuple of indices).
 
     Each group lists its pnums in row-major order of their coordinates on
     ``mesh_axes``; the groups themselves are ordered by their first pnum.
+    Computed on each call; a backend that issues collectives keeps a
+    :class:`~mesh_tf.lowering.geometry.ProcessorGroups` table instead.
     """
-    mesh_axes = tuple(mesh_axes)
-    groups = {}
-    for p in range(self.size):
-      c = self.pnum_to_processor_coordinates(p)
-      key = tuple(x for i, x in enumerate(c) if i not in mesh_axes)
-      groups.setdefault(key, []).append(p)
-    return [tuple(g) for g in groups.values()]
+    return geometry.processor_groups(
+        [d.size for d in self.shape.dims], mesh_axes)
 
   def tensor_layout(self, arg):
     """The TensorLayout of an mtf Tensor or Shape (validated)."""
@@ -210,6 +135,11 @@ class MeshImpl(abc.ABC):
                 f"{d} of tensor {t.name}, but the layout maps it to mesh axis "
                 f"{self.shape[a]}; remove the rule {d.name}:"
                 f"{self.shape[a].name} or rename the dim for this op")
+
+  @property
+  def current_op_name(self):
+    """The name trace records made now are attributed to."""
+    return self._op_name
 
   @contextlib.contextmanager
   def recording(self, op_name):
@@ -427,6 +357,18 @@ class MeshImpl(abc.ABC):
     return self._make_variable(name, shape, sl, dtypes_lib.as_dtype(dtype),
                                initializer, trainable)
 
+  def laid_out_variable(self, name, shape, dtype):
+    """The LaidOutVariable ``name`` this backend already holds, for lowering
+    one op that writes it (see :func:`~mesh_tf.lowering.lower_operation`).
+
+    Raises:
+      MtfError: if the backend has no such variable.
+    """
+    raise MtfError(
+        f"backend {type(self).__name__} holds no variable {name} of "
+        f"{shape!r}; lower its Variable op first, or pass "
+        "variables={variable: laid_out} to lower_operation")
+
   # --- backend primitives ----------------------------------------------
   @abc.abstractmethod
   def _allreduce(self, x, mesh_axes, reduction):
@@ -461,51 +403,3 @@ class MeshImpl(abc.ABC):
                      trainable):
     """Creates per-processor variable slices; returns a LaidOutVariable."""
 
-
-class LaidOutVariable:
-  """Per-processor variable slices owned by a backend.
-
-  ``value()`` reads them as a LaidOutTensor; ``assign(laid_out)`` writes.
-  """
-
-  def __init__(self, name, shape, slice_shape, dtype, slices=None):
-    self.name = name
-    self.shape = shape
-    self.slice_shape = tuple(slice_shape)
-    self.dtype = dtype
-    self.slices = slices
-
-  def value(self):
-    if self.slices is None:
-      return LaidOutTensor(self.slice_shape, self.dtype)
-    # ``value()`` is a bare ReadVariableOp; ``read_value()`` would add an
-    # Identity per slice to every lowered step.
-    return LaidOutTensor(self.slice_shape, self.dtype,
-                         [v.value() for v in self.slices])
-
-  def assign(self, laid_out, mode="assign"):
-    """Writes ``laid_out``'s slices (``mode``: assign, assign_add, assign_sub).
-
-    Returns the list of assign ops (None for the shape-only backend).
-    """
-    laid_out = laid_out.to_laid_out_tensor()
-    if self.slices is None:
-      return None
-    return [getattr(v, mode)(t) for v, t in zip(self.slices,
-                                                  laid_out.tensor_list)]
-
-  def apply_gradient_descent(self, grad, alpha):
-    """``slice -= alpha * grad`` per slice, as TF's fused
-    ``ResourceApplyGradientDescent`` (one op per slice instead of a multiply
-    and a subtract).  ``alpha`` is a LaidOutTensor of scalars.
-
-    Returns the list of update ops (None for the shape-only backend).
-    """
-    grad = grad.to_laid_out_tensor()
-    if self.slices is None:
-      return None
-    from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=g-import-not-at-top
-    return [tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=a,
-                                                    delta=g)
-            for v, a, g in zip(self.slices, alpha.tensor_list,
-                               grad.tensor_list)]

@@ -9,10 +9,12 @@ copies the data there (in eager mode, in ``tf.function`` and in v1 graphs).
 
 import weakref
 
-from mesh_tf.core.errors import FeedError, MeshSizeError
+from mesh_tf.core.errors import FeedError, MeshSizeError, MtfError
 from mesh_tf.lowering.fusion import SlicewiseFuser
-from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
+from mesh_tf.lowering.geometry import ProcessorGroups
+from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
+from mesh_tf.lowering.lazy_tf import load_tensorflow, tf
+from mesh_tf.lowering.mesh_impl import MeshImpl
 
 
 class PlacementMeshImpl(MeshImpl):
@@ -42,6 +44,8 @@ class PlacementMeshImpl(MeshImpl):
           f"{len(devices)} devices were given; pass exactly {self.size} "
           "devices or change the mesh shape")
     self.devices = devices
+    # Every collective reads its groups; computed once for the mesh.
+    self.groups = ProcessorGroups([d.size for d in self.shape.dims])
     self._variables = {}
     self._scalars = weakref.WeakKeyDictionary()  # graph -> shared constants
     self.fuser = SlicewiseFuser(self) if fuse else None
@@ -57,6 +61,10 @@ class PlacementMeshImpl(MeshImpl):
     if tf.executing_eagerly():
       return tf.device(self.devices[p])
     return tf.compat.v1.get_default_graph().device(self.devices[p])
+
+  def processor_groups(self, mesh_axes):
+    """Like :meth:`MeshImpl.processor_groups`, from :attr:`groups`."""
+    return self.groups[mesh_axes]
 
   def _group_lists(self, x, axes):
     return [(g, [x.tensor_list[p] for p in g])
@@ -218,6 +226,17 @@ class PlacementMeshImpl(MeshImpl):
     self._variables[name] = v
     return v
 
+  def laid_out_variable(self, name, shape, dtype):
+    """The variable ``name`` made on this backend (see MeshImpl)."""
+    v = self._variables.get(name)
+    if v is None:
+      raise MtfError(
+          f"variable {name} of {shape!r} has not been created on this "
+          "backend; lower its Variable op first (or create the step's "
+          "variables), or pass variables={variable: laid_out} to "
+          "lower_operation")
+    return v
+
   @property
   def variables(self):
     """Laid-out variables created so far, by name."""
@@ -247,7 +266,7 @@ def set_logical_cpu_devices(n):
           f"TensorFlow already started with {have} logical CPU devices, so "
           f"{n} cannot be set; call set_logical_cpu_devices({n}) before "
           "running any TensorFlow op") from e
-  return tf._load()  # pylint: disable=protected-access
+  return load_tensorflow()
 
 
 def logical_cpu_devices(n=None):

@@ -5,7 +5,8 @@ It records the same collective trace and slicewise FLOPs as
 the primitives differ.  The cost model prices its trace.
 """
 
-from mesh_tf.lowering.mesh_impl import LaidOutTensor, LaidOutVariable, MeshImpl
+from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
+from mesh_tf.lowering.mesh_impl import MeshImpl
 
 
 class ShapeMeshImpl(MeshImpl):
@@ -41,3 +42,7 @@ class ShapeMeshImpl(MeshImpl):
   def _make_variable(self, name, shape, slice_shape, dtype, initializer,
                      trainable):
     return LaidOutVariable(name, shape, slice_shape, dtype, None)
+
+  def laid_out_variable(self, name, shape, dtype):
+    """A value-less stand-in: this backend holds only slice shapes."""
+    return LaidOutVariable(name, shape, self.slice_shape(shape), dtype, None)

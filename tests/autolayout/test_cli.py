@@ -20,9 +20,9 @@ import pytest
 
 import costmodels
 from autolayout import cli
-from autolayout.cli_inputs import default_mesh, parse_layout_spec
-from autolayout.cli_models import load_model, parse_overrides
-from autolayout.cli_output import fmt_bytes, fmt_time, parse_bytes
+from autolayout.cli.inputs import default_mesh, parse_layout_spec
+from autolayout.cli.models import load_model, parse_overrides
+from autolayout.cli.output import fmt_bytes, fmt_time, parse_bytes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -424,8 +424,8 @@ def test_help_and_main_return_codes(capsys):
 def test_live_progress_shows_best_objective_and_bound():
   import io
   from rich.console import Console
-  from autolayout import cli_commands
-  ctx = cli_commands.Context("table")
+  from autolayout.cli.context import Context
+  ctx = Context("table")
   buf = io.StringIO()
   ctx.err = Console(file=buf, force_terminal=True, width=100)
   with ctx.progress("solving", "s") as update:

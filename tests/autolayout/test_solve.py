@@ -82,7 +82,8 @@ def test_unknown_objective_and_mesh_that_does_not_fit():
 
 def test_explain_compares_each_rule_with_its_alternatives():
   g, outs, r = _mlp_res()
-  table = r.explain()
+  table = autolayout.explain(autolayout.LayoutSearch(g, outs), r.mesh_shape,
+                             r.rules, graphs.TOPOLOGY, report=r.report)
   assert list(table["dim"]) == [d for d, _ in r.rules.pairs]
   assert len(table) >= 1
   every = graphs.brute_force(g, MESH, outs)

@@ -43,7 +43,7 @@ def _run(capsys, *argv):
 
 
 def test_every_family_has_a_preset_here():
-  from autolayout.cli_models import FAMILIES
+  from autolayout.cli.models import FAMILIES
   assert set(FAMILIES.values()) <= {p for p, _ in CASES}
 
 

@@ -6,6 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
+           "costmodels.topology.presets",
            "costmodels.collectives", "costmodels.compute",
            "costmodels.memory", "costmodels.evaluate"]
 

@@ -96,7 +96,7 @@ def _client(cluster, victim_pid, client_port, out_dir):
   os.kill(victim_pid, signal.SIGKILL)
   victim = conn.cluster.addresses[1]
   deadline = time.monotonic() + 10
-  while time.monotonic() < deadline and dist._tcp_probe(victim, 0.5) is None:  # pylint: disable=protected-access
+  while time.monotonic() < deadline and dist.probe_address(victim, 0.5) is None:
     time.sleep(0.05)
   for what, fn in [
       ("run", lambda: conn.run(lambda: float(step(*args).numpy()),

@@ -60,6 +60,12 @@ def fmt_delta(new, base):
   return ("+" if d >= 0 else "-") + fmt_time(abs(d)) + rel
 
 
+def wrap_rules(rules):
+  """Rules with a space after each ``;`` so long ones wrap between rules
+  in a table cell."""
+  return str(rules).replace(";", "; ")
+
+
 def parse_bytes(text, hbm_bytes=None):
   """``"16GB"``, ``"12GiB"``, ``"512MiB"``, ``"1e9"``, ``"90%"`` (of
   ``hbm_bytes``), ``"hbm"`` or ``"none"`` -> bytes (or None).
@@ -170,7 +176,7 @@ def layout_record(report, result=None, label=None):
         "solve_time_s": result.solve_time_s,
         "build_time_s": result.build_time_s,
         "memory_budget_bytes": result.memory_budget,
-        "model_size": dict(result.model_size),
+        "model_size": result.model_size.as_dict(),
     }
   return rec
 

@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
+from autolayout.cli.errors import CliInputError
 
 # Family names a user would type, mapped to a real-sized zoo preset whose
 # fields ``--set`` then overrides (``transformer`` is GPT-2-small sized).
@@ -23,18 +24,6 @@ FAMILIES = {
     "moe": "moe_gpt2_small_64e",
     "conv3d": "conv3d_large",
 }
-
-
-class CliInputError(MtfError):
-  """Bad input given to the CLI.
-
-  Attributes:
-    hint: one line saying what to do instead.
-  """
-
-  def __init__(self, message, hint=None):
-    super().__init__(message)
-    self.hint = hint
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@ rules, memory budgets and ``compare``'s layout specs.
 
 Strings are parsed and checked here, once, at the edge (against the
 topology and the model), and turned into typed objects; every problem
-becomes a :class:`~autolayout.cli_models.CliInputError` with a hint.
+becomes a :class:`~autolayout.cli.errors.CliInputError` with a hint.
 """
 
 import math
@@ -12,8 +12,8 @@ import costmodels
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ParseError
 from mesh_tf.core.layout import convert_to_layout_rules
-from autolayout import cli_output as out
-from autolayout.cli_models import CliInputError
+from autolayout.cli import output as out
+from autolayout.cli.errors import CliInputError
 
 
 def get_topology(name):
@@ -97,11 +97,6 @@ def parse_rules(text, model, mesh):
           f"{mesh_str(mesh)} does not have",
           hint=f"use one of the mesh axes: {', '.join(axes)}")
   return rules
-
-
-def wrap_rules(rules):
-  """Rules with a space after each ``;`` so long ones wrap between rules."""
-  return str(rules).replace(";", "; ")
 
 
 def mesh_str(mesh):

@@ -1,0 +1,46 @@
+"""``mtf-layout``: how should I shard this model on this hardware, and what
+will it cost per device?
+
+Subcommands (``mtf-layout <cmd> --help`` for each):
+
+* ``solve``: the optimal layout of a model on a mesh (or device count) and
+  topology, under an objective and a per-device memory budget;
+* ``compare``: several layouts (rules strings and ``auto``) side by side;
+* ``report``: the full cost report of one layout (per op, axis, category);
+* ``mesh``: every mesh shape of N devices that embeds in the topology,
+  ranked, each with its optimal layout;
+* ``pareto``: the memory-versus-step-time front;
+* ``topologies``: the preset topologies and their numbers;
+* ``explain``: why each rule was chosen, and the cost of dropping it.
+
+Models are zoo presets with overrides (``--model transformer --set
+layers=96,d_model=12288,heads=96,batch=1536``) or ``path/to/file.py:fn``
+returning ``(graph, outputs)``.  ``--format table|json|csv`` (JSON schema:
+``docs/cli.md``); ``--plot out.png``.
+
+Exit codes: 0 success, 2 bad input, 3 no layout fits the memory budget,
+4 the solver found no layout in time, 1 an internal error.  Every error is
+one ``error:`` line and one ``hint:`` line on stderr, never a traceback
+(``--debug`` shows it).
+
+Solving never imports TensorFlow.
+
+Example:
+  $ mtf-layout solve --model transformer --topology tpu-v5e-16x16
+
+The package has one module per subcommand (:mod:`~autolayout.cli.solve`,
+``compare``, ``report``, ``mesh``, ``pareto``, ``topologies``, ``explain``),
+each defining a :class:`~autolayout.cli.context.Command`, plus the shared
+:mod:`~autolayout.cli.arguments`, :mod:`~autolayout.cli.inputs` (strings
+parsed once), :mod:`~autolayout.cli.models` (model loading),
+:mod:`~autolayout.cli.common` (shared steps and tables),
+:mod:`~autolayout.cli.output` (formatting, JSON records) and
+:mod:`~autolayout.cli.context` (the one json/csv/table writer).
+:mod:`~autolayout.cli.app` registers the commands and runs ``main``.
+"""
+# OR-Tools first: it must be loaded before TensorFlow in any process.
+from ortools.sat.python import cp_model  # noqa: F401  isort:skip
+
+from autolayout.cli.app import COMMANDS, build_parser, main
+
+__all__ = ["COMMANDS", "build_parser", "main"]

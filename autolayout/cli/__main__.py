@@ -1,0 +1,7 @@
+"""``python -m autolayout.cli``: the same program as ``mtf-layout``."""
+
+import sys
+
+from autolayout.cli import main
+
+sys.exit(main())

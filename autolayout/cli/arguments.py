@@ -1,0 +1,76 @@
+"""The options of ``mtf-layout`` that several subcommands share, and the
+argparse parser that fails with one line and a hint."""
+
+import argparse
+import sys
+
+from autolayout.cli.errors import EXIT_INPUT, PROG
+
+
+class ParserExit(Exception):
+  """Raised by :class:`Parser` on bad arguments; ``code`` is the exit code."""
+
+  def __init__(self, code):
+    super().__init__(code)
+    self.code = code
+
+
+class Parser(argparse.ArgumentParser):
+  """argparse with a one-line error and a hint instead of the usage text."""
+
+  def error(self, message):
+    sys.stderr.write(f"{PROG}: error: {message}\n"
+                     f"hint: run `{self.prog} --help` for the options\n")
+    raise ParserExit(EXIT_INPUT)
+
+
+def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
+  """The model, hardware, solver and output options most commands take."""
+  g = p.add_argument_group("model and hardware")
+  g.add_argument("--model", "-m", required=True,
+                 help="zoo family or preset (transformer, mlp, moe, conv3d, "
+                 "gpt2_small, gpt3_175b, ...) or path/to/file.py:function")
+  g.add_argument("--set", "-s", action="append", default=[],
+                 metavar="K=V[,K=V]",
+                 help="override preset fields (or pass keyword arguments "
+                 "to a model function), e.g. layers=2,d_model=512")
+  g.add_argument("--train", action="store_true",
+                 help="lay out a training step (backward pass and Adam "
+                 "update) instead of the forward pass")
+  g.add_argument("--topology", "-t", default="tpu-v5e-16x16",
+                 help="preset topology (see `mtf-layout topologies`); "
+                 "default %(default)s")
+  if mesh:
+    g.add_argument("--mesh",
+                   help="mesh shape, e.g. 'data:4;model:4' (default: the "
+                   "topology's own shape as data x model)")
+  if budget:
+    g.add_argument("--memory-budget", default="hbm", metavar="SIZE",
+                   help="per-device budget: 16GB, 12GiB, 90%% (of HBM), "
+                   "hbm (default) or none")
+  if solver:
+    s = p.add_argument_group("solver")
+    s.add_argument("--objective", default="time",
+                   choices=("time", "latency", "comm", "memory"),
+                   help="minimise step time (default), the latency of a "
+                   "one-token decoding step, communication time or peak "
+                   "memory")
+    s.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                   help="CP-SAT time limit in seconds (default 60)")
+    s.add_argument("--workers", type=int, default=2,
+                   help="CP-SAT worker threads (default 2)")
+    s.add_argument("--seed", type=int, default=0, help="CP-SAT seed")
+  add_output_args(p, plot)
+
+
+def add_output_args(p, plot=True):
+  """``--format``, ``--plot`` and ``--debug``."""
+  o = p.add_argument_group("output")
+  o.add_argument("--format", "-f", default="table",
+                 choices=("table", "json", "csv"),
+                 help="table (default), json (docs/cli.md) or csv")
+  if plot:
+    o.add_argument("--plot", metavar="OUT.png",
+                   help="also write the plots to this image file")
+  o.add_argument("--debug", action="store_true",
+                 help="show the traceback of an error")

@@ -1,0 +1,143 @@
+"""Steps and tables the ``mtf-layout`` subcommands share: loading the model
+and topology once, solving with one :class:`~autolayout.LayoutSearch` per
+model, the header lines, the JSON model record and the rules, memory, axes
+and summary tables of one layout."""
+
+import pandas as pd
+
+import costmodels
+from autolayout.solve import LayoutSearch, auto_layout
+from autolayout.cli import inputs
+from autolayout.cli import output as out
+from autolayout.cli.models import load_model, parse_overrides
+
+
+class Setup:
+  """The parsed ``--topology`` and ``--model``, and the model's search.
+
+  ``search`` keeps the model's cost tables, so every solve of one command
+  (compare's several ``auto`` layouts, explain's runner-ups) builds them
+  once per mesh.
+  """
+
+  def __init__(self, args):
+    self.topology = inputs.get_topology(args.topology)
+    self.model = load_model(args.model, parse_overrides(args.set),
+                            args.train)
+    self.search = LayoutSearch(self.model.graph, self.model.outputs)
+
+
+def mesh_of(args, topology):
+  """``--mesh`` (or the topology's default), parsed and checked."""
+  text = getattr(args, "mesh", None) or inputs.default_mesh(topology)
+  mesh = inputs.parse_mesh(text, topology)
+  args.resolved_mesh = inputs.mesh_str(mesh)
+  return mesh
+
+
+def solve(ctx, setup, mesh, args, budget):
+  """The optimal layout on ``mesh``, with a live progress display."""
+  model, topology = setup.model, setup.topology
+  unit = "B" if args.objective == "memory" else "s"
+  with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
+                    f"({topology.name})", unit) as update:
+    return auto_layout(
+        model.graph, mesh, model.outputs, topology, budget, args.objective,
+        args.time_limit, args.workers, args.seed, progress=update,
+        search=setup.search)
+
+
+def evaluate(model, mesh, rules, topology):
+  """The CostReport of ``rules`` on ``mesh``."""
+  return costmodels.evaluate(model.graph, mesh, rules, topology,
+                             outputs=model.outputs)
+
+
+def header(ctx, command, model, topology, extra=""):
+  chip = topology.chip
+  ctx.line(f"{command}: {model.description}")
+  if model.overrides:
+    ctx.line("  with " + ",".join(f"{k}={v}"
+                                  for k, v in model.overrides.items()))
+  ctx.line(f"topology {topology.name}: {topology.num_chips} x {chip.name}, "
+           f"{out.fmt_bytes(chip.hbm_bytes)} HBM each")
+  if extra:
+    ctx.line(extra)
+  ctx.line()
+
+
+def model_json(model, topology):
+  return {"name": model.name, "description": model.description,
+          "overrides": dict(model.overrides),
+          "ops": len(model.graph.operations),
+          "topology": topology.name, "chips": topology.num_chips,
+          "chip": topology.chip.name}
+
+
+def payload(model, topology, **rest):
+  """A JSON payload's ``model`` record and the command's own keys."""
+  return {"model": model_json(model, topology), **rest}
+
+
+def compare_plot(reports, model, topology):
+  """``--plot`` of one or more layouts' costs."""
+  return lambda plots: plots.compare_figure(
+      reports, f"{model.name} on {topology.name}")
+
+
+# --- tables of one layout ---------------------------------------------------
+def _rules_frame(report):
+  sizes = {}
+  for t in report.graph.tensors:
+    for d in t.shape.dims:
+      sizes[d.name] = d.size
+  mesh = {d.name: d.size for d in report.mesh_shape.dims}
+  rows = [{"dim": d, "size": sizes.get(d), "mesh axis": a,
+           "axis size": mesh[a], "per device": sizes.get(d, 0) // mesh[a]}
+          for d, a in report.layout_rules.pairs]
+  return pd.DataFrame(rows, columns=["dim", "size", "mesh axis", "axis size",
+                                     "per device"])
+
+
+def show_rules(ctx, report):
+  df = _rules_frame(report)
+  if not len(df):
+    ctx.line("Layout rules: none (every tensor replicated)")
+    return
+  out.render(ctx.console, df, "Layout rules", index=False)
+
+
+def show_memory(ctx, report):
+  df = out.memory_frame(report).rename(columns={
+      "bytes_per_device": "per device", "fraction_of_hbm": "of HBM"})
+  out.render(ctx.console, df, "Memory per device (at the peak)",
+             formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct},
+             caption=("fits in HBM" if report.fits_in_memory else
+                      "DOES NOT FIT in HBM"))
+
+
+def show_axes(ctx, report):
+  df = out.axes_frame(report)
+  df = df[["size", "link", "structure", "bandwidth_bytes_per_s",
+           "collectives", "comm_time_s"]].rename(columns={
+               "bandwidth_bytes_per_s": "bandwidth", "comm_time_s": "comm"})
+  out.render(ctx.console, df, "Communication per mesh axis",
+             formats={"bandwidth": out.fmt_rate, "comm": out.fmt_time})
+
+
+def show_times(ctx, report, result=None):
+  rows = [("compute time", out.fmt_time(report.compute_time_s)),
+          ("comm time", out.fmt_time(report.comm_time_s)),
+          ("token latency" if result is not None and
+           result.objective == "latency" else "step time",
+           out.fmt_time(report.step_time_s)),
+          ("peak memory", f"{out.fmt_bytes(report.peak_memory_bytes)} of "
+           f"{out.fmt_bytes(report.hbm_bytes)}")]
+  if result is not None:
+    rows += [("status", f"{result.status} (gap {result.gap:.2%}, "
+              f"objective {result.objective})"),
+             ("solve time", f"{result.solve_time_s:.2f} s (+ "
+              f"{result.build_time_s:.2f} s to build the program)")]
+  df = pd.DataFrame(rows, columns=["", "value"])
+  out.render(ctx.console, df, "Summary", index=False,
+             justify={"value": "left"}, show_header=False)

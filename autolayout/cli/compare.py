@@ -1,0 +1,75 @@
+"""``mtf-layout compare``: several layouts side by side."""
+
+import pandas as pd
+
+from autolayout.cli import common, inputs
+from autolayout.cli import output as out
+from autolayout.cli.arguments import add_model_args
+from autolayout.cli.context import Answer, Command
+from autolayout.cli.errors import CliInputError
+
+
+def _arguments(p):
+  add_model_args(p)
+  p.add_argument("--layout", "-l", action="append", required=True,
+                 metavar="[NAME=]RULES[@MESH]",
+                 help="a layout: rules such as 'batch:data;d_ff:model', "
+                 "'auto' (the solver's), or '' (replicated); optionally "
+                 "named and on its own mesh: dp=batch:data@data:16. Repeat.")
+
+
+def _run(args, ctx):
+  setup = common.Setup(args)
+  topology, model = setup.topology, setup.model
+  budget = inputs.memory_budget(args, topology)
+  base_mesh = common.mesh_of(args, topology)
+  reports, results, legend = {}, {}, []
+  for i, spec in enumerate(args.layout, 1):
+    name, rules_text, mesh_text = inputs.parse_layout_spec(spec, i)
+    if name in reports:
+      raise CliInputError(f"two layouts are named {name!r}",
+                          hint="name them: --layout dp=batch:data")
+    mesh = inputs.parse_mesh(mesh_text, topology) if mesh_text else base_mesh
+    if rules_text.lower() == "auto":
+      result = common.solve(ctx, setup, mesh, args, budget)
+      reports[name], results[name] = result.report, result
+    else:
+      rules = inputs.parse_rules(rules_text, model, mesh)
+      reports[name] = common.evaluate(model, mesh, rules, topology)
+    legend.append({"layout": name, "mesh": inputs.mesh_str(mesh),
+                   "rules": out.wrap_rules(reports[name].layout_rules)
+                   or "(none)"})
+  rows = [out.summary_row(r, results.get(n), n) for n, r in reports.items()]
+  df = pd.DataFrame(rows).set_index("layout")
+
+  def table(ctx):
+    common.header(ctx, "compare", model, topology)
+    out.render(ctx.console, pd.DataFrame(legend), "Layouts", index=False)
+    axes = [c for c in df.columns if c.startswith("comm_")
+            and c.endswith("_s") and c != "comm_time_s"]
+    cols = (["step_time_s", "compute_time_s"] + axes
+            + ["peak_memory_bytes", "fits"])
+    view = df[cols].rename(columns={
+        "step_time_s": "step", "compute_time_s": "compute",
+        "peak_memory_bytes": "peak mem",
+        **{a: "comm " + a[5:-2] for a in axes}})
+    view["fits"] = view["fits"].map({True: "yes", False: "NO"})
+    fmts = {c: (lambda v: out.fmt_time(v, 3)) for c in view.columns
+            if c not in ("peak mem", "fits")}
+    fmts["peak mem"] = lambda v: out.fmt_bytes(v, 3)
+    out.render(ctx.console, view, "Per-device costs (* best in column; "
+               "step = compute + comm on each axis)",
+               formats=fmts, best={c: "min" for c in fmts})
+
+  return Answer(
+      json=lambda: common.payload(model, topology, layouts=[
+          out.layout_record(r, results.get(n), n)
+          for n, r in reports.items()]),
+      csv=lambda: df, table=table,
+      plot=common.compare_plot(reports, model, topology))
+
+
+COMMAND = Command(
+    "compare", help="several layouts side by side",
+    description="Cost several layouts on one model and topology; the best "
+    "value of each column is marked *.", add_arguments=_arguments, run=_run)

@@ -1,0 +1,121 @@
+"""What every ``mtf-layout`` subcommand shares: where output goes
+(:class:`Context`), what a subcommand is (:class:`Command`) and what it
+answers (:class:`Answer`), and :func:`emit`, the one place that writes an
+answer as a table, JSON or CSV.
+"""
+
+import contextlib
+import dataclasses
+import json
+import sys
+from typing import Any, Callable, Optional
+
+from autolayout.cli import output as out
+from autolayout.cli.errors import CliInputError
+
+
+class Context:
+  """Where output goes: a rich Console on stdout for tables, one on stderr
+  for progress, and the raw stream for JSON/CSV."""
+
+  def __init__(self, fmt, stream=None):
+    from rich.console import Console
+    self.fmt = fmt
+    self.stream = stream or sys.stdout
+    self.console = Console(file=self.stream, highlight=False)
+    self.err = Console(stderr=True, highlight=False)
+
+  @contextlib.contextmanager
+  def progress(self, what, unit="s"):
+    """A live display while the solver runs (on stderr, only on a terminal,
+    gone when done): a spinner, the elapsed time and, through the yielded
+    ``update(best, bound, elapsed_s)``, the best objective so far and the
+    solver's bound (``unit``: "s" or "B")."""
+    from rich.progress import (Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                  TimeElapsedColumn(), console=self.err, transient=True,
+                  disable=not self.err.is_terminal) as p:
+      task = p.add_task(what, total=None)
+
+      def update(best, bound, elapsed_s):
+        fmt = out.fmt_time if unit == "s" else out.fmt_bytes
+        # Short enough for 80 columns; the elapsed time has its own column.
+        p.update(task, description=(
+            f"solving: best {fmt(best)}, bound {fmt(bound)}"))
+      yield update
+
+  def json(self, payload):
+    json.dump(payload, self.stream, indent=2, allow_nan=False)
+    self.stream.write("\n")
+
+  def csv(self, df, index=True):
+    out.write_csv(df, self.stream, index=index)
+
+  def line(self, text=""):
+    from rich.text import Text
+    self.console.print(Text(text))
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+  """A subcommand's result in every output format; :func:`emit` writes the
+  one asked for, so each format is built only when needed.
+
+  Attributes:
+    json: ``() -> dict``, the JSON payload after its ``schema`` and
+      ``command`` keys (``docs/cli.md``).
+    csv: ``() -> DataFrame`` written by ``--format csv``.
+    table: ``(Context) -> None`` that prints the rich tables.
+    csv_index: whether the CSV has the DataFrame's index.
+    plot: ``(autolayout.plots) -> Figure`` for ``--plot``, or None.
+  """
+  json: Callable[[], dict]
+  csv: Callable[[], Any]
+  table: Callable[[Context], None]
+  csv_index: bool = True
+  plot: Optional[Callable[[Any], Any]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+  """One ``mtf-layout`` subcommand.
+
+  A new subcommand is a module that defines ``COMMAND = Command(...)`` and
+  one line naming it in :data:`autolayout.cli.app.COMMANDS`.
+
+  Attributes:
+    name: what the user types (``solve``).
+    help: one line for ``mtf-layout --help``.
+    description: the paragraph of ``mtf-layout NAME --help``.
+    add_arguments: ``(argparse parser) -> None``, the command's options.
+    run: ``(args, Context) -> Answer``; raises typed errors.
+    timed: whether table output ends with a "done in" line on stderr.
+  """
+  name: str
+  help: str
+  description: str
+  add_arguments: Callable[[Any], None]
+  run: Callable[[Any, Context], Answer]
+  timed: bool = True
+
+
+def emit(ctx, command, answer, args):
+  """Writes ``answer`` in ``ctx.fmt``, then its plot if ``--plot`` asks."""
+  if ctx.fmt == "json":
+    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
+  elif ctx.fmt == "csv":
+    ctx.csv(answer.csv(), index=answer.csv_index)
+  else:
+    answer.table(ctx)
+  path = getattr(args, "plot", None)
+  if path and answer.plot is not None:
+    from autolayout import plots  # matplotlib only when a plot is asked for
+    fig = answer.plot(plots)
+    try:
+      plots.save(fig, path)
+    except (OSError, ValueError) as e:
+      raise CliInputError(f"cannot write the plot to {path!r}: {e}",
+                          hint="give --plot a writable path ending in "
+                          ".png, .svg or .pdf")
+    print(f"wrote {path}", file=sys.stderr)

@@ -1,0 +1,121 @@
+"""``mtf-layout explain``: why each rule was chosen, and the cost of
+dropping it."""
+
+import math
+
+import pandas as pd
+
+from mesh_tf.core.layout import LayoutRules
+from autolayout.explain import explain
+from autolayout.cli import common, inputs
+from autolayout.cli import output as out
+from autolayout.cli.arguments import add_model_args
+from autolayout.cli.context import Answer, Command
+
+
+def _arguments(p):
+  add_model_args(p)
+  p.add_argument("--layout", "-l", default="auto", metavar="RULES",
+                 help="layout rules to explain (default auto)")
+
+
+def _mem_delta(new, base):
+  if new is None or (isinstance(new, float) and math.isnan(new)):
+    return "-"
+  d = new - base
+  return ("+" if d >= 0 else "-") + out.fmt_bytes(abs(d))
+
+
+def _why(r, base):
+  rule = f"{r['dim']}:{r['axis']}"
+  t0, w = base.step_time_s, r["without_step_time_s"]
+  parts = []
+  if w is None or (isinstance(w, float) and math.isnan(w)):
+    parts.append("dropping it gives an invalid layout")
+  else:
+    dt = w - t0
+    if dt > 0:
+      parts.append(f"dropping it makes the step {out.fmt_time(dt)} slower")
+    elif dt < 0:
+      parts.append(f"dropping it makes the step {out.fmt_time(-dt)} "
+                   "faster, but the layout needs it for memory")
+    else:
+      parts.append("dropping it leaves the step time unchanged")
+    dm = r["without_peak_memory_bytes"] - base.peak_memory_bytes
+    if dm > 0:
+      parts.append(f"and needs {out.fmt_bytes(dm)} more per device")
+      if r["without_peak_memory_bytes"] > base.hbm_bytes:
+        parts.append("(over HBM)")
+  if r["runner_up_axis"]:
+    dr = r["runner_up_step_time_s"] - t0
+    parts.append(f"; on {r['runner_up_axis']} instead it would be "
+                 f"{out.fmt_time(abs(dr))} "
+                 f"{'slower' if dr >= 0 else 'faster'}")
+  return f"{rule}: " + " ".join(parts).replace(" ;", ";")
+
+
+def _run(args, ctx):
+  setup = common.Setup(args)
+  topology, model = setup.topology, setup.model
+  mesh = common.mesh_of(args, topology)
+  budget = inputs.memory_budget(args, topology)
+  result = None  # the solver's answer, when it chose the layout
+  if args.layout.strip().lower() == "auto":
+    result = common.solve(ctx, setup, mesh, args, budget)
+    rules, base = result.rules, result.report
+  else:
+    rules = inputs.parse_rules(args.layout, model, mesh)
+    base = common.evaluate(model, mesh, rules, topology)
+  objective = result.objective if result else (
+      getattr(args, "objective", None) or "time")
+  with ctx.progress("pricing each rule's alternatives"):
+    ex = explain(setup.search, mesh, rules, topology, budget, objective,
+                 report=base)
+
+  def table(ctx):
+    common.header(ctx, "explain", model, topology,
+                  f"mesh {inputs.mesh_str(mesh)}")
+    ctx.line(f"layout {base.layout_rules or '(none)'}: step "
+             f"{out.fmt_time(base.step_time_s)}, peak "
+             f"{out.fmt_bytes(base.peak_memory_bytes)}")
+    rows = []
+    for _, r in ex.iterrows():
+      rows.append({
+          "rule": f"{r['dim']}:{r['axis']}",
+          "without it": out.fmt_delta(r["without_step_time_s"],
+                                      base.step_time_s),
+          "mem without": _mem_delta(r["without_peak_memory_bytes"],
+                                    base.peak_memory_bytes),
+          "runner-up": r["runner_up_axis"] or "-",
+          "on runner-up": out.fmt_delta(r["runner_up_step_time_s"],
+                                        base.step_time_s)})
+    out.render(ctx.console, pd.DataFrame(rows, columns=[
+        "rule", "without it", "mem without", "runner-up", "on runner-up"]),
+        "Each rule vs. dropping it and vs. its runner-up axis (step time)",
+        index=False)
+    for _, r in ex.iterrows():
+      ctx.line(_why(r, base))
+
+  def plot(plots):
+    variants = {"chosen": base}
+    for dim, _ in base.layout_rules.pairs:
+      rest = [(d, a) for d, a in base.layout_rules.pairs if d != dim]
+      try:
+        variants[f"-{dim}"] = common.evaluate(model, mesh, LayoutRules(rest),
+                                              topology)
+      except Exception:  # pylint: disable=broad-except
+        pass  # dropping a rule can leave an invalid layout; skip that bar
+    return plots.compare_figure(variants, "Dropping each rule")
+
+  return Answer(
+      json=lambda: common.payload(model, topology,
+                                  result=out.layout_record(base, result),
+                                  rules=out.frame_records(ex)),
+      csv=lambda: ex, csv_index=False, table=table, plot=plot)
+
+
+COMMAND = Command(
+    "explain", help="why each rule was chosen",
+    description="For each rule of a layout (default: the solver's), the "
+    "step time and memory without it and with the dim on its runner-up "
+    "axis.", add_arguments=_arguments, run=_run)

@@ -1,0 +1,74 @@
+"""``mtf-layout report``: the full cost report of one layout."""
+
+from autolayout.cli import common, inputs
+from autolayout.cli import output as out
+from autolayout.cli.arguments import add_model_args
+from autolayout.cli.context import Answer, Command
+
+
+def _arguments(p):
+  add_model_args(p)
+  p.add_argument("--layout", "-l", required=True, metavar="RULES",
+                 help="layout rules, or 'auto'")
+  p.add_argument("--top", type=int, default=12,
+                 help="ops shown in the table (default 12; JSON and CSV "
+                 "have all)")
+  p.add_argument("--view", default="ops",
+                 choices=("ops", "axes", "memory", "collectives",
+                          "variables"),
+                 help="the table --format csv writes (default ops)")
+
+
+def _run(args, ctx):
+  setup = common.Setup(args)
+  topology, model = setup.topology, setup.model
+  mesh = common.mesh_of(args, topology)
+  result = None
+  if args.layout.strip().lower() == "auto":
+    result = common.solve(ctx, setup, mesh, args,
+                          inputs.memory_budget(args, topology))
+    report = result.report
+  else:
+    rules = inputs.parse_rules(args.layout, model, mesh)
+    report = common.evaluate(model, mesh, rules, topology)
+  ops = report.to_dataframe("ops").sort_values("time_s", ascending=False)
+
+  def table(ctx):
+    common.header(ctx, "report", model, topology,
+                  f"mesh {inputs.mesh_str(report.mesh_shape)}")
+    common.show_rules(ctx, report)
+    common.show_times(ctx, report, result)
+    common.show_memory(ctx, report)
+    common.show_axes(ctx, report)
+    top = ops.head(args.top).copy()
+    top["share"] = top["time_s"] / report.step_time_s \
+        if report.step_time_s else 0.0
+    top = top[["compute_time_s", "comm_time_s", "time_s", "share",
+               "collectives"]].rename(columns={
+                   "compute_time_s": "compute", "comm_time_s": "comm",
+                   "time_s": "total", "collectives": "coll."})
+    out.render(ctx.console, top, f"Top {len(top)} of {len(ops)} ops by "
+               "time", caption="comm is charged to the op whose layout "
+               "causes it",
+               formats={"compute": out.fmt_time, "comm": out.fmt_time,
+                        "total": out.fmt_time, "share": out.fmt_pct})
+
+  return Answer(
+      json=lambda: common.payload(
+          model, topology,
+          result=out.layout_record(report, result),
+          ops=out.frame_records(ops, "op"),
+          memory=out.frame_records(out.memory_frame(report), "category"),
+          collectives=out.frame_records(report.to_dataframe("collectives"))),
+      csv=lambda: (ops if args.view == "ops"
+                   else report.to_dataframe(args.view)),
+      csv_index=args.view != "collectives", table=table,
+      plot=common.compare_plot(
+          {str(report.layout_rules) or "replicated": report}, model,
+          topology))
+
+
+COMMAND = Command(
+    "report", help="the full cost report of one layout",
+    description="Per-op, per-axis and per-category costs of one layout.",
+    add_arguments=_arguments, run=_run)

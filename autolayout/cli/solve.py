@@ -1,0 +1,64 @@
+"""``mtf-layout solve``: the optimal layout and its costs."""
+
+import pandas as pd
+
+from autolayout.mesh_search import auto_mesh_and_layout
+from autolayout.cli import common, inputs
+from autolayout.cli import output as out
+from autolayout.cli.arguments import add_model_args
+from autolayout.cli.context import Answer, Command
+from autolayout.cli.errors import CliInputError
+
+
+def _arguments(p):
+  add_model_args(p)
+  p.add_argument("--devices", "-n", type=int,
+                 help="instead of --mesh: search every mesh shape of this "
+                 "many devices and keep the best")
+  p.add_argument("--max-axes", type=int, default=2,
+                 help="with --devices: most mesh axes (default 2)")
+
+
+def _run(args, ctx):
+  setup = common.Setup(args)
+  topology, model = setup.topology, setup.model
+  budget = inputs.memory_budget(args, topology)
+  if args.devices is not None:
+    if args.mesh:
+      raise CliInputError("give either --mesh or --devices, not both",
+                          hint="--devices searches every mesh shape")
+    inputs.check_devices(args.devices, topology)
+    with ctx.progress(f"solving every mesh of {args.devices} devices"):
+      results, _ = auto_mesh_and_layout(
+          model.graph, args.devices, model.outputs, topology, budget,
+          args.objective, args.max_axes, args.time_limit, args.workers,
+          args.seed, search=setup.search)
+    result = results[0]
+  else:
+    mesh = common.mesh_of(args, topology)
+    result = common.solve(ctx, setup, mesh, args, budget)
+  report = result.report
+
+  def table(ctx):
+    common.header(ctx, "solve", model, topology,
+                  f"mesh {inputs.mesh_str(report.mesh_shape)}, memory budget "
+                  f"{out.fmt_bytes(budget) if budget else 'none'}")
+    common.show_rules(ctx, report)
+    common.show_memory(ctx, report)
+    common.show_axes(ctx, report)
+    common.show_times(ctx, report, result)
+
+  return Answer(
+      json=lambda: common.payload(model, topology,
+                                  result=out.layout_record(report, result)),
+      csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
+      csv_index=False, table=table,
+      plot=common.compare_plot({str(result.rules) or "replicated": report},
+                               model, topology))
+
+
+COMMAND = Command(
+    "solve", help="the optimal layout and its costs",
+    description="Find the layout rules that minimise the objective under "
+    "the memory budget, and show its per-device memory and communication "
+    "per mesh axis.", add_arguments=_arguments, run=_run)

@@ -1,0 +1,93 @@
+"""Why a layout uses each of its rules: the cost of dropping each one, and
+of the best layout that puts the dim elsewhere."""
+
+import pandas as pd
+
+import costmodels
+from mesh_tf.core import dims as dims_lib
+from mesh_tf.core.errors import LayoutError
+from mesh_tf.core.layout import LayoutRules, convert_to_layout_rules
+from autolayout.arguments import DEFAULTS
+from autolayout.errors import AutoLayoutError
+from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
+                              DEFAULT_TIME_LIMIT_S, LayoutSearch)
+
+COLUMNS = ("dim", "axis", "step_time_s", "peak_memory_bytes",
+           "without_step_time_s", "without_peak_memory_bytes",
+           "runner_up_axis", "runner_up_rules", "runner_up_step_time_s",
+           "runner_up_peak_memory_bytes")
+
+
+def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
+            memory_budget=DEFAULTS.memory_budget, objective=DEFAULTS.objective,
+            report=None,
+            time_limit_s=DEFAULT_TIME_LIMIT_S,
+            num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
+  """For each rule of ``rules``, the step time and peak memory without it,
+  and with the dim on its runner-up axis.
+
+  Any layout can be explained, the solver's or one given by hand; the
+  runner-ups are re-solved exactly through ``search``, so its tables serve
+  every rule.
+
+  Args:
+    search: a :class:`LayoutSearch`, or an mtf Graph (then a new search of
+      it, with the default outputs).
+    mesh_shape: the mesh (a Shape or ``"data:2;model:4"``).
+    rules: the layout to explain (LayoutRules or a rules string).
+    topology: a costmodels Topology or its name (default
+      ``tpu-v5e-16x16``, as everywhere).
+    memory_budget: the runner-ups' per-device budget: bytes, a size string
+      (``"16GB"``), ``"hbm"`` (default) or None for no limit.
+    objective: what the runner-ups minimise (as for ``auto_layout``).
+    report: the CostReport of ``rules`` if already at hand (else priced).
+    time_limit_s, num_workers, seed: CP-SAT settings of each re-solve.
+
+  Returns:
+    A DataFrame with one row per rule ``dim:axis``: the chosen
+    ``step_time_s`` and ``peak_memory_bytes``; ``without_*``: the same
+    layout minus this rule; ``runner_up_*``: the best layout (same budget
+    and objective) that does not put ``dim`` on ``axis``, with
+    ``runner_up_axis`` the axis it gives ``dim`` (None: replicated) and
+    ``runner_up_rules`` its rules.  A value is None where no such layout
+    exists.
+
+  Example:
+    >>> r = autolayout.auto_layout(graph, "x:2;y:4")     # doctest: +SKIP
+    >>> explain(graph, r.mesh_shape, r.rules)            # doctest: +SKIP
+  """
+  if not isinstance(search, LayoutSearch):
+    search = LayoutSearch(search)
+  mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+  rules = convert_to_layout_rules(rules)
+  outputs = list(search.outputs)
+  if report is None:
+    report = costmodels.evaluate(search.graph, mesh_shape, rules, topology,
+                                 outputs=outputs)
+  base = dict(rules.pairs)
+  rows = []
+  for dim, axis in rules.pairs:
+    rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
+    try:
+      r0 = costmodels.evaluate(search.graph, mesh_shape, rest, topology,
+                               outputs=outputs)
+    except LayoutError:
+      r0 = None
+    try:
+      alt = search.solve(mesh_shape, topology, memory_budget, objective,
+                         time_limit_s, num_workers, seed,
+                         forbid=[(dim, axis)])
+    except AutoLayoutError:
+      alt = None
+    rows.append({
+        "dim": dim, "axis": axis,
+        "step_time_s": report.step_time_s,
+        "peak_memory_bytes": report.peak_memory_bytes,
+        "without_step_time_s": r0.step_time_s if r0 else None,
+        "without_peak_memory_bytes": r0.peak_memory_bytes if r0 else None,
+        "runner_up_axis": alt.rules.as_dict().get(dim) if alt else None,
+        "runner_up_rules": str(alt.rules) if alt else None,
+        "runner_up_step_time_s": alt.step_time_s if alt else None,
+        "runner_up_peak_memory_bytes": (alt.peak_memory_bytes
+                                        if alt else None)})
+  return pd.DataFrame(rows, columns=list(COLUMNS))

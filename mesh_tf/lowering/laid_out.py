@@ -1,0 +1,150 @@
+"""The values a lowering passes around: tensors and variables as
+per-processor slices.
+
+They are apart from the backend contract (:mod:`mesh_tf.lowering.mesh_impl`):
+a backend makes and reads them, op lowering code holds them.
+"""
+
+import math
+
+from mesh_tf.core import dtypes as dtypes_lib
+
+__all__ = ["LaidOutTensor", "LazyAllreduceSum", "LaidOutVariable"]
+
+
+class LaidOutTensor:
+  """One tensor as per-processor slices.
+
+  ``tensor_list`` holds one backend value per processor (TF tensors for
+  :class:`PlacementMeshImpl`); it is None for the shape-only backend.  A
+  slicewise result may be *pending* (see :mod:`mesh_tf.lowering.fusion`):
+  reading ``tensor_list`` then runs the deferred kernels it needs.
+  """
+  __slots__ = ("slice_shape", "dtype", "_tensor_list", "_producer")
+
+  def __init__(self, slice_shape, dtype, tensor_list=None):
+    self.slice_shape = tuple(int(s) for s in slice_shape)
+    self.dtype = dtypes_lib.as_dtype(dtype)
+    self._tensor_list = tensor_list
+    self._producer = None
+
+  @property
+  def tensor_list(self):
+    if self._producer is not None:
+      self._producer.materialize()
+    return self._tensor_list
+
+  @tensor_list.setter
+  def tensor_list(self, value):
+    self._tensor_list = value
+    self._producer = None
+
+  @property
+  def slice_size(self):
+    return math.prod(self.slice_shape)
+
+  @property
+  def slice_bytes(self):
+    return self.slice_size * dtypes_lib.size_of(self.dtype)
+
+  def to_laid_out_tensor(self):
+    return self
+
+  def __repr__(self):
+    return f"LaidOutTensor({self.slice_shape}, {self.dtype})"
+
+
+class LazyAllreduceSum:
+  """A SUM all-reduce that has not happened yet.
+
+  Adding two lazy sums over the same axes adds the partial sums locally and
+  stays lazy, so that ``einsum(...) + einsum(...)`` all-reduces once.
+
+  Args:
+    mesh_impl: the backend that will all-reduce.
+    laid_out_input: the LaidOutTensor of per-processor partial sums.
+    mesh_axes: the mesh-axis indices to sum over.
+    source_op: the name of the op that left the partial sums, recorded as
+      the all-reduce's ``source_op`` (default: the op being lowered).
+  """
+
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes, source_op=None):
+    self.mesh_impl = mesh_impl
+    self.laid_out_input = laid_out_input
+    self.mesh_axes = tuple(sorted(mesh_axes))
+    self.source_op = (mesh_impl.current_op_name if source_op is None
+                      else source_op)
+    self._reduced = None
+
+  @property
+  def slice_shape(self):
+    return self.laid_out_input.slice_shape
+
+  @property
+  def dtype(self):
+    return self.laid_out_input.dtype
+
+  @property
+  def pending(self):
+    """True until something forces the all-reduce."""
+    return self._reduced is None
+
+  def to_laid_out_tensor(self):
+    if self._reduced is None:
+      self._reduced = self.mesh_impl.allreduce(
+          self.laid_out_input, self.mesh_axes, "SUM",
+          source_op=self.source_op)
+    return self._reduced
+
+  def __repr__(self):
+    return f"LazyAllreduceSum({self.laid_out_input}, axes={self.mesh_axes})"
+
+
+class LaidOutVariable:
+  """Per-processor variable slices owned by a backend.
+
+  ``value()`` reads them as a LaidOutTensor; ``assign(laid_out)`` writes.
+  ``slices`` is None on the shape-only backend.
+  """
+
+  def __init__(self, name, shape, slice_shape, dtype, slices=None):
+    self.name = name
+    self.shape = shape
+    self.slice_shape = tuple(slice_shape)
+    self.dtype = dtype
+    self.slices = slices
+
+  def value(self):
+    if self.slices is None:
+      return LaidOutTensor(self.slice_shape, self.dtype)
+    # ``value()`` is a bare ReadVariableOp; ``read_value()`` would add an
+    # Identity per slice to every lowered step.
+    return LaidOutTensor(self.slice_shape, self.dtype,
+                         [v.value() for v in self.slices])
+
+  def assign(self, laid_out, mode="assign"):
+    """Writes ``laid_out``'s slices (``mode``: assign, assign_add, assign_sub).
+
+    Returns the list of assign ops (None for the shape-only backend).
+    """
+    laid_out = laid_out.to_laid_out_tensor()
+    if self.slices is None:
+      return None
+    return [getattr(v, mode)(t) for v, t in zip(self.slices,
+                                                  laid_out.tensor_list)]
+
+  def apply_gradient_descent(self, grad, alpha):
+    """``slice -= alpha * grad`` per slice, as TF's fused
+    ``ResourceApplyGradientDescent`` (one op per slice instead of a multiply
+    and a subtract).  ``alpha`` is a LaidOutTensor of scalars.
+
+    Returns the list of update ops (None for the shape-only backend).
+    """
+    grad = grad.to_laid_out_tensor()
+    if self.slices is None:
+      return None
+    from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=g-import-not-at-top
+    return [tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=a,
+                                                    delta=g)
+            for v, a, g in zip(self.slices, alpha.tensor_list,
+                               grad.tensor_list)]

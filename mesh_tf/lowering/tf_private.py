@@ -1,0 +1,183 @@
+"""Every private TensorFlow API mesh-tf uses, each with a public fallback.
+
+Private APIs (``tensorflow.python.*``, ``_``-prefixed attributes, the eager
+context's internals) may move in any TensorFlow release.  Each use lives
+here, behind a function that takes ``private=True``: on ``private=False``, or
+when the private route fails, the function takes a route through public
+APIs only, which gives the same results and is slower or does nothing
+(each function says which).  ``tests/mesh_tf/test_tf_private.py`` runs both
+routes and compares them.
+
+The uses:
+
+* :func:`skip_autograph` -- AutoGraph's conversion rules, so that lowering
+  code called inside a user's ``tf.function`` is not converted (tracing is
+  faster).  Public route: none; AutoGraph converts mesh-tf's code.
+* :func:`uninlined_function` -- a traced segment registered so that TF
+  neither inlines nor specialises it per call site (see
+  :mod:`mesh_tf.lowering.fusion`).  Public route: the ``_noinline``
+  attribute through ``tf.function(experimental_attributes=...)``, which
+  cannot stop grappler specialising call sites (a slower first call).
+* :class:`CallOptions` -- the per-thread options TF function calls are made
+  with (executor type, grappler on or off).  Public route: TF's defaults
+  (slower steps).
+"""
+
+import contextlib
+
+from mesh_tf.lowering.lazy_tf import tf
+
+__all__ = ["CallOptions", "FusedFunction", "skip_autograph",
+           "uninlined_function"]
+
+# What a moved private API raises when we reach for it.
+_MOVED = (ImportError, AttributeError, TypeError)
+
+
+def skip_autograph(package, private=True):
+  """Tells AutoGraph not to convert the code of ``package`` (a module name).
+
+  Lowering is plain Python that builds TF ops; converting it inside a
+  user's ``tf.function`` only costs tracing time (seconds for a deep model).
+
+  Returns:
+    True if the rule is in place; False on the public route (there is no
+    public API for it: AutoGraph then converts the package, same results).
+  """
+  if not private:
+    return False
+  try:
+    from tensorflow.python.autograph.core import config  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    rules = tuple(config.CONVERSION_RULES)
+    # Once per process, also when mesh_tf is imported again (rules compare
+    # by identity).
+    if not any(isinstance(r, config.DoNotConvert) and r.matches(package)
+               for r in rules):
+      config.CONVERSION_RULES = (config.DoNotConvert(package),) + rules
+    return True
+  except _MOVED:
+    return False
+
+
+class FusedFunction:
+  """A traced TF function called on flat tensors, not inlined by TF.
+
+  Attributes:
+    definition: its ``FunctionDef`` (the name call ops refer to, the body).
+    private: whether it was made through TF's private function API.
+  """
+  __slots__ = ("definition", "private", "_call")
+
+  def __init__(self, definition, call, private):
+    self.definition = definition
+    self.private = private
+    self._call = call
+
+  def call(self, *tensors):
+    """Calls the function (creates a call op in a graph); returns the list
+    of its output tensors."""
+    return list(self._call(*tensors))
+
+
+def uninlined_function(body, signature, concrete, private=True):
+  """``body`` as a function TF neither inlines nor specialises.
+
+  Inlined, TF's first call would optimise every copy of the body again.
+  Grappler also *specialises* a function for each call site whose outputs
+  are not all used, which copies the body per call site just the same;
+  ``_nospecialize`` (read by grappler's function optimizer, not settable
+  through ``tf.function``) stops that.
+
+  Args:
+    body: the Python function (flat tensors in, list of tensors out).
+    signature: its ``tf.TensorSpec`` list.
+    concrete: ``tf.function(body, autograph=False)`` traced on
+      ``signature`` (the private route copies it instead of tracing again).
+    private: try the private route first.
+
+  Returns:
+    A :class:`FusedFunction`.  Public route: ``body`` traced again with
+    the ``_noinline`` attribute, called as a ConcreteFunction.
+  """
+  if private:
+    try:
+      return _private_uninlined_copy(concrete)
+    except _MOVED:
+      pass
+  public = tf.function(
+      body, autograph=False,
+      experimental_attributes={"_noinline": True}).get_concrete_function(
+          *signature)
+  return FusedFunction(public.function_def, public, private=False)
+
+
+def _private_uninlined_copy(concrete):
+  from tensorflow.python.eager.polymorphic_function import atomic_function  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  atomic = concrete._inference_function  # pylint: disable=protected-access
+  fdef = type(atomic.definition)()
+  fdef.CopyFrom(atomic.definition)
+  fdef.signature.name = fdef.signature.name + "_fused"
+  fdef.attr["_noinline"].b = True
+  fdef.attr["_nospecialize"].b = True
+  ctx = atomic._bound_context  # pylint: disable=protected-access
+  ctx.add_function_def(fdef)
+  # Children: functions the body calls (e.g. tf.cond branches).
+  copy = atomic_function.AtomicFunction(
+      fdef.signature.name, ctx, atomic.function_type,
+      children=list(atomic.children), call_options=atomic.call_options)
+  return FusedFunction(copy.definition, copy.call_flat, private=True)
+
+
+class CallOptions:
+  """Sets the options of TF function calls made inside a ``with`` block.
+
+  It owns the option objects it builds (one per base options and
+  override), so that entering a block costs a lookup, not a parse of TF's
+  ``ConfigProto``.
+
+  Args:
+    private: use TF's private per-thread ``function_call_options`` (the
+      only way to set them); False: blocks change nothing, and calls keep
+      TF's defaults (slower, same results).
+
+  Example:
+    >>> options = CallOptions()                            # doctest: +SKIP
+    >>> with options.scope(optimize=False):                # doctest: +SKIP
+    ...   step_function(x)
+  """
+
+  def __init__(self, private=True):
+    self.private = private
+    self._made = {}
+
+  @contextlib.contextmanager
+  def scope(self, executor_type=None, optimize=True):
+    """Calls made inside use ``executor_type`` (None: unchanged) and, if
+    not ``optimize``, no grappler for the called function's own graph."""
+    if not self.private:
+      yield
+      return
+    try:
+      from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+      ctx = context.context()
+      old = ctx.function_call_options
+      key = (old.config_proto_serialized, old.executor_type, executor_type,
+             optimize)
+      new = self._made.get(key)
+      if new is None:
+        config = tf.compat.v1.ConfigProto()
+        config.ParseFromString(old.config_proto_serialized)
+        if not optimize:
+          config.graph_options.rewrite_options.disable_meta_optimizer = True
+        new = context.FunctionCallOptions(
+            executor_type=old.executor_type if executor_type is None
+            else executor_type, config_proto=config)
+        self._made[key] = new
+    except _MOVED:
+      yield
+      return
+    ctx.function_call_options = new
+    try:
+      yield
+    finally:
+      ctx.function_call_options = old
