@@ -101,13 +101,11 @@ class Command:
 
 
 def emit(ctx, command, answer, args):
-  """Writes ``answer`` in ``ctx.fmt``, then its plot if ``--plot`` asks."""
-  if ctx.fmt == "json":
-    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
-  elif ctx.fmt == "csv":
-    ctx.csv(answer.csv(), index=answer.csv_index)
-  else:
-    answer.table(ctx)
+  """Writes the plot if ``--plot`` asks, then ``answer`` in ``ctx.fmt``.
+
+  The plot goes first: if it cannot be written, the command fails before
+  any output, so stdout never holds a document followed by an error.
+  """
   path = getattr(args, "plot", None)
   if path and answer.plot is not None:
     from autolayout import plots  # matplotlib only when a plot is asked for
@@ -119,3 +117,9 @@ def emit(ctx, command, answer, args):
                           hint="give --plot a writable path ending in "
                           ".png, .svg or .pdf")
     print(f"wrote {path}", file=sys.stderr)
+  if ctx.fmt == "json":
+    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
+  elif ctx.fmt == "csv":
+    ctx.csv(answer.csv(), index=answer.csv_index)
+  else:
+    answer.table(ctx)

@@ -2,12 +2,12 @@
 
 import pandas as pd
 
+from autolayout.arguments import DEFAULTS
 from autolayout.mesh_search import auto_mesh_and_layout
 from autolayout.cli import common, inputs
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
-from autolayout.cli.errors import CliInputError
 
 
 def _arguments(p):
@@ -15,7 +15,7 @@ def _arguments(p):
   p.add_argument("--devices", "-n", type=int,
                  help="instead of --mesh: search every mesh shape of this "
                  "many devices and keep the best")
-  p.add_argument("--max-axes", type=int, default=2,
+  p.add_argument("--max-axes", type=int, default=None,
                  help="with --devices: most mesh axes (default 2)")
 
 
@@ -24,14 +24,12 @@ def _run(args, ctx):
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
   if args.devices is not None:
-    if args.mesh:
-      raise CliInputError("give either --mesh or --devices, not both",
-                          hint="--devices searches every mesh shape")
     inputs.check_devices(args.devices, topology)
     with ctx.progress(f"solving every mesh of {args.devices} devices"):
       results, _ = auto_mesh_and_layout(
           model.graph, args.devices, model.outputs, topology, budget,
-          args.objective, args.max_axes, args.time_limit, args.workers,
+          args.objective, args.max_axes or DEFAULTS.max_axes,
+          args.time_limit, args.workers,
           args.seed, search=setup.search)
     result = results[0]
   else:
