@@ -54,3 +54,8 @@ def check_import_order():
 
 class SolverError(AutoLayoutError):
   """CP-SAT returned an invalid model or no solution within the time limit."""
+
+
+class TimeLimitError(SolverError):
+  """The time limit ran out before any layout was found (while building the
+  program, or before CP-SAT's first solution)."""

@@ -1,6 +1,8 @@
 """Why a layout uses each of its rules: the cost of dropping each one, and
 of the best layout that puts the dim elsewhere."""
 
+import time
+
 import pandas as pd
 
 import costmodels
@@ -41,7 +43,9 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
       (``"16GB"``), ``"hbm"`` (default) or None for no limit.
     objective: what the runner-ups minimise (as for ``auto_layout``).
     report: the CostReport of ``rules`` if already at hand (else priced).
-    time_limit_s, num_workers, seed: CP-SAT settings of each re-solve.
+    time_limit_s, num_workers, seed: CP-SAT settings of the re-solves;
+      the time limit bounds them all together (a runner-up not reached in
+      time is None).
 
   Returns:
     A DataFrame with one row per rule ``dim:axis``: the chosen
@@ -66,6 +70,7 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
                                  outputs=outputs)
   base = dict(rules.pairs)
   rows = []
+  t0 = time.perf_counter()  # time_limit_s bounds every re-solve together
   for dim, axis in rules.pairs:
     rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
     try:
@@ -73,10 +78,11 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
                                outputs=outputs)
     except LayoutError:
       r0 = None
+    left = time_limit_s - (time.perf_counter() - t0)
     try:
       alt = search.solve(mesh_shape, topology, memory_budget, objective,
-                         time_limit_s, num_workers, seed,
-                         forbid=[(dim, axis)])
+                         left, num_workers, seed,
+                         forbid=[(dim, axis)]) if left > 0.01 else None
     except AutoLayoutError:
       alt = None
     rows.append({

@@ -6,13 +6,15 @@ those :func:`costmodels.map_mesh` can lay onto the topology, solves each
 exactly and ranks the results by predicted step time.
 """
 
+import time
+
 import pandas as pd
 
 import costmodels
 from autolayout import arguments
 from autolayout.arguments import DEFAULTS
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from autolayout.errors import InfeasibleLayoutError
+from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from costmodels import arguments as cm_args
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, LayoutSearch)
@@ -48,6 +50,10 @@ def mesh_factorizations(num_devices, max_axes=3, axis_names=AXIS_NAMES):
   return sorted(out, key=lambda s: (s.count(":"), s))
 
 
+def _rank(r):
+  return (r.step_time_s, r.peak_memory_bytes, str(r.mesh_shape))
+
+
 def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                          topology=DEFAULTS.topology,
                          memory_budget=DEFAULTS.memory_budget,
@@ -55,7 +61,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                          max_axes=DEFAULTS.max_axes,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                         search=None):
+                         search=None, progress=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
   The defaults are ``mtf-layout mesh``'s: ``num_devices`` the topology's
@@ -64,6 +70,13 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
   :func:`autolayout.auto_layout`).
   ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
   each mesh's tables for later queries); None: a new one.
+
+  ``time_limit_s`` bounds the whole search, every mesh shape together:
+  each mesh gets what is left, and meshes not reached in time are listed
+  with status ``"time-limit"`` (the results found so far are returned;
+  TimeLimitError if there are none).  ``progress(mesh, index, count,
+  best)``, if given, is called before each mesh shape is solved, with the
+  best :class:`LayoutResult` so far (or None), e.g. for a live display.
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -76,6 +89,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
     InvalidArgumentError: for a misused argument (named, with a valid
       value), e.g. ``num_devices=0`` or ``max_axes=0``.
     InfeasibleLayoutError: if no mesh shape has a layout within the budget.
+    TimeLimitError: if the time limit ran out before any mesh was solved.
   """
   topology = arguments.resolve_topology(topology)  # resolved once, here
   if num_devices is None:
@@ -88,8 +102,11 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
   memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
   if search is None:
     search = LayoutSearch(graph, outputs)
-  results, rows, best_peak = [], [], None
-  for mesh in mesh_factorizations(num_devices, max_axes):
+  time_limit_s = arguments.check_time_limit(time_limit_s)
+  t0 = time.perf_counter()
+  results, rows, best_peak, skipped = [], [], None, 0
+  meshes = mesh_factorizations(num_devices, max_axes)
+  for index, mesh in enumerate(meshes):
     mesh_shape = convert_to_mesh_shape(mesh)
     try:
       costmodels.map_mesh(topology, mesh_shape)
@@ -98,11 +115,25 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                    "step_time_s": None, "peak_memory_bytes": None,
                    "solve_time_s": None, "note": str(e).split(";")[0]})
       continue
+    left = time_limit_s - (time.perf_counter() - t0)
+    if progress is not None:
+      progress(mesh, index, len(meshes),
+               min(results, key=_rank) if results else None)
     try:
+      if left <= 0.01:
+        raise TimeLimitError("no time left")
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       time_limit_s, num_workers, seed)
+                       left, num_workers, seed)
+    except TimeLimitError:
+      skipped += 1
+      rows.append({"mesh": mesh, "status": "time-limit", "rules": None,
+                   "step_time_s": None, "peak_memory_bytes": None,
+                   "solve_time_s": None,
+                   "note": f"not solved within {time_limit_s:g} s"})
+      continue
     except InfeasibleLayoutError as e:
-      if best_peak is None or e.min_peak_bytes < best_peak[0]:
+      if e.min_peak_bytes is not None and (
+          best_peak is None or e.min_peak_bytes < best_peak[0]):
         best_peak = (e.min_peak_bytes, mesh, e)
       rows.append({"mesh": mesh, "status": "infeasible", "rules": None,
                    "step_time_s": None,
@@ -114,6 +145,11 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                  "step_time_s": r.step_time_s,
                  "peak_memory_bytes": r.peak_memory_bytes,
                  "solve_time_s": r.solve_time_s, "note": ""})
+  if not results and skipped:
+    raise TimeLimitError(
+        f"the time limit of {time_limit_s:g} s ran out before any of the "
+        f"{len(meshes)} mesh shapes of {num_devices} devices was solved "
+        f"({skipped} not reached); raise the time limit")
   if not results and best_peak is not None:
     raise InfeasibleLayoutError(
         f"no mesh shape of {num_devices} devices has a layout within "
@@ -121,8 +157,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
         f"peaks at {best_peak[0]} bytes. {best_peak[2]}",
         memory_budget=memory_budget, min_peak_bytes=best_peak[0],
         dominating=best_peak[2].dominating)
-  results.sort(key=lambda r: (r.step_time_s, r.peak_memory_bytes,
-                              str(r.mesh_shape)))
+  results.sort(key=_rank)
   table = pd.DataFrame(rows)
   if len(table):
     table = table.sort_values(["step_time_s", "mesh"], na_position="last",

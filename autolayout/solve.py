@@ -26,7 +26,8 @@ from autolayout import (arguments, assignments, formulation, memory_steps,
                         tables)
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
-                               SolverError, check_import_order)
+                               SolverError, TimeLimitError,
+                               check_import_order)
 from autolayout.pricing import Pricer
 from autolayout.result import LayoutResult, ModelSize
 from costmodels import arguments as cm_args
@@ -107,9 +108,12 @@ class LayoutSearch:
     return value
 
   def problem(self, mesh_shape, topology, memory_budget=None,
-              need_peak=False):
+              need_peak=False, deadline=None):
     """Builds the CP-SAT model on ``mesh_shape`` and ``topology`` (see
     :mod:`autolayout.formulation` for the math), from this search's tables.
+
+    ``deadline`` (a ``time.perf_counter()`` value) bounds building the
+    tables: past it, TimeLimitError.
 
     Returns a :class:`Problem`; its model is new, so adding constraints to
     it leaves later queries untouched.
@@ -121,7 +125,8 @@ class LayoutSearch:
     space = self._part("space", mesh_shape, topo,
                        lambda: assignments.dim_space(graph, mesh_shape))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
-        graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space))
+        graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
+        deadline))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None
@@ -149,11 +154,26 @@ class LayoutSearch:
                num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
     """``(peak bytes, rules, problem, status)`` of the layout with the
     smallest peak memory per device (``status`` "feasible": the smallest
-    found within ``time_limit_s``, not proven)."""
-    problem = self.problem(mesh_shape, topology, need_peak=True)
-    pr = solve_phases(problem.form, ["memory"], time_limit_s, num_workers,
-                      seed)
+    found within ``time_limit_s``, not proven).  ``time_limit_s`` bounds
+    building and solving together."""
+    t0 = time.perf_counter()
+    problem = self.problem(mesh_shape, topology, need_peak=True,
+                           deadline=t0 + time_limit_s)
+    pr = solve_phases(problem.form, ["memory"],
+                      _left(t0, time_limit_s, "the smallest peak"),
+                      num_workers, seed)
     return int(round(pr.value)), rules_of(pr.x), problem, pr.status
+
+
+def _left(t0, time_limit_s, what):
+  """Seconds left of ``time_limit_s`` since ``t0``; TimeLimitError if none
+  are (building the program used them all)."""
+  left = time_limit_s - (time.perf_counter() - t0)
+  if left <= 0.01:
+    raise TimeLimitError(
+        f"the time limit of {time_limit_s:g} s ran out while building the "
+        f"program, before CP-SAT could look for {what}")
+  return left
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
@@ -273,9 +293,9 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
         raise SolverError(f"CP-SAT rejected the model: "
                           f"{model.validate()}")
       if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverError(
+        raise TimeLimitError(
             f"CP-SAT found no layout within {time_limit_s:g} s "
-            f"({solver.status_name(status)}); raise time_limit_s")
+            f"({solver.status_name(status)}); raise the time limit")
       # Every objective coefficient is >= 0, so 0 is a valid bound.
       first = (("optimal" if status == cp_model.OPTIMAL else "feasible"),
                solver.objective_value, max(0.0, solver.best_objective_bound))
@@ -382,8 +402,15 @@ def min_peak_layout(graph, mesh_shape, outputs, topology,
 def _infeasible(search, mesh_shape, topology, budget, time_limit_s,
                 num_workers, seed):
   graph = search.graph
-  peak, rules, problem, status = search.min_peak(
-      mesh_shape, topology, time_limit_s, num_workers, seed)
+  try:
+    peak, rules, problem, status = search.min_peak(
+        mesh_shape, topology, time_limit_s, num_workers, seed)
+  except TimeLimitError:
+    raise InfeasibleLayoutError(
+        f"no layout of the graph on mesh {mesh_shape} keeps per-device "
+        f"memory within the budget of {budget} bytes; the time limit ran "
+        "out before the smallest reachable peak was found",
+        memory_budget=budget) from None
   prof = cm_memory.memory_profile(graph, problem.mesh_shape, rules,
                                   outputs=list(problem.outputs))
   if prof.peak_bytes != peak:
@@ -506,10 +533,13 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
                     solver_params, forbid, progress)
     return dataclasses.replace(result, objective="latency")
   # The edge (check_search_args) resolved the names once; everything below
-  # gets typed values.
+  # gets typed values.  The time limit bounds the whole query: building
+  # the program, every phase and the infeasibility report.
+  t0 = time.perf_counter()
   phases = _phases(objective, tie_break)
   problem = search.problem(mesh_shape, topology, memory_budget,
-                           need_peak="memory" in phases)
+                           need_peak="memory" in phases,
+                           deadline=t0 + time_limit_s)
   for dim, axis in forbid:
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
@@ -518,11 +548,12 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
         lambda best, bound, t: progress(best * unit, bound * unit, t))
-    pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
+    pr = solve_phases(problem.form, phases,
+                      _left(t0, time_limit_s, "a layout"), num_workers, seed,
                       solver_params, on_solution)
   except InfeasibleLayoutError:
     _infeasible(search, mesh_shape, topology, memory_budget,
-                time_limit_s, num_workers, seed)
+                time_limit_s - (time.perf_counter() - t0), num_workers, seed)
   rules = rules_of(pr.x)
   unit = problem.form.units[objective]
   report = validate(problem, rules, memory_budget, objective,

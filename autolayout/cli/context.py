@@ -43,6 +43,16 @@ class Context:
         # Short enough for 80 columns; the elapsed time has its own column.
         p.update(task, description=(
             f"solving: best {fmt(best)}, bound {fmt(bound)}"))
+
+      def on_mesh(mesh, index, count, best):
+        """The mesh search's display: which mesh shape is being solved
+        and the best layout so far."""
+        so_far = ("" if best is None else
+                  f", best so far {out.fmt_time(best.step_time_s)} on "
+                  f"{';'.join(f'{d.name}:{d.size}' for d in best.mesh_shape)}")
+        p.update(task, description=(
+            f"mesh {index + 1}/{count}: solving {mesh}{so_far}"))
+      update.on_mesh = on_mesh
       yield update
 
   def json(self, payload):

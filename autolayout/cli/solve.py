@@ -1,5 +1,7 @@
 """``mtf-layout solve``: the optimal layout and its costs."""
 
+import dataclasses
+
 import pandas as pd
 
 from autolayout.arguments import DEFAULTS
@@ -25,13 +27,18 @@ def _run(args, ctx):
   budget = inputs.memory_budget(args, topology)
   if args.devices is not None:
     inputs.check_devices(args.devices, topology)
-    with ctx.progress(f"solving every mesh of {args.devices} devices"):
-      results, _ = auto_mesh_and_layout(
+    with ctx.progress(f"solving every mesh of {args.devices} devices") as (
+        update):
+      results, table = auto_mesh_and_layout(
           model.graph, args.devices, model.outputs, topology, budget,
           args.objective, args.max_axes or DEFAULTS.max_axes,
           args.time_limit, args.workers,
-          args.seed, search=setup.search)
+          args.seed, search=setup.search, progress=update.on_mesh)
     result = results[0]
+    if (table["status"] == "time-limit").any():
+      # Some mesh shapes were not reached in time: the best so far, not
+      # proven best over every mesh.
+      result = dataclasses.replace(result, status="feasible")
   else:
     mesh = common.mesh_of(args, topology)
     result = common.solve(ctx, setup, mesh, args, budget)
