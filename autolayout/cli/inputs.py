@@ -14,7 +14,6 @@ from costmodels import arguments as cm_args
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError, ParseError
 from mesh_tf.core.layout import convert_to_layout_rules
-from autolayout.cli import output as out
 from autolayout.cli.errors import CliInputError
 
 

@@ -28,7 +28,8 @@ def _solve(**kw):
 
 MISUSES = [
     # (id, call, pattern the message must match)
-    ("graph-list", _solve(graph=[1]), r"graph must be an mtf Graph.*mtf\.Graph"),
+    ("graph-list", _solve(graph=[1]),
+     r"graph must be an mtf Graph.*mtf\.Graph"),
     ("graph-none", _solve(graph=None), r"graph must be an mtf Graph, got "
      "NoneType"),
     ("graph-empty", _solve(graph=mtf.Graph(), outputs=None),
@@ -37,8 +38,10 @@ MISUSES = [
     ("mesh-empty", _solve(mesh_shape=""), r"mesh_shape='' has no axes"),
     ("mesh-zero", _solve(mesh_shape="x:0;y:8"), r"mesh_shape='x:0;y:8'.*mesh "
      "axis x=0 .*a size of at least 1"),
-    ("mesh-negative", _solve(mesh_shape="x:-2;y:-4"), r"mesh_shape='x:-2;y:-4'"),
-    ("mesh-duplicate", _solve(mesh_shape="x:2;x:4"), r"mesh_shape=.*appear more than once"),
+    ("mesh-negative", _solve(mesh_shape="x:-2;y:-4"),
+     r"mesh_shape='x:-2;y:-4'"),
+    ("mesh-duplicate", _solve(mesh_shape="x:2;x:4"),
+     r"mesh_shape=.*appear more than once"),
     ("mesh-malformed", _solve(mesh_shape="rows=2"), r"mesh_shape='rows=2'.*"
      "name:value"),
     ("mesh-too-big", _solve(mesh_shape="x:1048576;y:1048576"),
@@ -84,13 +87,14 @@ MISUSES = [
      "of range"),
     ("seed-str", _solve(seed="a"), r"seed='a' is not an integer; use e\.g\. "
      "seed=0"),
-    ("seed-overflow", _solve(seed=2**40), r"seed=1099511627776 is out of range"),
+    ("seed-overflow", _solve(seed=2**40),
+     r"seed=1099511627776 is out of range"),
     ("tie-break", _solve(tie_break=("speed",)), r"tie_break entry 'speed'.*"
      "tie_break=\\('memory',\\)"),
     ("forbid", _solve(forbid=[("batch",)]), r"forbid=.* must be \(dim, axis\) "
      "pairs"),
-    ("solver-params-key", _solve(solver_params={"foo": 1}), r"solver_params has "
-     "'foo', which is not a CP-SAT parameter"),
+    ("solver-params-key", _solve(solver_params={"foo": 1}),
+     r"solver_params has 'foo', which is not a CP-SAT parameter"),
     ("solver-params-value", _solve(solver_params={"num_workers": "x"}),
      r"solver_params\['num_workers'\]='x' is not a valid value"),
     ("progress", _solve(progress=3), r"progress=3 is not callable"),
@@ -110,7 +114,8 @@ MISUSES = [
      "takes 1 to 4; use e\\.g\\. max_axes=2"),
     ("pareto-zero", lambda: autolayout.pareto(G, M, OUTS, T, max_points=0),
      r"max_points=0 is out of range.*max_points=12"),
-    ("pareto-negative", lambda: autolayout.pareto(G, M, OUTS, T, max_points=-1),
+    ("pareto-negative",
+     lambda: autolayout.pareto(G, M, OUTS, T, max_points=-1),
      r"max_points=-1"),
     ("evaluate-graph", lambda: costmodels.evaluate(None, M, "", T),
      r"graph must be an mtf Graph"),
