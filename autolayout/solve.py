@@ -19,7 +19,7 @@ from ortools.sat.python import cp_model
 import costmodels
 from costmodels import memory as cm_memory
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import LayoutError
+from mesh_tf.core.errors import InvalidArgumentError, LayoutError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import (arguments, assignments, formulation, memory_steps,
@@ -500,6 +500,10 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   """
   if search is None:
     search = LayoutSearch(graph, outputs)
+  elif not isinstance(search, LayoutSearch):
+    raise InvalidArgumentError(
+        f"search must be a LayoutSearch, got {type(search).__name__}; pass "
+        "search=LayoutSearch(graph, outputs), or None")
   elif search.graph is not graph:
     raise AutoLayoutError("auto_layout was given a LayoutSearch of another "
                           "graph; pass search=LayoutSearch(graph, outputs)")

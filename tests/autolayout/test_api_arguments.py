@@ -117,6 +117,16 @@ MISUSES = [
     ("pareto-negative",
      lambda: autolayout.pareto(G, M, OUTS, T, max_points=-1),
      r"max_points=-1"),
+    ("search-type", _solve(search="tables"), r"search must be a "
+     "LayoutSearch, got str"),
+    ("layout-search-graph", lambda: autolayout.LayoutSearch(G.operations),
+     r"graph must be an mtf Graph, got list"),
+    ("layout-search-outputs", lambda: autolayout.LayoutSearch(G, OTHER_OUTS),
+     r"outputs\[0\] .* another graph"),
+    ("layout-search-solve", lambda: autolayout.LayoutSearch(G, OUTS).solve(
+        M, T, num_workers=0), r"num_workers=0 is out of range"),
+    ("explain-graph", lambda: autolayout.explain(None, M, ""),
+     r"graph must be an mtf Graph"),
     ("evaluate-graph", lambda: costmodels.evaluate(None, M, "", T),
      r"graph must be an mtf Graph"),
     ("evaluate-rules", lambda: costmodels.evaluate(G, M, "batch", T),
