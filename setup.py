@@ -29,7 +29,12 @@ setup(
             "nbclient>=0.10,<0.12",
             "nbformat>=5.10,<6",
             "ipykernel>=6.29,<8",
+            # Architecture gates (tests/test_architecture.py).
+            "ruff==0.17.6",
+            "import-linter==2.17",
         ],
+        # Exported plans are proven in the real frameworks by the tests.
+        "interop": ["jax[cpu]==0.10.2", "torch==2.13.0"],
     },
     entry_points={
         "console_scripts": [

@@ -13,15 +13,21 @@ Modules: :mod:`~autolayout.view` (networkx view of named dims),
 validate; :class:`LayoutSearch` holds one graph's tables for every query),
 :mod:`~autolayout.result`, :mod:`~autolayout.mesh_search`,
 :mod:`~autolayout.pareto` and the ``mtf-layout`` CLI,
-:mod:`autolayout.cli`.
+:mod:`autolayout.cli`; plans as files (:mod:`~autolayout.plan`,
+:mod:`~autolayout.plan_file`), :func:`diff` of two plans
+(:mod:`~autolayout.plan_diff`), warm re-solves
+(:mod:`~autolayout.plan_hint`) and exporters to other frameworks
+(:mod:`autolayout.export`).
 """
 
 # CP-SAT before anything that may load TensorFlow: importing mesh_tf
 # applies the rule (mesh_tf.import_order says why).
 import mesh_tf.import_order  # noqa: F401  isort:skip
 
-from autolayout.errors import (AutoLayoutError, ImportOrderError,
-                               InfeasibleLayoutError, SolverError)
+from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
+                               InfeasibleLayoutError, PlanError,
+                               PlanFormatError, PlanMismatchError,
+                               SolverError)
 from autolayout.result import LayoutResult, ModelSize
 from autolayout.solve import LayoutSearch, auto_layout, validate
 from autolayout.explain import explain
@@ -31,11 +37,16 @@ from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              splittable_dims, to_dot, write_dot,
                              write_graphml)
 from autolayout.assignments import all_layouts
+from autolayout.plan import Plan, make_plan
+from autolayout.plan_file import load_plan
+from autolayout.plan_diff import diff
 
 __all__ = ["AutoLayoutError", "ImportOrderError", "InfeasibleLayoutError",
-           "SolverError",
+           "SolverError", "PlanError", "PlanFormatError", "PlanMismatchError",
+           "ExportError",
            "LayoutResult", "LayoutSearch", "ModelSize", "explain",
            "auto_layout", "auto_mesh_and_layout",
            "mesh_factorizations", "pareto", "validate", "build_view",
            "dims_used_together", "repeated_ops", "splittable_dims", "to_dot",
-           "write_dot", "write_graphml", "all_layouts"]
+           "write_dot", "write_graphml", "all_layouts", "Plan", "make_plan",
+           "load_plan", "diff"]

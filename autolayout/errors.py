@@ -56,6 +56,31 @@ class SolverError(AutoLayoutError):
   """CP-SAT returned an invalid model or no solution within the time limit."""
 
 
+class PlanError(AutoLayoutError):
+  """A plan file or :class:`~autolayout.plan.Plan` cannot be used."""
+
+
+class PlanFormatError(PlanError):
+  """A plan file is not valid JSON, or not of a schema this version reads."""
+
+
+class PlanMismatchError(PlanError):
+  """A plan does not match the graph (or mesh) it is applied to.
+
+  Attributes:
+    changes: one short line per difference, e.g. ``"dim d_ff=2048 -> 4096"``
+      or ``"missing variable layer_0/w"``.
+  """
+
+  def __init__(self, message, changes=()):
+    super().__init__(message)
+    self.changes = tuple(changes)
+
+
+class ExportError(PlanError):
+  """A plan cannot be expressed in another framework's sharding terms."""
+
+
 class TimeLimitError(SolverError):
   """The time limit ran out before any layout was found (while building the
   program, or before CP-SAT's first solution)."""

@@ -61,7 +61,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                          max_axes=DEFAULTS.max_axes,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                         search=None, progress=None):
+                         search=None, hint=None, progress=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
   The defaults are ``mtf-layout mesh``'s: ``num_devices`` the topology's
@@ -69,7 +69,9 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
   the chip's HBM as the budget (``memory_budget`` as in
   :func:`autolayout.auto_layout`).
   ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
-  each mesh's tables for later queries); None: a new one.
+  each mesh's tables for later queries); None: a new one.  ``hint``: a
+  previous plan (or its file) that seeds every mesh's solve, matched by
+  dim and axis name (see :func:`autolayout.auto_layout`).
 
   ``time_limit_s`` bounds the whole search, every mesh shape together:
   each mesh gets what is left, and meshes not reached in time are listed
@@ -123,7 +125,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
       if left <= 0.01:
         raise TimeLimitError("no time left")
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       left, num_workers, seed)
+                       left, num_workers, seed, hint=hint)
     except TimeLimitError:
       skipped += 1
       rows.append({"mesh": mesh, "status": "time-limit", "rules": None,

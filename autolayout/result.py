@@ -58,6 +58,9 @@ class LayoutResult:
     memory_budget: the per-device budget in bytes, or None.
     topology: the topology it was priced on.
     graph, outputs: what was laid out (not part of equality or the hash).
+    hint_report: for a solve given ``hint=plan``, the
+      :class:`~autolayout.plan_hint.HintReport` (which rules changed and
+      why); else None (not part of equality or the hash).
 
   A frozen value: equal results hash equal, and ``dataclasses.replace``
   makes a changed copy.  Why a rule was chosen: :func:`autolayout.explain`.
@@ -78,6 +81,8 @@ class LayoutResult:
   graph: Any = dataclasses.field(repr=False, compare=False, default=None)
   outputs: Tuple[Any, ...] = dataclasses.field(repr=False, compare=False,
                                                default=())
+  hint_report: Any = dataclasses.field(repr=False, compare=False,
+                                       default=None)
 
   @property
   def step_time_s(self):
@@ -96,6 +101,22 @@ class LayoutResult:
             f"{self.step_time_s * 1e3:.4g} ms, peak "
             f"{self.peak_memory_bytes / 2**20:.4g} MiB/device, {self.status}"
             f" (gap {self.gap:.2%}), solved in {self.solve_time_s:.2f} s")
+
+  def to_plan(self, name="model", source=None, output_names=None):
+    """This result as a :class:`~autolayout.plan.Plan` (a durable value:
+    model identity, mesh, topology, rules, predicted costs, solver status).
+    ``name`` names the model; ``source`` (a JSON-able dict) says how to
+    rebuild it; ``output_names`` names the outputs, in order."""
+    from autolayout import plan  # pylint: disable=g-import-not-at-top
+    return plan.plan_from_result(self, name, source, output_names)
+
+  def save(self, path, name="model", source=None, output_names=None):
+    """Writes :meth:`to_plan` to ``path`` as a plan file
+    (``docs/plan_files.md``), atomically; returns the Plan.  Load it with
+    ``mtf.load_plan(path, graph)``."""
+    p = self.to_plan(name, source, output_names)
+    p.save(path)
+    return p
 
   def summary(self):
     """One-row DataFrame of the headline numbers."""

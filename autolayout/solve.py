@@ -142,12 +142,13 @@ class LayoutSearch:
             memory_budget=DEFAULTS.memory_budget,
             objective=DEFAULTS.objective, time_limit_s=DEFAULT_TIME_LIMIT_S,
             num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-            tie_break=(), solver_params=None, forbid=(), progress=None):
+            tie_break=(), solver_params=None, forbid=(), progress=None,
+            hint=None):
     """The optimal layout on ``mesh_shape``; the arguments and the result
     are :func:`auto_layout`'s."""
     return _solve(self, mesh_shape, topology, memory_budget, objective,
                   time_limit_s, num_workers, seed, tie_break, solver_params,
-                  forbid, progress)
+                  forbid, progress, hint)
 
   def min_peak(self, mesh_shape, topology,
                time_limit_s=DEFAULT_TIME_LIMIT_S,
@@ -239,7 +240,7 @@ class _ProgressCallback(cp_model.CpSolverSolutionCallback):
 
 
 def solve_phases(form, phases, time_limit_s, num_workers, seed,
-                 solver_params=None, progress=None):
+                 solver_params=None, progress=None, hint=None):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
@@ -250,6 +251,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   ``{"stop_after_first_solution": True}``).  ``progress(best, bound,
   elapsed_s)``, if given, is called for every improving solution of the
   first phase (objective values in the solver's integer units).
+  ``hint`` (``{DimAxis: 0/1}``) replaces the replicated layout as CP-SAT's
+  first guess (see :mod:`autolayout.plan_hint`).
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -271,10 +274,11 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
             [v.x[k] for k in group], [2**i for i in range(len(group))]))
     else:
       exprs.append(form.objectives[p])
-  # The replicated layout is a valid first solution whenever memory allows.
+  # The replicated layout is a valid first solution whenever memory allows;
+  # a previous plan (``hint``) is usually closer to the optimum.
   model.clear_hints()
-  for var in v.x.values():
-    model.add_hint(var, 0)
+  for k, var in v.x.items():
+    model.add_hint(var, int((hint or {}).get(k, 0)))
   start, first, x = time.perf_counter(), None, None
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
@@ -445,7 +449,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None):
+                search=None, hint=None):
   """Finds the layout rules that minimise predicted step time.
 
   The defaults are ``mtf-layout solve``'s (:mod:`autolayout.arguments`):
@@ -480,6 +484,11 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
       for "memory"), e.g. to show a live display.
     search: a :class:`LayoutSearch` of ``graph`` (and ``outputs``) whose
       tables to reuse; None: a new one, for this call only.
+    hint: a previous :class:`~autolayout.plan.Plan` (or its file path) to
+      start the search from, e.g. after the shapes, batch or mesh changed.
+      Its rules are matched by dim and axis name; those that no longer
+      apply are skipped.  The result's ``hint_report`` says which rules
+      changed and which cost terms moved (:mod:`autolayout.plan_hint`).
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -515,12 +524,12 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
         "search=LayoutSearch(graph, outputs)")
   return search.solve(mesh_shape, topology, memory_budget, objective,
                       time_limit_s, num_workers, seed, tie_break,
-                      solver_params, forbid, progress)
+                      solver_params, forbid, progress, hint)
 
 
 def _solve(search, mesh_shape, topology, memory_budget, objective,
            time_limit_s, num_workers, seed, tie_break, solver_params, forbid,
-           progress):
+           progress, hint=None):
   """The body of :meth:`LayoutSearch.solve`."""
   check_import_order()
   (mesh_shape, topology, memory_budget, objective, time_limit_s, num_workers,
@@ -534,7 +543,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     # is its predicted step time: solve "time", report it as latency.
     result = _solve(search, mesh_shape, topology, memory_budget, "time",
                     time_limit_s, num_workers, seed, tie_break,
-                    solver_params, forbid, progress)
+                    solver_params, forbid, progress, hint)
     return dataclasses.replace(result, objective="latency")
   # The edge (check_search_args) resolved the names once; everything below
   # gets typed values.  The time limit bounds the whole query: building
@@ -548,13 +557,19 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
       problem.form.model.add(var == 0)
+  hint_x = None
+  if hint is not None:
+    from autolayout import plan_hint  # pylint: disable=g-import-not-at-top
+    hint_x, hinted, skipped = plan_hint.hint_values(
+        plan_hint.as_plan(hint), list(problem.form.vars.x), search.graph,
+        problem.mesh_shape)
   try:
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
         lambda best, bound, t: progress(best * unit, bound * unit, t))
     pr = solve_phases(problem.form, phases,
                       _left(t0, time_limit_s, "a layout"), num_workers, seed,
-                      solver_params, on_solution)
+                      solver_params, on_solution, hint_x)
   except InfeasibleLayoutError:
     _infeasible(search, mesh_shape, topology, memory_budget,
                 time_limit_s - (time.perf_counter() - t0), num_workers, seed)
@@ -579,8 +594,12 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     bound = min(bound, value)
   gap = 0.0 if pr.status == "optimal" else max(
       0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)
-  return LayoutResult(rules, problem.mesh_shape, report, objective, value,
-                      pr.status, bound, gap, pr.solve_time_s,
-                      problem.build_time_s, _model_size(problem),
-                      memory_budget, problem.topology, graph=search.graph,
-                      outputs=problem.outputs)
+  result = LayoutResult(rules, problem.mesh_shape, report, objective, value,
+                        pr.status, bound, gap, pr.solve_time_s,
+                        problem.build_time_s, _model_size(problem),
+                        memory_budget, problem.topology, graph=search.graph,
+                        outputs=problem.outputs)
+  if hint is not None:
+    result = dataclasses.replace(result, hint_report=plan_hint.hint_report(
+        hinted, skipped, result))
+  return result

@@ -214,12 +214,12 @@ class GraphTables:
         continue
       conditional = []
       always = t in forced_outputs
-      for c, i in consumers.get(t, []):
+      for c, _ in consumers.get(t, []):
         if not always and self._forces_always(c, t):
           always = True
       if not always:
         seen = set()
-        for c, i in consumers.get(t, []):
+        for c, _ in consumers.get(t, []):
           pos = c.inputs.index(t)
           if (self.op_key[c], pos) not in seen:
             seen.add((self.op_key[c], pos))

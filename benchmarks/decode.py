@@ -69,7 +69,7 @@ def measure(calls):
           (8, "8 dev model parallel", "model:8", MP),
           (8, "8 dev data parallel", "model:8", "batch:model")]
   steps, firsts, feeds = [], [], []
-  for batch, what, mesh, layout in runs:
+  for batch, _what, mesh, layout in runs:
     d = decoding_graph(config, batch=batch)
     n = mtf.convert_to_shape(mesh).size
     step = DecodeStep(d, mesh, layout, devices[:n])

@@ -57,7 +57,7 @@ def main(argv=None):
 
   _setup_tf(8)
   import mesh_tf as mtf
-  from mesh_tf import checkpoint, models, optimize, training
+  from mesh_tf import models, optimize, training
 
   sizes = dict(layers=args.layers, d_model=32, heads=4, d_kv=8, d_ff=64,
                vocab=32, length=16, batch=8)

@@ -65,7 +65,7 @@ from mesh_tf.gradients import (custom_gradient, gradients,  # noqa: E402
 from mesh_tf import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
 
 # The layout optimizer (OR-Tools is imported only when these are called).
-from mesh_tf.auto import auto_layout, auto_mesh_and_layout  # noqa: E402
+from mesh_tf.auto import auto_layout, auto_mesh_and_layout, load_plan  # noqa: E402
 
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")

@@ -14,7 +14,8 @@ from nbclient import NotebookClient
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = os.path.join(ROOT, "notebooks")
-NAMES = ["compare_layouts", "topology_what_if", "pareto_and_budget"]
+NAMES = ["compare_layouts", "topology_what_if", "pareto_and_budget",
+         "export_to_jax"]
 
 
 def _read(name):

@@ -29,6 +29,7 @@ def test_api_tour_and_training_snippet_run_in_a_fresh_interpreter():
 def test_quick_start_commands_are_the_ci_commands():
   text = README.read_text(encoding="utf-8")
   ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-  test_cmd = 'pip install -e ".[test]" && python -m pytest -q tests'
+  test_cmd = ('pip install -e ".[test,interop]" && python -m pytest -q '
+              'tests')
   assert test_cmd in text and test_cmd in ci
   assert "pip install -e . && mtf-layout solve" in text

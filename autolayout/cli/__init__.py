@@ -11,7 +11,13 @@ Subcommands (``mtf-layout <cmd> --help`` for each):
   ranked, each with its optimal layout;
 * ``pareto``: the memory-versus-step-time front;
 * ``topologies``: the preset topologies and their numbers;
-* ``explain``: why each rule was chosen, and the cost of dropping it.
+* ``explain``: why each rule was chosen, and the cost of dropping it;
+* ``diff``: two plan files rule by rule, each change priced alone;
+* ``export``: a plan file as JAX, PyTorch DTensor or TF DTensor shardings.
+
+``solve --save plan.json`` writes a plan file and ``--hint plan.json``
+starts from one; ``-l @plan.json`` takes a plan's layout wherever layouts
+are taken (:mod:`~autolayout.cli.plans`, ``docs/plan_files.md``).
 
 Models are zoo presets with overrides (``--model transformer --set
 layers=96,d_model=12288,heads=96,batch=1536``) or ``path/to/file.py:fn``
@@ -31,7 +37,8 @@ Example:
   $ mtf-layout solve --model transformer --topology tpu-v5e-16x16
 
 The package has one module per subcommand (:mod:`~autolayout.cli.solve`,
-``compare``, ``report``, ``mesh``, ``pareto``, ``topologies``, ``explain``),
+``compare``, ``report``, ``mesh``, ``pareto``, ``topologies``, ``explain``,
+``diff``, ``export``),
 each defining a :class:`~autolayout.cli.context.Command`, plus the shared
 :mod:`~autolayout.cli.arguments`, :mod:`~autolayout.cli.inputs` (strings
 parsed once), :mod:`~autolayout.cli.models` (model loading),

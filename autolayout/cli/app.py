@@ -16,8 +16,8 @@ import time
 
 from mesh_tf.core.errors import MtfError
 from autolayout.errors import InfeasibleLayoutError, SolverError
-from autolayout.cli import (compare, explain, mesh, pareto, report, solve,
-                            topologies, validate)
+from autolayout.cli import (compare, diff, explain, export, mesh, pareto,
+                            report, solve, topologies, validate)
 from autolayout.cli.arguments import Parser, ParserExit
 from autolayout.cli.context import Context, emit
 from autolayout.cli.errors import (EXIT_INFEASIBLE, EXIT_INPUT,
@@ -34,6 +34,8 @@ COMMANDS = (
     pareto.COMMAND,
     topologies.COMMAND,
     explain.COMMAND,
+    diff.COMMAND,
+    export.COMMAND,
 )
 _BY_NAME = {c.name: c for c in COMMANDS}
 

@@ -35,8 +35,9 @@ def mesh_of(args, topology):
   return mesh
 
 
-def solve(ctx, setup, mesh, args, budget):
-  """The optimal layout on ``mesh``, with a live progress display."""
+def solve(ctx, setup, mesh, args, budget, hint=None):
+  """The optimal layout on ``mesh``, with a live progress display
+  (``hint``: a previous Plan to start from)."""
   model, topology = setup.model, setup.topology
   unit = "B" if args.objective == "memory" else "s"
   with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
@@ -44,7 +45,7 @@ def solve(ctx, setup, mesh, args, budget):
     return auto_layout(
         model.graph, mesh, model.outputs, topology, budget, args.objective,
         args.time_limit, args.workers, args.seed, progress=update,
-        search=setup.search)
+        search=setup.search, hint=hint)
 
 
 def evaluate(model, mesh, rules, topology):

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from autolayout.cli import common, inputs
+from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -15,7 +15,8 @@ def _arguments(p):
                  metavar="[NAME=]RULES[@MESH]",
                  help="a layout: rules such as 'batch:data;d_ff:model', "
                  "'auto' (the solver's), or '' (replicated); optionally "
-                 "named and on its own mesh: dp=batch:data@data:16. Repeat.")
+                 "named and on its own mesh: dp=batch:data@data:16; or a "
+                 "plan file's rules and mesh: [NAME=]@plan.json. Repeat.")
 
 
 def _run(args, ctx):
@@ -26,14 +27,23 @@ def _run(args, ctx):
   reports, results, legend = {}, {}, []
   for i, spec in enumerate(args.layout, 1):
     name, rules_text, mesh_text = inputs.parse_layout_spec(spec, i)
+    ref = plans.layout_ref(spec)
+    if ref is not None:  # [NAME=]@plan.json: its rules on its mesh
+      name = ref[0] or ref[1]
     if name in reports:
       raise CliInputError(f"two layouts are named {name!r}",
                           hint="name them: --layout dp=batch:data")
-    mesh = inputs.parse_mesh(mesh_text, topology) if mesh_text else base_mesh
-    if rules_text.lower() == "auto":
+    if ref is not None:
+      rules, mesh, _ = plans.layout("@" + ref[1], model, topology)
+      reports[name] = common.evaluate(model, mesh, rules, topology)
+    elif rules_text.lower() == "auto":
+      mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
+              else base_mesh)
       result = common.solve(ctx, setup, mesh, args, budget)
       reports[name], results[name] = result.report, result
     else:
+      mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
+              else base_mesh)
       rules = inputs.parse_rules(rules_text, model, mesh)
       reports[name] = common.evaluate(model, mesh, rules, topology)
     legend.append({"layout": name, "mesh": inputs.mesh_str(mesh),

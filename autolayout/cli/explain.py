@@ -7,7 +7,7 @@ import pandas as pd
 
 from mesh_tf.core.layout import LayoutRules
 from autolayout.explain import explain
-from autolayout.cli import common, inputs
+from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -16,7 +16,8 @@ from autolayout.cli.context import Answer, Command
 def _arguments(p):
   add_model_args(p)
   p.add_argument("--layout", "-l", default="auto", metavar="RULES",
-                 help="layout rules to explain (default auto)")
+                 help="layout rules to explain (default auto), or "
+                 "@PLAN.json (a plan file's rules and mesh)")
 
 
 def _mem_delta(new, base):
@@ -57,10 +58,14 @@ def _why(r, base):
 def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
-  mesh = common.mesh_of(args, topology)
+  from_plan = plans.layout_arg(args.layout, model, topology, args)
+  mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
   budget = inputs.memory_budget(args, topology)
   result = None  # the solver's answer, when it chose the layout
-  if args.layout.strip().lower() == "auto":
+  if from_plan:
+    rules = from_plan[0]
+    base = common.evaluate(model, mesh, rules, topology)
+  elif args.layout.strip().lower() == "auto":
     result = common.solve(ctx, setup, mesh, args, budget)
     rules, base = result.rules, result.report
   else:

@@ -89,7 +89,7 @@ def parse_bytes(text, hbm_bytes=None):
   units = (("kib", 2**10), ("mib", 2**20), ("gib", 2**30), ("tib", 2**40),
            ("kb", 10**3), ("mb", 10**6), ("gb", 10**9), ("tb", 10**12),
            ("b", 1))
-  for suffix, scale in units:
+  for suffix, scale in units:  # noqa: B007  (scale is read after the loop)
     if s.endswith(suffix):
       value = float(s[:-len(suffix)])
       break

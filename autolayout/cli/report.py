@@ -1,6 +1,6 @@
 """``mtf-layout report``: the full cost report of one layout."""
 
-from autolayout.cli import common, inputs
+from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -9,7 +9,8 @@ from autolayout.cli.context import Answer, Command
 def _arguments(p):
   add_model_args(p)
   p.add_argument("--layout", "-l", required=True, metavar="RULES",
-                 help="layout rules, or 'auto'")
+                 help="layout rules, 'auto', or @PLAN.json (a plan file's "
+                 "rules and mesh)")
   p.add_argument("--top", type=int, default=12,
                  help="ops shown in the table (default 12; JSON and CSV "
                  "have all)")
@@ -22,9 +23,12 @@ def _arguments(p):
 def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
-  mesh = common.mesh_of(args, topology)
+  from_plan = plans.layout_arg(args.layout, model, topology, args)
+  mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
   result = None
-  if args.layout.strip().lower() == "auto":
+  if from_plan:
+    report = common.evaluate(model, mesh, from_plan[0], topology)
+  elif args.layout.strip().lower() == "auto":
     result = common.solve(ctx, setup, mesh, args,
                           inputs.memory_budget(args, topology))
     report = result.report

@@ -6,7 +6,7 @@ import pandas as pd
 
 from autolayout.arguments import DEFAULTS
 from autolayout.mesh_search import auto_mesh_and_layout
-from autolayout.cli import common, inputs
+from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -19,12 +19,20 @@ def _arguments(p):
                  "many devices and keep the best")
   p.add_argument("--max-axes", type=int, default=None,
                  help="with --devices: most mesh axes (default 2)")
+  f = p.add_argument_group("plan files (docs/plan_files.md)")
+  f.add_argument("--save", metavar="PLAN.json",
+                 help="write the plan (model identity, mesh, topology, "
+                 "rules, predicted costs, solver status) to this file")
+  f.add_argument("--hint", metavar="PLAN.json",
+                 help="start the solver from a previous plan (e.g. after "
+                 "the shapes, batch or mesh changed) and say what changed")
 
 
 def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
+  hint = plans.read(args.hint) if args.hint else None
   if args.devices is not None:
     inputs.check_devices(args.devices, topology)
     with ctx.progress(f"solving every mesh of {args.devices} devices") as (
@@ -32,8 +40,8 @@ def _run(args, ctx):
       results, table = auto_mesh_and_layout(
           model.graph, args.devices, model.outputs, topology, budget,
           args.objective, args.max_axes or DEFAULTS.max_axes,
-          args.time_limit, args.workers,
-          args.seed, search=setup.search, progress=update.on_mesh)
+          args.time_limit, args.workers, args.seed, search=setup.search,
+          hint=hint, progress=update.on_mesh)
     result = results[0]
     if (table["status"] == "time-limit").any():
       # Some mesh shapes were not reached in time: the best so far, not
@@ -41,8 +49,9 @@ def _run(args, ctx):
       result = dataclasses.replace(result, status="feasible")
   else:
     mesh = common.mesh_of(args, topology)
-    result = common.solve(ctx, setup, mesh, args, budget)
+    result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
   report = result.report
+  saved = plans.save(result, args, model) if args.save else None
 
   def table(ctx):
     common.header(ctx, "solve", model, topology,
@@ -52,10 +61,17 @@ def _run(args, ctx):
     common.show_memory(ctx, report)
     common.show_axes(ctx, report)
     common.show_times(ctx, report, result)
+    if result.hint_report is not None:
+      ctx.line(f"Warm start from {args.hint}:")
+      for line in str(result.hint_report).splitlines():
+        ctx.line("  " + line)
+    if saved is not None:
+      ctx.line(f"saved the plan to {args.save}")
 
   return Answer(
-      json=lambda: common.payload(model, topology,
-                                  result=out.layout_record(report, result)),
+      json=lambda: common.payload(
+          model, topology, result=out.layout_record(report, result),
+          **plans.solve_record(args, result)),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
       plot=common.compare_plot({str(result.rules) or "replicated": report},

@@ -66,6 +66,27 @@ def check_plot_path(args):
         f"{cm_args.echo(directory)} is not writable", hint=hint)
 
 
+def check_output_file(args, attr, option, example):
+  """An output file (``--save``, ``--output``): not a directory, in an
+  existing, writable directory; checked before any work."""
+  path = getattr(args, attr, None)
+  if path is None:
+    return
+  hint = f"give {option} a writable file, e.g. {option} {example}"
+  if not path or os.path.isdir(path):
+    raise CliInputError(f"{option} {cm_args.echo(path)} is a directory, not "
+                        "a file", hint=hint)
+  directory = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(directory):
+    raise CliInputError(
+        f"cannot write {option} {cm_args.echo(path)}: directory "
+        f"{cm_args.echo(directory)} does not exist", hint=hint)
+  if not os.access(directory, os.W_OK):
+    raise CliInputError(
+        f"cannot write {option} {cm_args.echo(path)}: directory "
+        f"{cm_args.echo(directory)} is not writable", hint=hint)
+
+
 def check_applicable(args):
   """Options that do not apply to the chosen command or model."""
   command = args.command
@@ -116,3 +137,5 @@ def check_options(args):
   check_time_limit(args)
   check_applicable(args)
   check_plot_path(args)
+  check_output_file(args, "save", "--save", "plan.json")
+  check_output_file(args, "output", "--output", "specs.json")

@@ -1,6 +1,5 @@
 """Named dimensions and shapes (pure Python, immutable, hashable)."""
 
-import functools
 import math
 import re
 from typing import NamedTuple
@@ -232,7 +231,6 @@ def parse_name_sizes(text, what="shape", item="dim"):
   return out
 
 
-@functools.lru_cache(maxsize=4096)
 def _parse_shape(text):
   return Shape([Dimension(n, s) for n, s in parse_name_sizes(text)])
 

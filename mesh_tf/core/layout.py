@@ -1,6 +1,5 @@
 """Layout rules (tensor dim name -> mesh axis name) and tensor layouts."""
 
-import functools
 from typing import NamedTuple, Optional, Tuple
 
 from mesh_tf.core import dims as dims_lib
@@ -88,7 +87,6 @@ class LayoutRules:
                           dims_lib.convert_to_shape(mesh_shape), tensor_name)
 
 
-@functools.lru_cache(maxsize=65536)
 def _tensor_layout(rules, shape, mesh_shape, tensor_name):
   what = f"tensor {tensor_name!r}" if tensor_name else f"a tensor of {shape!r}"
   axes, used = [], {}

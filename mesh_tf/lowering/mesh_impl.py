@@ -103,9 +103,7 @@ class MeshImpl(abc.ABC):
     """Per-processor slice shape (tuple of ints) of a Tensor or Shape."""
     shape = getattr(arg, "shape", arg)
     shape = dims_lib.convert_to_shape(shape)
-    layout = self.tensor_layout(arg)
-    return tuple(d.size // (self.shape[a].size if a is not None else 1)
-                 for d, a in zip(shape.dims, layout))
+    return self.tensor_layout(arg).slice_sizes(shape, self.shape)
 
   def slice_begin(self, arg, pnum):
     """Offsets of processor ``pnum``'s slice in the full tensor."""

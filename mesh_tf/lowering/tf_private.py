@@ -25,7 +25,7 @@ The uses:
 
 import contextlib
 
-from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.import_order import import_tensorflow
 
 __all__ = ["CallOptions", "FusedFunction", "skip_autograph",
            "uninlined_function"]
@@ -104,7 +104,7 @@ def uninlined_function(body, signature, concrete, private=True):
       return _private_uninlined_copy(concrete)
     except _MOVED:
       pass
-  public = tf.function(
+  public = import_tensorflow().function(
       body, autograph=False,
       experimental_attributes={"_noinline": True}).get_concrete_function(
           *signature)
@@ -165,7 +165,7 @@ class CallOptions:
              optimize)
       new = self._made.get(key)
       if new is None:
-        config = tf.compat.v1.ConfigProto()
+        config = import_tensorflow().compat.v1.ConfigProto()
         config.ParseFromString(old.config_proto_serialized)
         if not optimize:
           config.graph_options.rewrite_options.disable_meta_optimizer = True

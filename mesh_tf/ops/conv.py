@@ -100,8 +100,7 @@ class _ConvGeometry:
 
   def splittable(self, i):
     """A spatial dim splits only when stride 1 keeps its size."""
-    d, k, (b, a), s = (self.spatial[i], self.ksizes[i], self.pads[i],
-                       self.strides[i])
+    k, (b, a), s = self.ksizes[i], self.pads[i], self.strides[i]
     return s == 1 and b + a == k - 1
 
   def unsplittable(self):

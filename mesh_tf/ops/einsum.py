@@ -108,7 +108,7 @@ class EinsumOperation(Operation):
                        slice_shape=out_slice, dtype=out.dtype, flops=flops)
     if resplit:
       y = impl.allreduce(y, sorted(reduced_axes), "SUM")
-      for i, d, a in resplit:
+      for i, _, a in resplit:
         y = impl.allsplit(y, a, i)
       lowering.set_tensor_lowering(out, y)
     elif reduced_axes:

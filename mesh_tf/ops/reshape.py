@@ -22,6 +22,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError, UnknownNameError
+from mesh_tf.core.layout import TensorLayout
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
 # Broadcasting is einsum's inverse and lives with it (each is the other's
@@ -209,9 +210,8 @@ class ReshapeOperation(Operation):
     laid = lowering.laid_out(self.inputs[0])
     for step in plan.before:
       laid = _apply_step(impl, laid, step)
-    middle = tuple(
-        d.size // (impl.shape[a].size if a is not None else 1)
-        for d, a in zip(self.new_shape, plan.middle_layout))
+    middle = TensorLayout(plan.middle_layout).slice_sizes(self.new_shape,
+                                                          impl.shape)
     if middle != laid.slice_shape:
       laid = impl.slicewise(lambda t: tf.reshape(t, middle), laid,
                             slice_shape=middle, flops=0)

@@ -90,6 +90,9 @@ PLOTS = ["{d}/out.png", "{d}/out.svg", "/nonexistent/x.png", "{d}",
          "{d}/out.txt"]
 COMMANDS = ["solve", "compare", "report", "mesh", "pareto", "topologies",
             "explain"]
+PLAN_COMMANDS = ["diff", "export"]
+PLAN_FILES = ["{d}/plan.json", "{d}/m.py", "/nonexistent/p.json", "{d}",
+              "{d}/garbage.json"]
 
 
 def _setup_files():
@@ -100,15 +103,36 @@ def _setup_files():
     f.write("def f(:\n")
   with open(os.path.join(DIR, "exits.py"), "w", encoding="utf-8") as f:
     f.write("import sys\nsys.exit(2)\n")
+  with open(os.path.join(DIR, "garbage.json"), "w", encoding="utf-8") as f:
+    f.write("{not json")
+  if not os.path.exists(os.path.join(DIR, "plan.json")):
+    # A real plan, saved by `solve --save`, for diff and export.
+    cli_contract.run(["solve", "-m", "mlp_tiny", "-t", "tpu-v5e-2x4",
+                      "--save", os.path.join(DIR, "plan.json")])
 
 
 @st.composite
 def argv(draw):
   """An argument vector: mostly well-formed, with invalid pieces mixed in
   (any option may land on any subcommand)."""
-  command = draw(st.sampled_from(COMMANDS + ["frobnicate", "--version"]))
+  command = draw(st.sampled_from(COMMANDS + PLAN_COMMANDS
+                                 + ["frobnicate", "--version"]))
   args = [command]
   if command == "--version":
+    return args
+  if command in PLAN_COMMANDS:
+    plan = st.sampled_from(PLAN_FILES)
+    args += [draw(plan).replace("{d}", DIR)
+             for _ in range(2 if command == "diff" else 1)]
+    if command == "export":
+      args += ["--to", draw(st.sampled_from(["jax", "torch", "dtensor",
+                                             "onnx"]))]
+      if draw(st.booleans()):
+        args += ["-o", draw(st.sampled_from(
+            ["{d}/out.json", "/nonexistent/o.json", "{d}"])).replace(
+                "{d}", DIR)]
+    if draw(st.booleans()):
+      args += ["--format", draw(st.sampled_from(NUMBERS["--format"]))]
     return args
   if command in ("topologies", "frobnicate"):
     if draw(st.booleans()):

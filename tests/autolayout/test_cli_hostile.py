@@ -126,6 +126,11 @@ CASES = [
     (2, ["solve", *TINY, "--plot", "{d}/x.txt"]),
     (2, ["solve", *TINY, "--plot", "{d}"]),
     (2, ["solve", *TINY, "--plot", "/nonexistent/x.png", "-f", "json"]),
+    (2, ["solve", *TINY, "--save", "/nonexistent/plan.json"]),
+    (2, ["solve", *TINY, "--save", "{d}"]),
+    (2, ["export", "{d}/none.json", "--to", "jax"]),
+    (2, ["export", "{d}/none.json", "--to", "jax", "-o", "/nonexistent/x"]),
+    (2, ["diff", "{d}/none.json", "{d}/none2.json"]),
     # Numbers: range and overflow.
     (2, ["solve", *TINY, "--time-limit", "0"]),
     (2, ["solve", *TINY, "--time-limit", "nan"]),

@@ -318,7 +318,7 @@ def test_failed_op_construction_leaves_the_graph_lowerable():
       lambda: _LocalCumsum(x, N),
   ]
   for make in bad:
-    with pytest.raises(Exception):
+    with pytest.raises(mtf.MtfError):
       make()
   # Only the valid ops built along the way remain (w, zeros, variable v).
   names = [op.name for op in graph.operations]

@@ -2,7 +2,7 @@
 
 Two worker processes (4 logical CPU devices each) form a ``hosts:2;local:4``
 mesh.  The client side runs in a subprocess (``python -m
-tests.mesh_tf.test_distributed ...``), because connecting to a cluster
+tests.mesh_tf.distributed.test_distributed ...``), because connecting to a cluster
 changes TensorFlow's process-wide context, which the other tests of this
 pytest process share.  Every process started here is killed in a fixture
 teardown, and every wait is bounded.
@@ -23,8 +23,8 @@ import mesh_tf as mtf
 from mesh_tf import distributed as dist
 from mesh_tf import worker as worker_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 MESH = "hosts:2;local:4"
 LAYOUT = "batch:hosts;d_ff:local;heads:local"
 DEVICES_PER_TASK = 4
@@ -183,7 +183,7 @@ def cluster_run(tmp_path_factory):
     logs.append(os.path.join(out, "client.log"))
     with open(logs[-1], "wb") as log:
       client = subprocess.Popen(
-          [sys.executable, "-m", "tests.mesh_tf.test_distributed",
+          [sys.executable, "-m", "tests.mesh_tf.distributed.test_distributed",
            ",".join(cluster.addresses), str(procs[1].pid),
            str(client_port), out],
           cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT,
@@ -472,8 +472,7 @@ def test_worker_on_a_busy_port_is_a_clean_error():
          f"127.0.0.1:{port}", "--task", "0"],
         capture_output=True, text=True, timeout=120,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-            os.path.abspath(__file__)))))
+        cwd=ROOT)
   assert p.returncode == 1, p.stderr[-2000:]
   assert "mtf-worker: error: cannot start the server of " in p.stderr
   assert "hint: is the port already in use" in p.stderr

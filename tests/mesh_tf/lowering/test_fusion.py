@@ -60,7 +60,8 @@ def _run_kernels(fuse, make_kernels):
 
 def test_kernels_made_in_a_loop_see_their_own_loop_variable():
   def make(impl, x):
-    return [impl.slicewise(lambda t: t * i, x, slice_shape=(3,))  # pylint: disable=cell-var-from-loop
+    # Late binding is the point: each kernel must see its own i.
+    return [impl.slicewise(lambda t: t * i, x, slice_shape=(3,))  # noqa: B023
             for i in range(4)]
   fused, impl = _run_kernels(True, make)
   unfused, _ = _run_kernels(False, make)

@@ -1,0 +1,101 @@
+"""``mtf-layout diff A.json B.json``: two plans rule by rule and decision by
+decision, with the cost delta of each."""
+
+import pandas as pd
+
+from autolayout import plan_diff
+from autolayout.cli import inputs
+from autolayout.cli import output as out
+from autolayout.cli import plans
+from autolayout.cli.arguments import add_output_args
+from autolayout.cli.context import Answer, Command
+from autolayout.cli.models import load_model, parse_overrides
+
+
+def _arguments(p):
+  p.add_argument("a", metavar="A.json", help="the plan to start from")
+  p.add_argument("b", metavar="B.json", help="the plan to compare with it")
+  g = p.add_argument_group("model (default: rebuilt from B's file)")
+  g.add_argument("--model", "-m",
+                 help="the model of B, if B's file does not say how to "
+                 "build it (plans saved by `solve --save` do)")
+  g.add_argument("--set", "-s", action="append", default=[],
+                 metavar="K=V[,K=V]", help="with --model: its overrides")
+  g.add_argument("--train", action="store_true",
+                 help="with --model: its training step")
+  add_output_args(p, plot=False)
+
+
+def _run(args, ctx):
+  a, b = plans.read(args.a), plans.read(args.b)
+  if args.model:
+    model = load_model(args.model, parse_overrides(args.set), args.train)
+  else:
+    model = plans.model_of(b, args.b)
+  if model is not None:
+    b = plans.read(args.b, model)  # checks B is that model's plan
+    d = plan_diff.diff(a, b, model.graph, model.outputs)
+  else:
+    d = plan_diff.diff(a, b)
+  df = d.to_dataframe()
+
+  def table(ctx):
+    ctx.line(f"diff: {args.a} -> {args.b} ({b.model.name})")
+    ctx.line(f"  A: {out.wrap_rules(a.rules) or '(replicated)'} on "
+             f"{inputs.mesh_str(a.mesh_shape)}")
+    ctx.line(f"  B: {out.wrap_rules(b.rules) or '(replicated)'} on "
+             f"{inputs.mesh_str(b.mesh_shape)}")
+    ctx.line()
+    view = pd.DataFrame({"change": [_change(k, n, x, y) for k, n, x, y in
+                                    zip(df["kind"], df["name"], df["a"],
+                                        df["b"])]})
+    fmts = {}
+    for c in df.columns:
+      if c.endswith("_delta_s") or c == "peak_memory_delta_bytes":
+        short = _SHORT.get(c) or "comm " + c[len("comm_"):-len("_delta_s")]
+        view[short] = df[c]
+        fmts[short] = _signed(out.fmt_bytes if "memory" in c
+                              else out.fmt_time)
+    out.render(ctx.console, view, "Differences (each priced alone: only "
+               "that change)", formats=fmts, index=False)
+    for r in d.rows:
+      if r.note:
+        ctx.line(f"{r.kind} {r.name}: {r.note}")
+    for n in d.notes:
+      ctx.line(n)
+
+  return Answer(json=lambda: {"a": args.a, "b": args.b, **d.as_dict()},
+                csv=lambda: df, csv_index=False, table=table)
+
+
+_SHORT = {"step_time_delta_s": "step", "peak_memory_delta_bytes": "peak mem"}
+
+
+def _change(kind, name, a, b):
+  if kind == "total":
+    return "total"
+  if kind == "rules":
+    return f"{name.replace('+', ', ')} together"
+  return f"{kind} {name}: {_show(a)} -> {_show(b)}"
+
+
+def _show(v):
+  return "(not split)" if v is None or v == "(not split)" else str(v)
+
+
+def _signed(fmt):
+  """A formatter of deltas: ``+1.2 us``, ``-4 KiB``, ``-`` for none."""
+  def show(v):
+    if v is None or v != v:  # None or NaN: not priced alone
+      return "-"
+    return ("+" if v >= 0 else "-") + fmt(abs(v))
+  return show
+
+
+COMMAND = Command(
+    "diff", help="two plan files rule by rule, with the cost of each change",
+    description="Compare plan B with plan A: each rule (dim -> mesh axis) "
+    "and decision that differs, with the step time, peak memory and "
+    "communication per axis that changing only it costs (priced on B's "
+    "model, mesh and topology; rules interact, so the deltas need not add "
+    "up).", add_arguments=_arguments, run=_run)
