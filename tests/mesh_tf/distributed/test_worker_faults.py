@@ -21,10 +21,11 @@ import time
 import numpy as np
 
 import mesh_tf as mtf
-from tests.mesh_tf.test_distributed import _env, _tail, free_ports
+from tests.mesh_tf.distributed.test_distributed import (_env, _tail,
+                                                        free_ports)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 MESH = "hosts:2;local:2"
 LAYOUT = "batch:hosts;d_ff:local;heads:local"
 DEVICES_PER_TASK = 2
@@ -153,7 +154,7 @@ def test_worker_killed_mid_step_then_restarted_resumes_same_losses(tmp_path):
   try:
     procs = [_worker(addresses, k, logs[k]) for k in range(2)]
     client = subprocess.Popen(
-        [sys.executable, "-m", "tests.mesh_tf.test_worker_faults",
+        [sys.executable, "-m", "tests.mesh_tf.distributed.test_worker_faults",
          ",".join(addresses), str(procs[1].pid), str(client_port),
          str(tmp_path / "ckpt")],
         cwd=ROOT, env=_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

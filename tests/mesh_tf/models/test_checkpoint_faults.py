@@ -20,8 +20,8 @@ import pytest
 import mesh_tf as mtf
 from mesh_tf import checkpoint, checkpoint_files, optimize, training
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 D, F = mtf.Dimension("d_model", 8), mtf.Dimension("d_ff", 16)
 
 
@@ -102,8 +102,8 @@ def _kill_child_at(tmp_path, stage):
   env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get(
       "PYTHONPATH", ""), TF_CPP_MIN_LOG_LEVEL="3")
   child = subprocess.Popen(
-      [sys.executable, "-m", "tests.mesh_tf.checkpoint_child", str(tmp_path),
-       stage], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+      [sys.executable, "-m", "tests.mesh_tf.models.checkpoint_child",
+       str(tmp_path), stage], cwd=ROOT, env=env, stdin=subprocess.PIPE,
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   try:
     line = child.stdout.readline()  # bounded: the child blocks before commit

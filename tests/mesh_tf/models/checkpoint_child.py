@@ -1,9 +1,10 @@
-"""A child process for the checkpoint fault tests (test_faults.py).
+"""A child process for the checkpoint fault tests
+(test_checkpoint_faults.py).
 
-``python -m tests.mesh_tf.checkpoint_child DIR STAGE``: trains a model with
-a large variable on 2 logical CPU devices, saves checkpoint ``DIR/ckpt``
-(and the same values to ``DIR/ref``, the expected state after a killed
-save), takes one more step and saves ``DIR/ckpt`` again.  At ``STAGE`` of
+``python -m tests.mesh_tf.models.checkpoint_child DIR STAGE``: trains a
+model with a large variable on 2 logical CPU devices, saves checkpoint
+``DIR/ckpt`` (and the same values to ``DIR/ref``, the expected state after
+a killed save), takes one more step and saves ``DIR/ckpt`` again.  At ``STAGE`` of
 that second save it prints ``STAGE <name>`` and blocks on stdin, so that
 the parent kills it there, deterministically.
 """
