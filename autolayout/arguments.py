@@ -16,9 +16,11 @@ argument and a valid value; the sizes a user writes (``"16GB"``,
 
 import math
 import numbers
+import time
 from typing import Any, NamedTuple, Optional, Tuple
 
 import costmodels
+from autolayout.errors import TimeLimitError
 from costmodels import arguments as cm_args
 from mesh_tf.core.errors import InvalidArgumentError
 
@@ -111,6 +113,17 @@ def check_time_limit(value, name="time_limit_s"):
         f"{MAX_TIME_LIMIT_S:g} seconds; use e.g. {name}="
         f"{DEFAULTS.time_limit_s:g}")
   return value
+
+
+def time_left(t0, time_limit_s, what):
+  """Seconds left of ``time_limit_s`` since ``t0`` (a ``perf_counter``
+  value); TimeLimitError if none are (building the program used them)."""
+  left = time_limit_s - (time.perf_counter() - t0)
+  if left <= 0.01:
+    raise TimeLimitError(
+        f"the time limit of {time_limit_s:g} s ran out while building the "
+        f"program, before CP-SAT could look for {what}")
+  return left
 
 
 def is_training_graph(graph):

@@ -160,21 +160,9 @@ class LayoutSearch:
     t0 = time.perf_counter()
     problem = self.problem(mesh_shape, topology, need_peak=True,
                            deadline=t0 + time_limit_s)
-    pr = solve_phases(problem.form, ["memory"],
-                      _left(t0, time_limit_s, "the smallest peak"),
-                      num_workers, seed)
+    left = arguments.time_left(t0, time_limit_s, "the smallest peak")
+    pr = solve_phases(problem.form, ["memory"], left, num_workers, seed)
     return int(round(pr.value)), rules_of(pr.x), problem, pr.status
-
-
-def _left(t0, time_limit_s, what):
-  """Seconds left of ``time_limit_s`` since ``t0``; TimeLimitError if none
-  are (building the program used them all)."""
-  left = time_limit_s - (time.perf_counter() - t0)
-  if left <= 0.01:
-    raise TimeLimitError(
-        f"the time limit of {time_limit_s:g} s ran out while building the "
-        f"program, before CP-SAT could look for {what}")
-  return left
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
@@ -567,8 +555,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
         lambda best, bound, t: progress(best * unit, bound * unit, t))
-    pr = solve_phases(problem.form, phases,
-                      _left(t0, time_limit_s, "a layout"), num_workers, seed,
+    left = arguments.time_left(t0, time_limit_s, "a layout")
+    pr = solve_phases(problem.form, phases, left, num_workers, seed,
                       solver_params, on_solution, hint_x)
   except InfeasibleLayoutError:
     _infeasible(search, mesh_shape, topology, memory_budget,
