@@ -67,7 +67,8 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
   outputs = list(search.outputs)
   if report is None:
     report = costmodels.evaluate(search.graph, mesh_shape, rules, topology,
-                                 outputs=outputs)
+                                 outputs=outputs,
+                                 microbatches=search.microbatches)
   base = dict(rules.pairs)
   rows = []
   t0 = time.perf_counter()  # time_limit_s bounds every re-solve together
@@ -75,7 +76,8 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
     rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
     try:
       r0 = costmodels.evaluate(search.graph, mesh_shape, rest, topology,
-                               outputs=outputs)
+                               outputs=outputs,
+                               microbatches=search.microbatches)
     except LayoutError:
       r0 = None
     left = time_limit_s - (time.perf_counter() - t0)

@@ -291,9 +291,13 @@ def plan_from_result(result, name="model", source=None, output_names=None):
       raise MtfError(f"output_names {list(output_names)} must name each of "
                      f"the result's {len(outputs)} outputs")
     outputs = dict(zip(output_names, outputs))
+  # Training decisions (precision, ZeRO stage, recompute, microbatches)
+  # travel as the plan's extensible decisions mapping.
+  decisions = getattr(result, "decisions", None)
   return make_plan(result.graph, result.mesh_shape, result.rules,
                    result.topology, result.report, outputs, name, solver,
-                   None, source)
+                   None if decisions is None else decisions.as_dict(),
+                   source)
 
 
 # Only structural brackets are followed by a raw newline (JSON strings never

@@ -28,10 +28,10 @@ import numpy as np
 from matplotlib.figure import Figure
 
 GIB = 2**30
-CATEGORIES = ("params", "gradients", "optimizer", "activations")
+CATEGORIES = ("params", "gradients", "optimizer", "activations", "kv_cache")
 _CATEGORY_COLORS = {"params": "#4C72B0", "gradients": "#8172B3",
                     "optimizer": "#DD8452",
-                    "activations": "#55A868"}
+                    "activations": "#55A868", "kv_cache": "#DA8BC3"}
 _COMPUTE_COLOR = "#8C8C8C"
 _AXIS_COLORS = ("#C44E52", "#8172B3", "#937860", "#DA8BC3", "#CCB974",
                 "#64B5CD")
@@ -72,6 +72,8 @@ def memory_bars(reports, ax=None):
   x = np.arange(len(items))
   bottom = np.zeros(len(items))
   for cat in CATEGORIES:
+    if not any(cat in r.memory_by_category for _, r in items):
+      continue  # e.g. kv_cache, which only decoding graphs have
     vals = np.array([r.memory_by_category.get(cat, 0) / GIB
                      for _, r in items])
     ax.bar(x, vals, 0.6, bottom=bottom, label=cat,

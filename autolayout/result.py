@@ -57,6 +57,10 @@ class LayoutResult:
     model_size: the program's :class:`ModelSize`.
     memory_budget: the per-device budget in bytes, or None.
     topology: the topology it was priced on.
+    decisions: the :class:`autolayout.decisions.TrainingDecisions`
+      (precision, ZeRO stage, recompute, microbatches) the graph was built
+      with, when a training-plan search chose them; ``decisions.as_dict()``
+      is their mapping.  None for a plain layout search.
     graph, outputs: what was laid out (not part of equality or the hash).
     hint_report: for a solve given ``hint=plan``, the
       :class:`~autolayout.plan_hint.HintReport` (which rules changed and
@@ -78,6 +82,7 @@ class LayoutResult:
   model_size: ModelSize
   memory_budget: Optional[int]
   topology: Any
+  decisions: Any = None
   graph: Any = dataclasses.field(repr=False, compare=False, default=None)
   outputs: Tuple[Any, ...] = dataclasses.field(repr=False, compare=False,
                                                default=())

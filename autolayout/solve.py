@@ -10,7 +10,7 @@ solver).
 import dataclasses
 import math
 import time
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 # OR-Tools must be imported before TensorFlow in any process (protobuf
 # clash); mesh_tf loads TensorFlow lazily, after this.
@@ -48,6 +48,8 @@ class Problem(NamedTuple):
   form: formulation.Formulation
   host: dict
   build_time_s: float
+  microbatches: object = None   # mesh_tf.microbatch.MicrobatchPlan or None
+  memory_reserve_fraction: Optional[float] = None
 
 
 def _outputs(graph, outputs):
@@ -70,16 +72,13 @@ class LayoutSearch:
   module state and nothing to invalidate behind anyone's back.
 
   The graph must not change while the search is in use (the tables would be
-  stale): a query on a graph that gained ops raises AutoLayoutError.
+  stale): a query on a graph that gained ops raises AutoLayoutError (a bad
+  graph or outputs, InvalidArgumentError).
 
   Args:
     graph: the mtf Graph.
     outputs: tensors whose values the step returns (kept live to the end);
       None: every tensor no op reads.
-
-  Raises:
-    InvalidArgumentError: for something else than a non-empty Graph, or
-      outputs that are not Tensors of it.
 
   Example:
     >>> search = LayoutSearch(graph, [loss])             # doctest: +SKIP
@@ -89,9 +88,14 @@ class LayoutSearch:
     ...                                                  # doctest: +SKIP
   """
 
-  def __init__(self, graph, outputs=None):
+  def __init__(self, graph, outputs=None, microbatches=None,
+               memory_reserve_fraction=None):
     self.graph = cm_args.check_graph(graph)
     self.outputs = _outputs(graph, cm_args.check_outputs(graph, outputs))
+    # A mesh_tf.microbatch.MicrobatchPlan: per-microbatch work priced k times.
+    self.microbatches = microbatches
+    # What the reports show as kept free of the HBM (None: the default).
+    self.memory_reserve_fraction = memory_reserve_fraction
     self._num_ops = len(graph.operations)
     self._built = {}  # (what, mesh Shape, Topology) -> tables, space, steps
 
@@ -112,8 +116,7 @@ class LayoutSearch:
     """Builds the CP-SAT model on ``mesh_shape`` and ``topology`` (see
     :mod:`autolayout.formulation` for the math), from this search's tables.
 
-    ``deadline`` (a ``time.perf_counter()`` value) bounds building the
-    tables: past it, TimeLimitError.
+    ``deadline`` (a ``perf_counter`` value) bounds building the tables.
 
     Returns a :class:`Problem`; its model is new, so adding constraints to
     it leaves later queries untouched.
@@ -126,7 +129,7 @@ class LayoutSearch:
                        lambda: assignments.dim_space(graph, mesh_shape))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
-        deadline))
+        self.microbatches, deadline))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None
@@ -135,8 +138,11 @@ class LayoutSearch:
                       lambda: memory_steps.prune_by_layouts(
                           memory_steps.compress(graph, list(outputs)),
                           space))
-    return _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
-                     memory_budget, need_peak, t0)
+    problem = _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
+                        memory_budget, need_peak, t0)
+    return problem._replace(
+        microbatches=self.microbatches,
+        memory_reserve_fraction=self.memory_reserve_fraction)
 
   def solve(self, mesh_shape=None, topology=DEFAULTS.topology,
             memory_budget=DEFAULTS.memory_budget,
@@ -349,7 +355,11 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
   except LayoutError as e:
     raise SolverError(f"the solver returned invalid rules {rules}: {e}")
   report = costmodels.evaluate(g, mesh_shape, rules, problem.topology,
-                               outputs=list(problem.outputs))
+                               outputs=list(problem.outputs),
+                               microbatches=problem.microbatches,
+                               **({} if problem.memory_reserve_fraction is None
+                                  else {"memory_reserve_fraction":
+                                        problem.memory_reserve_fraction}))
   t, c = table_values(problem, rules)
   for name, mine, theirs in (("step time", t, report.step_time_s),
                              ("communication time", c, report.comm_time_s)):
@@ -439,9 +449,6 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
                 search=None, hint=None):
   """Finds the layout rules that minimise predicted step time.
-
-  The defaults are ``mtf-layout solve``'s (:mod:`autolayout.arguments`):
-  the same question gets the same answer from Python and from the shell.
 
   Args:
     graph: an mtf Graph (one mesh).

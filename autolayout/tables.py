@@ -130,14 +130,20 @@ class GraphTables:
     outputs: tensors whose values are exported (their pending sums forced).
     pricer: prices trace records (see :mod:`autolayout.pricing`).
     space: the :class:`~autolayout.assignments.DimSpace`.
+    microbatches: a :class:`mesh_tf.microbatch.MicrobatchPlan`, or None:
+      a factor's count is then the sum of its ops' repeats per step (an
+      all-reduce repeats with the op that left the sum pending), as
+      :func:`costmodels.evaluate` prices them.
 
   Attributes:
     factors: list of :class:`Factor`, in a deterministic order.
   """
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
-               deadline=None):
+               microbatches=None, deadline=None):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
+    self._repeats = ((lambda name: 1) if microbatches is None
+                     else microbatches.repeats)
     self._deadline = deadline  # time.perf_counter() value, or None
     self.space = space
     meshes = {op.mesh for op in graph.operations}
@@ -195,7 +201,7 @@ class GraphTables:
             (self.pend_scope.get(t, ()), self.tensor_key.get(t))
             for t in op.inputs)
         self._table(key)
-      op_counts[key] = op_counts.get(key, 0) + 1
+      op_counts[key] = op_counts.get(key, 0) + self._repeats(op.name)
       op_example.setdefault(key, op.name)
       table = self._table(key)
       for j, t in enumerate(op.outputs):
@@ -235,7 +241,8 @@ class GraphTables:
             scope |= set(self._key_scope[ck])
         self._ar_info[akey] = (self.tensor_key[t], structure,
                                tuple(sorted(scope)))
-      ar_counts[akey] = ar_counts.get(akey, 0) + 1
+      ar_counts[akey] = ar_counts.get(akey, 0) + self._repeats(
+          t.operation.name)
       ar_example.setdefault(akey, t.name)
     factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])
                 for k, c in ar_counts.items()]

@@ -123,9 +123,11 @@ def parse_size(value, hbm_bytes=None, name="memory_budget"):
 
 
 def resolve_memory_budget(value, topology):
-  """``parse_size(value)`` against ``topology``'s HBM (``"hbm"``, ``"90%"``).
-  """
-  return parse_size(value, topology.chip.hbm_bytes)
+  """``parse_size(value)`` against the usable HBM of ``topology``'s chip
+  (``"hbm"``, ``"90%"``: the HBM less the default runtime reserve, as in the
+  CLI)."""
+  from costmodels import hardware  # pylint: disable=g-import-not-at-top
+  return parse_size(value, hardware.usable_memory_bytes(topology.chip))
 
 
 def check_graph(graph, name="graph"):

@@ -31,6 +31,7 @@ from mesh_tf.ops.creation import ImportOperation
 from costmodels import arguments
 from costmodels import collectives as coll
 from costmodels import compute as compute_lib
+from costmodels import hardware
 from costmodels import memory as memory_lib
 from costmodels.report import CostReport
 from costmodels.topology import get_topology, map_mesh
@@ -58,6 +59,10 @@ class OpCost(NamedTuple):
       axes whose links each phase uses (a phase on a physical dimension
       shared by several axes is split evenly between them).
     reduction: the collective's reduction, if any.
+    repeats: how often the record runs per step (the microbatch count for
+      per-microbatch work, see :mod:`mesh_tf.microbatch`); ``time_s``,
+      ``time_by_axis``, ``flops_per_device`` and ``bytes_per_device`` are
+      totals over the repeats.
   """
   op_name: str
   source_op: str
@@ -70,6 +75,7 @@ class OpCost(NamedTuple):
   time_s: float
   time_by_axis: Tuple[Tuple[str, float], ...] = ()
   reduction: str = None
+  repeats: int = 1
 
 
 def _unpack(record):
@@ -133,26 +139,34 @@ def _price(kind, axes, group, nbytes, mapping):
   return sum(t for _, t in phases), tuple(by_axis.items())
 
 
-def op_costs(trace, mapping):
+def op_costs(trace, mapping, microbatches=None):
   """A price for every record of ``trace``: compute records first (in trace
   order), then collectives (in trace order).
 
   ``sum`` (or ``math.fsum``) of their ``time_s`` is the step time of
-  :func:`evaluate`; see the module docstring.
+  :func:`evaluate`; see the module docstring.  With a
+  :class:`mesh_tf.microbatch.MicrobatchPlan`, each record's price is times
+  the repeats of the op whose layout caused it (``source_op``).
   """
   chip = mapping.topology.chip
+  rep = (lambda name: 1) if microbatches is None else microbatches.repeats
   out = []
   for r in trace.compute:
+    k = rep(r.op_name)
     out.append(OpCost(r.op_name, r.op_name, "compute", "compute", (), 1,
-                      r.flops_per_device,
-                      r.output_bytes_per_device + r.input_bytes_per_device,
-                      compute_lib.compute_time(r, chip)))
+                      k * r.flops_per_device,
+                      k * (r.output_bytes_per_device
+                           + r.input_bytes_per_device),
+                      k * compute_lib.compute_time(r, chip), repeats=k))
   for r in trace.collectives:
     t, by_axis = _price(r.kind, tuple(r.mesh_axes), r.group_size,
                         r.bytes_per_device, mapping)
-    out.append(OpCost(r.op_name, r.source_op or r.op_name, "comm", r.kind,
+    src = r.source_op or r.op_name
+    k = rep(src)
+    out.append(OpCost(r.op_name, src, "comm", r.kind,
                       tuple(r.mesh_axes), r.group_size, 0,
-                      r.bytes_per_device, t, by_axis, r.reduction))
+                      k * r.bytes_per_device, k * t,
+                      tuple((a, k * x) for a, x in by_axis), r.reduction, k))
   return out
 
 
@@ -195,7 +209,9 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
 
 
 def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
-             schedule=None, liveness=None):
+             schedule=None, liveness=None,
+             memory_reserve_fraction=hardware.DEFAULT_MEMORY_RESERVE_FRACTION,
+             microbatches=None):
   """Predicts the step time and peak memory of ``graph`` under a layout.
 
   Args:
@@ -213,6 +229,12 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     liveness: a :class:`costmodels.memory.Liveness` of ``graph`` with these
       ``outputs`` (from :func:`costmodels.memory.liveness`), to reuse one
       schedule over many layouts; replaces ``schedule``.
+    memory_reserve_fraction: the part of the chip's HBM kept free for the
+      runtime and fragmentation (the report's ``usable_memory_bytes``).
+    microbatches: a :class:`mesh_tf.microbatch.MicrobatchPlan` when the
+      graph is one microbatch of a step (per-microbatch work is priced
+      ``k`` times; memory is that of one microbatch plus the
+      accumulators).
 
   Returns:
     A :class:`costmodels.CostReport`.
@@ -243,9 +265,10 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
   mapping = map_mesh(topology, mesh_shape)
   outputs = arguments.check_outputs(graph, outputs)
   trace = trace_graph(graph, mesh_shape, rules, outputs)
-  costs = op_costs(trace, mapping)
+  costs = op_costs(trace, mapping, microbatches)
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,
                                       outputs, liveness)
   return CostReport(graph=graph, mesh_shape=mesh_shape, layout_rules=rules,
                     topology=topology, mapping=mapping, trace=trace,
-                    op_costs=costs, memory=profile)
+                    op_costs=costs, memory=profile,
+                    memory_reserve_fraction=memory_reserve_fraction)

@@ -2,7 +2,15 @@
 
 Every number has its unit in the field name and a comment saying where it
 comes from.  Bandwidths are in bytes per second and **per direction** unless
-the name says otherwise; FLOP/s are dense (no structured sparsity) bf16.
+the name says otherwise; FLOP/s are dense (no structured sparsity).
+
+Each chip carries its dense matmul peak **per dtype** (``bfloat16``,
+``float32`` and, on GPUs that have it, ``tf32``) and the peak of its vector
+units (elementwise work); :mod:`costmodels.precision` says which one a
+computation runs at.  ``hbm_bytes`` is the memory the chip *exposes* to a
+program (what ``nvidia-smi`` reports as total, or the TPU runtime's
+capacity), not the marketing "80 GB"; a configurable reserve for the runtime
+and fragmentation is taken off it by :func:`usable_memory_bytes`.
 
 A :class:`LinkSpec` describes what one chip can push in one direction over one
 kind of link:
@@ -18,13 +26,22 @@ synchronisation together).  They are order-of-magnitude *assumptions*, not
 vendor figures, and say so in their comments.
 
 Example:
-  >>> CHIPS["h100"].hbm_bytes
-  80000000000
+  >>> CHIPS["h100"].hbm_bytes / 2**30      # 81559 MiB, as nvidia-smi shows
+  79.6474609375
+  >>> CHIPS["a100"].peak_flops_per_s("float32") / 1e12   # TF32 tensor cores
+  156.0
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
+from mesh_tf.core.errors import MtfError
 from costmodels.errors import TopologyError
+
+#: Fraction of the exposed HBM kept free for the runtime (CUDA context, NCCL
+#: buffers, XLA scratch) and allocator fragmentation.  PyTorch's caching
+#: allocator and XLA's BFC allocator typically lose a few percent to
+#: fragmentation on long training runs; 5% is the usual planning margin.
+DEFAULT_MEMORY_RESERVE_FRACTION = 0.05
 
 
 class LinkSpec(NamedTuple):
@@ -60,6 +77,11 @@ class ChipSpec(NamedTuple):
     ici_links_per_chip: ICI ports per TPU chip (0 for GPUs).
     default_network: for GPUs, the InfiniBand generation its usual DGX/HGX
       system ships with (a key of :data:`INFINIBAND`); None for TPUs.
+    matmul_flops_by_dtype: ``((dtype, dense matmul FLOP/s), ...)``; dtypes
+      are ``"bfloat16"``, ``"float16"``, ``"float32"`` (true fp32) and
+      ``"tf32"``.  A dtype not listed runs at the bf16 peak.
+    vector_flops_per_s: peak of the vector units (elementwise work), or
+      None for the float32 matmul peak.
   """
   name: str
   kind: str
@@ -69,10 +91,38 @@ class ChipSpec(NamedTuple):
   link: LinkSpec
   ici_links_per_chip: int = 0
   default_network: Optional[str] = None
+  matmul_flops_by_dtype: Tuple[Tuple[str, float], ...] = ()
+  vector_flops_per_s: Optional[float] = None
+
+  def peak_flops_per_s(self, dtype="bfloat16"):
+    """Dense matmul FLOP/s of ``dtype`` (``"tf32"`` for TF32 tensor cores).
+
+    ``"float32"`` means what a float32 matmul runs at by default: TF32 on
+    GPUs that have it (TensorFlow's default,
+    ``tf.config.experimental.enable_tensor_float_32_execution``), else
+    true fp32.  Use ``"fp32_strict"`` for true fp32 on such GPUs.
+    """
+    table = dict(self.matmul_flops_by_dtype)
+    if dtype == "float32" and "tf32" in table:
+      return table["tf32"]
+    if dtype == "fp32_strict":
+      dtype = "float32"
+    if dtype == "float16" and dtype not in table:
+      dtype = "bfloat16"
+    return table.get(dtype, self.peak_bf16_flops_per_s)
+
+  @property
+  def peak_vector_flops_per_s(self):
+    """FLOP/s of elementwise (non-matmul) work."""
+    if self.vector_flops_per_s is not None:
+      return self.vector_flops_per_s
+    return dict(self.matmul_flops_by_dtype).get("float32",
+                                                self.peak_bf16_flops_per_s)
 
   def __repr__(self):
     return (f"ChipSpec({self.name}: {self.peak_bf16_flops_per_s / 1e12:g} "
-            f"TFLOP/s bf16, {self.hbm_bytes / 2**30:.1f} GiB HBM at "
+            f"TFLOP/s bf16, {self.peak_flops_per_s('float32') / 1e12:g} "
+            f"float32, {self.hbm_bytes / 2**30:.1f} GiB HBM at "
             f"{self.hbm_bandwidth_bytes_per_s / 1e9:g} GB/s, {self.link!r})")
 
 
@@ -109,24 +159,38 @@ PCIE = {
                      _PCIE_LATENCY_S),
 }
 
+_MIB = 2**20
+
+# TPU MXUs multiply bf16 only: XLA runs a float32 matmul at
+# ``Precision.HIGHEST`` as six bf16 passes (JAX docs, ``jax.lax.Precision``:
+# "HIGHEST ... bf16_6x"), so true-fp32 matmul throughput is a sixth of bf16.
+_TPU_FP32_PASSES = 6
+
+
+def _tpu_flops(bf16):
+  return (("bfloat16", bf16), ("float32", bf16 / _TPU_FP32_PASSES))
+
+
 CHIPS = {
     # TPU v3 (Cloud TPU docs, "TPU v3": 123 TFLOP/s bf16 per chip, 32 GiB HBM2
     # at 900 GB/s, 2D torus).  ICI: 4 links of 656 Gbit/s (Jouppi et al.,
     # "Ten Lessons From Three Generations Shaped Google's TPUv4i", ISCA 2021,
     # Table 1), read as both directions together: 41 GB/s each way.
+    # The TPU runtime exposes the whole 32 GiB (two cores of 16 GiB).
     "tpu-v3": ChipSpec(
         "tpu-v3", "tpu", peak_bf16_flops_per_s=123e12, hbm_bytes=32 * _GIB,
         hbm_bandwidth_bytes_per_s=900 * _GB,
         link=LinkSpec("ici-v3", "ici", 656e9 / 8 / 2, _ICI_LATENCY_S),
-        ici_links_per_chip=4),
+        ici_links_per_chip=4, matmul_flops_by_dtype=_tpu_flops(123e12)),
     # TPU v4 (Cloud TPU docs, "TPU v4": 275 TFLOP/s bf16, 32 GiB HBM2 at
     # 1200 GB/s, 3D torus of 6 links per chip).  ICI one-way bandwidth per
     # link 4.5e10 B/s (Austin et al., "How to Scale Your Model", TPU chapter).
+    # 32 GiB is what one v4 chip (megacore) exposes to a JAX/TF program.
     "tpu-v4": ChipSpec(
         "tpu-v4", "tpu", peak_bf16_flops_per_s=275e12, hbm_bytes=32 * _GIB,
         hbm_bandwidth_bytes_per_s=1200 * _GB,
         link=LinkSpec("ici-v4", "ici", 45 * _GB, _ICI_LATENCY_S),
-        ici_links_per_chip=6),
+        ici_links_per_chip=6, matmul_flops_by_dtype=_tpu_flops(275e12)),
     # TPU v5e (Cloud TPU docs, "TPU v5e": 197 TFLOP/s bf16, 16 GB HBM2 at
     # 819 GB/s, 400 GB/s bidirectional ICI per chip over 4 ports, 2D torus):
     # 400 / 4 ports / 2 directions = 50 GB/s per link each way.
@@ -134,7 +198,7 @@ CHIPS = {
         "tpu-v5e", "tpu", peak_bf16_flops_per_s=197e12, hbm_bytes=16 * 10**9,
         hbm_bandwidth_bytes_per_s=819 * _GB,
         link=LinkSpec("ici-v5e", "ici", 400 * _GB / 4 / 2, _ICI_LATENCY_S),
-        ici_links_per_chip=4),
+        ici_links_per_chip=4, matmul_flops_by_dtype=_tpu_flops(197e12)),
     # TPU v5p (Cloud TPU docs, "TPU v5p": 459 TFLOP/s bf16, 95 GiB HBM2e at
     # 2765 GB/s, 1200 GB/s bidirectional ICI per chip, 3D torus of 6 links):
     # 1200 / 6 / 2 = 100 GB/s per link each way.
@@ -142,40 +206,81 @@ CHIPS = {
         "tpu-v5p", "tpu", peak_bf16_flops_per_s=459e12, hbm_bytes=95 * _GIB,
         hbm_bandwidth_bytes_per_s=2765 * _GB,
         link=LinkSpec("ici-v5p", "ici", 1200 * _GB / 6 / 2, _ICI_LATENCY_S),
-        ici_links_per_chip=6),
-    # A100 SXM4 80GB (NVIDIA A100 datasheet: 312 TFLOP/s dense bf16, 80 GB
-    # HBM2e at 2039 GB/s, NVLink3 600 GB/s total = 300 GB/s each way).  DGX
-    # A100 ships ConnectX-6 HDR, one port per GPU.
+        ici_links_per_chip=6, matmul_flops_by_dtype=_tpu_flops(459e12)),
+    # A100 SXM4 80GB (NVIDIA A100 datasheet, dense: 312 TFLOP/s bf16/fp16,
+    # 156 TFLOP/s TF32, 19.5 TFLOP/s fp32 on CUDA cores; 2039 GB/s HBM2e;
+    # NVLink3 600 GB/s total = 300 GB/s each way).  Memory: nvidia-smi
+    # reports 81920 MiB total on A100-SXM4-80GB.  DGX A100 ships ConnectX-6
+    # HDR, one port per GPU.
     "a100": ChipSpec(
-        "a100", "gpu", peak_bf16_flops_per_s=312e12, hbm_bytes=80 * 10**9,
-        hbm_bandwidth_bytes_per_s=2039 * _GB,
+        "a100", "gpu", peak_bf16_flops_per_s=312e12,
+        hbm_bytes=81920 * _MIB, hbm_bandwidth_bytes_per_s=2039 * _GB,
         link=LinkSpec("nvlink3", "nvlink", 300 * _GB, _NVLINK_LATENCY_S),
-        default_network="hdr"),
-    # H100 SXM5 (NVIDIA H100 datasheet: 989 TFLOP/s dense bf16, 80 GB HBM3 at
-    # 3.35 TB/s, NVLink4 900 GB/s total = 450 GB/s each way).  DGX H100 ships
-    # ConnectX-7 NDR 400 Gbit/s, one port per GPU.
+        default_network="hdr",
+        matmul_flops_by_dtype=(("bfloat16", 312e12), ("float16", 312e12),
+                               ("tf32", 156e12), ("float32", 19.5e12)),
+        vector_flops_per_s=19.5e12),
+    # H100 SXM5 (NVIDIA H100 datasheet, dense = half the sparse figures:
+    # 989 TFLOP/s bf16/fp16, 494.5 TFLOP/s TF32, 67 TFLOP/s fp32 on CUDA
+    # cores; 3.35 TB/s HBM3; NVLink4 900 GB/s total = 450 GB/s each way).
+    # Memory: nvidia-smi reports 81559 MiB (79.6 GiB) on "H100 80GB HBM3".
+    # DGX H100 ships ConnectX-7 NDR 400 Gbit/s, one port per GPU.
     "h100": ChipSpec(
-        "h100", "gpu", peak_bf16_flops_per_s=989e12, hbm_bytes=80 * 10**9,
-        hbm_bandwidth_bytes_per_s=3350 * _GB,
+        "h100", "gpu", peak_bf16_flops_per_s=989e12,
+        hbm_bytes=81559 * _MIB, hbm_bandwidth_bytes_per_s=3350 * _GB,
         link=LinkSpec("nvlink4", "nvlink", 450 * _GB, _NVLINK_LATENCY_S),
-        default_network="ndr"),
-    # H200 SXM (NVIDIA H200 datasheet: 989 TFLOP/s dense bf16, 141 GB HBM3e
-    # at 4.8 TB/s, NVLink4 900 GB/s total).  DGX H200: ConnectX-7 NDR.
+        default_network="ndr",
+        matmul_flops_by_dtype=(("bfloat16", 989e12), ("float16", 989e12),
+                               ("tf32", 494.5e12), ("float32", 67e12)),
+        vector_flops_per_s=67e12),
+    # H200 SXM (NVIDIA H200 datasheet: the H100's compute -- 989 TFLOP/s
+    # dense bf16, 494.5 TF32, 67 fp32 -- with 141 GB HBM3e at 4.8 TB/s,
+    # NVLink4 900 GB/s total).  Memory: nvidia-smi reports 143771 MiB
+    # (140.4 GiB).  DGX H200: ConnectX-7 NDR.
     "h200": ChipSpec(
-        "h200", "gpu", peak_bf16_flops_per_s=989e12, hbm_bytes=141 * 10**9,
-        hbm_bandwidth_bytes_per_s=4800 * _GB,
+        "h200", "gpu", peak_bf16_flops_per_s=989e12,
+        hbm_bytes=143771 * _MIB, hbm_bandwidth_bytes_per_s=4800 * _GB,
         link=LinkSpec("nvlink4", "nvlink", 450 * _GB, _NVLINK_LATENCY_S),
-        default_network="ndr"),
-    # B200 (NVIDIA DGX/HGX B200 datasheets: 72 PFLOP/s FP8 training for 8
-    # GPUs with sparsity -> 2.25 PFLOP/s dense bf16 per GPU; 1440 GB HBM3e
-    # and 64 TB/s for 8 GPUs -> 180 GB at 8 TB/s each; NVLink5 1.8 TB/s
-    # total = 900 GB/s each way).  DGX B200 ships ConnectX-7 NDR.
+        default_network="ndr",
+        matmul_flops_by_dtype=(("bfloat16", 989e12), ("float16", 989e12),
+                               ("tf32", 494.5e12), ("float32", 67e12)),
+        vector_flops_per_s=67e12),
+    # B200 (NVIDIA DGX/HGX B200 datasheets, for 8 GPUs with sparsity: 36
+    # PFLOP/s bf16 and 18 PFLOP/s TF32 -> 2.25 and 1.125 PFLOP/s dense per
+    # GPU; 600 TFLOP/s fp32 -> 75 per GPU; 1440 GB HBM3e and 64 TB/s -> 180 GB
+    # at 8 TB/s each; NVLink5 1.8 TB/s total = 900 GB/s each way).  Memory:
+    # nvidia-smi reports 183359 MiB (179 GiB).  DGX B200: ConnectX-7 NDR.
     "b200": ChipSpec(
-        "b200", "gpu", peak_bf16_flops_per_s=2250e12, hbm_bytes=180 * 10**9,
-        hbm_bandwidth_bytes_per_s=8000 * _GB,
+        "b200", "gpu", peak_bf16_flops_per_s=2250e12,
+        hbm_bytes=183359 * _MIB, hbm_bandwidth_bytes_per_s=8000 * _GB,
         link=LinkSpec("nvlink5", "nvlink", 900 * _GB, _NVLINK_LATENCY_S),
-        default_network="ndr"),
+        default_network="ndr",
+        matmul_flops_by_dtype=(("bfloat16", 2250e12), ("float16", 2250e12),
+                               ("tf32", 1125e12), ("float32", 75e12)),
+        vector_flops_per_s=75e12),
 }
+
+
+def usable_memory_bytes(chip, reserve_fraction=DEFAULT_MEMORY_RESERVE_FRACTION):
+  """The bytes a plan may use on ``chip``: its exposed HBM less a reserve.
+
+  Args:
+    chip: a :class:`ChipSpec` or its name.
+    reserve_fraction: the fraction kept free for the runtime and
+      fragmentation, in ``[0, 1)``.
+
+  Raises:
+    mesh_tf.MtfError: for a fraction outside ``[0, 1)``.
+
+  Example:
+    >>> round(usable_memory_bytes("h100") / 2**30, 2)   # 95% of 79.65 GiB
+    75.67
+  """
+  chip = get_chip(chip)
+  if not 0 <= reserve_fraction < 1:
+    raise MtfError(f"memory reserve {reserve_fraction!r} is not a fraction "
+                   "in [0, 1); give e.g. 0.05 for 5%")
+  return int(chip.hbm_bytes * (1 - reserve_fraction))
 
 
 def get_chip(chip):

@@ -12,10 +12,13 @@ The model, which the layout optimizer reproduces exactly:
 * **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
   slice under the layout rules (the size of the slice the lowering creates).
 * **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
-  once.  Categories: trainable variables are ``params``, the gradients that
-  ``mtf.gradients`` returned for variables are ``gradients``, non-trainable
-  variables (optimizer slots, step counters) are ``optimizer``, and every
-  other tensor is ``activations``.
+  once.  Categories: trainable variables are ``params``, and so are their
+  compute copies (a cast of a variable's value: the bfloat16 copy of a
+  float32 master under mixed precision); the gradients that
+  ``mtf.gradients`` returned for variables are ``gradients``; non-trainable
+  variables (optimizer slots, step counters) are ``optimizer``, except
+  those made with another ``memory_category`` (a decoding step's key/value
+  caches are ``kv_cache``); every other tensor is ``activations``.
 
 Example:
   >>> import mesh_tf as mtf
@@ -40,6 +43,8 @@ from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from mesh_tf.ops.variables import Variable
 
 CATEGORIES = ("params", "gradients", "optimizer", "activations")
+#: Categories that a breakdown lists only when the graph has such tensors.
+EXTRA_CATEGORIES = ("kv_cache",)
 
 
 def tensor_bytes_per_device(tensor, mesh_shape, layout_rules):
@@ -169,6 +174,11 @@ def _greedy_schedule(graph, outputs):
       successors[p].append(op)
 
   def delta(op):
+    if getattr(op, "schedule_when_needed", False):
+      # A weight gathered again for its backward use (ZeRO-3): its storage
+      # copy has the same whole bytes, so it would look free to run at once
+      # and then hold the full copy from forward to backward.
+      return 1
     freed = sum(nbytes[t] for t in set(op.inputs)
                 if t not in keep and remaining.get(t) == 1)
     return sum(nbytes[t] for t in op.outputs) - freed
@@ -254,16 +264,36 @@ def live_sets(graph, schedule_ops, outputs=None):
   return sets
 
 
-def tensor_category(tensor):
-  """``"params"``, ``"gradients"``, ``"optimizer"`` or ``"activations"``.
+def _variable_of_copy(op):
+  """The Variable whose value ``op`` copies, or None.
 
-  Trainable variables are params and the others optimizer state; the
-  gradients ``mtf.gradients`` returned for variables are gradients; every
-  other tensor is an activation.
+  Copies are casts of a variable's value (its compute copy in another
+  dtype) and ops that declare ``weight_copy`` (the all-gathered compute copy
+  of a sharded variable), or chains of them."""
+  while op is not None and len(op.inputs) == 1 and (
+      getattr(op, "kind", None) == "cast" or getattr(op, "weight_copy",
+                                                    False)):
+    op = op.inputs[0].operation
+    if isinstance(op, Variable):
+      return op
+  return None
+
+
+def tensor_category(tensor):
+  """One of :data:`CATEGORIES` (see the module docstring).
+
+  A variable counts as its ``memory_category`` (``params`` if trainable,
+  ``optimizer`` otherwise, or e.g. ``kv_cache``), and so does a cast of its
+  value (its compute copy in another dtype); the gradients
+  ``mtf.gradients`` returned for variables are gradients; every other
+  tensor is an activation.
   """
   op = tensor.operation
   if isinstance(op, Variable):
-    return "params" if op.trainable else "optimizer"
+    return op.memory_category
+  src = _variable_of_copy(op)
+  if src is not None:
+    return src.memory_category
   if tensor.gradient_of is not None:
     return "gradients"
   return "activations"
@@ -355,7 +385,10 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
   schedule_ops = liveness_plan.schedule
   steps = len(schedule_ops)
   tensor_bytes, by_shape = {}, {}
-  diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in CATEGORIES}
+  cats = list(CATEGORIES) + sorted(
+      {v.memory_category for v in graph.all_variables} - set(CATEGORIES),
+      key=lambda c: (c not in EXTRA_CATEGORIES, c))
+  diffs = {c: np.zeros(steps + 1, dtype=np.int64) for c in cats}
   for t, a, b in liveness_plan.intervals:
     key = (t.shape, t.dtype)
     n = by_shape.get(key)
@@ -365,13 +398,13 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
     d = diffs[tensor_category(t)]
     d[a] += n
     d[b + 1] -= n
-  per_cat = {c: np.cumsum(diffs[c])[:steps] for c in CATEGORIES}
+  per_cat = {c: np.cumsum(diffs[c])[:steps] for c in cats}
   total = sum(per_cat.values()) if steps else np.zeros(0, dtype=np.int64)
   if steps == 0:
-    return MemoryProfile(0, 0, None, {c: 0 for c in CATEGORIES}, total,
+    return MemoryProfile(0, 0, None, {c: 0 for c in cats}, total,
                          tensor_bytes)
   peak_step = int(np.argmax(total))
-  breakdown = {c: int(per_cat[c][peak_step]) for c in CATEGORIES}
+  breakdown = {c: int(per_cat[c][peak_step]) for c in cats}
   return MemoryProfile(int(total[peak_step]), peak_step,
                        schedule_ops[peak_step], breakdown, total, tensor_bytes)
 

@@ -4,6 +4,8 @@ import dataclasses
 import functools
 import math
 
+from costmodels import hardware
+
 VIEWS = ("ops", "axes", "memory", "collectives", "variables")
 
 
@@ -33,7 +35,12 @@ class CostReport:
     collectives: the priced collectives (``OpCost`` with category "comm").
     op_costs: every priced record (compute first, then collectives).
     flops_per_device: total FLOPs per device.
-    hbm_bytes: the chip's memory; ``fits_in_memory`` compares the peak.
+    hbm_bytes: the memory the chip exposes (see
+      :mod:`costmodels.hardware`).
+    memory_reserve_fraction: the part of it kept free for the runtime and
+      fragmentation.
+    usable_memory_bytes: ``hbm_bytes`` less the reserve;
+      ``fits_in_memory`` compares the peak with it.
     mesh_shape, layout_rules, topology, mapping, trace, graph.
   """
 
@@ -45,6 +52,7 @@ class CostReport:
   trace: object
   op_costs: list
   memory: object
+  memory_reserve_fraction: float = hardware.DEFAULT_MEMORY_RESERVE_FRACTION
 
   def __post_init__(self):
     object.__setattr__(self, "op_costs", list(self.op_costs))
@@ -111,8 +119,14 @@ class CostReport:
     return self.topology.chip.hbm_bytes
 
   @property
+  def usable_memory_bytes(self):
+    return hardware.usable_memory_bytes(self.topology.chip,
+                                        self.memory_reserve_fraction)
+
+  @property
   def fits_in_memory(self):
-    return self.peak_memory_bytes <= self.hbm_bytes
+    """Whether the peak fits in the usable memory (HBM less the reserve)."""
+    return self.peak_memory_bytes <= self.usable_memory_bytes
 
   def summary(self):
     """A few lines: step time split, memory split, busiest axis."""
@@ -130,8 +144,14 @@ class CostReport:
         f"(params {self.memory_by_category['params'] / mib:.4g}, gradients "
         f"{self.memory_by_category.get('gradients', 0) / mib:.4g}, optimizer "
         f"{self.memory_by_category['optimizer'] / mib:.4g}, activations "
-        f"{self.memory_by_category['activations'] / mib:.4g}) of "
-        f"{self.hbm_bytes / mib:.6g} MiB HBM",
+        f"{self.memory_by_category['activations'] / mib:.4g}"
+        + "".join(f", {c} {self.memory_by_category[c] / mib:.4g}"
+                  for c in self.memory_by_category
+                  if c not in ("params", "gradients", "optimizer",
+                               "activations"))
+        + f") of {self.usable_memory_bytes / mib:.6g} MiB usable ("
+        f"{self.hbm_bytes / mib:.6g} MiB HBM less a "
+        f"{self.memory_reserve_fraction:.0%} reserve)",
     ]
     return "\n".join(lines)
 
@@ -193,6 +213,8 @@ class CostReport:
                    "bytes_per_device": self.peak_memory_bytes})
       df = pd.DataFrame(rows).set_index("category")
       df["fraction_of_hbm"] = df["bytes_per_device"] / self.hbm_bytes
+      df["fraction_of_usable"] = (df["bytes_per_device"]
+                                  / self.usable_memory_bytes)
       return df
     if view == "collectives":
       rows = [{"op": c.op_name, "source_op": c.source_op, "kind": c.kind,
@@ -205,8 +227,7 @@ class CostReport:
                                          "bytes_per_device", "reduction",
                                          "time_s"])
     if view == "variables":
-      cats = {v.name: ("params" if v.trainable else "optimizer")
-              for v in self.graph.all_variables}
+      cats = {v.name: v.memory_category for v in self.graph.all_variables}
       rows = [{"variable": n, "bytes_per_device": b,
                "category": cats.get(n, "params")}
               for n, b in self.variable_bytes_per_device.items()]

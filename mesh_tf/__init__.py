@@ -12,7 +12,7 @@ _import_order.import_cp_sat_first()
 
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
-from mesh_tf.core.dtypes import as_dtype
+from mesh_tf.core.dtypes import VariableDType, as_dtype
 from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rules
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
@@ -45,6 +45,19 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    ones_initializer, random_normal_initializer,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
+from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
+from mesh_tf.ops.variables import (assign_add_slice,
+                                   assign_slice, assign_sub_slice)
+from mesh_tf.compat.op_classes import *  # noqa: F401,F403,E402
+from mesh_tf.compat.functions import *  # noqa: F401,F403,E402
+from mesh_tf.compat.laid_out_ops import *  # noqa: F401,F403,E402
+from mesh_tf.ops.einsum import EinsumOperation  # noqa: E402
+from mesh_tf.ops.reduce import ReduceOperation  # noqa: E402
+from mesh_tf.ops.creation import (ConstantOperation, ImportOperation,  # noqa: E402
+                                  RangeOperation)
+from mesh_tf.ops.control import DependOperation, StopGradientOperation  # noqa: E402
+from mesh_tf.ops.variables import AssignOperation  # noqa: E402
+from mesh_tf.gradients import CustomGradientOperation  # noqa: E402
 
 # Op families whose modules list their public names in __all__.
 from mesh_tf.ops.reshape import *  # noqa: F401,F403
@@ -57,6 +70,8 @@ from mesh_tf.ops.conv import *  # noqa: F401,F403
 from mesh_tf.ops.pool import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
+from mesh_tf import placement_mesh_impl  # noqa: E402,F401  (Mesh TF's path)
+from mesh_tf import auto_mtf, beam_search, utils  # noqa: E402,F401  (Mesh TF's modules)
 
 # Autodiff and optimizers.  ``mtf.gradients`` is the function; import the
 # module's other names with ``from mesh_tf.gradients import ...``.
@@ -72,3 +87,16 @@ float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
 bool = "bool"  # pylint: disable=redefined-builtin
 
 __version__ = "0.1.0"
+
+# Names whose modules import TensorFlow, loaded on first use so that
+# ``import mesh_tf`` stays TF-free.
+_LAZY = {"MtfRestoreHook": "mesh_tf.lowering.hooks",
+         "MtfCheckpointSaverListener": "mesh_tf.lowering.hooks"}
+
+
+def __getattr__(name):
+  module = _LAZY.get(name)
+  if module is None:
+    raise AttributeError(f"module 'mesh_tf' has no attribute {name!r}")
+  import importlib  # pylint: disable=g-import-not-at-top
+  return getattr(importlib.import_module(module), name)

@@ -61,7 +61,7 @@ def gradient_function(op):
 
 
 # --- the backward pass --------------------------------------------------------
-def gradients(ys, xs, grad_ys=None):
+def gradients(ys, xs, grad_ys=None, stop_gradients=()):
   """Gradients of ``sum(ys)`` with respect to each of ``xs``.
 
   Walks the ops that lie between ``xs`` and ``ys`` in reverse graph order,
@@ -74,6 +74,9 @@ def gradients(ys, xs, grad_ys=None):
     xs: list of mtf Tensors (e.g. ``[v.outputs[0] for v in
       graph.trainable_variables]``).
     grad_ys: optional list of initial gradients, one per y (default: ones).
+    stop_gradients: tensors not differentiated through (as in TF): their
+      gradients are summed but not passed on to the ops that made them, so
+      for ``xs`` among them the results are partial derivatives.
 
   Returns:
     A list with, for each x, its gradient (same shape) or None when no y
@@ -106,14 +109,18 @@ def gradients(ys, xs, grad_ys=None):
       downstream.update(op.outputs)
 
   pending = {}
+  rebuilt = {}  # forward tensor -> its copy rebuilt for backward uses
   for y, gy in zip(ys, grad_ys):
     if gy is None:
       gy = creation_ops.ones_like(y)
     _check_grad(y, gy, "grad_ys")
     pending.setdefault(y, []).append(gy)
 
+  stop = set(stop_gradients)
   for op in reversed(forward):
     if not any(t in pending for t in op.outputs):
+      continue
+    if stop and all(t in stop for t in op.outputs):
       continue
     if not any(t in downstream and _is_float(t) for t in op.inputs):
       continue
@@ -129,7 +136,7 @@ def gradients(ys, xs, grad_ys=None):
           f"operation {op.name} ({type(op).__name__}) lies between the xs and "
           f"ys of gradients() but has no gradient{why}; or cut the path "
           "with stop_gradient")
-    in_grads = list(fn(op, out_grads))
+    in_grads = list(fn(_for_backward(op, rebuilt), out_grads))
     if len(in_grads) != len(op.inputs):
       raise GradientError(
           f"the gradient function of {op.name} ({type(op).__name__}) "
@@ -146,6 +153,27 @@ def gradients(ys, xs, grad_ys=None):
     if r is not None and isinstance(x.operation, variable_ops.Variable):
       r.gradient_of = x
   return results
+
+
+def _for_backward(op, rebuilt):
+  """``op``, or a detached copy of it reading rebuilt inputs: an input made
+  by an op with ``recompute_in_backward`` (a ZeRO-3 gather of a sharded
+  weight) is rebuilt once, next to its first backward use, so the forward
+  copy need not stay alive until then.  The copy only serves the gradient
+  function; gradients still flow to the original inputs."""
+  if not any(getattr(t.operation, "recompute_in_backward", False)
+             for t in op.inputs):
+    return op
+  inputs = []
+  for t in op.inputs:
+    if getattr(t.operation, "recompute_in_backward", False):
+      if t not in rebuilt:
+        rebuilt[t] = t.operation.rebuild()
+      t = rebuilt[t]
+    inputs.append(t)
+  clone = copy.copy(op)
+  clone._inputs = inputs  # pylint: disable=protected-access
+  return clone
 
 
 def _check_grad(t, g, what):
@@ -253,6 +281,12 @@ def _clone_ops(ops, mapping):
   for op in ops:
     if isinstance(op, variable_ops.Variable):
       continue
+    for t in op.inputs:
+      # A ZeRO-3 weight gather outside the block is rebuilt too, so the
+      # recomputation does not keep the forward copy alive until backward.
+      if t not in mapping and getattr(t.operation, "recompute_in_backward",
+                                      False):
+        mapping[t] = t.operation.rebuild()
     clone = copy.copy(op)
     clone._inputs = [mapping.get(t, t) for t in op.inputs]  # pylint: disable=protected-access
     clone._name = op.graph.unique_name(op.name + "_recompute")  # pylint: disable=protected-access
@@ -301,7 +335,12 @@ def recompute_grad(fn, explicit_inputs, name=None):
     mapping = _clone_ops(inner, {})
     recomputed = mapping[output]
     float_ext = [t for t in external if _is_float(t)]
-    grads = gradients([recomputed], float_ext, [grad_ys[0]])
+    # Partial derivatives: the outer pass carries each input's gradient on
+    # to whatever made it (without the stop, a block input computed from
+    # another block's output would be differentiated through all earlier
+    # blocks here too: exponential work in the depth).
+    grads = gradients([recomputed], float_ext, [grad_ys[0]],
+                      stop_gradients=float_ext)
     by_tensor = dict(zip(float_ext, grads))
     return [by_tensor.get(t) for t in external]
 

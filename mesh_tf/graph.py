@@ -195,6 +195,14 @@ class Operation:
     return frozenset()
 
   @property
+  def splittable_dims(self):
+    """Names of the dims of this op's inputs and outputs that its lowering
+    can split (Mesh TF's attribute): all of them but ``unsplittable_dims``."""
+    names = {d.name for t in list(self._inputs) + list(self._outputs)
+             for d in t.shape}
+    return frozenset(names - self.unsplittable_dims)
+
+  @property
   def has_gradient(self):
     """Whether this op's class declares ``gradient``."""
     return type(self).gradient is not Operation.gradient

@@ -27,7 +27,9 @@ from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.ops import variables as variable_ops
 
 __all__ = ["AdafactorOptimizer", "AdamWeightDecayOptimizer",
-           "MomentumOptimizer", "Optimizer", "SgdOptimizer"]
+           "MomentumOptimizer", "Optimizer", "SgdOptimizer",
+           "adafactor_decay_rate_adam", "adafactor_decay_rate_pow",
+           "adafactor_optimizer_from_hparams", "make_optimizer"]
 
 
 def _as_variable(v):
@@ -178,7 +180,9 @@ class AdafactorOptimizer(Optimizer):
   accumulator (mean over the second-largest), instead of a full copy.  With
   ``t`` the 1-based step:
 
-  * ``decay = 1 - t^-decay_exponent`` (unless ``decay_rate`` is given);
+  * ``decay = 1 - t^-decay_exponent`` (unless ``decay_rate`` is given: a
+    number, or a function of the step Tensor ``t`` such as
+    :func:`adafactor_decay_rate_adam`; ``learning_rate`` may be one too);
   * ``lr = min(0.01, 1/sqrt(t))`` (unless ``learning_rate`` is given), times
     ``max(epsilon2, rms(var))`` if ``multiply_by_parameter_scale``;
   * ``x = grad / sqrt(V)``, clipped so that ``rms(x) <= clipping_threshold``;
@@ -221,9 +225,13 @@ class AdafactorOptimizer(Optimizer):
     t = ew.add(step, 1.0)
     if self.decay_rate is None:
       decay = ew.subtract(1.0, ew.pow(t, -self.decay_exponent))
+    elif callable(self.decay_rate):  # a schedule of the 1-based step t
+      decay = self.decay_rate(t)
     else:
       decay = self.decay_rate
-    if self.learning_rate is None:
+    if callable(self.learning_rate):
+      lr = self.learning_rate(t)
+    elif self.learning_rate is None:
       lr = ew.minimum(ew.rsqrt(t), 0.01)
       if not self.multiply_by_parameter_scale:
         lr = ew.multiply(lr, 0.05)
@@ -286,3 +294,67 @@ class AdafactorOptimizer(Optimizer):
       x = new_m
     ops.append(variable_ops.assign_sub(var, ew.multiply(x, scale)))
     return ops
+
+
+
+# --- Mesh TF's decay-rate helpers and optimizer factories --------------------
+# A decay rate here is a function of the 1-based step ``t`` (a scalar mtf
+# Tensor that AdafactorOptimizer keeps), because mesh-tf has no global step.
+def adafactor_decay_rate_adam(beta2):
+  """Adam's second-moment decay with bias correction folded in:
+  ``beta2 * (1 - beta2^(t-1)) / (1 - beta2^t)``."""
+  def decay(t):
+    return ew.divide(ew.multiply(ew.subtract(1.0, ew.pow(beta2, t - 1.0)),
+                                 beta2),
+                     ew.subtract(1.0, ew.pow(beta2, t)))
+  return decay
+
+
+def adafactor_decay_rate_pow(exponent):
+  """``1 - t^-exponent`` (Adafactor's default with ``exponent=0.8``)."""
+  def decay(t):
+    return ew.subtract(1.0, ew.pow(t, -float(exponent)))
+  return decay
+
+
+def adafactor_optimizer_from_hparams(hparams, lr):
+  """An :class:`~mesh_tf.optimize.AdafactorOptimizer` from tensor2tensor-
+  style hparams (``optimizer_adafactor_decay_type`` "adam" or "pow",
+  ``optimizer_adafactor_beta1``, ``_beta2``, ``_memory_exponent``,
+  ``_clipping_threshold``, ``_factored``,
+  ``_multiply_by_parameter_scale``).
+
+  Raises:
+    MtfError: for another decay type.
+  """
+  kind = str(hparams.optimizer_adafactor_decay_type).lower()
+  if kind == "adam":
+    decay = adafactor_decay_rate_adam(hparams.optimizer_adafactor_beta2)
+  elif kind == "pow":
+    decay = adafactor_decay_rate_pow(
+        hparams.optimizer_adafactor_memory_exponent)
+  else:
+    raise MtfError(f"unknown optimizer_adafactor_decay_type {kind!r}; use "
+                   "'adam' or 'pow'")
+  return AdafactorOptimizer(
+      multiply_by_parameter_scale=(
+          hparams.optimizer_adafactor_multiply_by_parameter_scale),
+      learning_rate=lr, decay_rate=decay,
+      beta1=hparams.optimizer_adafactor_beta1,
+      clipping_threshold=hparams.optimizer_adafactor_clipping_threshold,
+      factored=hparams.optimizer_adafactor_factored)
+
+
+def make_optimizer(hparams, lr):
+  """The optimizer named by ``hparams.optimizer`` ("SGD" or "Adafactor").
+
+  Raises:
+    MtfError: for another name.
+  """
+  name = str(hparams.optimizer).lower()
+  if name == "sgd":
+    return SgdOptimizer(lr)
+  if name == "adafactor":
+    return adafactor_optimizer_from_hparams(hparams, lr)
+  raise MtfError(f"unknown optimizer {hparams.optimizer!r}; use 'SGD' or "
+                 "'Adafactor'")

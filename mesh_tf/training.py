@@ -24,7 +24,7 @@ Example:
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Mesh, Tensor
 from mesh_tf.lowering.lazy_tf import tf
-from mesh_tf.lowering.lowering import lower
+from mesh_tf.lowering.lowering import Lowering, lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.lowering.tf_private import CallOptions
 from mesh_tf.ops import creation as creation_ops
@@ -97,6 +97,12 @@ class TrainStep(LoweredStep):
       forward-only step (evaluation).
     variables: the variables to train (default: the graph's trainable ones).
     outputs: extra Tensors to return after the loss (e.g. logits).
+    microbatches: gradient accumulation (see :mod:`mesh_tf.microbatch`):
+      the graph is built at the microbatch size, the step takes ``k`` times
+      as many rows of each input (split along its first dim), runs ``k``
+      forward/backward passes accumulating the gradients, updates once and
+      returns the mean of the microbatch losses.  ``plan`` is then the
+      :class:`~mesh_tf.microbatch.MicrobatchPlan` to price it with.
 
   Raises:
     MtfError: if the loss is not a scalar or an input is not an import.
@@ -107,8 +113,9 @@ class TrainStep(LoweredStep):
   """
 
   def __init__(self, graph, mesh, loss, inputs, mesh_impl, optimizer=None,
-               variables=None, outputs=()):
+               variables=None, outputs=(), microbatches=1):
     from mesh_tf.gradients import gradients
+    from mesh_tf.microbatch import microbatched_update
     if loss.shape.ndims != 0:
       raise MtfError(f"the loss {loss.name} must be a scalar, but has shape "
                      f"{loss.shape!r}; reduce it, e.g. with reduce_mean")
@@ -129,14 +136,54 @@ class TrainStep(LoweredStep):
       variables = list(graph.trainable_variables)
     self.variables = list(variables)
     self.grads, self.update_ops = [], []
-    if optimizer is not None:
+    self.microbatches, self.plan, self._phases = microbatches, None, None
+    if microbatches != 1:
+      if optimizer is None or self.outputs:
+        raise MtfError(f"microbatches={microbatches} needs an optimizer and "
+                       "no extra outputs (they would be per microbatch)")
+      upd = microbatched_update(graph, loss, self.variables, optimizer,
+                                microbatches)
+      self.grads, self.update_ops = list(upd.grads), list(upd.update_ops)
+      self.plan, self._phases = upd.plan, upd
+      self._accumulate_ops = list(upd.accumulate_ops)
+    elif optimizer is not None:
       self.grads = gradients([loss], [v.outputs[0] for v in self.variables])
       self.update_ops = optimizer.apply_grads(self.grads, self.variables)
-    self._init_step(graph, mesh_impl,
-                    [tf.TensorSpec(t.shape.to_integer_list(), t.dtype)
-                     for t in self.inputs])
+    specs = []
+    for t in self.inputs:
+      sizes = t.shape.to_integer_list()
+      if sizes and microbatches != 1:
+        sizes[0] *= microbatches
+      specs.append(tf.TensorSpec(sizes, t.dtype))
+    self._init_step(graph, mesh_impl, specs)
+
+  def _microbatched_step(self, *args):
+    """pre once, micro k times (one slice of each input), post once."""
+    k, ph = self.microbatches, self._phases
+    parts = [tf.split(a, k, axis=0) for a in args]
+    lw = Lowering.empty(self.graph, {self.mesh: self.mesh_impl})
+    lw.lower_operations(ph.pre)
+    losses, deps = [], []
+    for i in range(k):
+      lw.feeds = {t: p[i] for t, p in zip(self.inputs, parts)}
+      with tf.control_dependencies(deps):
+        lw.lower_operations(ph.micro)
+        losses.append(lw.export_to_tf_tensor(self.loss))
+      deps = [losses[-1]]
+      for op in self._accumulate_ops:
+        deps.extend(lw.lowered_operation(op) or [])
+    with tf.control_dependencies(deps):
+      lw.lower_operations(ph.post)
+    self.lowering = lw
+    updates = []
+    for op in self.update_ops:
+      updates.extend(lw.lowered_operation(op) or [])
+    with tf.control_dependencies(updates):
+      return tf.identity(tf.add_n(losses) / k)
 
   def _step(self, *args):
+    if self.microbatches != 1:
+      return self._microbatched_step(*args)
     self.lowering = lower(self.graph, {self.mesh: self.mesh_impl},
                           feeds=dict(zip(self.inputs, args)))
     results = [self.lowering.export_to_tf_tensor(t)
@@ -184,7 +231,7 @@ class TrainStep(LoweredStep):
 
 
 def train_step_for_model(model, mesh_shape, layout, devices, optimizer,
-                         outputs=(), fuse=True):
+                         outputs=(), fuse=True, microbatches=1):
   """The :class:`TrainStep` of a zoo model (a ``mesh_tf.models.ModelGraph``).
 
   The step takes the model's inputs by name, e.g.
@@ -199,7 +246,8 @@ def train_step_for_model(model, mesh_shape, layout, devices, optimizer,
   """
   impl = PlacementMeshImpl(mesh_shape, layout, devices, fuse=fuse)
   return TrainStep(model.graph, model.mesh, model.loss, dict(model.inputs),
-                   impl, optimizer, outputs=outputs)
+                   impl, optimizer, outputs=outputs,
+                   microbatches=microbatches)
 
 
 def make_train_step(build_fn, mesh_shape, layout, devices, optimizer,

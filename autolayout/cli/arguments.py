@@ -76,8 +76,11 @@ def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                    "topology's own shape as data x model)")
   if budget:
     g.add_argument("--memory-budget", default="hbm", metavar="SIZE",
-                   help="per-device budget: 16GB, 12GiB, 90%% (of HBM), "
-                   "hbm (default) or none")
+                   help="per-device budget: 16GB, 12GiB, 90%% (of usable "
+                   "HBM), hbm (default: the usable HBM) or none")
+    g.add_argument("--memory-reserve", default=None, metavar="FRAC",
+                   help="part of the chip's HBM kept free for the runtime "
+                   "and fragmentation, e.g. 5%% (default) or 0.1")
   if solver:
     s = p.add_argument_group("solver")
     s.add_argument("--objective", default="time",

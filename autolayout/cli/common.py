@@ -24,7 +24,9 @@ class Setup:
     self.topology = inputs.get_topology(args.topology)
     self.model = load_model(args.model, parse_overrides(args.set),
                             args.train)
-    self.search = LayoutSearch(self.model.graph, self.model.outputs)
+    self.search = LayoutSearch(
+        self.model.graph, self.model.outputs,
+        memory_reserve_fraction=inputs.memory_reserve(args))
 
 
 def mesh_of(args, topology):
@@ -108,13 +110,46 @@ def show_rules(ctx, report):
   out.render(ctx.console, df, "Layout rules", index=False)
 
 
+def model_flops_utilization(result, model, topology):
+  """``6 * params * tokens / (step * chips * peak bf16)`` of a training
+  step (the per-step batch is the config's), or None without a config."""
+  config = model.config
+  if config is None or not hasattr(config, "num_parameters"):
+    return None
+  tokens = config.batch * getattr(config, "length", 1)
+  return (6 * config.num_parameters() * tokens
+          / (result.report.step_time_s * topology.num_chips
+             * topology.chip.peak_bf16_flops_per_s))
+
+
+def training_record(result, model, topology, tried=()):
+  """The JSON record of a training plan's decisions (None without)."""
+  if result.decisions is None:
+    return None
+  return {"decisions": result.decisions.as_dict(),
+          "model_flops_utilization": model_flops_utilization(
+              result, model, topology),
+          "candidates": [{"decisions": d.as_dict(), "step_time_s": t,
+                          "fits": t is not None, "build_solve_s": s}
+                         for d, t, s in tried]}
+
+
+def show_decisions(ctx, result, model, topology):
+  rows = [(k, str(v)) for k, v in result.decisions.as_dict().items()]
+  mfu = model_flops_utilization(result, model, topology)
+  if mfu is not None:
+    rows.append(("model FLOPs utilization", f"{mfu:.1%}"))
+  df = pd.DataFrame(rows, columns=["decision", "value"])
+  out.render(ctx.console, df, "Training decisions", index=False)
+
+
 def show_memory(ctx, report):
   df = out.memory_frame(report).rename(columns={
       "bytes_per_device": "per device", "fraction_of_hbm": "of HBM"})
   out.render(ctx.console, df, "Memory per device (at the peak)",
              formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct},
-             caption=("fits in HBM" if report.fits_in_memory else
-                      "DOES NOT FIT in HBM"))
+             caption=("fits in usable HBM" if report.fits_in_memory else
+                      "DOES NOT FIT in usable HBM"))
 
 
 def show_axes(ctx, report):
@@ -133,7 +168,9 @@ def show_times(ctx, report, result=None):
            result.objective == "latency" else "step time",
            out.fmt_time(report.step_time_s)),
           ("peak memory", f"{out.fmt_bytes(report.peak_memory_bytes)} of "
-           f"{out.fmt_bytes(report.hbm_bytes)}")]
+           f"{out.fmt_bytes(report.usable_memory_bytes)} usable ("
+           f"{out.fmt_bytes(report.hbm_bytes)} HBM, "
+           f"{report.memory_reserve_fraction:.0%} reserve)")]
   if result is not None:
     rows += [("status", f"{result.status} (gap {result.gap:.2%}, "
               f"objective {result.objective})"),

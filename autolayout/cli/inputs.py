@@ -123,20 +123,44 @@ def mesh_str(mesh):
   return ";".join(f"{d.name}:{d.size}" for d in mesh.dims)
 
 
+def memory_reserve(args):
+  """``--memory-reserve`` as a fraction (default
+  :data:`costmodels.hardware.DEFAULT_MEMORY_RESERVE_FRACTION`)."""
+  from costmodels import hardware
+  text = getattr(args, "memory_reserve", None)
+  if text is None:
+    return hardware.DEFAULT_MEMORY_RESERVE_FRACTION
+  s = str(text).strip()
+  try:
+    value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+  except ValueError:
+    value = -1.0
+  if not 0 <= value < 1:
+    raise CliInputError(f"cannot use --memory-reserve {text!r}: it is not a "
+                        "fraction of HBM in [0, 1)",
+                        hint="use e.g. 5% or 0.05 (0 for none)")
+  return value
+
+
 def memory_budget(args, topology):
-  """``--memory-budget`` in bytes per device (None: no limit)."""
+  """``--memory-budget`` in bytes per device (None: no limit).
+
+  ``hbm`` (the default) and percentages refer to the *usable* memory: the
+  HBM the chip exposes less ``--memory-reserve``.
+  """
+  from costmodels import hardware
   text = getattr(args, "memory_budget", None)
   if text is None:
     return None
+  usable = hardware.usable_memory_bytes(topology.chip, memory_reserve(args))
   try:
-    return cm_args.parse_size(text, topology.chip.hbm_bytes,
-                              name="--memory-budget")
+    return cm_args.parse_size(text, usable, name="--memory-budget")
   except MtfError as e:
     raise CliInputError(
         str(e).replace("--memory-budget=", "--memory-budget ").split(
             "; e.g.")[0].split("; give")[0],
         hint="use e.g. --memory-budget 16GB (or 12GiB, 512MiB, 90% of "
-        "HBM, hbm, none)") from None
+        "usable HBM, hbm, none)") from None
 
 
 def check_devices(n, topology):

@@ -70,6 +70,9 @@ def parse_bytes(text, hbm_bytes=None):
   """``"16GB"``, ``"12GiB"``, ``"512MiB"``, ``"1e9"``, ``"90%"`` (of
   ``hbm_bytes``), ``"hbm"`` or ``"none"`` -> bytes (or None).
 
+  The CLI passes the *usable* HBM (exposed capacity less the reserve) as
+  ``hbm_bytes``.
+
   Raises:
     ValueError: for anything else.
 
@@ -116,20 +119,32 @@ def axes_frame(report):
              "latency_s", "collectives", "bytes_per_device", "comm_time_s"]]
 
 
+def _categories(report):
+  """The fixed categories, then any further ones the report has (e.g.
+  ``kv_cache``)."""
+  return list(CATEGORIES) + [c for c in report.memory_by_category
+                             if c not in CATEGORIES]
+
+
 def memory_frame(report):
-  """Rows params / optimizer / activations / peak / hbm (bytes per device,
-  and fraction of HBM)."""
+  """Rows params / gradients / optimizer / activations (and kv_cache...) /
+  peak / usable / hbm (bytes per device, and fraction of HBM).  ``usable``
+  is the HBM less the reserve for the runtime and fragmentation."""
   rows = [{"category": c, "bytes_per_device":
-           int(report.memory_by_category.get(c, 0))} for c in CATEGORIES]
+           int(report.memory_by_category.get(c, 0))}
+          for c in _categories(report)]
   rows.append({"category": "peak",
                "bytes_per_device": int(report.peak_memory_bytes)})
+  rows.append({"category": (f"usable ({report.memory_reserve_fraction:.0%} "
+                            "reserve)"),
+               "bytes_per_device": int(report.usable_memory_bytes)})
   rows.append({"category": "hbm", "bytes_per_device": int(report.hbm_bytes)})
   df = pd.DataFrame(rows).set_index("category")
   df["fraction_of_hbm"] = df["bytes_per_device"] / report.hbm_bytes
   return df
 
 
-def layout_record(report, result=None, label=None):
+def layout_record(report, result=None, label=None, training=None):
   """The JSON record of one layout's cost (see ``docs/cli.md``)."""
   rec = {
       "label": label,
@@ -153,8 +168,12 @@ def layout_record(report, result=None, label=None):
                                                                0)),
           "activations_bytes": int(report.memory_by_category.get(
               "activations", 0)),
+          "kv_cache_bytes": int(report.memory_by_category.get("kv_cache",
+                                                              0)),
           "peak_bytes": int(report.peak_memory_bytes),
           "hbm_bytes": int(report.hbm_bytes),
+          "memory_reserve_fraction": report.memory_reserve_fraction,
+          "usable_bytes": int(report.usable_memory_bytes),
           "fits": bool(report.fits_in_memory),
       },
       "axes": [
@@ -166,6 +185,8 @@ def layout_record(report, result=None, label=None):
           for a in report.mapping.axes],
       "solver": None,
   }
+  if training is not None:
+    rec["training"] = training
   if result is not None:
     rec["solver"] = {
         "objective": result.objective,
@@ -190,10 +211,11 @@ def summary_row(report, result=None, label=None):
          "comm_time_s": report.comm_time_s}
   for a, t in report.comm_time_by_axis.items():
     row[f"comm_{a}_s"] = t
-  for c in CATEGORIES:
+  for c in _categories(report):
     row[f"{c}_bytes"] = int(report.memory_by_category.get(c, 0))
   row["peak_memory_bytes"] = int(report.peak_memory_bytes)
   row["hbm_bytes"] = int(report.hbm_bytes)
+  row["usable_memory_bytes"] = int(report.usable_memory_bytes)
   row["fits"] = bool(report.fits_in_memory)
   if result is not None:
     row.update(status=result.status, gap=result.gap,

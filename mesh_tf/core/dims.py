@@ -197,7 +197,9 @@ def _fmt(dims):
   return "[" + ", ".join(str(d) for d in dims) + "]"
 
 
-_SEP_RE = re.compile(r"[;,\s]+")
+# Mesh TF also separates items with ".", e.g. "batch:8.d_model:512"; a "."
+# before a digit stays, so that "batch:2.5" is reported as a bad size.
+_SEP_RE = re.compile(r"(?:[;,\s]|\.(?=[A-Za-z_]))+")
 
 
 def _parse_pairs(text, what):
@@ -250,7 +252,7 @@ def convert_to_dimension(d):
 def convert_to_shape(x):
   """Converts a Shape, a list of dims or a string like ``"batch:8,d:512"``.
 
-  ``,``, ``;`` and whitespace are all accepted as separators.
+  ``,``, ``;``, ``.`` and whitespace are all accepted as separators.
   """
   if x is None or isinstance(x, Shape):
     return x

@@ -49,3 +49,56 @@ def is_floating(dtype):
 
 def is_integer(dtype):
   return as_dtype(dtype).startswith(("int", "uint"))
+
+
+class VariableDType:
+  """The three dtypes of a variable under mixed precision (Mesh TF's
+  ``mtf.VariableDType``).
+
+  Attributes:
+    master_dtype: the dtype the variable is stored (and checkpointed and
+      updated by the optimizer) in.
+    slice_dtype: the dtype of the compute copy the model reads: the stored
+      value is cast to it once per use site, and that copy counts as
+      parameter memory.  Equal to ``master_dtype`` means no copy.
+    activation_dtype: the dtype of the value handed to the graph (a further
+      cast of the compute copy, when it differs).
+
+  Unlike the original Mesh TF, where ``slice_dtype`` was the dtype of the
+  on-device slices themselves, here the on-device variable is the master
+  (so float32 optimizer updates stay exact) and ``slice_dtype`` is the
+  compute copy made from it -- what mixed-precision training does.
+
+  Example:
+    >>> VariableDType("float32", "bfloat16")
+    VariableDType(master=float32, slice=bfloat16, activation=bfloat16)
+  """
+  __slots__ = ("master_dtype", "slice_dtype", "activation_dtype")
+
+  def __init__(self, master_dtype="float32", slice_dtype=None,
+               activation_dtype=None):
+    master = as_dtype(master_dtype)
+    sl = as_dtype(slice_dtype) if slice_dtype is not None else master
+    act = as_dtype(activation_dtype) if activation_dtype is not None else sl
+    object.__setattr__(self, "master_dtype", master)
+    object.__setattr__(self, "slice_dtype", sl)
+    object.__setattr__(self, "activation_dtype", act)
+
+  def __setattr__(self, name, value):
+    raise AttributeError("VariableDType is immutable")
+
+  def _key(self):
+    return (self.master_dtype, self.slice_dtype, self.activation_dtype)
+
+  def __eq__(self, other):
+    return isinstance(other, VariableDType) and self._key() == other._key()
+
+  def __hash__(self):
+    return hash(self._key())
+
+  def __reduce__(self):
+    return (VariableDType, self._key())
+
+  def __repr__(self):
+    return (f"VariableDType(master={self.master_dtype}, slice="
+            f"{self.slice_dtype}, activation={self.activation_dtype})")

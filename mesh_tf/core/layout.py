@@ -128,6 +128,7 @@ class TensorLayout(NamedTuple):
 
   @property
   def is_fully_replicated(self):
+    """True if no dim is split (Mesh TF's property)."""
     return all(a is None for a in self.tensor_axis_to_mesh_axis)
 
   def slice_sizes(self, tensor_shape, mesh_shape):
@@ -145,17 +146,22 @@ class TensorLayout(NamedTuple):
                  for d, a in zip(tensor_shape, self.tensor_axis_to_mesh_axis))
 
   def mesh_axis_to_tensor_axis(self, mesh_ndims):
+    """For each mesh axis, the tensor axis split over it, or None."""
     out = [None] * mesh_ndims
     for ta, ma in enumerate(self.tensor_axis_to_mesh_axis):
       if ma is not None:
         out[ma] = ta
     return tuple(out)
 
+  def mesh_axes(self):
+    """The mesh-axis indices used by this layout, in tensor-axis order."""
+    return tuple(a for a in self.tensor_axis_to_mesh_axis if a is not None)
+
 
 def convert_to_layout_rules(x):
   """Converts a string ``"batch:rows;d_ff:cols"``, a dict or pairs.
 
-  ``,``, ``;`` and whitespace are all accepted as separators.
+  ``,``, ``;``, ``.`` and whitespace are all accepted as separators.
   """
   if isinstance(x, LayoutRules):
     return x

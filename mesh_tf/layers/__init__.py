@@ -11,6 +11,15 @@ from mesh_tf.layers.attention import (MASK_BIAS, attention,
                                       attention_mask_autoregressive,
                                       attention_mask_ignore_padding,
                                       multihead_attention)
+from mesh_tf.layers.compat_layers import (DenseInitializer,
+                                          VarianceScalingInitializer,
+                                          attention_mask_same_segment,
+                                          batch_norm, dense_product,
+                                          dot_product_attention,
+                                          multiplicative_jitter,
+                                          rename_length_to_memory_length,
+                                          weights_nonzero)
+from mesh_tf.layers.conv_transpose import conv2d_transpose, conv3d_transpose
 from mesh_tf.layers.conv import (avg_pool1d, avg_pool2d, avg_pool3d, conv1d,
                                  conv2d, conv3d, max_pool1d, max_pool2d,
                                  max_pool3d)

@@ -45,8 +45,8 @@ def _conv_layer(n, x, output_dim, filter_size, strides, padding,
   w = var_lib.get_variable(
       x.mesh, f"{scope}/kernel",
       dims_lib.Shape(fdims + [in_dim, output_dim]), master_dtype,
-      filter_initializer or var_lib.random_normal_initializer(
-          stddev=1.0 / math.sqrt(fan_in)))
+      filter_initializer if filter_initializer is not None
+      else var_lib.random_normal_initializer(stddev=1.0 / math.sqrt(fan_in)))
   y = conv_ops.conv(x, _maybe_cast(w, x.dtype), spatial, in_dim.name,
                     output_dim.name, strides=strides, padding=padding,
                     name=f"{scope}/conv")

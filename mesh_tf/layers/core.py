@@ -19,8 +19,10 @@ from mesh_tf.ops import variables as var_lib
 
 def _unique_scope(graph, name):
   # Scopes share the graph's name table with ops, so "dense" and "dense_1"
-  # never collide with each other or with op names.
-  return graph.unique_name(name)
+  # never collide with each other or with op names.  An open tf.compat.v1
+  # variable scope prefixes them, as in Mesh TensorFlow.
+  from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
+  return graph.unique_name(scoped_name(name))
 
 
 def _dims_list(x):
@@ -56,6 +58,15 @@ ACTIVATIONS = {
 }
 
 
+class DenseInitializer:
+  """Base class of initializers that see a dense kernel's dims (Mesh TF's):
+  ``initializer(reduced_dims, new_dims)`` returns a variable initializer.
+  :func:`dense` calls it with its reduced and new dims."""
+
+  def __call__(self, reduced_dims, new_dims):
+    raise NotImplementedError
+
+
 def get_activation(activation):
   """An activation function given by name ("relu", "gelu"...) or callable."""
   if callable(activation):
@@ -73,7 +84,9 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
 
   Args:
     x: an mtf Tensor.
-    new_dims: the output dim(s) that replace ``reduced_dims``.
+    new_dims: the output dim(s) that replace ``reduced_dims``; one named
+      like a reduced dim replaces it (the kernel then has the reduced dim
+      as ``_<name>``).
     reduced_dims: dims of ``x`` to contract (default: its last dim).
     expert_dims: dims of ``x`` that get separate weights (e.g. experts).
     use_bias: add a bias over ``new_dims`` (and ``expert_dims``).
@@ -95,12 +108,22 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   reduced_dims = _resolve(x, _dims_list(reduced_dims),
                           "dense")
   expert_dims = _resolve(x, _dims_list(expert_dims), "dense")
+  # As in Mesh TF, an output dim named like a reduced dim replaces it: the
+  # input's dim is renamed "_<name>" so that the kernel has both.
+  new_names = {d.name for d in new_dims}
+  for i, d in enumerate(reduced_dims):
+    if d.name in new_names:
+      from mesh_tf.ops.reshape import rename_dimension  # pylint: disable=g-import-not-at-top
+      x = rename_dimension(x, d.name, "_" + d.name)
+      reduced_dims[i] = dims_lib.Dimension("_" + d.name, d.size)
   for d in new_dims:
     if d.name in x.shape and d not in reduced_dims:
       raise ShapeError(f"dense: new dim {d} is already a dim of {x.name} "
                        f"{x.shape!r}; give the output dim another name")
   scope = _unique_scope(x.graph, name or "dense")
   fan_in = math.prod(d.size for d in reduced_dims)
+  if isinstance(kernel_initializer, DenseInitializer):  # sees the dims
+    kernel_initializer = kernel_initializer(reduced_dims, new_dims)
   if kernel_initializer is None:
     kernel_initializer = var_lib.random_normal_initializer(
         stddev=1.0 / math.sqrt(max(1, fan_in)))
@@ -115,7 +138,8 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   if use_bias:
     b = var_lib.get_variable(
         x.mesh, f"{scope}/bias", dims_lib.Shape(expert_dims + new_dims),
-        master_dtype, bias_initializer or var_lib.zeros_initializer())
+        master_dtype, var_lib.zeros_initializer() if bias_initializer is None
+        else bias_initializer)
     y = ew.add(y, _maybe_cast(b, x.dtype), name=f"{scope}/bias_add")
   act = get_activation(activation)
   return act(y) if act is not None else y

@@ -134,14 +134,42 @@ class Lowering:
     return impl.export_to_tf_tensor(self.laid_out(x), x.shape)
 
   def lowered_operation(self, op):
-    """What an op with side effects lowered to (e.g. assign ops)."""
+    """What an op with side effects lowered to (e.g. assign ops).
+
+    A list of TF ops; in a graph it also stands for their ``tf.group``
+    where TF wants one op (``tf.control_dependencies([...])``), as Mesh
+    TF's single op did.
+    """
     if not isinstance(op, Operation):
       op = op.operation
-    return self.lowered_operations.get(op)
+    lowered = self.lowered_operations.get(op)
+    if isinstance(lowered, list) and not isinstance(lowered, LoweredOps):
+      lowered = LoweredOps(lowered)
+    return lowered
 
   def collective_trace(self, mesh):
     """The trace of ``mesh``'s backend (everything it lowered so far)."""
     return self.mesh_to_impl[mesh].trace
+
+  # Mesh TensorFlow's master variables, for tf.compat.v1 graph programs
+  # (see mesh_tf.lowering.masters; made on the first call).
+  def copy_masters_to_slices(self):
+    """A TF op that fills every variable's slices from its master."""
+    from mesh_tf.lowering.masters import make_masters  # pylint: disable=g-import-not-at-top
+    return make_masters(self).copy_masters_to_slices()
+
+  def copy_slices_to_masters(self):
+    """A TF op that writes every variable's slices into its master."""
+    from mesh_tf.lowering.masters import make_masters  # pylint: disable=g-import-not-at-top
+    return make_masters(self).copy_slices_to_masters()
+
+class LoweredOps(list):
+  """The TF ops of one lowered mtf op; TF graph code may also use it as one
+  op (their group), through TF's ``_as_graph_element`` protocol."""
+
+  def _as_graph_element(self):
+    from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=g-import-not-at-top
+    return tf.group(*self)
 
 
 def lower(graph, mesh_to_impl, feeds=None):

@@ -17,7 +17,7 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import (MtfError, UnknownNameError,
                                  UnsplittableDimError)
-from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.core.layout import TensorLayout, convert_to_layout_rules
 from mesh_tf.lowering import geometry
 # The value types, importable from here as before the split.
 from mesh_tf.lowering.laid_out import (LaidOutTensor, LaidOutVariable,  # noqa: F401
@@ -35,6 +35,10 @@ class MeshImpl(abc.ABC):
   Args:
     shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
     layout: layout rules, LayoutRules or string like ``"batch:rows"``.
+
+  For geometry questions alone (``tensor_layout``, ``slice_shape``...,
+  which Mesh TF programs ask of ``MeshImpl(shape, layout)``), use the
+  shape-only backend :class:`~mesh_tf.lowering.ShapeMeshImpl`.
   """
 
   def __init__(self, shape, layout):
@@ -58,6 +62,23 @@ class MeshImpl(abc.ABC):
   @property
   def ndims(self):
     return self.shape.ndims
+
+  @property
+  def supports_control_dependencies(self):
+    """Whether ``mtf.depend`` orders work on this backend (Mesh TF's flag)."""
+    return True
+
+  def laid_out_size(self, tensor_shape):
+    """Elements of a tensor of ``tensor_shape`` over all processors
+    (replicas counted)."""
+    return self.size * math.prod(self.slice_shape(tensor_shape))
+
+  def slice_size(self, tensor_shape):
+    """Elements of one processor's slice of a tensor of ``tensor_shape``."""
+    return math.prod(self.slice_shape(tensor_shape))
+
+  def mesh_dimension_name_to_size(self, name):
+    return self.shape.get_dim_by_name(name).size
 
   def _compute_strides(self):
     strides, s = [], 1
@@ -91,7 +112,10 @@ class MeshImpl(abc.ABC):
         [d.size for d in self.shape.dims], mesh_axes)
 
   def tensor_layout(self, arg):
-    """The TensorLayout of an mtf Tensor or Shape (validated)."""
+    """The TensorLayout of an mtf Tensor or Shape (validated); a
+    TensorLayout is returned as it is."""
+    if isinstance(arg, TensorLayout):
+      return arg
     name = getattr(arg, "name", None)
     shape = getattr(arg, "shape", arg)
     return self.layout_rules.tensor_layout(shape, self.shape, name)
@@ -185,6 +209,23 @@ class MeshImpl(abc.ABC):
     self._record("allconcat", x, axes)
     return self._allconcat(x, axes[0], concat_axis)
 
+  def reduce_scatter(self, x, mesh_axis, split_axis, source_op=None):
+    """SUM-reduces ``x`` over ``mesh_axis`` and leaves on each participant
+    its part of tensor axis ``split_axis`` (by its coordinate on the axis):
+    an all-reduce followed by an all-split, at half the all-reduce's cost.
+    """
+    x = x.to_laid_out_tensor()
+    axes = self._axes(mesh_axis)
+    if not axes:
+      return x
+    n = self.shape[axes[0]].size
+    if x.slice_shape[split_axis] % n:
+      raise MtfError(f"reduce_scatter: slice axis {split_axis} of size "
+                     f"{x.slice_shape[split_axis]} is not divisible by mesh "
+                     f"axis {self.shape[axes[0]]}")
+    self._record("reduce_scatter", x, axes, "SUM", source_op)
+    return self._reduce_scatter(x, axes[0], split_axis)
+
   def allsplit(self, x, mesh_axis, split_axis):
     """Keeps, on each processor, its part of tensor axis ``split_axis``
     according to its coordinate on ``mesh_axis``.  No communication."""
@@ -248,17 +289,18 @@ class MeshImpl(abc.ABC):
     return self.receive(x, mesh_axis, source)
 
   def slicewise(self, fn, *inputs, shape=None, slice_shape=None, dtype=None,
-                flops=None):
+                flops=None, matmul=False):
     """Applies ``fn`` to each processor's slices of ``inputs``.
 
     ``inputs`` are LaidOutTensors (or lazy sums, which are forced) or plain
     Python values passed as they are.  The output slice shape comes from
     ``shape`` (an mtf Shape laid out by the rules) or ``slice_shape``; give
     lists of them for several outputs.  ``flops`` defaults to the number of
-    output elements per device.
+    output elements per device; ``matmul`` marks a contraction (priced at
+    the matrix units' peak for its dtype).
     """
     return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,
-                                  flops, with_pnum=False)
+                                  flops, with_pnum=False, matmul=matmul)
 
   def slicewise_pnum(self, fn, *inputs, shape=None, slice_shape=None,
                      dtype=None, flops=None):
@@ -267,7 +309,7 @@ class MeshImpl(abc.ABC):
                                   flops, with_pnum=True)
 
   def _slicewise_common(self, fn, inputs, shape, slice_shape, dtype, flops,
-                        with_pnum):
+                        with_pnum, matmul=False):
     inputs = [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor")
               else x for x in inputs]
     multi = isinstance(shape, (list, tuple)) or (
@@ -286,17 +328,21 @@ class MeshImpl(abc.ABC):
     outs = [LaidOutTensor(s, d) for s, d in zip(slice_shapes, dtypes)]
     if flops is None:
       flops = sum(o.slice_size for o in outs)
+    laid_in = [x for x in inputs if isinstance(x, LaidOutTensor)]
     self.trace.compute.append(ComputeRecord(
         self._op_name, int(flops), sum(o.slice_bytes for o in outs),
-        sum(x.slice_bytes for x in inputs if isinstance(x, LaidOutTensor))))
+        sum(x.slice_bytes for x in laid_in),
+        (laid_in[0] if laid_in else outs[0]).dtype, bool(matmul)))
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]
 
-  def record_compute(self, flops, output_bytes, input_bytes):
+  def record_compute(self, flops, output_bytes, input_bytes,
+                     dtype="float32"):
     """Records per-device work done outside ``slicewise`` (e.g. a fused
     variable update), so that every backend prices it alike."""
     self.trace.compute.append(ComputeRecord(
-        self._op_name, int(flops), int(output_bytes), int(input_bytes)))
+        self._op_name, int(flops), int(output_bytes), int(input_bytes),
+        dtypes_lib.as_dtype(dtype)))
 
   def scalar_constant(self, value, dtype):
     """A LaidOutTensor holding the scalar ``value`` on every processor.
@@ -375,6 +421,10 @@ class MeshImpl(abc.ABC):
   @abc.abstractmethod
   def _allconcat(self, x, mesh_axis, concat_axis):
     """All-gather over one mesh-axis index, concatenating on concat_axis."""
+
+  @abc.abstractmethod
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    """SUM reduce-scatter over one mesh-axis index onto ``split_axis``."""
 
   @abc.abstractmethod
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):

@@ -111,6 +111,22 @@ class PlacementMeshImpl(MeshImpl):
     shape[concat_axis] *= self.shape[mesh_axis].size
     return LaidOutTensor(shape, x.dtype, out)
 
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    # Processor c of a group sums everyone's c-th part, on its own device.
+    n = self.shape[mesh_axis].size
+    out = [None] * self.size
+    for group, ts in self._group_lists(x, (mesh_axis,)):
+      parts = []
+      for p, t in zip(group, ts):
+        with self._on(p):
+          parts.append(tf.split(t, n, axis=split_axis))
+      for c, p in enumerate(group):
+        with self._on(p):
+          out[p] = tf.add_n([parts[i][c] for i in range(n)])
+    shape = list(x.slice_shape)
+    shape[split_axis] //= n
+    return LaidOutTensor(shape, x.dtype, out)
+
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     n = self.shape[mesh_axis].size
     out = [None] * self.size

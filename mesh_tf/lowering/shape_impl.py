@@ -20,6 +20,11 @@ class ShapeMeshImpl(MeshImpl):
     shape[concat_axis] *= self.shape[mesh_axis].size
     return LaidOutTensor(shape, x.dtype)
 
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    shape = list(x.slice_shape)
+    shape[split_axis] //= self.shape[mesh_axis].size
+    return LaidOutTensor(shape, x.dtype)
+
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     n = self.shape[mesh_axis].size
     shape = list(x.slice_shape)

@@ -12,7 +12,8 @@ class CollectiveRecord(NamedTuple):
   """One collective as the lowering issued it.
 
   ``bytes_per_device`` is the size of each participant's *input* slice.
-  ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``.
+  ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``,
+  ``reduce_scatter``.
   ``op_name`` is the op being lowered when the collective ran; ``source_op``
   is the op whose layout caused it (they differ for a lazy SUM all-reduce,
   which runs when a later op first needs the value).
@@ -33,11 +34,19 @@ class CollectiveRecord(NamedTuple):
 
 class ComputeRecord(NamedTuple):
   """One slicewise computation: FLOPs, bytes written and bytes read (its
-  laid-out input slices) on each device."""
+  laid-out input slices) on each device.
+
+  ``dtype`` is the dtype the arithmetic runs in (its first input's, else its
+  output's); ``matmul`` is True for contractions (einsum of several
+  operands, convolutions), which run on matrix units at the dtype's matmul
+  peak, and False for elementwise and reduction work.
+  """
   op_name: str
   flops_per_device: int
   output_bytes_per_device: int
   input_bytes_per_device: int = 0
+  dtype: str = "float32"
+  matmul: bool = False
 
 
 class CollectiveTrace:

@@ -155,7 +155,7 @@ def _cache_write(cache, new, at, name):
 
 
 def _attention_step(x, position, at, masked, cache_dims, scope, beam_parents,
-                    dims, dtype):
+                    dims, dtype, weight_dtype="float32"):
   """One token of multi-head self-attention with a key/value cache.
 
   Uses the variables ``{scope}/{q,k,v,o}`` of
@@ -169,7 +169,8 @@ def _attention_step(x, position, at, masked, cache_dims, scope, beam_parents,
   std = 1.0 / math.sqrt(m.size)
 
   def weight(n, stddev, shape):
-    w = var_lib.get_variable(mesh, f"{scope}/{n}", shape, "float32",
+    w = var_lib.get_variable(mesh, f"{scope}/{n}", shape,
+                             weight_dtype,
                              var_lib.random_normal_initializer(stddev=stddev))
     return layers.core._maybe_cast(w, dtype)
   wq = weight("q", std / math.sqrt(k.size), in_shape)
@@ -187,7 +188,8 @@ def _attention_step(x, position, at, masked, cache_dims, scope, beam_parents,
   for which in ("k", "v"):
     caches.append(var_lib.get_variable(
         mesh, f"{CACHE_SCOPE}/{scope}/{which}", cache_dims, dtype,
-        var_lib.zeros_initializer(), trainable=False))
+        var_lib.zeros_initializer(), trainable=False,
+        memory_category="kv_cache"))
   k_all, v_all = caches
   if beam_parents is not None:
     # Row r continues row parents[r]'s hypothesis: gather its cache row.
@@ -274,7 +276,12 @@ def decoding_graph(config, batch=1, memory_length=None, mode="greedy",
       ("vocab", config.vocab))}
   b, n, m, v = dims["batch"], dims["length"], dims["d_model"], dims["vocab"]
   mem = dims["memory_length"]
-  dtype = config.dtype
+  # Weights are stored in their compute dtype: a decoding step has no
+  # optimizer, so a float32 master would only be re-cast at every token
+  # (reading 4 + writing 2 + reading 2 bytes per weight instead of 2).
+  var_dtype = config.variable_dtype()
+  dtype = var_dtype.activation_dtype
+  weight_dtype = var_dtype.slice_dtype
   ids = creation.import_tf_tensor(mesh, None, Shape([b]), name="ids",
                                   dtype="int32")
   position = creation.import_tf_tensor(mesh, None, Shape([b]),
@@ -288,10 +295,11 @@ def decoding_graph(config, batch=1, memory_length=None, mode="greedy",
                                         name="parents", dtype="int32")
     inputs["parents"], specs["parents"] = parents, InputSpec(parents, batch)
   # The same variables, in the same order and scopes, as transformer_lm.
-  table = layers.embedding_weights(mesh, v, m, name="embedding")
+  table = layers.embedding_weights(mesh, v, m, variable_dtype=weight_dtype,
+                                   name="embedding")
   x = layers.embedding(ids, v, m, weights=table, dtype=dtype)
   pos_table = var_lib.get_variable(
-      mesh, "positional_embedding", Shape([n, m]), "float32",
+      mesh, "positional_embedding", Shape([n, m]), weight_dtype,
       var_lib.random_normal_initializer(stddev=0.02))
   pos = gather_lib.gather(pos_table, position, n, name="position_embedding")
   x = x + layers.core._maybe_cast(pos, dtype)
@@ -306,7 +314,8 @@ def decoding_graph(config, batch=1, memory_length=None, mode="greedy",
     y = normalize(x, m, name=f"layer_{i}/attention_norm")
     scope = graph.unique_name(f"layer_{i}/attention")
     y, layer_caches, new = _attention_step(
-        y, position, at, masked, cache_dims, scope, parents, dims, dtype)
+        y, position, at, masked, cache_dims, scope, parents, dims, dtype,
+        weight_dtype)
     x = x + y
     for c, nv in zip(layer_caches, new):
       caches.append(c)
@@ -314,6 +323,7 @@ def decoding_graph(config, batch=1, memory_length=None, mode="greedy",
     y = normalize(x, m, name=f"layer_{i}/ffn_norm")
     y = layers.dense_relu_dense(y, dims["d_ff"],
                                 activation=config.activation,
+                                master_dtype=weight_dtype,
                                 name=f"layer_{i}/ffn")
     x = x + y
   x = normalize(x, m, name="final_norm")
@@ -374,14 +384,19 @@ def decoding_model(name, batch=1, memory_length=None, mode="greedy",
 
 def check_same_weights(decoding, model):
   """Checks that ``decoding``'s weights are ``model``'s trainable variables:
-  same names, shapes, dtypes, in the same order.
+  same names, shapes, dtypes, in the same order.  Under mixed precision the
+  decoding graph stores its weights in the compute dtype and the training
+  graph in the master dtype, so floating dtypes may differ then.
 
   Raises:
     DecodingError: naming the first variable that differs.
   """
-  mine = [(w.name, w.shape, w.dtype) for w in decoding.weights]
-  theirs = [(w.name, w.shape, w.dtype)
-            for w in model.graph.trainable_variables]
+  def key(w):
+    mixed = dtypes_lib.is_floating(w.dtype) and (
+        getattr(model.config, "param_dtype", None) is not None)
+    return (w.name, w.shape, "float" if mixed else w.dtype)
+  mine = [key(w) for w in decoding.weights]
+  theirs = [key(w) for w in model.graph.trainable_variables]
   if mine != theirs:
     for a, b in zip(mine + [None] * len(theirs), theirs + [None] * len(mine)):
       if a != b:

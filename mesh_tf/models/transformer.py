@@ -9,6 +9,7 @@ Dim names: ``batch``, ``length``, ``memory_length`` (keys/values),
 import dataclasses
 
 from mesh_tf.core.dims import Dimension, Shape
+from mesh_tf.core.dtypes import VariableDType
 from mesh_tf.core.errors import ShapeError
 from mesh_tf import layers
 from mesh_tf.models.base import InputSpec, ModelGraph, new_graph
@@ -35,6 +36,16 @@ class TransformerConfig:
   z_loss: float = 0.0
   pad_id: int = None
   dtype: str = "float32"
+  param_dtype: str = None
+  master_dtype: str = "float32"
+  recompute: int = 0
+
+  def variable_dtype(self):
+    """The :class:`mesh_tf.VariableDType` of the weights: stored in
+    ``master_dtype``; read through a ``param_dtype`` compute copy; the
+    activations run in ``param_dtype`` too (else in ``dtype``)."""
+    act = self.param_dtype or self.dtype
+    return VariableDType(self.master_dtype, act, act)
 
   def num_parameters(self):
     """Trainable parameters, computed without building the graph."""
@@ -75,12 +86,14 @@ def lm_bias(mesh, inputs, length, pad_id):
   return bias
 
 
-def embed(mesh, inputs, vocab, d_model, length, dtype):
+def embed(mesh, inputs, vocab, d_model, length, dtype, master_dtype="float32"):
   """Token embedding (its table, tied with the softmax) + positions."""
-  table = layers.embedding_weights(mesh, vocab, d_model, name="embedding")
+  table = layers.embedding_weights(mesh, vocab, d_model,
+                                   variable_dtype=master_dtype,
+                                   name="embedding")
   x = layers.embedding(inputs, vocab, d_model, weights=table, dtype=dtype)
   pos = var_lib.get_variable(
-      mesh, "positional_embedding", Shape([length, d_model]), "float32",
+      mesh, "positional_embedding", Shape([length, d_model]), master_dtype,
       var_lib.random_normal_initializer(stddev=0.02))
   return x + layers.core._maybe_cast(pos, dtype), table
 
@@ -99,6 +112,7 @@ def lm_head(x, table, vocab, d_model, targets, z_loss):
 def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
                    length=8, batch=8, activation="relu", norm="layer_norm",
                    dropout=0.0, z_loss=0.0, pad_id=None, dtype="float32",
+                   param_dtype=None, master_dtype="float32", recompute=0,
                    mesh_name="mesh", ffn_fn=None):
   """Builds a decoder-only Transformer LM graph.
 
@@ -114,7 +128,14 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
     dropout: dropout rate (attention weights and FFN hidden layer).
     z_loss: z-loss coefficient of the softmax.
     pad_id: token id of padding, masked out of attention (None: no mask).
-    dtype: activation dtype (variables are float32).
+    dtype: activation dtype.
+    param_dtype: mixed precision: the compute dtype of the weights (each
+      is read through a cast copy, counted as parameter memory) and of the
+      activations; None: ``dtype``.
+    master_dtype: the dtype the variables are stored and updated in.
+    recompute: activation recompute: the first ``recompute`` layers keep
+      only their input for the backward pass and run their forward again
+      there (``mesh_tf.recompute_grad``); the others keep every activation.
     mesh_name: name of the mesh.
     ffn_fn: optional ``fn(i, x) -> (y, aux_loss or None)`` replacing the
       FFN of layer ``i`` (the MoE Transformer uses it).
@@ -127,7 +148,13 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
   config = TransformerConfig(
       layers=layers, d_model=d_model, heads=heads, d_kv=d_kv, d_ff=d_ff,
       vocab=vocab, length=length, batch=batch, activation=activation,
-      norm=norm, dropout=dropout, z_loss=z_loss, pad_id=pad_id, dtype=dtype)
+      norm=norm, dropout=dropout, z_loss=z_loss, pad_id=pad_id, dtype=dtype,
+      param_dtype=param_dtype, master_dtype=master_dtype,
+      recompute=recompute)
+  if not 0 <= recompute <= layers:
+    raise ShapeError(f"recompute={recompute} must be in [0, layers="
+                     f"{layers}]: it is how many layers recompute")
+  dtype = config.variable_dtype().activation_dtype
   num_layers = layers
   from mesh_tf import layers as L
   graph, mesh = new_graph(mesh_name)
@@ -136,23 +163,32 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
   k, f = Dimension("d_kv", d_kv), Dimension("d_ff", d_ff)
   v = Dimension("vocab", vocab)
   inputs, targets = lm_inputs(mesh, b, n, v)
-  x, table = embed(mesh, inputs, v, m, n, dtype)
+  x, table = embed(mesh, inputs, v, m, n, dtype, master_dtype)
   bias = lm_bias(mesh, inputs, n, pad_id)
   normalize = _norm_fn(norm)
   aux_losses = []
   for i in range(num_layers):
-    y = normalize(x, m, name=f"layer_{i}/attention_norm")
-    x = x + L.multihead_attention(y, None, bias, k, h, dropout=dropout,
-                                  name=f"layer_{i}/attention")
-    y = normalize(x, m, name=f"layer_{i}/ffn_norm")
-    if ffn_fn is not None:
-      y, aux = ffn_fn(i, y)
-      if aux is not None:
-        aux_losses.append(aux)
+    def block(x, i=i):
+      y = normalize(x, m, name=f"layer_{i}/attention_norm")
+      x = x + L.multihead_attention(y, None, bias, k, h, dropout=dropout,
+                                    master_dtype=master_dtype,
+                                    name=f"layer_{i}/attention")
+      y = normalize(x, m, name=f"layer_{i}/ffn_norm")
+      if ffn_fn is not None:
+        y, aux = ffn_fn(i, y)
+        if aux is not None:
+          aux_losses.append(aux)
+      else:
+        y = L.dense_relu_dense(y, f, dropout_rate=dropout,
+                               activation=activation,
+                               master_dtype=master_dtype,
+                               name=f"layer_{i}/ffn")
+      return x + y
+    if i < recompute:
+      from mesh_tf.gradients import recompute_grad
+      x = recompute_grad(block, [x], name=f"layer_{i}/recompute")
     else:
-      y = L.dense_relu_dense(y, f, dropout_rate=dropout,
-                             activation=activation, name=f"layer_{i}/ffn")
-    x = x + y
+      x = block(x)
   x = normalize(x, m, name="final_norm")
   logits, loss = lm_head(x, table, v, m, targets, z_loss)
   outputs = {"logits": logits}

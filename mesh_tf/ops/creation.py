@@ -103,8 +103,12 @@ class ImportOperation(Operation):
   e.g. by the arguments of a ``tf.function``.
   """
 
-  def __init__(self, mesh, value, shape, dtype, name=None):
+  def __init__(self, mesh, value, shape, dtype=None, name=None):
     super().__init__([], mesh=mesh, name=name or "import")
+    if dtype is None:  # Mesh TF's ImportOperation(mesh, tf_tensor, shape)
+      dtype = getattr(value, "dtype", None)
+      dtype = dtypes_lib.as_dtype(np.asarray(value).dtype if dtype is None
+                                  else dtype)
     self.value = value
     self._outputs = [Tensor(self, shape, dtype)]
 

@@ -105,7 +105,8 @@ class EinsumOperation(Operation):
     flops = math.prod(sizes.values()) * (2 if len(self.inputs) > 1 else 1)
     eq = einsum_letters(in_shapes, out.shape)
     y = impl.slicewise(lambda *ts: tf.einsum(eq, *ts), *slices,
-                       slice_shape=out_slice, dtype=out.dtype, flops=flops)
+                       slice_shape=out_slice, dtype=out.dtype, flops=flops,
+                       matmul=len(self.inputs) > 1)
     if resplit:
       y = impl.allreduce(y, sorted(reduced_axes), "SUM")
       for i, _, a in resplit:

@@ -54,6 +54,9 @@ class OneHotOperation(Operation):
           f"{indices.name} {indices.shape!r}; give the class dim a new name")
     super().__init__([indices], name=name)
     self.output_dim = output_dim
+    if not dtypes_lib.is_floating(dtype) and dtypes_lib.as_dtype(
+        dtype) != "bool":  # one_hot(..., dtype=int32) with the 1.0 default
+      on_value, off_value = int(on_value), int(off_value)
     self.on_value = on_value
     self.off_value = off_value
     self._outputs = [Tensor(self, indices.shape + [output_dim], dtype)]

@@ -19,13 +19,26 @@ __all__ = ["PoolOperation", "PoolGradOperation", "max_pool1d", "max_pool2d",
            "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d"]
 
 
+def _pool_kind(kind, n):
+  """"max"/"avg", also from Mesh TF's names "MAX_2D", "AVG_3D"..."""
+  k = str(kind).lower()
+  if "_" in k:  # Mesh TF's pool_fn_string: the suffix gives the rank
+    k, _, rank = k.partition("_")
+    if rank != f"{n}d":
+      raise MtfError(f"pooling {kind!r} is {rank.upper()} but pools {n} "
+                     f"spatial dims; use {k.upper()}_{n}D")
+  if k not in ("max", "avg"):
+    raise MtfError(f"unknown pooling {kind!r}; use 'max' or 'avg' (or Mesh "
+                   f"TF's MAX_{n}D / AVG_{n}D)")
+  return k
+
+
 class PoolOperation(Operation):
   """Max or average pooling with window = stride over ``spatial_dims``."""
 
   def __init__(self, x, spatial_dims, ksizes, kind, name=None):
+    kind = _pool_kind(kind, len(list(spatial_dims)))
     super().__init__([x], name=name or f"{kind}_pool")
-    if kind not in ("max", "avg"):
-      raise MtfError(f"unknown pooling {kind!r}")
     self.kind = kind
     self.spatial_names = [_as_name(d) for d in spatial_dims]
     self.ksizes = list(ksizes)

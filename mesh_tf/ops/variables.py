@@ -100,6 +100,7 @@ class _ValueInitializer(Initializer):
 
   def __init__(self, value):
     self.value = value
+    self._last = (None, None)  # (key, full TF value) of the latest call
 
   def _full(self, full_shape, dtype):
     v = self.value
@@ -107,9 +108,22 @@ class _ValueInitializer(Initializer):
       v = v(list(full_shape), dtype=dtype)
     return v
 
+  def _full_tf(self, full_shape, dtype):
+    # A random callable (a TF initializer without a seed) must be called
+    # once per variable, not once per slice, or replicas would differ.  The
+    # value is kept for the next slice of the same graph (or of eager mode).
+    graph = None if tf.executing_eagerly() else id(
+        tf.compat.v1.get_default_graph())
+    key = (graph, tuple(full_shape), dtype)
+    if self._last[0] != key:
+      self._last = (key, tf.cast(self._full(full_shape, dtype), dtype))
+    return self._last[1]
+
   def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    return tf.slice(tf.cast(self._full(full_shape, dtype), dtype), begin,
-                    slice_shape)
+    full = self._full_tf(full_shape, dtype)
+    if tuple(slice_shape) == tuple(full_shape):
+      return full
+    return tf.slice(full, begin, slice_shape)
 
   def numpy(self, full_shape, dtype, seed):
     return np.asarray(self._full(full_shape, dtype)).astype(dtype)
@@ -131,12 +145,21 @@ def name_seed(name):
 
 
 class Variable(Operation):
-  """A variable; its output tensor is the variable's current value."""
+  """A variable; its output tensor is the variable's current value.
 
-  def __init__(self, mesh, name, shape, dtype, initializer, trainable=True):
+  ``memory_category`` is what the memory model counts it as:
+  ``"params"`` (trainable), ``"optimizer"`` (other state) or e.g.
+  ``"kv_cache"``.
+  """
+
+  def __init__(self, mesh, name, shape, dtype, initializer, trainable=True,
+               memory_category=None):
     super().__init__([], mesh=mesh, name=name)
     self.initializer = _as_initializer(initializer)
     self.trainable = trainable
+    # What the memory model counts it as; see costmodels.memory.
+    self.memory_category = memory_category or (
+        "params" if trainable else "optimizer")
     self.seed = name_seed(self.name)
     self._outputs = [Tensor(self, shape, dtype, name=self.name)]
     mesh.graph.all_variables.append(self)
@@ -177,40 +200,109 @@ class Variable(Operation):
     lowering.set_tensor_lowering(self.outputs[0], v.value())
 
 
+# One VariableDType for the language: mesh_tf.core.dtypes (the master is
+# stored and checkpointed; the slice copy is what the model reads).
+VariableDType = dtypes_lib.VariableDType
+
+
+# --- per-slice assign functions: fn(variable, slice_var, value) -> TF op ---
+def assign_slice(variable, slice_var, val):
+  """Sets one slice: the default ``assign_fn`` of :func:`mesh_tf.assign`."""
+  del variable
+  return slice_var.assign(val, read_value=False)
+
+
+def assign_add_slice(variable, slice_var, val):
+  """Adds ``val`` to one slice (``assign_fn`` of :func:`mesh_tf.assign_add`)."""
+  del variable
+  return slice_var.assign_add(val, read_value=False)
+
+
+def assign_sub_slice(variable, slice_var, val):
+  """Subtracts ``val`` from one slice (``assign_fn`` of ``assign_sub``)."""
+  del variable
+  return slice_var.assign_sub(val, read_value=False)
+
+
+MODE_OF_ASSIGN_FN = {assign_slice: "assign", assign_add_slice: "assign_add",
+                     assign_sub_slice: "assign_sub"}
+
+
+def run_assign_fn(impl, assign_fn, variable, laid_variable, laid_value):
+  """Calls a custom ``assign_fn(variable, slice_var, value)`` on each
+  processor's slice; returns the TF ops (None for the shape-only backend)."""
+  if laid_variable.slices is None:
+    return None
+  ops = []
+  for p, (s, t) in enumerate(zip(laid_variable.slices,
+                                 laid_value.tensor_list)):
+    with tf.device(impl.devices[p]):
+      ops.append(assign_fn(variable, s, t))
+  return ops
+
+
+
 def get_variable(mesh, name, shape, dtype="float32", initializer=None,
                  trainable=True, activation_dtype=None, master_dtype=None,
-                 slice_dtype=None):
+                 slice_dtype=None, memory_category=None):
   """Creates a variable and returns its value as an mtf Tensor.
 
   Args:
     mesh: the Mesh.
     name: variable name (made unique in the graph).
     shape: its Shape (or shape string).
-    dtype: element dtype.
+    dtype: element dtype, or a :class:`mesh_tf.VariableDType` giving all
+      three dtypes at once.
     initializer: an mtf initializer, a scalar, a NumPy array of the full
       shape, or a callable ``(shape, dtype)`` such as a Keras initializer.
     trainable: whether ``graph.trainable_variables`` lists it.
     activation_dtype: if given, the returned value is cast to it (Mesh TF's
-      bfloat16-activations pattern); the variable keeps its own dtype.
-    master_dtype, slice_dtype: Mesh TF's storage dtypes; the variable is
-      stored in ``slice_dtype`` or else ``master_dtype`` when given (this
-      implementation keeps one copy, so the two are the same).
+      bfloat16-activations pattern).
+    master_dtype: the dtype the variable is stored, checkpointed and
+      updated in (default ``dtype``).
+    slice_dtype: the dtype of the compute copy the model reads (default:
+      the master dtype, no copy).  Mixed precision is ``master_dtype=
+      "float32", slice_dtype="bfloat16"``: the float32 master is cast to a
+      bfloat16 copy, which the memory model counts as parameter memory and
+      the roofline prices at the bf16 peak.
+    memory_category: what the memory model counts the variable as (default
+      ``"params"`` if trainable, else ``"optimizer"``); e.g. ``"kv_cache"``
+      for a decoding cache.
+
+  Example:
+    >>> import mesh_tf as mtf
+    >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    >>> w = get_variable(mesh, "w", "a:4", master_dtype="float32",
+    ...                  slice_dtype="bfloat16")
+    >>> w.dtype, w.operation.inputs[0].dtype
+    ('bfloat16', 'float32')
+
+  Inside a ``tf.compat.v1.variable_scope`` the name gets the scope's prefix,
+  as in Mesh TensorFlow (see :mod:`mesh_tf.compat.tf_scope`).
   """
+  from mesh_tf.compat.tf_scope import scoped_name  # pylint: disable=g-import-not-at-top
+  name = scoped_name(name)
   shape = dims_lib.convert_to_shape(shape)
-  storage = slice_dtype or master_dtype or dtype
-  value = Variable(mesh, name, shape, dtypes_lib.as_dtype(storage),
-                   initializer, trainable).outputs[0]
-  if activation_dtype is not None and (
-      dtypes_lib.as_dtype(activation_dtype) != value.dtype):
-    from mesh_tf.ops.elementwise import cast  # pylint: disable=g-import-not-at-top
-    value = cast(value, activation_dtype)
-  return value
+  if isinstance(dtype, dtypes_lib.VariableDType):
+    master_dtype = master_dtype or dtype.master_dtype
+    slice_dtype = slice_dtype or dtype.slice_dtype
+    activation_dtype = activation_dtype or dtype.activation_dtype
+    dtype = dtype.master_dtype
+  var_dtype = dtypes_lib.VariableDType(master_dtype or dtype, slice_dtype,
+                                       activation_dtype)
+  value = Variable(mesh, name, shape, var_dtype.master_dtype, initializer,
+                   trainable, memory_category=memory_category).outputs[0]
+  from mesh_tf.ops.elementwise import cast  # pylint: disable=g-import-not-at-top
+  # Each cast is a no-op when the dtypes agree.
+  value = cast(value, var_dtype.slice_dtype, name=f"{name}/slice_cast")
+  return cast(value, var_dtype.activation_dtype)
 
 
 class AssignOperation(Operation):
   """Writes a new value (or adds/subtracts one) into variables' slices."""
 
-  def __init__(self, variables, new_values, mode="assign", name=None):
+  def __init__(self, variables, new_values, mode="assign", name=None,
+               assign_fn=None):
     variables = [_as_variable(v) for v in variables]
     new_values = list(new_values)
     for v, x in zip(variables, new_values):
@@ -220,6 +312,8 @@ class AssignOperation(Operation):
     super().__init__(new_values, mesh=variables[0].mesh,
                      name=name or mode)
     self.variables, self.mode = variables, mode
+    # A custom per-slice fn(variable, slice_var, value) (Mesh TF's assign_fn).
+    self.assign_fn = assign_fn
 
   no_gradient_reason = "a state update has no outputs"
 
@@ -235,7 +329,11 @@ class AssignOperation(Operation):
         x_laid = lowering.mesh_impl(self).slicewise(
             lambda t, d=v.dtype: tf.cast(t, d), x_laid, shape=x.shape,
             dtype=v.dtype)
-      r = laid_v.assign(x_laid, self.mode)
+      if self.assign_fn is not None:
+        r = run_assign_fn(lowering.mesh_impl(self), self.assign_fn, v, laid_v,
+                          x_laid.to_laid_out_tensor())
+      else:
+        r = laid_v.assign(x_laid, self.mode)
       if r:
         ops.extend(r)
     lowering.lowered_operations[self] = ops
@@ -279,7 +377,8 @@ class ApplyGradientDescentOperation(Operation):
                                slice_shape=(), dtype=v.dtype)
     else:
       alpha = impl.scalar_constant(float(self.lr), v.dtype)
-    impl.record_compute(2 * g.slice_size, g.slice_bytes, 2 * g.slice_bytes)
+    impl.record_compute(2 * g.slice_size, g.slice_bytes, 2 * g.slice_bytes,
+                        v.dtype)
     lowering.lowered_operations[self] = laid_v.apply_gradient_descent(
         g, alpha) or []
 
@@ -297,17 +396,30 @@ def _as_variable(v):
   raise MtfError(f"{v!r} is not a variable")
 
 
-def assign(var, new_val, name=None):
-  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation."""
-  return AssignOperation([var], [new_val], "assign", name=name)
+def _assign(var, new_val, mode, assign_fn, name):
+  if assign_fn is not None and assign_fn in MODE_OF_ASSIGN_FN:
+    mode, assign_fn = MODE_OF_ASSIGN_FN[assign_fn], None
+  return AssignOperation([var], [new_val], mode, name=name,
+                         assign_fn=assign_fn)
 
 
-def assign_add(var, new_val, name=None):
-  return AssignOperation([var], [new_val], "assign_add", name=name)
+def assign(var, new_val, assign_fn=None, name=None):
+  """Assigns ``new_val`` to variable ``var``; returns the AssignOperation.
+
+  ``assign_fn(variable, slice_var, value)``, as in Mesh TF, may replace the
+  per-slice write (default :func:`assign_slice`).
+  """
+  return _assign(var, new_val, "assign", assign_fn, name)
 
 
-def assign_sub(var, new_val, name=None):
-  return AssignOperation([var], [new_val], "assign_sub", name=name)
+def assign_add(var, new_val, assign_fn=None, name=None):
+  """Adds ``new_val`` to variable ``var``; returns the AssignOperation."""
+  return _assign(var, new_val, "assign_add", assign_fn, name)
+
+
+def assign_sub(var, new_val, assign_fn=None, name=None):
+  """Subtracts ``new_val`` from ``var``; returns the AssignOperation."""
+  return _assign(var, new_val, "assign_sub", assign_fn, name)
 
 
 def read(var):

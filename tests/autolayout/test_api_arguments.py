@@ -175,7 +175,10 @@ def test_size_strings_are_accepted_and_equal_bytes():
                              memory_budget=16 * 10**9)
   assert by_string.memory_budget == by_bytes.memory_budget == 16 * 10**9
   assert str(by_string.rules) == str(by_bytes.rules)
-  hbm = costmodels.get_topology(T).chip.hbm_bytes
+  # "hbm" and percentages are of the usable HBM (less the runtime reserve),
+  # as in the CLI.
+  hbm = costmodels.hardware.usable_memory_bytes(
+      costmodels.get_topology(T).chip)
   assert mtf.auto_layout(G, M, OUTS, topology=T,
                          memory_budget="hbm").memory_budget == hbm
   assert mtf.auto_layout(G, M, OUTS, topology=T,

@@ -291,9 +291,11 @@ def test_mesh_impl_is_an_abstract_contract():
   with pytest.raises(TypeError):
     mtf.MeshImpl("x:2", "")  # pylint: disable=abstract-class-instantiated
   abstract = set(mtf.MeshImpl.__abstractmethods__)
+  # _reduce_scatter joined the contract with sharded storage (issue 13):
+  # ZeRO gradients reduce-scatter onto their shard on every backend.
   assert abstract == {"_allreduce", "_allconcat", "_alltoall", "_receive",
-                      "_slicewise", "_import", "export_to_tf_tensor",
-                      "_make_variable"}
+                      "_reduce_scatter", "_slicewise", "_import",
+                      "export_to_tf_tensor", "_make_variable"}
   for impl_cls in (mtf.ShapeMeshImpl, mtf.PlacementMeshImpl):
     assert not inspect.isabstract(impl_cls)
 

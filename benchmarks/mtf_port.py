@@ -1,0 +1,336 @@
+"""Benchmark: a Mesh TensorFlow-style program in its own mode (a
+``tf.compat.v1`` Session loop) against the same model run by ``TrainStep``,
+and against the original Mesh TensorFlow when it is installed.
+
+The model is the one of ``examples/port_from_mesh_tensorflow.py``: d_model
+128, 8 heads, d_ff 512, vocab 256, batch 8, length 64, SGD, mesh
+``rows:2;cols:4``, layout ``batch:rows;heads:cols;d_ff:cols;vocab:cols``, 8
+logical CPU devices.  Its source is loaded unchanged; for the original,
+only its ``import mesh_tf as mtf`` line is replaced by ``import
+mesh_tensorflow as mtf`` (``pip install --no-deps mesh-tensorflow==0.1.21``).
+
+Paths, each in a fresh subprocess (peak RSS and TF state are its own):
+  * ``session``: ``mtf.Lowering`` in a v1 graph, ``sess.run([loss,
+    train_op], feed_dict)`` per step -- what the original ran;
+  * ``session_unfused``: the same with ``PlacementMeshImpl(fuse=False)``;
+  * ``trainstep``: ``mesh_tf.training.TrainStep`` (one ``tf.function``);
+  * ``original``: the session path on mesh_tensorflow, if importable.
+Reported: lowering (building the TF graph), first step, steady step (median
+of the later steps), peak RSS, and steady-step ratios.
+
+``--interleaved`` runs the paths' steps in turn in ONE process per layer
+count, so that their steady-step ratios share the machine's load (on a
+shared machine the separate runs vary by 2x): once in TF2 with the v1
+graphs built under ``tf.Graph().as_default()`` (TrainStep included), once
+after ``tf.disable_v2_behavior()`` as Mesh TF programs run (no TrainStep).
+
+Reproduce:
+  python benchmarks/mtf_port.py                  # 1, 8 and 32 layers
+  python benchmarks/mtf_port.py --layers 1 --steps 10
+  python benchmarks/mtf_port.py --interleaved --layers 1 8 --steps 20
+"""
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+import types
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(ROOT, "examples", "port_from_mesh_tensorflow.py")
+IMPORT_LINE = "import mesh_tf as mtf"
+
+
+def _peak_rss_mib():
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _shim_original():
+  """What mesh_tensorflow 0.1.21 needs to import on TF 2.21: a stand-in
+  for gin-config's decorators (not installed), ``tf.compat.v1.estimator``'s
+  two hook base classes (TF removed estimator), and TF's moved
+  ``register_tensor_conversion_function``.  None of it changes a result."""
+  gin = types.ModuleType("gin")
+
+  def configurable(*args, **kwargs):
+    if len(args) == 1 and callable(args[0]) and not kwargs:
+      return args[0]
+    return lambda f: f
+  gin.configurable = gin.register = configurable
+  gin.external_configurable = lambda f, *a, **k: f
+  gin.REQUIRED = object()
+  gin.query_parameter = lambda name: None
+  gin.tf = types.ModuleType("gin.tf")
+  sys.modules.setdefault("gin", gin)
+  sys.modules.setdefault("gin.tf", gin.tf)
+  import tensorflow.compat.v1 as v1  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import ops as tf_ops  # pylint: disable=import-outside-toplevel
+  from tensorflow.python.framework import tensor_conversion_registry  # pylint: disable=import-outside-toplevel
+  if not hasattr(v1, "estimator"):
+    v1.estimator = types.SimpleNamespace(
+        SessionRunHook=v1.train.SessionRunHook,
+        CheckpointSaverListener=v1.train.CheckpointSaverListener,
+        ModeKeys=types.SimpleNamespace(TRAIN="train", EVAL="eval",
+                                       PREDICT="infer"))
+  if not hasattr(tf_ops, "register_tensor_conversion_function"):
+    tf_ops.register_tensor_conversion_function = (
+        tensor_conversion_registry.register_tensor_conversion_function)
+
+
+def _load_example(original):
+  """The example as a module, on mesh_tf or on the original."""
+  source = open(EXAMPLE).read()
+  if original:
+    _shim_original()
+    source = source.replace(IMPORT_LINE, "import mesh_tensorflow as mtf", 1)
+  module = types.ModuleType("port_example")
+  module.__file__ = EXAMPLE
+  exec(compile(source, EXAMPLE, "exec"), module.__dict__)  # pylint: disable=exec-used
+  return module
+
+
+def _hparams(example, layers):
+  return example.parse_args(["--model_dir", "/nonexistent", "--num_layers",
+                             str(layers), "--optimizer", "sgd"])
+
+
+def run_session(layers, steps, original=False, fuse=True):
+  example = _load_example(original)
+  tf = example.tf
+  tf.disable_v2_behavior()
+  hp = _hparams(example, layers)
+  devices = ["/cpu:%d" % i for i in range(hp.num_devices)]
+  if not fuse:
+    _unfused(example)
+  t0 = time.perf_counter()
+  model = example.build(hp, devices)
+  lowering_s = time.perf_counter() - t0
+  inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+  feed = {model["inputs"]: inputs, model["targets"]: targets}
+  config = tf.ConfigProto(device_count={"CPU": hp.num_devices},
+                          inter_op_parallelism_threads=2,
+                          intra_op_parallelism_threads=1)
+  with tf.Session(config=config) as sess:
+    sess.run(tf.global_variables_initializer())
+    sess.run(tf.local_variables_initializer())
+    sess.run(model["lowering"].copy_masters_to_slices())
+    times, losses = [], []
+    for _ in range(steps):
+      t1 = time.perf_counter()
+      loss, _ = sess.run([model["loss"], model["train_op"]], feed_dict=feed)
+      times.append(time.perf_counter() - t1)
+      losses.append(float(loss))
+  return dict(lowering_s=lowering_s, first_s=times[0],
+              steady_ms=1000 * statistics.median(times[1:]),
+              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
+
+
+def run_trainstep(layers, steps):
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  mtf.set_logical_cpu_devices(8)
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  example = _load_example(False)
+  hp = _hparams(example, layers)
+  np = example.np
+  inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+  t0 = time.perf_counter()
+  example.tf.set_random_seed(hp.seed)
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "my_mesh")
+  # Arrays stand in for the placeholders: TrainStep feeds its arguments.
+  _, loss = example.transformer_lm(mesh, np.zeros_like(inputs),
+                                   np.zeros_like(targets), hp)
+  imports = [op.outputs[0] for op in graph.operations
+             if isinstance(op, mtf.ImportOperation)]
+  impl = mtf.PlacementMeshImpl(hp.mesh_shape, hp.layout,
+                               mtf.logical_cpu_devices(8))
+  step = training.TrainStep(graph, mesh, loss, imports, impl,
+                            mtf.optimize.SgdOptimizer(hp.learning_rate))
+  step.concrete_function()
+  lowering_s = time.perf_counter() - t0
+  times, losses = [], []
+  for _ in range(steps):
+    t1 = time.perf_counter()
+    losses.append(float(step(inputs, targets)))
+    times.append(time.perf_counter() - t1)
+  return dict(lowering_s=lowering_s, first_s=times[0],
+              steady_ms=1000 * statistics.median(times[1:]),
+              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
+
+
+def _unfused(example):
+  """Makes the example's PlacementMeshImpl lower unfused."""
+  import mesh_tf  # pylint: disable=import-outside-toplevel
+  real = mesh_tf.placement_mesh_impl.PlacementMeshImpl
+
+  def unfused(*args, **kwargs):
+    return real(*args, fuse=False, **kwargs)
+  view = types.ModuleType("mesh_tf_unfused")  # mesh_tf, one name changed
+  view.__getattr__ = lambda name: getattr(mesh_tf, name)
+  view.placement_mesh_impl = types.SimpleNamespace(PlacementMeshImpl=unfused)
+  example.mtf = view
+
+
+def _session_stepper(example, hp, original):
+  """Builds the session path in a fresh tf.Graph; returns a step function."""
+  tf = example.tf
+  graph = tf.Graph()
+  with graph.as_default():
+    model = example.build(hp, ["/cpu:%d" % i for i in range(hp.num_devices)])
+    init = [tf.global_variables_initializer(),
+            tf.local_variables_initializer()]
+    copy = model["lowering"].copy_masters_to_slices()
+  config = tf.ConfigProto(device_count={"CPU": hp.num_devices},
+                          inter_op_parallelism_threads=2,
+                          intra_op_parallelism_threads=1)
+  sess = tf.Session(graph=graph, config=config)
+  sess.run(init)
+  sess.run(copy)
+  inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+  feed = {model["inputs"]: inputs, model["targets"]: targets}
+  fetches = [model["loss"], model["train_op"]]
+  del original
+  return lambda: sess.run(fetches, feed_dict=feed)[0]
+
+
+def run_interleaved(layers, steps, paths, v1=False):
+  """All ``paths`` in ONE process, their steps taken in turn, so that every
+  path sees the same machine load; returns per-path medians."""
+  import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  if v1:  # as Mesh TF programs run: TF1 behaviour, no eager TrainStep
+    import tensorflow.compat.v1 as tf1  # pylint: disable=import-outside-toplevel
+    tf1.disable_v2_behavior()
+    paths = [p for p in paths if p != "trainstep"]
+  else:
+    mtf.set_logical_cpu_devices(8)
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  steppers = {}
+  for path in paths:
+    t0 = time.perf_counter()
+    if path == "trainstep":
+      example = _load_example(False)
+      hp = _hparams(example, layers)
+      inputs, targets = example.synthetic_batch(hp.batch, hp.length, hp.vocab)
+      graph = mtf.Graph()
+      mesh = mtf.Mesh(graph, "my_mesh")
+      _, loss = example.transformer_lm(mesh, example.np.zeros_like(inputs),
+                                       example.np.zeros_like(targets), hp)
+      imports = [op.outputs[0] for op in graph.operations
+                 if isinstance(op, mtf.ImportOperation)]
+      impl = mtf.PlacementMeshImpl(hp.mesh_shape, hp.layout,
+                                   mtf.logical_cpu_devices(8))
+      step = training.TrainStep(graph, mesh, loss, imports, impl,
+                                mtf.optimize.SgdOptimizer(hp.learning_rate))
+      steppers[path] = (lambda s=step, a=inputs, b=targets: s(a, b))
+    else:
+      example = _load_example(path == "original")
+      if path == "session_unfused":
+        _unfused(example)
+      steppers[path] = _session_stepper(example, _hparams(example, layers),
+                                        path == "original")
+    first = time.perf_counter()
+    steppers[path]()
+    print(f"# {path}: built in {first - t0:.1f} s, first step "
+          f"{time.perf_counter() - first:.1f} s", file=sys.stderr)
+  times = {p: [] for p in paths}
+  for _ in range(steps):
+    for path in paths:
+      t1 = time.perf_counter()
+      steppers[path]()
+      times[path].append(time.perf_counter() - t1)
+  return {p: 1000 * statistics.median(ts) for p, ts in times.items()}
+
+
+def _worker(path, layers, steps):
+  if path == "trainstep":
+    return run_trainstep(layers, steps)
+  return run_session(layers, steps, original=path == "original",
+                     fuse=path != "session_unfused")
+
+
+def _spawn(path, layers, steps, paths=()):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+  extra = ["--paths", *paths] if paths else []
+  proc = subprocess.run(
+      [sys.executable, __file__, "--worker", path, "--layers", str(layers),
+       "--steps", str(steps), *extra], capture_output=True, text=True,
+      env=env, check=False)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
+  if proc.returncode or not lines:
+    return {"error": (proc.stderr or proc.stdout)[-600:]}
+  return json.loads(lines[-1])
+
+
+def _original_available():
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  return importlib.util.find_spec("mesh_tensorflow") is not None
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32])
+  parser.add_argument("--steps", type=int, default=12)
+  parser.add_argument("--paths", nargs="+",
+                      default=["session", "session_unfused", "trainstep",
+                               "original"])
+  parser.add_argument("--interleaved", action="store_true",
+                      help="run the session, trainstep (and original) steps "
+                      "in turn in one process per layer count, so that the "
+                      "steady-step ratios share the machine's load")
+  parser.add_argument("--worker", help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  if args.worker in ("interleaved", "interleaved_v1"):
+    print(json.dumps(run_interleaved(args.layers[0], args.steps, args.paths,
+                                     v1=args.worker == "interleaved_v1")))
+    return
+  if args.worker:
+    print(json.dumps(_worker(args.worker, args.layers[0], args.steps)))
+    return
+  paths = list(args.paths)
+  if "original" in paths and not _original_available():
+    print("mesh_tensorflow is not installed: no 'original' column "
+          "(pip install --no-deps mesh-tensorflow==0.1.21)")
+    paths.remove("original")
+  if args.interleaved:
+    print("steady step (median ms), steps taken in turn in one process")
+    for layers in args.layers:
+      for mode in ("interleaved", "interleaved_v1"):
+        r = _spawn(mode, layers, args.steps, paths)
+        if "error" in r:
+          print(f"{layers:>6} {mode} failed: {r['error']}")
+          continue
+        cells = "  ".join(f"{p} {v:.1f}" for p, v in r.items())
+        ratios = "  ".join(f"session/{p} {r['session'] / r[p]:.2f}x"
+                           for p in r if p != "session")
+        label = "TF2 graph" if mode == "interleaved" else "disable_v2"
+        print(f"{layers:>6} layers, {label}: {cells}  |  {ratios}")
+    return
+  print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
+        f"{'steady ms':>10} {'peak MiB':>9}  losses")
+  for layers in args.layers:
+    results = {}
+    for path in paths:
+      r = results[path] = _spawn(path, layers, args.steps)
+      if "error" in r:
+        print(f"{layers:>6} {path:<16} failed: {r['error']}")
+        continue
+      print(f"{layers:>6} {path:<16} {r['lowering_s']:>10.2f} "
+            f"{r['first_s']:>8.2f} {r['steady_ms']:>10.1f} "
+            f"{r['peak_rss_mib']:>9.0f}  "
+            + " ".join(f"{v:.3f}" for v in r["losses"]))
+    ok = {p: r for p, r in results.items() if "error" not in r}
+    base = ok.get("session")
+    if base:
+      for other in ("trainstep", "session_unfused", "original"):
+        if other in ok:
+          print(f"{'':>6} steady step session / {other}: "
+                f"{base['steady_ms'] / ok[other]['steady_ms']:.2f}x")
+
+
+if __name__ == "__main__":
+  main()
