@@ -94,7 +94,8 @@ def get_config(name, **overrides):
     elif isinstance(default, str) and not isinstance(value, str):
       raise MtfError(f"model {name!r}: {key}={value!r} is not a name; "
                      f"give e.g. {key}={default}")
-    elif key == "dtype" or key.endswith("_dtype"):
+    elif (key == "dtype" or key.endswith("_dtype")) and not (
+        value is None and default is None):  # None: the default dtype
       # The zoo's activations and weights are floating point: an integer
       # dtype would build a graph that cannot be trained or even run.
       if value not in FLOAT_DTYPES:
