@@ -79,3 +79,8 @@ class PlanMismatchError(PlanError):
 
 class ExportError(PlanError):
   """A plan cannot be expressed in another framework's sharding terms."""
+
+
+class TimeLimitError(SolverError):
+  """The time limit ran out before any layout was found (while building the
+  program, or before CP-SAT's first solution)."""

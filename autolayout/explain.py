@@ -10,12 +10,15 @@ freely).
 
 import itertools
 
+import time
+
 import pandas as pd
 
 import costmodels
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules, convert_to_layout_rules
+from autolayout.arguments import DEFAULTS
 from autolayout.errors import AutoLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, LayoutSearch)
@@ -55,8 +58,9 @@ def mirror_images(rules, groups):
   return sorted(out, key=str)
 
 
-def explain(search, mesh_shape, rules, topology="dgx-h100",
-            memory_budget=None, objective="time", report=None,
+def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
+            memory_budget=DEFAULTS.memory_budget, objective=DEFAULTS.objective,
+            report=None,
             time_limit_s=DEFAULT_TIME_LIMIT_S,
             num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
             overlap=True):
@@ -72,11 +76,15 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
       it, with the default outputs).
     mesh_shape: the mesh (a Shape or ``"data:2;model:4"``).
     rules: the layout to explain (LayoutRules or a rules string).
-    topology: a costmodels Topology or its name.
-    memory_budget: the runner-ups' per-device budget in bytes, or None.
+    topology: a costmodels Topology or its name (default
+      ``tpu-v5e-16x16``, as everywhere).
+    memory_budget: the runner-ups' per-device budget: bytes, a size string
+      (``"16GB"``), ``"hbm"`` (default) or None for no limit.
     objective: what the runner-ups minimise (as for ``auto_layout``).
     report: the CostReport of ``rules`` if already at hand (else priced).
-    time_limit_s, num_workers, seed: CP-SAT settings of each re-solve.
+    time_limit_s, num_workers, seed: CP-SAT settings of the re-solves;
+      the time limit bounds them all together (a runner-up not reached in
+      time is None).
     overlap: price with gradient syncs hidden under compute (as
       ``costmodels.evaluate``); False: every collective exposed.
 
@@ -109,6 +117,7 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
   mirrors = mirror_images(rules, interchangeable_axes(
       costmodels.map_mesh(topology, mesh_shape)))
   rows = []
+  t0 = time.perf_counter()  # time_limit_s bounds every re-solve together
   for dim, axis in rules.pairs:
     rest = LayoutRules([(k, v) for k, v in base.items() if k != dim])
     try:
@@ -118,11 +127,12 @@ def explain(search, mesh_shape, rules, topology="dgx-h100",
                                overlap=overlap)
     except LayoutError:
       r0 = None
+    left = time_limit_s - (time.perf_counter() - t0)
     try:
       alt = search.solve(mesh_shape, topology, memory_budget, objective,
-                         time_limit_s, num_workers, seed,
+                         left, num_workers, seed,
                          forbid=[(dim, axis)], overlap=overlap,
-                         exclude=mirrors)
+                         exclude=mirrors) if left > 0.01 else None
     except AutoLayoutError:
       alt = None
     rows.append({

@@ -6,11 +6,16 @@ those :func:`costmodels.map_mesh` can lay onto the topology, solves each
 exactly and ranks the results by predicted step time.
 """
 
+import time
+
 import pandas as pd
 
 import costmodels
+from autolayout import arguments
+from autolayout.arguments import DEFAULTS
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from autolayout.errors import InfeasibleLayoutError
+from autolayout.errors import InfeasibleLayoutError, TimeLimitError
+from costmodels import arguments as cm_args
 import dataclasses
 import math
 
@@ -87,15 +92,25 @@ def physical_axis_names(topology, mesh_shape):
       ";".join(f"{n}:{d.size}" for n, d in zip(names, mesh_shape.dims)))
 
 
-def auto_mesh_and_layout(graph, num_devices, outputs=None,
-                         topology="dgx-h100", memory_budget=None,
-                         objective="time", max_axes=3,
+def _rank(r):
+  return (r.step_time_s, r.peak_memory_bytes, str(r.mesh_shape))
+
+
+def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
+                         topology=DEFAULTS.topology,
+                         memory_budget=DEFAULTS.memory_budget,
+                         objective=DEFAULTS.objective,
+                         max_axes=DEFAULTS.max_axes,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
                          num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                          search=None, hint=None, overlap=True,
-                         physical_names=False):
+                         physical_names=False, progress=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
 
+  The defaults are ``mtf-layout mesh``'s: ``num_devices`` the topology's
+  chips, at most ``max_axes=2`` mesh axes, topology ``tpu-v5e-16x16`` and
+  the chip's HBM as the budget (``memory_budget`` as in
+  :func:`autolayout.auto_layout`).
   ``search``: a :class:`LayoutSearch` of ``graph`` to reuse (and to keep
   each mesh's tables for later queries); None: a new one.  ``hint``: a
   previous plan (or its file) that seeds every mesh's solve, matched by
@@ -103,6 +118,13 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
   for :func:`auto_layout`.  ``physical_names``: name each tried mesh's axes
   after the physical dims they lie on (:func:`physical_axis_names`) instead
   of ``x, y, z``.
+
+  ``time_limit_s`` bounds the whole search, every mesh shape together:
+  each mesh gets what is left, and meshes not reached in time are listed
+  with status ``"time-limit"`` (the results found so far are returned;
+  TimeLimitError if there are none).  ``progress(mesh, index, count,
+  best)``, if given, is called before each mesh shape is solved, with the
+  best :class:`LayoutResult` so far (or None), e.g. for a live display.
 
   Returns:
     ``(results, table)``: the :class:`LayoutResult` of each mesh shape with a
@@ -112,13 +134,27 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
     the budget).
 
   Raises:
+    InvalidArgumentError: for a misused argument (named, with a valid
+      value), e.g. ``num_devices=0`` or ``max_axes=0``.
     InfeasibleLayoutError: if no mesh shape has a layout within the budget.
+    TimeLimitError: if the time limit ran out before any mesh was solved.
   """
-  topology = costmodels.get_topology(topology)  # resolved once, here
+  topology = arguments.resolve_topology(topology)  # resolved once, here
+  if num_devices is None:
+    num_devices = topology.num_chips
+  num_devices = arguments.check_count(num_devices, "num_devices", 1,
+                                      arguments.MAX_DEVICES,
+                                      topology.num_chips)
+  max_axes = arguments.check_count(max_axes, "max_axes", 1,
+                                   arguments.MAX_AXES, DEFAULTS.max_axes)
+  memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
   if search is None:
     search = LayoutSearch(graph, outputs)
-  results, rows, best_peak = [], [], None
-  for mesh in mesh_factorizations(num_devices, max_axes):
+  time_limit_s = arguments.check_time_limit(time_limit_s)
+  t0 = time.perf_counter()
+  results, rows, best_peak, skipped = [], [], None, 0
+  meshes = mesh_factorizations(num_devices, max_axes)
+  for index, mesh in enumerate(meshes):
     mesh_shape = convert_to_mesh_shape(mesh)
     try:
       costmodels.map_mesh(topology, mesh_shape)
@@ -130,12 +166,26 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
                    "step_time_s": None, "peak_memory_bytes": None,
                    "solve_time_s": None, "note": str(e).split(";")[0]})
       continue
+    left = time_limit_s - (time.perf_counter() - t0)
+    if progress is not None:
+      progress(mesh, index, len(meshes),
+               min(results, key=_rank) if results else None)
     try:
+      if left <= 0.01:
+        raise TimeLimitError("no time left")
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       time_limit_s, num_workers, seed, hint=hint,
+                       left, num_workers, seed, hint=hint,
                        overlap=overlap)
+    except TimeLimitError:
+      skipped += 1
+      rows.append({"mesh": mesh, "status": "time-limit", "rules": None,
+                   "step_time_s": None, "peak_memory_bytes": None,
+                   "solve_time_s": None,
+                   "note": f"not solved within {time_limit_s:g} s"})
+      continue
     except InfeasibleLayoutError as e:
-      if best_peak is None or e.min_peak_bytes < best_peak[0]:
+      if e.min_peak_bytes is not None and (
+          best_peak is None or e.min_peak_bytes < best_peak[0]):
         best_peak = (e.min_peak_bytes, mesh, e)
       rows.append({"mesh": mesh, "status": "infeasible", "rules": None,
                    "step_time_s": None,
@@ -147,6 +197,11 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
                  "step_time_s": r.step_time_s,
                  "peak_memory_bytes": r.peak_memory_bytes,
                  "solve_time_s": r.solve_time_s, "note": ""})
+  if not results and skipped:
+    raise TimeLimitError(
+        f"the time limit of {time_limit_s:g} s ran out before any of the "
+        f"{len(meshes)} mesh shapes of {num_devices} devices was solved "
+        f"({skipped} not reached); raise the time limit")
   if not results and best_peak is not None:
     raise InfeasibleLayoutError(
         f"no mesh shape of {num_devices} devices has a layout within "
@@ -154,8 +209,7 @@ def auto_mesh_and_layout(graph, num_devices, outputs=None,
         f"peaks at {best_peak[0]} bytes. {best_peak[2]}",
         memory_budget=memory_budget, min_peak_bytes=best_peak[0],
         dominating=best_peak[2].dominating)
-  results.sort(key=lambda r: (r.step_time_s, r.peak_memory_bytes,
-                              str(r.mesh_shape)))
+  results.sort(key=_rank)
   table = pd.DataFrame(rows)
   if len(table):
     table = table.sort_values(["step_time_s", "mesh"], na_position="last",

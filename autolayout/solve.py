@@ -19,21 +19,24 @@ import costmodels
 from costmodels import memory as cm_memory
 from costmodels import overlap as cm_overlap
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import MtfError
+from mesh_tf.core.errors import InvalidArgumentError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from autolayout import (assignments, formulation, memory_steps,
+from autolayout import (arguments, assignments, formulation, memory_steps,
                         overlap_terms, tables)
+from autolayout.arguments import DEFAULTS
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
-                               SolverError, check_import_order)
+                               SolverError, TimeLimitError,
+                               check_import_order)
 from autolayout.pricing import Pricer
 from autolayout.validate import table_values, validate  # noqa: F401  (public here too)
 from autolayout.result import LayoutResult, ModelSize
+from costmodels import arguments as cm_args
 
-OBJECTIVES = ("time", "comm", "memory", "latency")
-DEFAULT_TIME_LIMIT_S = 60.0
-DEFAULT_NUM_WORKERS = 2
-DEFAULT_SEED = 0
+OBJECTIVES = arguments.OBJECTIVES
+DEFAULT_TIME_LIMIT_S = DEFAULTS.time_limit_s
+DEFAULT_NUM_WORKERS = DEFAULTS.num_workers
+DEFAULT_SEED = DEFAULTS.seed
 
 
 class Problem(NamedTuple):
@@ -71,7 +74,8 @@ class LayoutSearch:
   module state and nothing to invalidate behind anyone's back.
 
   The graph must not change while the search is in use (the tables would be
-  stale): a query on a graph that gained ops raises AutoLayoutError.
+  stale): a query on a graph that gained ops raises AutoLayoutError (a bad
+  graph or outputs, InvalidArgumentError).
 
   Args:
     graph: the mtf Graph.
@@ -88,8 +92,8 @@ class LayoutSearch:
 
   def __init__(self, graph, outputs=None, microbatches=None,
                memory_reserve_fraction=None):
-    self.graph = graph
-    self.outputs = _outputs(graph, outputs)
+    self.graph = cm_args.check_graph(graph)
+    self.outputs = _outputs(graph, cm_args.check_outputs(graph, outputs))
     # A mesh_tf.microbatch.MicrobatchPlan: per-microbatch work priced k times.
     self.microbatches = microbatches
     # What the reports show as kept free of the HBM (None: the default).
@@ -110,11 +114,13 @@ class LayoutSearch:
     return value
 
   def problem(self, mesh_shape, topology, memory_budget=None,
-              need_peak=False, overlap=True):
+              need_peak=False, overlap=True, deadline=None):
     """Builds the CP-SAT model on ``mesh_shape`` and ``topology`` (see
     :mod:`autolayout.formulation` for the math), from this search's tables.
     ``overlap``: hide gradient syncs under compute, as
     :func:`costmodels.evaluate` does.
+
+    ``deadline`` (a ``perf_counter`` value) bounds building the tables.
 
     Returns a :class:`Problem`; its model is new, so adding constraints to
     it leaves later queries untouched.
@@ -127,7 +133,7 @@ class LayoutSearch:
                        lambda: assignments.dim_space(graph, mesh_shape))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
-        self.microbatches))
+        self.microbatches, deadline))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None
@@ -151,8 +157,9 @@ class LayoutSearch:
         microbatches=self.microbatches,
         memory_reserve_fraction=self.memory_reserve_fraction)
 
-  def solve(self, mesh_shape, topology="dgx-h100", memory_budget=None,
-            objective="time", time_limit_s=DEFAULT_TIME_LIMIT_S,
+  def solve(self, mesh_shape=None, topology=DEFAULTS.topology,
+            memory_budget=DEFAULTS.memory_budget,
+            objective=DEFAULTS.objective, time_limit_s=DEFAULT_TIME_LIMIT_S,
             num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
             tie_break=(), solver_params=None, forbid=(), progress=None,
             hint=None, overlap=True, exclude=()):
@@ -168,10 +175,13 @@ class LayoutSearch:
                num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED):
     """``(peak bytes, rules, problem, status)`` of the layout with the
     smallest peak memory per device (``status`` "feasible": the smallest
-    found within ``time_limit_s``, not proven)."""
-    problem = self.problem(mesh_shape, topology, need_peak=True)
-    pr = solve_phases(problem.form, ["memory"], time_limit_s, num_workers,
-                      seed)
+    found within ``time_limit_s``, not proven).  ``time_limit_s`` bounds
+    building and solving together."""
+    t0 = time.perf_counter()
+    problem = self.problem(mesh_shape, topology, need_peak=True,
+                           deadline=t0 + time_limit_s)
+    left = arguments.time_left(t0, time_limit_s, "the smallest peak")
+    pr = solve_phases(problem.form, ["memory"], left, num_workers, seed)
     return int(round(pr.value)), rules_of(pr.x), problem, pr.status
 
 
@@ -305,9 +315,9 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
         raise SolverError(f"CP-SAT rejected the model: "
                           f"{model.validate()}")
       if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        raise SolverError(
+        raise TimeLimitError(
             f"CP-SAT found no layout within {time_limit_s:g} s "
-            f"({solver.status_name(status)}); raise time_limit_s")
+            f"({solver.status_name(status)}); raise the time limit")
       # Every objective coefficient is >= 0, so 0 is a valid bound.
       first = (("optimal" if status == cp_model.OPTIMAL else "feasible"),
                solver.objective_value, max(0.0, solver.best_objective_bound))
@@ -356,8 +366,15 @@ def min_peak_layout(graph, mesh_shape, outputs, topology,
 def _infeasible(search, mesh_shape, topology, budget, time_limit_s,
                 num_workers, seed):
   graph = search.graph
-  peak, rules, problem, status = search.min_peak(
-      mesh_shape, topology, time_limit_s, num_workers, seed)
+  try:
+    peak, rules, problem, status = search.min_peak(
+        mesh_shape, topology, time_limit_s, num_workers, seed)
+  except TimeLimitError:
+    raise InfeasibleLayoutError(
+        f"no layout of the graph on mesh {mesh_shape} keeps per-device "
+        f"memory within the budget of {budget} bytes; the time limit ran "
+        "out before the smallest reachable peak was found",
+        memory_budget=budget) from None
   prof = cm_memory.memory_profile(graph, problem.mesh_shape, rules,
                                   outputs=list(problem.outputs))
   if prof.peak_bytes != peak:
@@ -385,8 +402,10 @@ def _infeasible(search, mesh_shape, topology, budget, time_limit_s,
       memory_budget=budget, min_peak_bytes=peak, dominating=top)
 
 
-def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
-                memory_budget=None, objective="time",
+def auto_layout(graph, mesh_shape=None, outputs=None,
+                topology=DEFAULTS.topology,
+                memory_budget=DEFAULTS.memory_budget,
+                objective=DEFAULTS.objective,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
@@ -400,8 +419,10 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
       :func:`autolayout.mesh_search.auto_layout`).
     outputs: tensors whose values are exported (default: those nobody
       reads).
-    topology: a costmodels Topology or its name (``"dgx-h100"``...).
-    memory_budget: bytes per device, or None for no limit.
+    topology: a costmodels Topology or its name; default ``tpu-v5e-16x16``.
+    memory_budget: bytes per device, a size string (``"16GB"``,
+      ``"12GiB"``, ``"90%"`` of HBM), ``"hbm"`` (default: the chip's HBM) or
+      None / ``"none"`` for no limit.
     objective: ``"time"`` (step time), ``"latency"`` (the same: the
       predicted time of one step, for a one-token decoding graph from
       ``mesh_tf.models.decoding``), ``"comm"`` (communication time) or
@@ -433,6 +454,8 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
 
   Raises:
+    InvalidArgumentError: for a misused argument (named, with a valid
+      value).
     InfeasibleLayoutError: if no layout fits ``memory_budget``; it states
       the smallest reachable peak and the tensors that dominate it.
     costmodels.TopologyError: if the mesh does not embed in the topology.
@@ -446,6 +469,10 @@ def auto_layout(graph, mesh_shape, outputs=None, topology="dgx-h100",
   """
   if search is None:
     search = LayoutSearch(graph, outputs)
+  elif not isinstance(search, LayoutSearch):
+    raise InvalidArgumentError(
+        f"search must be a LayoutSearch, got {type(search).__name__}; pass "
+        "search=LayoutSearch(graph, outputs), or None")
   elif search.graph is not graph:
     raise AutoLayoutError("auto_layout was given a LayoutSearch of another "
                           "graph; pass search=LayoutSearch(graph, outputs)")
@@ -465,11 +492,12 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
            progress, hint=None, overlap=True, exclude=()):
   """The body of :meth:`LayoutSearch.solve`."""
   check_import_order()
-  if objective not in OBJECTIVES:
-    raise MtfError(f"unknown objective {objective!r}; use one of "
-                   f"{OBJECTIVES}")
-  if not time_limit_s > 0:
-    raise MtfError(f"time_limit_s must be positive, got {time_limit_s!r}")
+  (mesh_shape, topology, memory_budget, objective, time_limit_s, num_workers,
+   seed, tie_break, forbid, solver_params, progress) = (
+       arguments.check_search_args(
+           search.graph, mesh_shape, topology, memory_budget, objective,
+           time_limit_s, num_workers, seed, tie_break, forbid,
+           solver_params, progress))
   if objective == "latency":
     # The latency of a one-token decoding graph (mesh_tf.models.decoding)
     # is its predicted step time: solve "time", report it as latency.
@@ -478,12 +506,14 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
                     solver_params, forbid, progress, hint, overlap,
                     exclude)
     return dataclasses.replace(result, objective="latency")
-  # The edge: resolve names once; everything below gets typed values.
-  mesh_shape = convert_to_mesh_shape(mesh_shape)
-  topology = costmodels.get_topology(topology)
+  # The edge (check_search_args) resolved the names once; everything below
+  # gets typed values.  The time limit bounds the whole query: building
+  # the program, every phase and the infeasibility report.
+  t0 = time.perf_counter()
   phases = _phases(objective, tie_break)
   problem = search.problem(mesh_shape, topology, memory_budget,
-                           need_peak="memory" in phases, overlap=overlap)
+                           need_peak="memory" in phases, overlap=overlap,
+                           deadline=t0 + time_limit_s)
   for dim, axis in forbid:
     var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
     if var is not None:
@@ -501,11 +531,12 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
         lambda best, bound, t: progress(best * unit, bound * unit, t))
-    pr = solve_phases(problem.form, phases, time_limit_s, num_workers, seed,
+    left = arguments.time_left(t0, time_limit_s, "a layout")
+    pr = solve_phases(problem.form, phases, left, num_workers, seed,
                       solver_params, on_solution, hint_x)
   except InfeasibleLayoutError:
     _infeasible(search, mesh_shape, topology, memory_budget,
-                time_limit_s, num_workers, seed)
+                time_limit_s - (time.perf_counter() - t0), num_workers, seed)
   rules = rules_of(pr.x)
   unit = problem.form.units[objective]
   report = validate(problem, rules, memory_budget, objective,

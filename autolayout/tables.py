@@ -27,6 +27,7 @@ equal signatures (repeated layers) share one table: the work grows with the
 number of distinct ops, not with depth.
 """
 
+import time
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
@@ -35,6 +36,7 @@ from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
 from autolayout import assignments
+from autolayout.errors import TimeLimitError
 from autolayout.view import op_signature
 
 # The source_op of a pending input's stand-in sum: the records that name it
@@ -138,10 +140,11 @@ class GraphTables:
   """
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
-               microbatches=None):
+               microbatches=None, deadline=None):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)
+    self._deadline = deadline  # time.perf_counter() value, or None
     self.space = space
     meshes = {op.mesh for op in graph.operations}
     if len(meshes) > 1:
@@ -187,7 +190,12 @@ class GraphTables:
   def _build(self, forced_outputs):
     consumers = {}
     op_counts, op_example = {}, {}
-    for op in self.graph.operations:
+    for n, op in enumerate(self.graph.operations):
+      if self._deadline is not None and n % 64 == 0 and (
+          time.perf_counter() > self._deadline):
+        raise TimeLimitError(
+            f"the time limit ran out while pricing the ops of the graph "
+            f"(at op {n} of {len(self.graph.operations)})")
       for i, t in enumerate(op.inputs):
         consumers.setdefault(t, []).append((op, i))
       ins = tuple(self.tensor_key.get(t) for t in op.inputs)

@@ -25,12 +25,11 @@ import math
 from typing import NamedTuple, Tuple
 
 from mesh_tf.core.errors import MtfError
-from mesh_tf.core.layout import convert_to_layout_rules
-from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.ops.creation import ImportOperation
+from costmodels import arguments
 from costmodels import collectives as coll
 from costmodels import compute as compute_lib
 from costmodels import hardware
@@ -246,6 +245,8 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     A :class:`costmodels.CostReport`.
 
   Raises:
+    mesh_tf.InvalidArgumentError: for a misused argument (named, with a
+      valid value).
     costmodels.TopologyError: if the mesh does not fit the topology.
     mesh_tf.LayoutError: subclasses, for a layout the graph cannot take.
 
@@ -260,14 +261,14 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
     >>> [(c.kind, c.mesh_axes) for c in r.collectives]
     [('allreduce', ('model',))]
   """
-  # The edge: names and strings are resolved here, once; below this point
-  # only typed values travel.
+  # The edge: names and strings are checked and resolved here, once; below
+  # this point only typed values travel.
+  graph = arguments.check_graph(graph)
   topology = get_topology(topology)
-  mesh_shape = convert_to_mesh_shape(mesh_shape)
-  rules = convert_to_layout_rules(layout_rules)
+  mesh_shape = arguments.check_mesh_shape(mesh_shape)
+  rules = arguments.check_rules(layout_rules)
   mapping = map_mesh(topology, mesh_shape)
-  if outputs is not None:
-    outputs = list(outputs)
+  outputs = arguments.check_outputs(graph, outputs)
   trace = trace_graph(graph, mesh_shape, rules, outputs)
   costs = op_costs(trace, mapping, microbatches)
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,

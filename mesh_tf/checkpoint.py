@@ -10,6 +10,11 @@ it: no processor ever assembles a full variable.  Restoring reads, for each
 processor, just its slice under the new layout; TF's reader cuts it out of
 whatever slices were saved.  Values are copied bit for bit.
 
+Saving is atomic: the new checkpoint is written under a staged prefix and
+swapped in by renames (:mod:`mesh_tf.checkpoint_files`), so a process
+killed at any point of a save leaves the previous checkpoint at ``path``
+restorable (the next save or restore rolls the interrupted one back).
+
 Example:
   >>> prefix = save("/tmp/ckpt/model", impl_a, graph.all_variables)  # doctest: +SKIP
   >>> restore(prefix, impl_b, graph.all_variables)                  # doctest: +SKIP
@@ -17,6 +22,7 @@ Example:
 
 import os
 
+from mesh_tf import checkpoint_files
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Tensor
@@ -59,14 +65,20 @@ def _slice_spec(full_shape, begin, slice_shape):
   return " ".join(str(f) for f in full_shape) + " " + ":".join(parts)
 
 
-def save(path, mesh_impl, variables=None):
+def save(path, mesh_impl, variables=None, on_stage=None):
   """Writes the variables held by ``mesh_impl`` to checkpoint ``path``.
+
+  The write is atomic: until it returns, ``path`` holds the previous
+  checkpoint (if any), whole, even if the process is killed meanwhile.
 
   Args:
     path: the checkpoint prefix (its directory is created).
     mesh_impl: a backend holding variable slices (PlacementMeshImpl).
     variables: a Graph, or Variables (or their Tensors), to save; by default
       every variable the backend holds.
+    on_stage: optional ``fn(stage)`` called as the save goes: ``"writing"``
+      before the values are written, then each of
+      ``checkpoint_files.STAGES`` (``"committed"`` once ``path`` is new).
 
   Returns:
     ``path``, for :func:`restore` or ``tf.train.load_checkpoint``.
@@ -102,13 +114,19 @@ def save(path, mesh_impl, variables=None):
       tensors.append(v.read_value())
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
+  checkpoint_files.recover(path)
+  if on_stage is not None:
+    on_stage("writing")
   with tf.device("CPU:0"):
-    tf.raw_ops.SaveV2(prefix=path, tensor_names=tensor_names,
-                      shape_and_slices=specs, tensors=tensors)
+    tf.raw_ops.SaveV2(prefix=checkpoint_files.staged_prefix(path),
+                      tensor_names=tensor_names, shape_and_slices=specs,
+                      tensors=tensors)
+  checkpoint_files.commit(path, on_stage)
   return path
 
 
 def _reader(path):
+  checkpoint_files.recover(path)  # roll back a save that was interrupted
   try:
     return tf.train.load_checkpoint(path)
   except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:

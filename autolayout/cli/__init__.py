@@ -28,9 +28,11 @@ returning ``(graph, outputs)``.  ``--format table|json|csv`` (JSON schema:
 ``docs/cli.md``); ``--plot out.png``.
 
 Exit codes: 0 success, 2 bad input, 3 no layout fits the memory budget,
-4 the solver found no layout in time, 1 an internal error.  Every error is
-one ``error:`` line and one ``hint:`` line on stderr, never a traceback
-(``--debug`` shows it).
+4 a limit was reached (no layout within ``--time-limit``, which bounds the
+whole search), 1 only for a bug in mesh-tf.  Every error is one ``error:``
+line and one ``hint:`` line on stderr, never a traceback (``--debug``
+shows it); with ``-f json`` also a JSON error object on stdout.  Options
+are checked in :mod:`~autolayout.cli.validate` before any work.
 
 Solving never imports TensorFlow.
 

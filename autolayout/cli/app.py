@@ -17,7 +17,8 @@ import time
 from mesh_tf.core.errors import MtfError
 from autolayout.errors import InfeasibleLayoutError, SolverError
 from autolayout.cli import (calibrate, compare, diff, explain, export,
-                            mesh, pareto, report, solve, topologies)
+                            mesh, pareto, report, solve, topologies,
+                            validate)
 from autolayout.cli.arguments import Parser, ParserExit
 from autolayout.cli.context import Context, emit
 from autolayout.cli.errors import (EXIT_INFEASIBLE, EXIT_INPUT,
@@ -52,6 +53,9 @@ def build_parser():
                  "--help` for a command's options; docs/cli.md\nhas "
                  "them all, the exit codes and the JSON schema."),
              formatter_class=argparse.RawDescriptionHelpFormatter)
+  from mesh_tf import __version__  # pylint: disable=g-import-not-at-top
+  p.add_argument("--version", action="version",
+                 version=f"{PROG} {__version__}")
   sub = p.add_subparsers(dest="command", metavar="COMMAND",
                          parser_class=Parser)
   sub.required = True
@@ -72,46 +76,69 @@ def run(args, stream=None):
   return EXIT_OK
 
 
+def _wants_json(argv):
+  """Whether ``argv`` asks for ``--format json`` (read before parsing, so
+  that a parse error too is answered in JSON)."""
+  argv = list(argv)
+  for i, a in enumerate(argv):
+    if a in ("-f", "--format") and i + 1 < len(argv) and argv[i + 1] == (
+        "json"):
+      return True
+    if a in ("-fjson", "--format=json"):
+      return True
+  return False
+
+
 def main(argv=None):
   """Runs ``mtf-layout`` with ``argv`` (default ``sys.argv[1:]``).
 
+  The one place where every path ends: exit 0, or 2 (bad input), 3 (no
+  layout fits the budget), 4 (a limit was reached) with exactly one
+  ``error:`` line and one ``hint:`` line on stderr, and with ``--format
+  json`` also the JSON error object on stdout.  1 is for bugs in mesh-tf
+  only.
+
   Returns:
-    The exit code (0 on success; see :mod:`autolayout.cli`).
+    The exit code (see :mod:`autolayout.cli`).
   """
-  debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+  argv = sys.argv[1:] if argv is None else list(argv)
+  debug = "--debug" in argv
+  json_out = sys.stdout if _wants_json(argv) else None
   try:
     args = build_parser().parse_args(argv)
   except ParserExit as e:
-    return e.code
-  except SystemExit as e:  # --help
+    return fail(e.message, e.hint, e.code, json_out)
+  except SystemExit as e:  # --help, --version
     return int(e.code or 0)
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")  # before any plot imports pyplot; no display
   try:
+    validate.check_options(args)
     return run(args)
   except CliInputError as e:
     if debug:
       raise
-    return fail(e, e.hint, EXIT_INPUT)
+    return fail(e, e.hint, EXIT_INPUT, json_out)
   except InfeasibleLayoutError as e:
     if debug:
       raise
-    return fail(*infeasible_message(e, args), EXIT_INFEASIBLE)
+    return fail(*infeasible_message(e, args), EXIT_INFEASIBLE, json_out)
   except SolverError as e:
     if debug:
       raise
-    return fail(e, hint_for(e), EXIT_SOLVER)
+    return fail(e, hint_for(e), EXIT_SOLVER, json_out)
   except MtfError as e:
     if debug:
       raise
-    return fail(e, hint_for(e), EXIT_INPUT)
+    return fail(e, hint_for(e), EXIT_INPUT, json_out)
   except BrokenPipeError:
     return EXIT_OK
   except KeyboardInterrupt:
-    return fail("interrupted", None, 130)
+    return fail("interrupted", "give --time-limit S to stop the search after "
+                "S seconds with the best layout found so far", 130, json_out)
   except Exception as e:  # pylint: disable=broad-except
     if debug:
       raise
     return fail(f"internal error: {type(e).__name__}: {e}",
-                "rerun with --debug for the traceback and report it",
-                EXIT_INTERNAL)
+                "this is a bug in mesh-tf: rerun with --debug for the "
+                "traceback and report it", EXIT_INTERNAL, json_out)

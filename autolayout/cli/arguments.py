@@ -2,26 +2,56 @@
 argparse parser that fails with one line and a hint."""
 
 import argparse
-import sys
+import re
 
-from autolayout.cli.errors import EXIT_INPUT, PROG
+from autolayout.arguments import DEFAULTS
+from autolayout.cli.errors import EXIT_INPUT
+
+# A valid value of each option, for the hint of a parse error.
+EXAMPLES = {
+    "--model": "--model transformer", "-m": "--model transformer",
+    "--set": "--set layers=2,d_model=512", "-s": "--set layers=2",
+    "--topology": f"--topology {DEFAULTS.topology}",
+    "-t": f"--topology {DEFAULTS.topology}",
+    "--mesh": "--mesh 'data:4;model:4'",
+    "--memory-budget": "--memory-budget 16GB",
+    "--objective": "--objective time",
+    "--time-limit": f"--time-limit {DEFAULTS.time_limit_s:g}",
+    "--workers": f"--workers {DEFAULTS.num_workers}",
+    "--seed": f"--seed {DEFAULTS.seed}",
+    "--format": "--format json", "-f": "--format json",
+    "--plot": "--plot layout.png", "--devices": "--devices 256",
+    "-n": "--devices 256", "--max-axes": f"--max-axes {DEFAULTS.max_axes}",
+    "--max-points": f"--max-points {DEFAULTS.max_points}",
+    "--layout": "--layout 'batch:data;d_ff:model'",
+    "-l": "--layout 'batch:data;d_ff:model'", "--top": "--top 12",
+    "--view": "--view ops",
+}
 
 
 class ParserExit(Exception):
-  """Raised by :class:`Parser` on bad arguments; ``code`` is the exit code."""
+  """Raised by :class:`Parser` on bad arguments: the one-line ``message``,
+  its ``hint`` and the exit ``code``."""
 
-  def __init__(self, code):
-    super().__init__(code)
-    self.code = code
+  def __init__(self, code, message="", hint=None):
+    super().__init__(message)
+    self.code, self.message, self.hint = code, message, hint
 
 
 class Parser(argparse.ArgumentParser):
-  """argparse with a one-line error and a hint instead of the usage text."""
+  """argparse with a one-line error and a hint (naming the option and a
+  valid value) instead of the usage text; ``main`` writes them."""
 
   def error(self, message):
-    sys.stderr.write(f"{PROG}: error: {message}\n"
-                     f"hint: run `{self.prog} --help` for the options\n")
-    raise ParserExit(EXIT_INPUT)
+    options = re.findall(r"(?<![\w-])(--?[a-z][a-z-]*)", message)
+    known = [o for o in options if o in EXAMPLES]
+    if known:
+      hint = (f"e.g. {EXAMPLES[known[0]]}; `{self.prog} --help` lists the "
+              "options")
+    else:
+      hint = (f"run `{self.prog} --help` for the options, e.g. `mtf-layout "
+              "solve --model transformer`")
+    raise ParserExit(EXIT_INPUT, message, hint)
 
 
 def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):

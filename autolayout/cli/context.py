@@ -43,6 +43,16 @@ class Context:
         # Short enough for 80 columns; the elapsed time has its own column.
         p.update(task, description=(
             f"solving: best {fmt(best)}, bound {fmt(bound)}"))
+
+      def on_mesh(mesh, index, count, best):
+        """The mesh search's display: which mesh shape is being solved
+        and the best layout so far."""
+        so_far = ("" if best is None else
+                  f", best so far {out.fmt_time(best.step_time_s)} on "
+                  f"{';'.join(f'{d.name}:{d.size}' for d in best.mesh_shape)}")
+        p.update(task, description=(
+            f"mesh {index + 1}/{count}: solving {mesh}{so_far}"))
+      update.on_mesh = on_mesh
       yield update
 
   def json(self, payload):
@@ -101,13 +111,11 @@ class Command:
 
 
 def emit(ctx, command, answer, args):
-  """Writes ``answer`` in ``ctx.fmt``, then its plot if ``--plot`` asks."""
-  if ctx.fmt == "json":
-    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
-  elif ctx.fmt == "csv":
-    ctx.csv(answer.csv(), index=answer.csv_index)
-  else:
-    answer.table(ctx)
+  """Writes the plot if ``--plot`` asks, then ``answer`` in ``ctx.fmt``.
+
+  The plot goes first: if it cannot be written, the command fails before
+  any output, so stdout never holds a document followed by an error.
+  """
   path = getattr(args, "plot", None)
   if path and answer.plot is not None:
     from autolayout import plots  # matplotlib only when a plot is asked for
@@ -119,3 +127,9 @@ def emit(ctx, command, answer, args):
                           hint="give --plot a writable path ending in "
                           ".png, .svg or .pdf")
     print(f"wrote {path}", file=sys.stderr)
+  if ctx.fmt == "json":
+    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
+  elif ctx.fmt == "csv":
+    ctx.csv(answer.csv(), index=answer.csv_index)
+  else:
+    answer.table(ctx)

@@ -1,7 +1,9 @@
 """How ``mtf-layout`` fails: exit codes, the CLI's input error, and the
 one-line message and hint each library error becomes."""
 
+import json
 import math
+import re
 import sys
 
 import costmodels
@@ -38,15 +40,56 @@ def hint_for(err):
             " sizes")
   if isinstance(err, SolverError):
     return "raise --time-limit, or use a smaller model or mesh"
-  return "check the arguments with `mtf-layout <command> --help`"
+  return "see `mtf-layout <command> --help` for the options and their values"
 
 
-def fail(message, hint, code):
-  """Writes the ``error:`` and ``hint:`` lines; returns ``code``."""
-  message = " ".join(str(message).split())
+# The library's argument names, as the CLI's options (a message from the
+# API that reaches the CLI is translated, so users see what they typed).
+_OPTION_NAMES = (
+    ("time_limit_s", "--time-limit"), ("num_workers", "--workers"),
+    ("memory_budget", "--memory-budget"), ("max_points", "--max-points"),
+    ("max_axes", "--max-axes"), ("num_devices", "--devices"),
+    ("mesh_shape", "--mesh"), ("layout_rules", "--layout"),
+    ("objective", "--objective"), ("seed", "--seed"))
+_OPTION_RE = re.compile(r"\b(" + "|".join(a for a, _ in _OPTION_NAMES)
+                        + r")=")
+_CLI_NAME = dict(_OPTION_NAMES)
+MAX_ECHO = 200       # longest run of non-blanks echoed in a message
+MAX_LINE = 1200      # longest error or hint line
+
+
+def _as_options(text):
+  return _OPTION_RE.sub(lambda m: _CLI_NAME[m.group(1)] + " ", text)
+
+
+def _cut(text):
+  """One line, API names as CLI options, long echoed inputs cut."""
+  text = " ".join(_as_options(str(text)).split())
+  text = re.sub(r"\S{%d,}" % (MAX_ECHO + 1),
+                lambda m: m.group(0)[:MAX_ECHO - 20]
+                + f"...<{len(m.group(0))} chars>", text)
+  if len(text) > MAX_LINE:
+    text = text[:MAX_LINE - 3] + "..."
+  return text
+
+
+def fail(message, hint, code, json_stream=None):
+  """The one way ``mtf-layout`` fails: exactly one ``error:`` line and one
+  ``hint:`` line on stderr (and, for ``--format json``, the JSON error
+  object ``{"schema", "error", "hint", "exit_code"}`` on ``json_stream``).
+
+  Returns:
+    ``code``.
+  """
+  message = _cut(message) or "failed"
+  hint = _cut(hint or "run `mtf-layout <command> --help` for the options")
   sys.stderr.write(f"{PROG}: error: {message}\n")
-  if hint:
-    sys.stderr.write(f"hint: {' '.join(str(hint).split())}\n")
+  sys.stderr.write(f"hint: {hint}\n")
+  if json_stream is not None:
+    json.dump({"schema": "mtf-layout/1", "error": message, "hint": hint,
+               "exit_code": code}, json_stream)
+    json_stream.write("\n")
+    json_stream.flush()
   return code
 
 

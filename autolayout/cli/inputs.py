@@ -7,12 +7,13 @@ becomes a :class:`~autolayout.cli.errors.CliInputError` with a hint.
 """
 
 import math
+import re
 
 import costmodels
+from costmodels import arguments as cm_args
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import ParseError
+from mesh_tf.core.errors import MtfError, ParseError
 from mesh_tf.core.layout import convert_to_layout_rules
-from autolayout.cli import output as out
 from autolayout.cli.errors import CliInputError
 
 
@@ -25,17 +26,27 @@ def get_topology(name):
   """
   from costmodels.calibrate.topology_file import TopologyFileError
   try:
-    return costmodels.get_topology(name)
+    topology = costmodels.get_topology(name)
   except TopologyFileError as e:
     raise CliInputError(str(e), hint="write one with `mtf-layout calibrate "
                         "--cpu-devices 8 -o FILE.json`; the schema is in "
-                        "docs/topology_files.md")
-  except costmodels.TopologyError:
+                        "docs/topology_files.md") from None
+  except costmodels.TopologyError as e:
+    detail = str(e).split(";")[0]
+    known = f"unknown topology {name!r}" in detail or not detail
     raise CliInputError(
-        f"unknown topology {name!r}",
+        f"unknown topology {name!r}" if known else
+        f"invalid topology {name!r}: {detail}",
         hint="use a preset (" + ", ".join(costmodels.list_topologies())
         + ") or a family size such as tpu-v4-8x8x8 or h100x8-nodes32; "
-        "`mtf-layout topologies` lists them")
+        "`mtf-layout topologies` lists them") from None
+  if topology.num_chips > cm_args.MAX_MESH_SIZE:
+    raise CliInputError(
+        f"topology {name!r} has {topology.num_chips} chips, over the "
+        f"{cm_args.MAX_MESH_SIZE} mtf-layout prices",
+        hint="use a smaller size of the family, e.g. --topology "
+        "tpu-v5e-16x16 or h100x8-nodes64")
+  return topology
 
 
 def default_mesh(topology):
@@ -91,17 +102,25 @@ def parse_rules(text, model, mesh):
                         "'batch:data;d_ff:model', or 'auto'")
   dims = sorted({d.name for t in model.graph.tensors for d in t.shape.dims})
   axes = mesh.dimension_names
+  named = [p.split(":")[0] for p in re.split(r"[;,\s]+", text) if p]
+  twice = sorted({d for d in named if named.count(d) > 1})
+  if twice:
+    raise CliInputError(
+        f"layout rules {text!r} give dim {twice[0]!r} more than one rule",
+        hint="give each dim one rule, e.g. --layout 'batch:data;d_ff:model'")
   for dim, axis in rules.pairs:
     if dim not in dims:
       raise CliInputError(
           f"layout rule {dim}:{axis} names dim {dim!r}, which no tensor of "
           f"{model.name} has",
-          hint=f"the model's dims are: {', '.join(dims)}")
+          hint=f"the model's dims are {', '.join(dims)}; e.g. --layout "
+          f"'{dims[0]}:{axes[0]}'")
     if axis not in axes:
       raise CliInputError(
           f"layout rule {dim}:{axis} names mesh axis {axis!r}, which mesh "
           f"{mesh_str(mesh)} does not have",
-          hint=f"use one of the mesh axes: {', '.join(axes)}")
+          hint=f"use one of the mesh axes {', '.join(axes)}, e.g. --layout "
+          f"'{dim}:{axes[0]}'")
   return rules
 
 
@@ -141,11 +160,13 @@ def memory_budget(args, topology):
     return None
   usable = hardware.usable_memory_bytes(topology.chip, memory_reserve(args))
   try:
-    return out.parse_bytes(text, usable)
-  except ValueError:
-    raise CliInputError(f"cannot parse --memory-budget {text!r}",
-                        hint="use e.g. 16GB, 12GiB, 512MiB, 90% (of usable "
-                        "HBM), hbm or none")
+    return cm_args.parse_size(text, usable, name="--memory-budget")
+  except MtfError as e:
+    raise CliInputError(
+        str(e).replace("--memory-budget=", "--memory-budget ").split(
+            "; e.g.")[0].split("; give")[0],
+        hint="use e.g. --memory-budget 16GB (or 12GiB, 512MiB, 90% of "
+        "usable HBM, hbm, none)") from None
 
 
 def check_devices(n, topology):
@@ -162,13 +183,26 @@ def check_devices(n, topology):
 
 
 def parse_layout_spec(spec, index):
-  """``[NAME=]RULES[@MESH]`` -> ``(name, rules text, mesh text or None)``."""
+  """``[NAME=]RULES[@MESH]`` -> ``(name, rules text, mesh text or None)``.
+
+  Raises:
+    CliInputError: for an empty name (``=auto``) or mesh (``auto@``).
+  """
   name, rules, mesh = None, spec.strip(), None
   if "@" in rules:
     rules, _, mesh = rules.rpartition("@")
+    if not mesh.strip():
+      raise CliInputError(
+          f"--layout {spec!r} ends in '@' but names no mesh",
+          hint="write the mesh after '@', e.g. --layout "
+          "'dp=batch:data@data:8', or drop the '@'")
   if "=" in rules:
     name, _, rules = rules.partition("=")
     name = name.strip()
+    if not name:
+      raise CliInputError(f"--layout {spec!r} has an empty name before '='",
+                          hint="name it, e.g. --layout dp=batch:data, or "
+                          "drop the '='")
   rules = rules.strip()
   if name is None:
     name = rules if rules in ("auto", "") else f"L{index}"

@@ -31,11 +31,12 @@ def _run(args, ctx):
   budget = inputs.memory_budget(args, topology)
   n = args.devices if args.devices is not None else topology.num_chips
   inputs.check_devices(n, topology)
-  with ctx.progress(f"solving every mesh shape of {n} devices"):
+  with ctx.progress(f"solving every mesh shape of {n} devices") as update:
     results, table = auto_mesh_and_layout(
         model.graph, n, model.outputs, topology, budget, args.objective,
         args.max_axes, args.time_limit, args.workers, args.seed,
-        search=setup.search, overlap=setup.overlap)
+        search=setup.search, overlap=setup.overlap,
+        progress=update.on_mesh)
   table = table.copy()
   table.insert(0, "rank", pd.array(
       [i + 1 if pd.notna(s) else None

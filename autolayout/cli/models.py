@@ -7,12 +7,14 @@ becomes ``{"layers": 96, "d_model": 12288}``, and a model spec becomes a
 TensorFlow.
 """
 
+import contextlib
 import dataclasses
 import importlib.util
 import os
 import sys
 from typing import Any, Dict, Optional, Tuple
 
+from costmodels import arguments as cm_args
 from mesh_tf.core.errors import MtfError
 from autolayout.cli.errors import CliInputError
 
@@ -88,7 +90,13 @@ def parse_overrides(items):
             f"cannot parse --set item {part!r}: it is not of the form "
             "name=value",
             hint="write --set layers=2,d_model=512 (commas between items)")
-      out[key.strip()] = parse_value(value)
+      key = key.strip()
+      if key in out:
+        raise CliInputError(
+            f"--set gives {key} twice ({key}={out[key]!r} and "
+            f"{key}={parse_value(value)!r})",
+            hint=f"give each field once, e.g. --set {key}={value.strip()}")
+      out[key] = parse_value(value)
   return out
 
 
@@ -113,23 +121,32 @@ def _load_preset(name, overrides, train):
   if preset not in models.PRESETS:
     raise CliInputError(
         f"unknown model {name!r}",
-        hint=f"use one of {', '.join(list_models())}, or "
-        "path/to/file.py:function")
+        hint=f"use --model with one of {', '.join(list_models())}, or "
+        "--model path/to/file.py:function")
   try:
     config = models.get_config(preset, **overrides)
   except MtfError as e:
     raise CliInputError(str(e), hint=f"--set takes the fields of {preset}: "
                         + ", ".join(f.name for f in
-                                    dataclasses.fields(models.PRESETS[preset])))
+                                    dataclasses.fields(models.PRESETS[preset]))
+                        + f"; e.g. --set {_example_set(preset)}") from None
   except (TypeError, ValueError) as e:
-    raise CliInputError(f"model {name!r} rejects --set {overrides}: {e}",
-                        hint="check the values given with --set")
+    raise CliInputError(f"model {name!r} rejects --set "
+                        f"{_echo_set(overrides)}: {e}",
+                        hint=f"e.g. --set {_example_set(preset)}") from None
   try:
     model = config.build()
+    if train:
+      _add_training(model.graph, model.loss)
+    cm_args.check_graph(model.graph)
   except MtfError as e:
-    raise CliInputError(f"model {name!r} with {overrides or 'defaults'} "
+    if not overrides:  # the zoo's own preset: a bug in mesh-tf, not input
+      raise RuntimeError(f"zoo preset {preset!r} fails with its own "
+                         f"defaults: {e}") from e
+    raise CliInputError(f"model {name!r} with --set {_echo_set(overrides)} "
                         f"cannot be built: {e}",
-                        hint="change the sizes given with --set")
+                        hint="change the sizes given with --set, e.g. "
+                        f"--set {_example_set(preset)}") from None
   train = True if train is None else train
   if train:
     _add_training(model.graph, model.loss)
@@ -141,11 +158,54 @@ def _load_preset(name, overrides, train):
                      train)
 
 
+def _echo_set(overrides):
+  return ",".join(f"{k}={v}" for k, v in overrides.items())
+
+
+def _example_set(preset):
+  """A valid ``--set`` for ``preset``: two of its size fields, halved."""
+  from mesh_tf import models
+  config = models.PRESETS[preset]
+  sizes = [(f.name, getattr(config, f.name)) for f in
+           dataclasses.fields(config)
+           if type(getattr(config, f.name)) is int  # pylint: disable=unidiomatic-typecheck
+           and getattr(config, f.name) >= 2]
+  return ",".join(f"{k}={max(1, v // 2)}" for k, v in sizes[:2])
+
+
 def _params(n):
   for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
     if n >= size:
       return f"{n / size:.3g}{unit}"
   return str(n)
+
+
+def fenced(where, hint, fn, *args, **kwargs):
+  """Runs user code ``fn(*args, **kwargs)`` (a model file's import or its
+  function) fenced off from the CLI.
+
+  Its stdout goes to stderr (so ``-f json`` stays parseable), and anything
+  it raises, ``SystemExit``, ``KeyboardInterrupt`` and ``RecursionError``
+  included, becomes a CliInputError naming ``where`` (the file and the
+  function).
+  """
+  try:
+    with contextlib.redirect_stdout(sys.stderr):
+      return fn(*args, **kwargs)
+  except CliInputError:
+    raise
+  except SystemExit as e:
+    raise CliInputError(f"{where} called sys.exit({e.code!r})",
+                        hint=hint) from None
+  except KeyboardInterrupt:
+    raise CliInputError(f"{where} raised KeyboardInterrupt",
+                        hint=hint) from None
+  except RecursionError:
+    raise CliInputError(f"{where} recursed too deeply (RecursionError)",
+                        hint=hint) from None
+  except BaseException as e:  # pylint: disable=broad-except
+    raise CliInputError(f"{where} raised {type(e).__name__}: {e}",
+                        hint=hint) from None
 
 
 def _import_file(path):
@@ -155,16 +215,22 @@ def _import_file(path):
                         "path relative to the current directory")
   mod_name = "_mtf_layout_user_" + os.path.splitext(
       os.path.basename(path))[0].replace("-", "_")
-  spec = importlib.util.spec_from_file_location(mod_name, path)
-  module = importlib.util.module_from_spec(spec)
+  try:
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+  except (ImportError, AttributeError, ValueError) as e:
+    raise CliInputError(f"cannot load model file {path!r}: {e}",
+                        hint="give --model path/to/file.py:function, a "
+                        "Python file") from None
   sys.modules[mod_name] = module
   try:
-    spec.loader.exec_module(module)
-  except Exception as e:  # pylint: disable=broad-except
+    fenced(f"model file {path!r} failed to import: it",
+           "fix the file so that `python " + path + "` runs, then retry "
+           "--model " + path + ":FUNCTION",
+           spec.loader.exec_module, module)
+  except CliInputError:
     del sys.modules[mod_name]
-    raise CliInputError(
-        f"model file {path!r} failed to import: {type(e).__name__}: {e}",
-        hint="fix the file so that `python " + path + "` runs, then retry")
+    raise
   return module
 
 
@@ -192,7 +258,7 @@ def _unpack_user_result(value, where):
       f"{where} returned {type(value).__name__}, not an mtf graph and its "
       "outputs",
       hint="return (graph, outputs) with outputs a Tensor or list of "
-      "Tensors, or a mesh_tf.models.ModelGraph")
+      "Tensors, or a mesh_tf.models.ModelGraph; e.g. `return g, [loss]`")
 
 
 def _load_file(spec, overrides, train):
@@ -203,26 +269,38 @@ def _load_file(spec, overrides, train):
   module = _import_file(path)
   fn = getattr(module, fn_name, None)
   if not callable(fn):
+    names = [n for n, v in vars(module).items()
+             if callable(v) and not n.startswith("_")
+             and getattr(v, "__module__", None) == module.__name__]
     raise CliInputError(
         f"model file {path!r} has no function {fn_name!r}",
-        hint="its functions are: " + (", ".join(
-            n for n, v in vars(module).items()
-            if callable(v) and not n.startswith("_")
-            and getattr(v, "__module__", None) == module.__name__)
-            or "(none)"))
+        hint=(f"its functions are {', '.join(names)}; e.g. --model "
+              f"{path}:{names[0]}") if names else
+        "it defines no functions; add one that returns (graph, outputs) "
+        f"and give it as --model {path}:build")
   where = f"{path}:{fn_name}"
-  try:
-    value = fn(**overrides)
-  except MtfError as e:
-    raise CliInputError(f"{where} raised {type(e).__name__}: {e}",
-                        hint="fix the model or the values given with --set")
-  except Exception as e:  # pylint: disable=broad-except
-    raise CliInputError(f"{where} failed: {type(e).__name__}: {e}",
-                        hint="fix the model function (it runs with the "
-                        "--set values as keyword arguments)")
+  value = fenced(where, "fix the model function (it runs with the --set "
+                 "values as keyword arguments, e.g. --set batch=64)", fn,
+                 **overrides)
   graph, outs, loss = _unpack_user_result(value, where)
   if train is None:
     train = loss is not None  # a graph without a loss is a forward pass
+  if not graph.operations:
+    raise CliInputError(f"{where} returned an empty graph (no operations)",
+                        hint="build the model into the graph it returns, "
+                        "e.g. return (graph, [loss])")
+  if outs is not None and not outs:
+    raise CliInputError(f"{where} returned no outputs, so the step "
+                        "computes nothing",
+                        hint="return (graph, [loss]), or (graph, None) for "
+                        "every tensor no op reads, e.g. `return g, [loss]`")
+  try:
+    cm_args.check_graph(graph)
+  except MtfError as e:
+    raise CliInputError(f"{where} returned a graph the cost model cannot "
+                        f"take: {e}", hint="fix the model function (or "
+                        "the values given with --set, e.g. --set "
+                        "batch=64)") from None
   if train:
     if loss is None:
       raise CliInputError(f"--train needs a scalar loss, but {where} "
@@ -282,7 +360,8 @@ def _load_decoding(spec, overrides, train):
                         "and --set batch=,memory_length= or its fields")
   except (TypeError, ValueError) as e:
     raise CliInputError(f"decode:{name} rejects --set {overrides}: {e}",
-                        hint="check the values given with --set")
+                        hint="check the values given with --set, e.g. "
+                        "--set batch=1,memory_length=64")
   desc = (f"decode:{name}: one-token decoding step, "
           f"{len(d.graph.operations)} ops (step time = per-token latency)")
   return LoadedModel(d.graph, tuple(d.cost_outputs()), spec, desc, None,

@@ -1,5 +1,7 @@
 """``mtf-layout solve``: the optimal layout and its costs."""
 
+import dataclasses
+
 import pandas as pd
 
 from autolayout.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
@@ -16,7 +18,7 @@ def _arguments(p):
                  help="search every mesh shape of this many devices and "
                  "keep the best (the default without --mesh: the "
                  "topology's chips, axes named after its physical dims)")
-  p.add_argument("--max-axes", type=int, default=DEFAULT_MAX_AXES,
+  p.add_argument("--max-axes", type=int, default=None,
                  help="when searching meshes: most mesh axes (default "
                  f"{DEFAULT_MAX_AXES})")
   d = p.add_argument_group(
@@ -61,13 +63,19 @@ def _run(args, ctx):
   else:
     n = topology.num_chips if args.devices is None else args.devices
     inputs.check_devices(n, topology)
-    with ctx.progress(f"solving every mesh shape of {n} devices"):
+    with ctx.progress(f"solving every mesh shape of {n} devices") as (
+        update):
       results, tried = auto_mesh_and_layout(
           model.graph, n, model.outputs, topology, budget,
-          args.objective, args.max_axes, args.time_limit, args.workers,
-          args.seed, search=setup.search, hint=hint, overlap=setup.overlap,
-          physical_names=True)
+          args.objective, args.max_axes or DEFAULT_MAX_AXES,
+          args.time_limit, args.workers, args.seed, search=setup.search,
+          hint=hint, overlap=setup.overlap, physical_names=True,
+          progress=update.on_mesh)
     result = results[0]
+    if (tried["status"] == "time-limit").any():
+      # Some mesh shapes were not reached in time: the best so far, not
+      # proven best over every mesh.
+      result = dataclasses.replace(result, status="feasible")
   report = result.report
   saved = plans.save(result, args, model) if args.save else None
 

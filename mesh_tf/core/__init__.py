@@ -4,7 +4,8 @@ from mesh_tf.core.dims import (Dimension, Shape, convert_to_dimension,
                                convert_to_shape)
 from mesh_tf.core.dtypes import as_dtype, size_of
 from mesh_tf.core.errors import (DimMappedTwiceError, DTypeError, FeedError,
-                                 IndivisibleDimError, LayoutError,
+                                 IndivisibleDimError, InvalidArgumentError,
+                                 LayoutError,
                                  MeshAxisReuseError, MeshSizeError, MtfError,
                                  ParseError, ShapeError, UnknownNameError,
                                  UnsplittableDimError)

@@ -53,3 +53,8 @@ class DTypeError(MtfError):
 
 class FeedError(MtfError):
   """An imported tensor has no value and none was fed at lowering time."""
+
+
+class InvalidArgumentError(MtfError):
+  """An argument of a public function has the wrong type or a value out of
+  range; the message names the argument and a valid value."""

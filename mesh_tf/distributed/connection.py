@@ -245,9 +245,20 @@ def connect(cluster, devices_per_task=None, device_type="CPU",
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
   def attach():
-    tf.config.experimental_connect_to_cluster(
-        tf.train.ClusterSpec(jobs), job_name=client_job, task_index=0,
-        protocol="grpc", make_master_device_default=False)
+    # A worker restarted on the same port answers TCP at once, but the
+    # client's gRPC channel to it stays in back-off for a second or two and
+    # fails fast meanwhile: retry while every task accepts connections.
+    while True:
+      try:
+        tf.config.experimental_connect_to_cluster(
+            tf.train.ClusterSpec(jobs), job_name=client_job, task_index=0,
+            protocol="grpc", make_master_device_default=False)
+        break
+      except tf.errors.UnavailableError:
+        if (time.monotonic() - start > timeout_s - 1.0
+            or unreachable_tasks(cluster, 1.0)):
+          raise
+        time.sleep(0.5)
     return [d.name for d in tf.config.list_logical_devices(device_type)]
   left = max(1.0, timeout_s - (time.monotonic() - start))
   conn = Connection(cluster, device_type, devices_per_task, timeout_s)

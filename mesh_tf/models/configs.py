@@ -24,6 +24,9 @@ from mesh_tf.models.mlp import MLPConfig
 from mesh_tf.models.moe import MoETransformerConfig
 from mesh_tf.models.transformer import TransformerConfig
 
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+MAX_LAYERS = 1024  # 10x the deepest preset (gpt3_175b: 96)
+
 PRESETS = {
     # Tiny configs, for tests.
     "transformer_tiny": TransformerConfig(),
@@ -79,9 +82,26 @@ def get_config(name, **overrides):
       if isinstance(value, bool) or not isinstance(value, int) or value < low:
         raise MtfError(f"model {name!r}: {key}={value!r} is not an integer "
                        f">= {low}; give e.g. {key}={default}")
-    elif isinstance(default, float) and not isinstance(value, (int, float)):
+      if key in ("layers", "moe_every") and value > MAX_LAYERS:
+        # Each layer is tens of ops in Python: 10^5 layers take minutes to
+        # build before any search starts.
+        raise MtfError(f"model {name!r}: {key}={value} is over "
+                       f"{MAX_LAYERS} layers; give e.g. {key}={default}")
+    elif isinstance(default, float) and (
+        isinstance(value, bool) or not isinstance(value, (int, float))):
       raise MtfError(f"model {name!r}: {key}={value!r} is not a number; "
                      f"give e.g. {key}={default}")
+    elif isinstance(default, str) and not isinstance(value, str):
+      raise MtfError(f"model {name!r}: {key}={value!r} is not a name; "
+                     f"give e.g. {key}={default}")
+    elif (key == "dtype" or key.endswith("_dtype")) and not (
+        value is None and default is None):  # None: the default dtype
+      # The zoo's activations and weights are floating point: an integer
+      # dtype would build a graph that cannot be trained or even run.
+      if value not in FLOAT_DTYPES:
+        raise MtfError(f"model {name!r}: {key}={value!r} is not a floating "
+                       f"point dtype; use one of {', '.join(FLOAT_DTYPES)}, "
+                       f"e.g. {key}={default}")
   return dataclasses.replace(config, **overrides)
 
 
