@@ -217,8 +217,10 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
   return results, table
 
 
-def auto_layout(graph, mesh_shape=None, outputs=None, topology="dgx-h100",
-                memory_budget=None, objective="time",
+def auto_layout(graph, mesh_shape=None, outputs=None,
+                topology=DEFAULTS.topology,
+                memory_budget=DEFAULTS.memory_budget,
+                objective=DEFAULTS.objective,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,

@@ -50,7 +50,11 @@ def test_every_family_has_a_preset_here():
 @pytest.mark.parametrize("preset,topology", CASES, ids=[c[0] for c in CASES])
 def test_preset_solves_reports_explains_and_runs_pareto(capsys, preset,
                                                         topology):
-  common = ["-m", preset, "-t", topology] + FAST
+  # One mesh for all four commands (solve alone would search mesh shapes;
+  # tests/autolayout/test_default_answers.py checks that default).
+  from autolayout.cli import inputs
+  mesh = inputs.default_mesh(inputs.get_topology(topology))
+  common = ["-m", preset, "-t", topology, "--mesh", mesh, "--forward"] + FAST
   if preset.startswith("decode:"):
     common += ["--objective", "latency"]
   solved = _run(capsys, "solve", *common)["result"]
