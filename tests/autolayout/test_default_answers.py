@@ -29,7 +29,9 @@ def test_default_solve_beats_the_mesh_ranking_and_data_parallelism(
     quick_start, topology):
   topo = costmodels.get_topology(topology)
   graph, outputs = quick_start.graph, quick_start.outputs
-  r = autolayout.auto_layout(graph, None, outputs, topo)
+  # No budget: the claim is about speed on every preset, and this batch
+  # does not fit the HBM of the smallest chips under any layout.
+  r = autolayout.auto_layout(graph, None, outputs, topo, memory_budget=None)
   # It tried every mesh shape `mtf-layout mesh` ranks (same axis count),
   # and returned the best of them.
   fits = []
