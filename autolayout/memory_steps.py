@@ -30,15 +30,19 @@ class MemorySteps(NamedTuple):
   total_steps: int
 
 
-def compress(graph, outputs=None, schedule_ops=None):
-  """The :class:`MemorySteps` of ``graph`` under the cost model's schedule."""
-  if schedule_ops is None:
-    schedule_ops = cm_memory.schedule(graph, outputs)
-  intervals = cm_memory.live_intervals(graph, schedule_ops, outputs)
+def compress(graph, outputs=None, schedule_ops=None, liveness=None):
+  """The :class:`MemorySteps` of ``graph`` under the cost model's schedule
+  (or the one of ``liveness``, a :class:`costmodels.memory.Liveness` of
+  ``graph`` with these ``outputs``)."""
+  if liveness is None:
+    liveness = cm_memory.liveness(graph, outputs, schedule_ops)
+  else:
+    liveness.check_current(graph)
+  schedule_ops = liveness.schedule
   index = {}
   starts = collections.defaultdict(list)
   ends = collections.defaultdict(list)
-  for t, (a, b) in intervals.items():
+  for t, a, b in liveness.intervals:
     scope = tuple(sorted(t.shape.dimension_names))
     j = index.setdefault(scope, len(index))
     nbytes = cm_memory.full_bytes(t)

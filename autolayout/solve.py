@@ -22,8 +22,8 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import InvalidArgumentError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from autolayout import (arguments, assignments, formulation, memory_steps,
-                        overlap_terms, tables)
+from autolayout import (arguments, assignments, formulation, infeasible,
+                        memory_steps, overlap_terms, tables)
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
                                SolverError, TimeLimitError,
@@ -39,6 +39,12 @@ DEFAULT_NUM_WORKERS = DEFAULTS.num_workers
 DEFAULT_SEED = DEFAULTS.seed
 
 
+# Seconds per op that costmodels.evaluate takes to re-check an answer (about
+# 25-30 us per op measured here, with the schedule shared); the solver stops
+# that much before the time limit.
+CHECK_S_PER_OP = 60e-6
+
+
 class Problem(NamedTuple):
   """Everything built for one (graph, mesh, topology, outputs)."""
   graph: object
@@ -52,6 +58,7 @@ class Problem(NamedTuple):
   microbatches: object = None   # mesh_tf.microbatch.MicrobatchPlan or None
   memory_reserve_fraction: Optional[float] = None
   overlap: bool = True
+  liveness: object = None  # costmodels.memory.Liveness shared by the checks
 
 
 def _outputs(graph, outputs):
@@ -113,6 +120,13 @@ class LayoutSearch:
       value = self._built[key] = make()
     return value
 
+  def liveness(self):
+    """The cost model's schedule and live intervals of the graph: one per
+    search, shared by the memory steps of every mesh, the infeasibility
+    report and the final re-check."""
+    return self._part("liveness", None, None, lambda: cm_memory.liveness(
+        self.graph, list(self.outputs)))
+
   def problem(self, mesh_shape, topology, memory_budget=None,
               need_peak=False, overlap=True, deadline=None):
     """Builds the CP-SAT model on ``mesh_shape`` and ``topology`` (see
@@ -120,7 +134,9 @@ class LayoutSearch:
     ``overlap``: hide gradient syncs under compute, as
     :func:`costmodels.evaluate` does.
 
-    ``deadline`` (a ``perf_counter`` value) bounds building the tables.
+    ``deadline`` (a ``perf_counter`` value) bounds building the program:
+    the tables stop when it passes, and each later part is only started
+    before it (TimeLimitError otherwise).
 
     Returns a :class:`Problem`; its model is new, so adding constraints to
     it leaves later queries untouched.
@@ -138,24 +154,31 @@ class LayoutSearch:
     memory_bound = memory_budget is not None or need_peak
     ms = None
     if memory_bound:
+      _check_deadline(deadline, "the memory steps")
+      live = self.liveness()
+      _check_deadline(deadline, "the memory steps")
       ms = self._part("memory", mesh_shape, topo,
                       lambda: memory_steps.prune_by_layouts(
-                          memory_steps.compress(graph, list(outputs)),
+                          memory_steps.compress(graph, list(outputs),
+                                                liveness=live),
                           space))
     hide = None
     buckets = cm_overlap.gradient_buckets(graph)
     if overlap and buckets.num_buckets:
+      _check_deadline(deadline, "the overlap terms")
       placed = self._part("placements", mesh_shape, topo,
                           lambda: overlap_terms.placements(graph, gt,
                                                            buckets))
       hide = (placed, formulation.OverlapSpec(
           buckets.num_buckets,
           overlap_terms.efficiencies(gt.pricer.mapping, space.axes)))
+    _check_deadline(deadline, "the integer program")
     problem = _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
                         memory_budget, need_peak, t0, hide)
     return problem._replace(
         microbatches=self.microbatches,
-        memory_reserve_fraction=self.memory_reserve_fraction)
+        memory_reserve_fraction=self.memory_reserve_fraction,
+        liveness=self.liveness())
 
   def solve(self, mesh_shape=None, topology=DEFAULTS.topology,
             memory_budget=DEFAULTS.memory_budget,
@@ -183,6 +206,13 @@ class LayoutSearch:
     left = arguments.time_left(t0, time_limit_s, "the smallest peak")
     pr = solve_phases(problem.form, ["memory"], left, num_workers, seed)
     return int(round(pr.value)), rules_of(pr.x), problem, pr.status
+
+
+def _check_deadline(deadline, what):
+  if deadline is not None and time.perf_counter() > deadline:
+    raise TimeLimitError(
+        f"the time limit ran out while building {what} of the program, "
+        "before CP-SAT could look for a layout; raise the time limit")
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
@@ -363,45 +393,6 @@ def min_peak_layout(graph, mesh_shape, outputs, topology,
                                                seed)
 
 
-def _infeasible(search, mesh_shape, topology, budget, time_limit_s,
-                num_workers, seed):
-  graph = search.graph
-  try:
-    peak, rules, problem, status = search.min_peak(
-        mesh_shape, topology, time_limit_s, num_workers, seed)
-  except TimeLimitError:
-    raise InfeasibleLayoutError(
-        f"no layout of the graph on mesh {mesh_shape} keeps per-device "
-        f"memory within the budget of {budget} bytes; the time limit ran "
-        "out before the smallest reachable peak was found",
-        memory_budget=budget) from None
-  prof = cm_memory.memory_profile(graph, problem.mesh_shape, rules,
-                                  outputs=list(problem.outputs))
-  if prof.peak_bytes != peak:
-    raise SolverError(f"the program's peak {peak} differs from the cost "
-                      f"model's {prof.peak_bytes} for rules {rules}")
-  smallest = ("the smallest peak any valid layout reaches is"
-              if status == "optimal" else
-              f"the smallest peak found within {time_limit_s:g} s is")
-  sched = cm_memory.schedule(graph, list(problem.outputs))
-  iv = cm_memory.live_intervals(graph, sched, list(problem.outputs))
-  live = [(t.name, prof.tensor_bytes[t]) for t, (a, b) in iv.items()
-          if a <= prof.peak_step <= b]
-  live.sort(key=lambda p: (-p[1], p[0]))
-  top = live[:5]
-  mesh = ", ".join(str(d) for d in problem.mesh_shape)
-  raise InfeasibleLayoutError(
-      f"no layout of the graph on mesh [{mesh}] keeps per-device memory "
-      f"within the budget of {budget} bytes ({budget / 2**20:.4g} MiB): "
-      f"{smallest} {peak} bytes "
-      f"({peak / 2**20:.4g} MiB, layout {rules or 'replicated'!s}), at op "
-      f"{getattr(prof.peak_op, 'name', '?')}, dominated by "
-      + ", ".join(f"{n} ({b} bytes)" for n, b in top)
-      + f"; raise memory_budget to at least {peak} bytes, use a mesh with "
-      "more devices, or shrink those tensors",
-      memory_budget=budget, min_peak_bytes=peak, dominating=top)
-
-
 def auto_layout(graph, mesh_shape=None, outputs=None,
                 topology=DEFAULTS.topology,
                 memory_budget=DEFAULTS.memory_budget,
@@ -532,10 +523,13 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     on_solution = None if progress is None else (
         lambda best, bound, t: progress(best * unit, bound * unit, t))
     left = arguments.time_left(t0, time_limit_s, "a layout")
+    # Keep time for the final re-check by the cost model, which is not
+    # interruptible: about CHECK_S_PER_OP per op, at most a quarter of it.
+    left -= min(0.25 * left, CHECK_S_PER_OP * len(search.graph.operations))
     pr = solve_phases(problem.form, phases, left, num_workers, seed,
                       solver_params, on_solution, hint_x)
   except InfeasibleLayoutError:
-    _infeasible(search, mesh_shape, topology, memory_budget,
+    infeasible.explain(search, mesh_shape, topology, memory_budget,
                 time_limit_s - (time.perf_counter() - t0), num_workers, seed)
   rules = rules_of(pr.x)
   unit = problem.form.units[objective]

@@ -63,6 +63,7 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
                                outputs=list(problem.outputs),
                                microbatches=problem.microbatches,
                                overlap=problem.overlap,
+                               liveness=problem.liveness,
                                **({} if problem.memory_reserve_fraction is None
                                   else {"memory_reserve_fraction":
                                         problem.memory_reserve_fraction}))
