@@ -14,7 +14,7 @@ from tests.autolayout import cli_contract
 
 # Building this program takes seconds (10k ops), far over the limits below.
 BIG = models.build_model("transformer_tiny", layers=400)
-SLACK_S = 3.0  # the final validation of an answer is not interruptible
+SLACK_S = 2.0  # the answer's cost-model report (~0.1 ms per op) is not cut short
 
 
 def test_building_the_program_counts():
