@@ -35,7 +35,7 @@ def _run(args, ctx):
     results, table = auto_mesh_and_layout(
         model.graph, n, model.outputs, topology, budget, args.objective,
         args.max_axes, args.time_limit, args.workers, args.seed,
-        search=setup.search, overlap=setup.overlap,
+        search=setup.search, overlap=setup.overlap, physical_names=True,
         progress=update.on_mesh)
   table = table.copy()
   table.insert(0, "rank", pd.array(

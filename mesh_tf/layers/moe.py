@@ -6,10 +6,16 @@ best experts of each token; tokens are placed in per-expert buffers of
 
 Named dims make expert parallelism a layout choice:
 
-* the token side holds ``[batch, length, experts_unsplit, capacity]``
-  dispatch/combine tensors, whose experts dim is named
-  ``<experts>_unsplit`` so that it is never split;
-* the expert side holds ``[batch_unsplit, experts, capacity, d_model]``.
+* the token side holds ``[batch, length, gate_<experts>, capacity]``
+  dispatch/combine tensors: ``gate_<experts>`` is the gate's expert index;
+* the expert side holds ``[expert_<batch>, experts, capacity, d_model]``:
+  ``expert_<batch>`` is the batch as the experts receive it.
+
+Both are dims of their own (not ``batch`` and ``experts`` again) so that a
+layout may split ``experts`` over the axis that splits ``batch`` (expert
+parallelism) and still keep the expert side's batch over another axis; their
+names say their role, since they appear in layout rules (e.g.
+``batch:node;expert_batch:node;experts:gpu`` on a cluster of nodes).
 
 Moving between the two is one ``mtf.reshape`` that renames both dims.  Under
 a layout such as ``batch:x;experts:x`` it moves the split from ``batch`` to
@@ -54,13 +60,13 @@ def top2_gating(gate_logits, experts_dim, length_dim, capacity_dim,
   """Top-2 gating: the combine tensor and the load-balancing loss.
 
   Args:
-    gate_logits: ``[batch, length, experts_unsplit]`` router logits.
+    gate_logits: ``[batch, length, gate_experts]`` router logits.
     experts_dim: the token-side experts Dimension (of ``gate_logits``).
     length_dim: the group dim (tokens compete for capacity along it).
     capacity_dim: the Dimension of per-expert slots.
 
   Returns:
-    ``(combine, loss)``: combine ``[batch, length, experts_unsplit,
+    ``(combine, loss)``: combine ``[batch, length, gate_experts,
     capacity]`` holds each kept token's normalised gate at its (expert,
     slot); loss is the scalar auxiliary load-balancing loss
     ``loss_coef * E^2 * mean(fraction_routed * mean_gate)``.
@@ -123,8 +129,8 @@ def moe(x, hidden_dim, experts_dim, capacity_factor=2.0, activation="relu",
   experts_dim = dims_lib.convert_to_dimension(experts_dim)
   hidden_dim = dims_lib.convert_to_dimension(hidden_dim)
   scope = _unique_scope(x.graph, name or "moe")
-  e_tok = dims_lib.Dimension(experts_dim.name + "_unsplit", experts_dim.size)
-  b_exp = dims_lib.Dimension(batch.name + "_unsplit", batch.size)
+  e_tok = dims_lib.Dimension("gate_" + experts_dim.name, experts_dim.size)
+  b_exp = dims_lib.Dimension("expert_" + batch.name, batch.size)
   capacity = dims_lib.Dimension(
       "expert_capacity",
       expert_capacity(length.size, experts_dim.size, capacity_factor))

@@ -3,8 +3,9 @@
 ``moe_every`` layers.
 
 Extra dims: ``experts`` (expert side, map it to the batch axis for expert
-parallelism: ``batch:rows;experts:rows``), ``experts_unsplit`` and
-``batch_unsplit`` (never split), ``expert_capacity``.
+parallelism: ``batch:rows;experts:rows``), ``gate_experts`` (the gate's
+expert index, token side), ``expert_batch`` (the batch as the experts
+receive it, expert side) and ``expert_capacity``.
 """
 
 import dataclasses
