@@ -6,7 +6,6 @@ topology and the model), and turned into typed objects; every problem
 becomes a :class:`~autolayout.cli.errors.CliInputError` with a hint.
 """
 
-import math
 import re
 
 import costmodels
@@ -14,6 +13,7 @@ from costmodels import arguments as cm_args
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError, ParseError
 from mesh_tf.core.layout import convert_to_layout_rules
+from autolayout.arguments import default_mesh  # noqa: F401  (the API's)
 from autolayout.cli.errors import CliInputError
 
 
@@ -47,16 +47,6 @@ def get_topology(name):
         hint="use a smaller size of the family, e.g. --topology "
         "tpu-v5e-16x16 or h100x8-nodes64")
   return topology
-
-
-def default_mesh(topology):
-  """The topology's own shape as a ``data x model`` mesh string:
-  ``tpu-v5e-16x16`` -> ``data:16;model:16``, ``tpu-v5p-4x4x4`` ->
-  ``data:16;model:4``, ``dgx-h100`` -> ``data:8``."""
-  sizes = [d.size for d in topology.dims if d.size > 1]
-  if len(sizes) <= 1:
-    return f"data:{topology.num_chips}"
-  return f"data:{math.prod(sizes[:-1])};model:{sizes[-1]}"
 
 
 def parse_mesh(text, topology):
