@@ -15,6 +15,7 @@ from autolayout import arguments
 from autolayout.arguments import DEFAULTS
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
+from mesh_tf.core.errors import InvalidArgumentError
 from costmodels import arguments as cm_args
 import dataclasses
 import math
@@ -244,6 +245,15 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                              memory_budget, objective, time_limit_s,
                              num_workers, seed, tie_break, solver_params,
                              forbid, progress, search, hint, overlap)
+  for name, value, default in (("tie_break", tie_break, ()),
+                               ("solver_params", solver_params, None),
+                               ("forbid", forbid, ()),
+                               ("progress", progress, None)):
+    if value is not None and value != default:
+      raise InvalidArgumentError(
+          f"{name} applies to one given mesh, but mesh_shape is None (the "
+          "mesh search); pass a mesh_shape such as 'data:8', or drop "
+          f"{name} (auto_mesh_and_layout takes a per-mesh progress)")
   topology = costmodels.get_topology(topology)
   results, table = auto_mesh_and_layout(
       graph, topology.num_chips, outputs, topology, memory_budget, objective,

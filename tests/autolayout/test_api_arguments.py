@@ -226,3 +226,15 @@ def test_same_question_same_answer_from_api_and_cli(capsys):
 def test_version(capsys):
   assert cli.main(["--version"]) == 0
   assert capsys.readouterr().out.strip() == f"mtf-layout {mtf.__version__}"
+
+
+@pytest.mark.parametrize("name,value", [("tie_break", ("memory",)),
+                                        ("forbid", [("batch", "x")]),
+                                        ("solver_params", {"log_search_progress": False}),
+                                        ("progress", print)])
+def test_per_mesh_options_without_a_mesh_are_errors(name, value):
+  import autolayout
+  from mesh_tf import models
+  m = models.build_model("mlp_tiny")
+  with pytest.raises(mtf.InvalidArgumentError, match=f"{name} applies to one given mesh"):
+    autolayout.auto_layout(m.graph, None, None, "tpu-v5e-2x4", **{name: value})
