@@ -36,7 +36,9 @@ Only :func:`connect` and :class:`Connection` import TensorFlow.
 Modules: :mod:`~mesh_tf.distributed.errors`, :mod:`~.cluster` (the cluster
 spec), :mod:`~.mesh` (a mesh's devices on a cluster, cross-process
 collectives), :mod:`~.health` (TCP health checks) and :mod:`~.connection`
-(:func:`connect`, :class:`Connection`).
+(:func:`connect`, :class:`Connection`); :mod:`~.local` starts real
+``mtf-worker`` processes on 127.0.0.1 for trying a multi-process mesh on one
+machine.
 """
 
 from mesh_tf.distributed.errors import (ClusterError, ClusterMeshMismatchError,

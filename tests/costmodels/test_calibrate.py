@@ -274,7 +274,7 @@ def test_calibrate_refuses_what_the_machine_cannot_give(tmp_path):
 
 
 def test_calibrate_a_cluster_that_does_not_answer(tmp_path):
-  from tests.mesh_tf.distributed.test_distributed import free_ports
+  from mesh_tf.distributed.local import free_ports
   ports = free_ports(2)
   with pytest.raises(cal.CalibrationError, match="does not answer"):
     cal.calibrate(tmp_path / "x.json", devices_per_task=4,

@@ -21,6 +21,7 @@ import pytest
 
 import mesh_tf as mtf
 from mesh_tf import distributed as dist
+from mesh_tf.distributed import local
 from mesh_tf import worker as worker_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
@@ -127,40 +128,13 @@ def _client_main(argv):
 
 
 # --- worker processes -------------------------------------------------------
-def free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  try:
-    for s in socks:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in socks]
-  finally:
-    for s in socks:
-      s.close()
-
-
 def _env():
-  env = dict(os.environ)
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  env.pop("TF_CONFIG", None)
-  return env
+  return local.worker_env(ROOT)
 
 
 def _worker_argv(cluster, task):
   """Task 0 from --cluster, task 1 from --tf-config: both launcher paths."""
-  if task == 0:
-    return ["--cluster", ",".join(cluster.addresses), "--task", "0",
-            "--cpu-devices", str(DEVICES_PER_TASK)]
-  return ["--tf-config", cluster.to_tf_config(task),
-          "--cpu-devices", str(DEVICES_PER_TASK)]
-
-
-def _tail(path, n=3000):
-  try:
-    with open(path, encoding="utf-8", errors="replace") as f:
-      return f.read()[-n:]
-  except OSError:
-    return ""
+  return {"tf_config": None if task == 0 else cluster.to_tf_config(task)}
 
 
 @pytest.fixture(scope="module")
@@ -169,17 +143,15 @@ def cluster_run(tmp_path_factory):
   single-process reference meanwhile, and returns both results.  Kills
   every process it started, whatever happens."""
   out = str(tmp_path_factory.mktemp("distributed"))
-  *ports, client_port = free_ports(3)
+  *ports, client_port = local.free_ports(3)
   cluster = dist.Cluster.from_addresses([f"127.0.0.1:{p}" for p in ports])
   procs, logs = [], []
   try:
     for k in range(2):
       logs.append(os.path.join(out, f"worker{k}.log"))
-      with open(logs[-1], "wb") as log:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "mesh_tf.worker"] + _worker_argv(
-                cluster, k), cwd=ROOT, env=_env(), stdout=log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+      procs.append(local.start_worker(cluster.addresses, k, DEVICES_PER_TASK,
+                                      logs[-1], root=ROOT,
+                                      **_worker_argv(cluster, k)))
     logs.append(os.path.join(out, "client.log"))
     with open(logs[-1], "wb") as log:
       client = subprocess.Popen(
@@ -205,7 +177,7 @@ def cluster_run(tmp_path_factory):
     if client.returncode != 0 or not os.path.exists(report_path):
       raise AssertionError(
           f"client failed (rc {client.returncode}):\n" + "\n".join(
-              f"--- {p}:\n{_tail(p)}" for p in logs))
+              f"--- {p}:\n{local.tail(p)}" for p in logs))
     with open(report_path, encoding="utf-8") as f:
       report = json.load(f)
     remote_vars = dict(np.load(os.path.join(out, "variables.npz")))
@@ -213,14 +185,7 @@ def cluster_run(tmp_path_factory):
            "local": (losses, variables), "local_s": local_s,
            "remote_vars": remote_vars}
   finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-    for p in procs:
-      try:
-        p.wait(timeout=10)
-      except subprocess.TimeoutExpired:
-        pass
+    local.stop(procs)
 
 
 # --- tests with real worker processes --------------------------------------
@@ -390,7 +355,7 @@ def test_connect_rejects_client_job_clash_before_any_network():
 
 
 def test_check_health_names_unreachable_task_in_bounded_time():
-  (port,) = free_ports(1)
+  (port,) = local.free_ports(1)
   with socket.socket() as live:
     live.bind(("127.0.0.1", 0))
     live.listen()
@@ -412,7 +377,7 @@ def test_run_bounds_time_and_names_the_dead_task():
   """A run that outlives its timeout is reported against the task that
   does not answer; other errors pass through unchanged.  (No TensorFlow
   cluster here: task 0 is a listening socket, task 1 a closed port.)"""
-  (dead,) = free_ports(1)
+  (dead,) = local.free_ports(1)
   with socket.socket() as live:
     live.bind(("127.0.0.1", 0))
     live.listen()

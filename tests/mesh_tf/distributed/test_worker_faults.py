@@ -21,8 +21,7 @@ import time
 import numpy as np
 
 import mesh_tf as mtf
-from tests.mesh_tf.distributed.test_distributed import (_env, _tail,
-                                                        free_ports)
+from mesh_tf.distributed import local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -116,16 +115,13 @@ def _client_main(argv):
 
 
 # --- the test ---------------------------------------------------------------
+def _env():
+  return local.worker_env(ROOT)
+
+
 def _worker(addresses, task, log_path):
-  log = open(log_path, "ab")  # pylint: disable=consider-using-with
-  try:
-    return subprocess.Popen(
-        [sys.executable, "-m", "mesh_tf.worker", "--cluster",
-         ",".join(addresses), "--task", str(task), "--cpu-devices",
-         str(DEVICES_PER_TASK)], cwd=ROOT, env=_env(), stdout=log,
-        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-  finally:
-    log.close()
+  return local.start_worker(addresses, task, DEVICES_PER_TASK, log_path,
+                            root=ROOT)
 
 
 def _read_message(proc, deadline, logs):
@@ -138,16 +134,16 @@ def _read_message(proc, deadline, logs):
   line = box.get("line", "")
   if not line:
     raise AssertionError("client did not answer in time:\n" + "\n".join(
-        f"--- {p}:\n{_tail(p)}" for p in logs))
+        f"--- {p}:\n{local.tail(p)}" for p in logs))
   message = json.loads(line)
   if "failed" in message:
     raise AssertionError(f"client failed: {message['failed']}\n" + "\n".join(
-        f"--- {p}:\n{_tail(p)}" for p in logs))
+        f"--- {p}:\n{local.tail(p)}" for p in logs))
   return message
 
 
 def test_worker_killed_mid_step_then_restarted_resumes_same_losses(tmp_path):
-  *ports, client_port = free_ports(3)
+  *ports, client_port = local.free_ports(3)
   addresses = [f"127.0.0.1:{p}" for p in ports]
   logs = [str(tmp_path / f"worker{k}.log") for k in range(2)]
   procs = []
@@ -176,14 +172,7 @@ def test_worker_killed_mid_step_then_restarted_resumes_same_losses(tmp_path):
     client.stdin.flush()
     report = _read_message(client, deadline, logs)["report"]
   finally:
-    for p in procs:
-      if p.poll() is None:
-        p.kill()
-    for p in procs:
-      try:
-        p.wait(timeout=10)
-      except subprocess.TimeoutExpired:
-        pass
+    local.stop(procs)
 
   print({k: round(report[k], 2) for k in ("error_s", "reconnect_s",
                                           "resume_s")})
