@@ -32,3 +32,17 @@ from mesh_tf.layers.moe import expert_capacity, moe, top2_gating
 from mesh_tf.layers.norm import NormGradOperation, NormOperation
 # The one softmax lives with the reductions; ``mtf.layers.softmax`` is it.
 from mesh_tf.ops.reduce import SoftmaxGradOperation, SoftmaxOperation, softmax
+# Mesh TF's other public layers (issue 16): attention variants, local
+# attention, convolutions with blocks, and training helpers.
+from mesh_tf.layers.attention_params import (multihead_attention_params,
+                                             multihead_attention_vars)
+from mesh_tf.layers.attention_incremental import (
+    compress_mean, masked_local_attention_1d_incremental,
+    multihead_encdec_attention_incremental,
+    multihead_self_attention_incremental,
+    multihead_self_attention_memory_compressed)
+from mesh_tf.layers.local_attention import (
+    attention_bias_local_2d_block, attention_bias_local_block,
+    local_1d_halo_exchange, local_2d_halo_exchange,
+    local_2d_self_attention_spatial_blocks,
+    local_self_attention_spatial_blocks, masked_local_attention_1d)

@@ -96,6 +96,26 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None,
   return einsum_lib.einsum([weights, v], output_shape=out_shape)
 
 
+def multihead_weights(mesh, scope, io, heads, kv_channels, master_dtype,
+                      dtype, reuse=False):
+  """The variables ``scope/{q,k,v,o}`` of :func:`multihead_attention`, cast
+  to ``dtype``: ``[io, heads, kv]`` for q, k, v and ``[heads, kv, io]`` for
+  o.  The incremental (decoding) layers read the same ones (``reuse``)."""
+  from mesh_tf.layers.attention_params import reuse_or_get_variable  # pylint: disable=g-import-not-at-top
+  in_shape = dims_lib.Shape([io, heads, kv_channels])
+  std = 1.0 / math.sqrt(io.size)
+
+  def weight(n, stddev, shape):
+    w = reuse_or_get_variable(
+        mesh, f"{scope}/{n}", shape, master_dtype,
+        var_lib.random_normal_initializer(stddev=stddev), reuse)
+    return _maybe_cast(w, dtype)
+  return (weight("q", std / math.sqrt(kv_channels.size), in_shape),
+          weight("k", std, in_shape), weight("v", std, in_shape),
+          weight("o", 1.0 / math.sqrt(heads.size * kv_channels.size),
+                 dims_lib.Shape([heads, kv_channels, io])))
+
+
 def multihead_attention(query_antecedent, memory_antecedent, mask,
                         kv_channels, heads, dropout=0.0,
                         dropout_broadcast_dims=None, master_dtype="float32",
@@ -140,19 +160,8 @@ def multihead_attention(query_antecedent, memory_antecedent, mask,
   scope = _unique_scope(x.graph, name or "multihead_attention")
   kv_channels = dims_lib.convert_to_dimension(kv_channels)
   heads = dims_lib.convert_to_dimension(heads)
-  in_shape = dims_lib.Shape([io, heads, kv_channels])
-  std = 1.0 / math.sqrt(io.size)
-
-  def weight(n, stddev, shape):
-    w = var_lib.get_variable(
-        x.mesh, f"{scope}/{n}", shape, master_dtype,
-        var_lib.random_normal_initializer(stddev=stddev))
-    return _maybe_cast(w, x.dtype)
-  wq = weight("q", std / math.sqrt(kv_channels.size), in_shape)
-  wk = weight("k", std, in_shape)
-  wv = weight("v", std, in_shape)
-  wo = weight("o", 1.0 / math.sqrt(heads.size * kv_channels.size),
-              dims_lib.Shape([heads, kv_channels, io]))
+  wq, wk, wv, wo = multihead_weights(x.mesh, scope, io, heads, kv_channels,
+                                     master_dtype, x.dtype)
   batch_dims = x.shape.dims[:-2]
   q = einsum_lib.einsum(
       [x, wq], output_shape=dims_lib.Shape(batch_dims + [heads, length,
