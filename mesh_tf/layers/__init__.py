@@ -46,3 +46,9 @@ from mesh_tf.layers.local_attention import (
     local_1d_halo_exchange, local_2d_halo_exchange,
     local_2d_self_attention_spatial_blocks,
     local_self_attention_spatial_blocks, masked_local_attention_1d)
+from mesh_tf.layers.compat_layers import (annealed_dropout, corr,
+                                          get_dense_kernel_weights)
+from mesh_tf.layers.gradient_clipping import (
+    clip_activation_gradient, summary_for_clip_activation_gradient)
+from mesh_tf.layers.reversible import reversible_half_residual_and_swap
+from mesh_tf.layers.unit_scaling import unit_scaling_convention, us_einsum
