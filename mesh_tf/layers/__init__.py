@@ -52,3 +52,7 @@ from mesh_tf.layers.gradient_clipping import (
     clip_activation_gradient, summary_for_clip_activation_gradient)
 from mesh_tf.layers.reversible import reversible_half_residual_and_swap
 from mesh_tf.layers.unit_scaling import unit_scaling_convention, us_einsum
+from mesh_tf.layers.conv_blocks import (conv2d_transpose_with_blocks,
+                                       conv2d_with_blocks,
+                                       conv3d_transpose_with_blocks,
+                                       conv3d_with_blocks, separable_conv1d)
