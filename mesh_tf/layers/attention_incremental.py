@@ -187,12 +187,11 @@ def compress_mean(x, dim, compression_factor):
 def multihead_self_attention_memory_compressed(x, mask_right,
                                                compression_factor,
                                                kv_channels, heads,
-                                               dropout=0.0,
+                                               is_training=True, dropout=0.0,
                                                dropout_broadcast_dims=None,
                                                master_dtype="float32",
                                                slice_dtype="float32",
-                                               name="multihead_attention",
-                                               is_training=True):
+                                               name="multihead_attention"):
   """Self-attention over a memory shortened by mean-pooling the sequence.
 
   Memory position ``j`` is the mean of positions ``[j*c, (j+1)*c)`` (``c``
@@ -205,6 +204,7 @@ def multihead_self_attention_memory_compressed(x, mask_right,
     mask_right: a bool (causal).
     compression_factor: an int dividing the length.
     kv_channels, heads: Dimensions.
+    is_training: dropout applies only when training.
     dropout, dropout_broadcast_dims: dropout on the attention weights.
     name: scope of the ``qkvo`` variable.
 

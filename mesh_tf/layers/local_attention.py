@@ -138,14 +138,17 @@ def _qkv(x, weights, q_dims, mem, mem_dims):
 
 
 def local_self_attention_spatial_blocks(
-    query_antecedent, kv_channels, heads, memory_w_dim=None, mask_right=False,
-    master_dtype="float32", slice_dtype="float32", name=None):
+    query_antecedent, kv_channels, heads, is_training=True, memory_w_dim=None,
+    mask_right=False, master_dtype="float32", slice_dtype="float32",
+    name=None):
   """Self-attention within a block and its neighbour blocks (1-d).
 
   Args:
     query_antecedent: ``[batch, num_w_blocks, w_dim, io_channels]``;
       ``num_w_blocks`` may be split across the mesh.
     kv_channels, heads: Dimensions.
+    is_training: accepted for Mesh TF 0.1.21's signature (these layers
+      have no dropout).
     memory_w_dim: optional; its name names the memory dim (default
       ``memory_<w_dim>``).
     mask_right: causal: see the previous block and this one up to the query;
@@ -156,6 +159,7 @@ def local_self_attention_spatial_blocks(
   Returns:
     A Tensor of ``query_antecedent``'s shape.
   """
+  del is_training
   x = query_antecedent
   if x.shape.ndims != 4:
     raise ShapeError(f"local_self_attention_spatial_blocks: {x.name} "
@@ -181,7 +185,7 @@ def local_self_attention_spatial_blocks(
 
 
 def local_2d_self_attention_spatial_blocks(
-    query_antecedent, kv_channels, heads, memory_h_dim=None,
+    query_antecedent, kv_channels, heads, is_training=True, memory_h_dim=None,
     memory_w_dim=None, mask_right=False, master_dtype="float32",
     slice_dtype="float32", name=None):
   """Self-attention within a 2-d block and its neighbour blocks.
@@ -199,6 +203,7 @@ def local_2d_self_attention_spatial_blocks(
   Returns:
     A Tensor of ``query_antecedent``'s shape.
   """
+  del is_training
   x = query_antecedent
   if x.shape.ndims != 6:
     raise ShapeError(
@@ -248,10 +253,10 @@ def _block_length(length_per_split, window_size):
   return b
 
 
-def masked_local_attention_1d(x, kv_channels, heads, window_size=128,
-                              master_dtype="float32", slice_dtype="float32",
-                              length_per_split=None, return_kv=None,
-                              params=None, name=None):
+def masked_local_attention_1d(x, kv_channels, heads, is_training=True,
+                              window_size=128, master_dtype="float32",
+                              slice_dtype="float32", length_per_split=None,
+                              return_kv=None, params=None, name=None):
   """Causal attention over a sliding window: position ``p`` sees the
   memory positions in ``(p - window_size, p]`` (from position 0 on).
 
@@ -262,6 +267,7 @@ def masked_local_attention_1d(x, kv_channels, heads, window_size=128,
   Args:
     x: ``[batch..., length, io_channels]``.
     kv_channels, heads: Dimensions.
+    is_training: accepted for Mesh TF 0.1.21's signature (no dropout).
     window_size: an integer >= 1.
     master_dtype, slice_dtype: the variables' dtypes (without ``params``).
     length_per_split: the length per processor when the length is split;
@@ -280,6 +286,7 @@ def masked_local_attention_1d(x, kv_channels, heads, window_size=128,
     ShapeError: for a window below 1 or a ``length_per_split`` that does
       not divide the length.
   """
+  del is_training
   if window_size < 1:
     raise ShapeError(f"masked_local_attention_1d: window_size={window_size} "
                      "must be at least 1")

@@ -49,7 +49,7 @@ def test_masked_local_attention_1d_matches_numpy(window, per_split):
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, xv, "batch:2;length:16;d_model:8")
-    out = L.masked_local_attention_1d(x, K, H, window_size=window,
+    out = L.masked_local_attention_1d(x, K, H, True, window,   # 0.1.21 order
                                       length_per_split=per_split,
                                       return_kv=kv, name="local")
     assert out.shape == x.shape
