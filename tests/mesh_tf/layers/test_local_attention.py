@@ -174,3 +174,59 @@ def test_local_halo_exchanges_pad_without_a_blocks_dim():
   np.testing.assert_array_equal(left, np.concatenate(
       [np.zeros((2, 3, 4), np.float32), kv], 1))
   assert k2.shape == (2, 6, 8)
+
+
+def tf_self_attention_grad(x, weights, visible):
+  """d sum(y^2) / dx of np_self_attention, by tf.GradientTape."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  xt = tf.constant(x)
+  wq, wk, wv, wo = (tf.constant(w) for w in weights)
+  with tf.GradientTape() as tape:
+    tape.watch(xt)
+    q, k, v = (tf.einsum("bld,hdk->bhlk", xt, w) for w in (wq, wk, wv))
+    logits = tf.einsum("bhlk,bhmk->bhlm", q, k)
+    logits = tf.where(tf.constant(visible), logits, -1e30)
+    o = tf.einsum("bhlm,bhmk->bhlk", tf.nn.softmax(logits, -1), v)
+    y = tf.einsum("bhlk,hdk->bld", o, wo)
+    loss = tf.reduce_sum(y * y)
+  return tape.gradient(loss, xt).numpy()
+
+
+def test_masked_local_attention_1d_gradient_matches_tf_with_split_length():
+  xv = RNG.randn(2, 16, 8).astype(np.float32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, "batch:2;length:16;d_model:8")
+    y = L.masked_local_attention_1d(x, K, H, window_size=6,
+                                    length_per_split=4, name="local")
+    return mtf.gradients([mtf.reduce_sum(y * y)], [x])[0]
+  w = variable_values(build)
+  ref = tf_self_attention_grad(xv.astype(np.float64), list(w["local/qkvo"]),
+                               window_visible(16, 6))
+  check_layouts(build, [B, H, mtf.Dimension("length", 4)], lambda: ref,
+                meshes=MESHES, limit=6, rtol=1e-4, atol=1e-4)
+
+
+def test_local_2d_attention_gradient_matches_tf_with_split_blocks():
+  xv = RNG.randn(1, 2, 2, 2, 2, 8).astype(np.float32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(
+        mesh, xv, "batch:1;num_h_blocks:2;num_w_blocks:2;h:2;w:2;d_model:8")
+    y = L.local_2d_self_attention_spatial_blocks(x, K, H, mask_right=True,
+                                                 name="sb2")
+    return mtf.gradients([mtf.reduce_sum(y * y)], [x])[0]
+  w = variable_values(build)
+  img = xv.transpose(0, 1, 3, 2, 4, 5).reshape(1, 16, 8)
+  rows, cols = np.divmod(np.arange(16), 4)
+  br, bc = rows // 2, cols // 2
+  dr, dc = br[None, :] - br[:, None], bc[None, :] - bc[:, None]
+  past = (rows[None, :] < rows[:, None]) | (
+      (rows[None, :] == rows[:, None]) & (cols[None, :] <= cols[:, None]))
+  visible = (dr >= -1) & (dr <= 0) & (dc >= -1) & (dc <= 0) & past
+  g = tf_self_attention_grad(img.astype(np.float64), list(w["sb2/qkvo"]),
+                             visible)
+  ref = g.reshape(1, 2, 2, 2, 2, 8).transpose(0, 1, 3, 2, 4, 5)
+  check_layouts(build, [H, mtf.Dimension("num_h_blocks", 2),
+                        mtf.Dimension("num_w_blocks", 2)], lambda: ref,
+                meshes=MESHES, limit=6, rtol=1e-4, atol=1e-4)

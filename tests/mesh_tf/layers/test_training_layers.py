@@ -175,3 +175,27 @@ def test_get_dense_kernel_weights():
   (var,) = graph.all_variables
   assert var.name == "k/kernel"
   assert abs(var.initial_value_numpy().std() - 16 ** -0.5) < 0.03
+
+
+def test_sigmoid_cross_entropy_with_logits_matches_tf():
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  lv = (RNG.randn(4, 6) * 30).astype(np.float32)
+  zv = RNG.rand(6, 4).astype(np.float32)
+
+  def build(mesh):
+    lg = mtf.import_tf_tensor(mesh, lv, "b:4;c:6")
+    z = mtf.import_tf_tensor(mesh, zv, "c:6;b:4")
+    loss = L.sigmoid_cross_entropy_with_logits(lg, z)
+    return [loss, mtf.gradients([mtf.reduce_sum(loss)], [lg])[0]]
+  lt = tf.constant(lv)
+  with tf.GradientTape() as tape:
+    tape.watch(lt)
+    ref = tf.nn.sigmoid_cross_entropy_with_logits(labels=zv.T, logits=lt)
+    total = tf.reduce_sum(ref)
+  grad = tape.gradient(total, lt)
+  check_layouts(build, ["b:4", "c:6"], lambda: [ref.numpy(), grad.numpy()],
+                meshes=MESHES, limit=4, rtol=1e-5, atol=1e-5)
+  mesh = mtf.Mesh(mtf.Graph(), "m")
+  with pytest.raises(mtf.ShapeError, match="need the same dims"):
+    L.sigmoid_cross_entropy_with_logits(mtf.ones(mesh, "b:4;c:6"),
+                                        mtf.ones(mesh, "b:4"))
