@@ -10,6 +10,7 @@ output projection), splitting ``batch`` gives data parallelism.
 import math
 
 from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import _dropout, _maybe_cast, _unique_scope
 from mesh_tf.ops.reduce import softmax
@@ -116,11 +117,21 @@ def multihead_weights(mesh, scope, io, heads, kv_channels, master_dtype,
                  dims_lib.Shape([heads, kv_channels, io])))
 
 
+def training_and_rate(is_training, dropout):
+  """``(is_training, dropout)`` from Mesh TF 0.1.21's parameter order, which
+  puts ``is_training`` before ``dropout``: a float in ``is_training``'s
+  place is the dropout rate of the releases after 0.1.21, which dropped
+  ``is_training`` and took the rate there."""
+  if isinstance(is_training, float) and not dropout:
+    return True, is_training
+  return bool(is_training), dropout
+
+
 def multihead_attention(query_antecedent, memory_antecedent, mask,
-                        kv_channels, heads, dropout=0.0,
+                        kv_channels, heads, is_training=True, dropout=0.0,
                         dropout_broadcast_dims=None, master_dtype="float32",
-                        name=None, memory_length_name="memory_length",
-                        is_training=True):
+                        slice_dtype=None, name=None,
+                        memory_length_name="memory_length"):
   """Multi-head attention (self-attention when ``memory_antecedent`` is None).
 
   Args:
@@ -134,7 +145,11 @@ def multihead_attention(query_antecedent, memory_antecedent, mask,
     kv_channels: the per-head Dimension (``d_kv``).
     heads: the heads Dimension; splitting it over the mesh is model
       parallelism.
+    is_training: dropout applies only when training (Mesh TF 0.1.21's
+      order; see :func:`training_and_rate`).
     dropout: dropout rate on the attention weights.
+    master_dtype, slice_dtype: the variables' stored and compute dtypes
+      (see :class:`mesh_tf.VariableDType`).
     name: scope of the variables ``name/{q,k,v,o}``.
 
   Returns:
@@ -143,6 +158,9 @@ def multihead_attention(query_antecedent, memory_antecedent, mask,
   The 1/sqrt(d_kv) logit scale is folded into ``q``'s initializer, as in
   Mesh TensorFlow, which saves one op per layer.
   """
+  is_training, dropout = training_and_rate(is_training, dropout)
+  if slice_dtype is not None:
+    master_dtype = dtypes_lib.VariableDType(master_dtype, slice_dtype)
   x = query_antecedent
   io = x.shape.dims[-1]
   length = x.shape.dims[-2]

@@ -26,9 +26,8 @@ __all__ = ["DenseInitializer", "VarianceScalingInitializer",
            "rename_length_to_memory_length", "weights_nonzero"]
 
 
-def dot_product_attention(q, k, v, mask, dropout=0.0,
-                          dropout_broadcast_dims=None, extra_logit=None,
-                          is_training=True):
+def dot_product_attention(q, k, v, mask, is_training=True, dropout=0.0,
+                          dropout_broadcast_dims=None, extra_logit=None):
   """``softmax(q . k + mask) . v`` over named dims (Mesh TF's layer).
 
   Args:
@@ -37,6 +36,8 @@ def dot_product_attention(q, k, v, mask, dropout=0.0,
       second to last).
     v: ``[batch..., heads..., memory_length, d_v]`` (``d_v`` last).
     mask: a bias broadcast onto the logits, or None.
+    is_training: dropout applies only when training (Mesh TF 0.1.21's
+      order; a float here is the later releases' positional ``dropout``).
     dropout: dropout rate on the attention weights (when training).
     dropout_broadcast_dims: dims along which the dropout mask is shared.
     extra_logit: an extra logit in the softmax's normaliser (a "null"
@@ -45,6 +46,8 @@ def dot_product_attention(q, k, v, mask, dropout=0.0,
   Returns:
     ``q``'s shape with ``d_k`` replaced by ``d_v``.
   """
+  from mesh_tf.layers.attention import training_and_rate  # pylint: disable=g-import-not-at-top
+  is_training, dropout = training_and_rate(is_training, dropout)
   memory_length = k.shape.dims[-2]
   logits = einsum_lib.einsum(
       [q, k], output_shape=dims_lib.Shape(q.shape.dims[:-1]

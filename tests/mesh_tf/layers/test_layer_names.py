@@ -4,9 +4,12 @@ parameters in the original's order (so positional calls port)."""
 
 import inspect
 
+import numpy as np
 import pytest
 
+import mesh_tf as mtf
 from mesh_tf import layers as L
+from tests.layout_harness import run
 
 ORIGINAL_NAMES = """
 summary_for_clip_activation_gradient unit_scaling_convention us_einsum dense
@@ -30,8 +33,15 @@ avg_pool3d reversible_half_residual_and_swap clip_activation_gradient
 annealed_dropout
 """.split()
 
-# The original's parameters, in order, of the layers added for issue 16.
+# The original's parameters, in order, of the layers added for issue 16
+# (and of the two first-wave attention layers, reordered for it).
 ORIGINAL_PARAMETERS = {
+    "dot_product_attention": "q k v mask is_training dropout "
+                             "dropout_broadcast_dims extra_logit",
+    "multihead_attention": "query_antecedent memory_antecedent mask "
+                           "kv_channels heads is_training dropout "
+                           "dropout_broadcast_dims master_dtype slice_dtype "
+                           "name",
     "summary_for_clip_activation_gradient": "t name batch_dims",
     "unit_scaling_convention": "value",
     "us_einsum": "xs",
@@ -112,3 +122,28 @@ def test_new_layers_take_the_original_parameters_in_order(name):
   want = ORIGINAL_PARAMETERS[name].split()
   got = list(inspect.signature(getattr(L, name)).parameters)
   assert got[:len(want)] == want
+
+
+def test_attention_takes_positional_is_training_and_later_dropout():
+  rng = np.random.RandomState(0)
+  xv = rng.randn(2, 4, 8).astype(np.float32)
+  heads, kv = mtf.Dimension("heads", 2), mtf.Dimension("d_kv", 4)
+
+  def attend(*args):
+    def build(mesh):
+      x = mtf.import_tf_tensor(mesh, xv, "batch:2;length:4;d_model:8")
+      q = mtf.import_tf_tensor(mesh, xv, "batch:2;length:4;d_kv:8")
+      k = mtf.rename_dimension(q, "length", "memory_length")
+      return [L.multihead_attention(x, None, None, kv, heads, *args,
+                                    name="a"),
+              L.dot_product_attention(q, k, k, None, *args)]
+    return run(build, "x:2", "batch:x")[0]
+  plain = attend()
+  off = attend(False, 0.5)      # 0.1.21: is_training, dropout
+  on = attend(True, 0.5)
+  later = attend(0.5)           # later releases: dropout
+  for a, b in zip(off, plain):
+    np.testing.assert_allclose(a, b, rtol=1e-6)
+  for a, b, c in zip(on, later, plain):
+    np.testing.assert_allclose(a, b, rtol=1e-6)   # the same seeded dropout
+    assert not np.allclose(a, c)
