@@ -16,7 +16,7 @@ from tests.mesh_tf.layers.test_local_attention import (np_attend,
 RNG = np.random.RandomState(5)
 B, H, K, D = (mtf.Dimension("batch", 2), mtf.Dimension("heads", 2),
               mtf.Dimension("d_kv", 4), mtf.Dimension("d_model", 8))
-MESHES = ["x:2", "rows:2;cols:4"]
+MESHES = ["x:2", "rows:2;cols:2", "rows:2;cols:4"]   # 2, 4, 8 devices
 XV = RNG.randn(2, 6, 8).astype(np.float32)
 
 

@@ -11,7 +11,7 @@ from mesh_tf import layers as L
 from tests.layout_harness import check_layouts
 
 RNG = np.random.RandomState(7)
-MESHES = ["x:2", "rows:2;cols:4"]
+MESHES = ["x:2", "rows:2;cols:2", "rows:2;cols:4"]   # 2, 4, 8 devices
 
 
 def to_image(xb):

@@ -11,7 +11,7 @@ from tests.layout_harness import check_layouts, run
 RNG = np.random.RandomState(3)
 B, H, K, D = (mtf.Dimension("batch", 2), mtf.Dimension("heads", 2),
               mtf.Dimension("d_kv", 4), mtf.Dimension("d_model", 8))
-MESHES = ["x:2", "rows:2;cols:4"]
+MESHES = ["x:2", "rows:2;cols:2", "rows:2;cols:4"]   # 2, 4, 8 devices
 
 
 def variable_values(build):

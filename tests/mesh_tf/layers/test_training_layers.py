@@ -10,7 +10,7 @@ from mesh_tf import layers as L
 from tests.layout_harness import check_layouts, run
 
 RNG = np.random.RandomState(11)
-MESHES = ["x:2", "rows:2;cols:4"]
+MESHES = ["x:2", "rows:2;cols:2", "rows:2;cols:4"]   # 2, 4, 8 devices
 
 
 def test_us_einsum_divides_by_the_reduced_sizes():
