@@ -170,16 +170,21 @@ def compress_mean(x, dim, compression_factor):
   Raises:
     ShapeError: if the factor does not divide the dim.
   """
+  return _group_mean(x, dim, compression_factor, None)
+
+
+def _group_mean(x, dim, compression_factor, new_name):
+  """:func:`compress_mean` whose shortened dim is called ``new_name``."""
   dim = x.shape.get_dim_by_name(dim if isinstance(dim, str) else dim.name)
   c = int(compression_factor)
   if c < 1 or dim.size % c:
     raise ShapeError(f"compress_mean: compression_factor={compression_factor}"
                      f" must divide {dim} of {x.name}")
   factor = dims_lib.Dimension("compression_factor", c)
+  short = dims_lib.Dimension(new_name or dim.name, dim.size // c)
   dims = []
   for d in x.shape.dims:
-    dims += [dims_lib.Dimension(d.name, d.size // c), factor] if d == dim \
-        else [d]
+    dims += [short, factor] if d == dim else [d]
   return reduce_ops.reduce_mean(reshape_ops.reshape(x, dims_lib.Shape(dims)),
                                 reduced_dim=factor)
 
@@ -217,9 +222,8 @@ def multihead_self_attention_memory_compressed(x, mask_right,
   wq, wk, wv, wo = multihead_attention_vars(x.mesh, heads, io, kv_channels,
                                             master_dtype, slice_dtype,
                                             x.dtype, name=scope)
-  memory = reshape_ops.rename_dimension(
-      compress_mean(x, length, compression_factor), length.name,
-      "memory_length")
+  # Straight into a new dim name: one size per name keeps it priceable.
+  memory = _group_mean(x, length, compression_factor, "memory_length")
   memory_length = memory.shape.get_dim_by_name("memory_length")
   q = einsum_ops.einsum([x, wq], output_shape=dims_lib.Shape(
       batch + [heads, length, kv_channels]))

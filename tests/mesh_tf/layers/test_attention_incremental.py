@@ -188,3 +188,18 @@ def test_incremental_cache_errors():
         mtf.ones(mesh, "beam:2;d_model:8"), k, k, 0)
   with pytest.raises(mtf.ShapeError, match="must be a scalar"):
     L.multihead_self_attention_incremental(x, k, k, mtf.zeros(mesh, "a:2"))
+
+
+def test_memory_compressed_attention_is_priceable():
+  import costmodels  # pylint: disable=import-outside-toplevel
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  x = mtf.zeros(mesh, "batch:8;length:64;d_model:32")
+  y = L.multihead_self_attention_memory_compressed(x, True, 4, K, H)
+  loss = mtf.reduce_sum(y * y)
+  grads = mtf.gradients([loss], [v.outputs[0]
+                                 for v in graph.trainable_variables])
+  report = costmodels.evaluate(graph, "data:2;model:4",
+                               "batch:data;length:model", "tpu-v4-2x2x2",
+                               outputs=[loss] + grads)
+  assert report.compute_time_s > 0
