@@ -4,7 +4,11 @@ Mesh TensorFlow's names and signatures where they exist: ``dense``,
 ``layer_norm``, ``rms_norm``, ``embedding``, ``dense_relu_dense``,
 ``dropout``, ``softmax_cross_entropy_with_logits``, ``multihead_attention``,
 a top-2 mixture-of-experts layer (``moe``), and ``conv1d/2d/3d`` with
-max/avg pooling whose spatial dims may be split across the mesh.
+max/avg pooling whose spatial dims may be split across the mesh; and the
+rest of Mesh TF 0.1.21's ``layers.py``: local and incremental attention,
+memory-compressed attention, convolutions over blocked images, the
+reversible block, unit scaling and activation-gradient clipping (see
+``docs/porting.md``).
 """
 
 from mesh_tf.layers.attention import (MASK_BIAS, attention,
