@@ -10,6 +10,7 @@ output projection), splitting ``batch`` gives data parallelism.
 import math
 
 from mesh_tf.core import dims as dims_lib
+from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import _dropout, _maybe_cast, _unique_scope
 from mesh_tf.ops.reduce import softmax
@@ -96,11 +97,41 @@ def attention(q, k, v, memory_length_dim, key_dim, value_dim, bias=None,
   return einsum_lib.einsum([weights, v], output_shape=out_shape)
 
 
+def multihead_weights(mesh, scope, io, heads, kv_channels, master_dtype,
+                      dtype, reuse=False):
+  """The variables ``scope/{q,k,v,o}`` of :func:`multihead_attention`, cast
+  to ``dtype``: ``[io, heads, kv]`` for q, k, v and ``[heads, kv, io]`` for
+  o.  The incremental (decoding) layers read the same ones (``reuse``)."""
+  from mesh_tf.layers.attention_params import reuse_or_get_variable  # pylint: disable=g-import-not-at-top
+  in_shape = dims_lib.Shape([io, heads, kv_channels])
+  std = 1.0 / math.sqrt(io.size)
+
+  def weight(n, stddev, shape):
+    w = reuse_or_get_variable(
+        mesh, f"{scope}/{n}", shape, master_dtype,
+        var_lib.random_normal_initializer(stddev=stddev), reuse)
+    return _maybe_cast(w, dtype)
+  return (weight("q", std / math.sqrt(kv_channels.size), in_shape),
+          weight("k", std, in_shape), weight("v", std, in_shape),
+          weight("o", 1.0 / math.sqrt(heads.size * kv_channels.size),
+                 dims_lib.Shape([heads, kv_channels, io])))
+
+
+def training_and_rate(is_training, dropout):
+  """``(is_training, dropout)`` from Mesh TF 0.1.21's parameter order, which
+  puts ``is_training`` before ``dropout``: a float in ``is_training``'s
+  place is the dropout rate of the releases after 0.1.21, which dropped
+  ``is_training`` and took the rate there."""
+  if isinstance(is_training, float) and not dropout:
+    return True, is_training
+  return bool(is_training), dropout
+
+
 def multihead_attention(query_antecedent, memory_antecedent, mask,
-                        kv_channels, heads, dropout=0.0,
+                        kv_channels, heads, is_training=True, dropout=0.0,
                         dropout_broadcast_dims=None, master_dtype="float32",
-                        name=None, memory_length_name="memory_length",
-                        is_training=True):
+                        slice_dtype=None, name=None,
+                        memory_length_name="memory_length"):
   """Multi-head attention (self-attention when ``memory_antecedent`` is None).
 
   Args:
@@ -114,7 +145,11 @@ def multihead_attention(query_antecedent, memory_antecedent, mask,
     kv_channels: the per-head Dimension (``d_kv``).
     heads: the heads Dimension; splitting it over the mesh is model
       parallelism.
+    is_training: dropout applies only when training (Mesh TF 0.1.21's
+      order; see :func:`training_and_rate`).
     dropout: dropout rate on the attention weights.
+    master_dtype, slice_dtype: the variables' stored and compute dtypes
+      (see :class:`mesh_tf.VariableDType`).
     name: scope of the variables ``name/{q,k,v,o}``.
 
   Returns:
@@ -123,6 +158,9 @@ def multihead_attention(query_antecedent, memory_antecedent, mask,
   The 1/sqrt(d_kv) logit scale is folded into ``q``'s initializer, as in
   Mesh TensorFlow, which saves one op per layer.
   """
+  is_training, dropout = training_and_rate(is_training, dropout)
+  if slice_dtype is not None:
+    master_dtype = dtypes_lib.VariableDType(master_dtype, slice_dtype)
   x = query_antecedent
   io = x.shape.dims[-1]
   length = x.shape.dims[-2]
@@ -140,19 +178,8 @@ def multihead_attention(query_antecedent, memory_antecedent, mask,
   scope = _unique_scope(x.graph, name or "multihead_attention")
   kv_channels = dims_lib.convert_to_dimension(kv_channels)
   heads = dims_lib.convert_to_dimension(heads)
-  in_shape = dims_lib.Shape([io, heads, kv_channels])
-  std = 1.0 / math.sqrt(io.size)
-
-  def weight(n, stddev, shape):
-    w = var_lib.get_variable(
-        x.mesh, f"{scope}/{n}", shape, master_dtype,
-        var_lib.random_normal_initializer(stddev=stddev))
-    return _maybe_cast(w, x.dtype)
-  wq = weight("q", std / math.sqrt(kv_channels.size), in_shape)
-  wk = weight("k", std, in_shape)
-  wv = weight("v", std, in_shape)
-  wo = weight("o", 1.0 / math.sqrt(heads.size * kv_channels.size),
-              dims_lib.Shape([heads, kv_channels, io]))
+  wq, wk, wv, wo = multihead_weights(x.mesh, scope, io, heads, kv_channels,
+                                     master_dtype, x.dtype)
   batch_dims = x.shape.dims[:-2]
   q = einsum_lib.einsum(
       [x, wq], output_shape=dims_lib.Shape(batch_dims + [heads, length,

@@ -6,8 +6,14 @@ The windows then do not overlap, so the transposed convolution is one einsum
 (each input position times the filter gives a ``filter_size`` block of
 outputs) and a reshape that interleaves those blocks with the spatial dims.
 Both are ordinary mtf ops: every dim may be split, and the gradient comes
-from them.  Overlapping windows (a filter larger than the stride) are not
-supported.
+from them.
+
+Other filter sizes (overlapping or gapped windows) are
+:func:`conv_transpose_general`: the input is dilated by the stride (an einsum
+with a one-hot and a reshape), then convolved at stride 1 with the mirrored
+filter, so a split spatial dim gets a halo exchange (SAME padding).  The
+``*_with_blocks`` layers use it; ``conv2d_transpose`` itself keeps the
+original's tested case.
 """
 
 import math
@@ -15,11 +21,15 @@ import math
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers.core import _maybe_cast, _unique_scope
+from mesh_tf.ops import conv as conv_ops
+from mesh_tf.ops import creation
 from mesh_tf.ops import einsum as einsum_ops
+from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import reshape as reshape_ops
 from mesh_tf.ops import variables as var_lib
 
-__all__ = ["conv2d_transpose", "conv3d_transpose"]
+__all__ = ["conv2d_transpose", "conv3d_transpose", "conv_transpose_general",
+           "transpose_padding"]
 
 
 def _conv_transpose(n, x, output_dim, filter_size, strides, padding,
@@ -84,3 +94,95 @@ def conv3d_transpose(x, output_dim, filter_size=(2, 2, 2),
                          filter_initializer, variable_dtype, name)
 
 
+
+
+def transpose_padding(size, k, s, padding):
+  """``(pad_before, output_size)`` of TF's transposed convolution of a
+  spatial dim of ``size`` with window ``k`` and stride ``s``: output
+  position ``o`` sums ``x[i] * w[j]`` over ``i * s + j - pad_before == o``.
+  """
+  if str(padding).upper() == "SAME":
+    return max(k - s, 0) // 2, size * s
+  if str(padding).upper() == "VALID":
+    return 0, size * s + max(k - s, 0)
+  raise ShapeError(f"transposed convolution: unknown padding {padding!r}; "
+                   "use SAME or VALID")
+
+
+def _dilate(x, dim, s):
+  """``x`` with ``s - 1`` zeros after each entry along ``dim``."""
+  if s == 1:
+    return x
+  step = dims_lib.Dimension(f"_{dim.name}_stride", s)
+  first = ew.cast(ew.equal(creation.range(x.mesh, step, "int32"), 0),
+                  x.dtype)
+  dims = []
+  for d in x.shape.dims:
+    dims += [d, step] if d.name == dim.name else [d]
+  y = einsum_ops.einsum([x, first], output_shape=dims_lib.Shape(dims))
+  return reshape_ops.reshape(y, dims_lib.Shape(
+      [dims_lib.Dimension(d.name, d.size * s) if d.name == dim.name else d
+       for d in x.shape.dims]))
+
+
+def _mirror(w, fdim):
+  """``w`` reversed along ``fdim`` (an einsum with the anti-diagonal)."""
+  k = fdim.size
+  other = dims_lib.Dimension(f"_{fdim.name}_mirror", k)
+  anti = ew.cast(ew.equal(ew.add(creation.range(w.mesh, fdim, "int32"),
+                                 creation.range(w.mesh, other, "int32")),
+                          k - 1), w.dtype)
+  shape = dims_lib.Shape([other if d.name == fdim.name else d
+                          for d in w.shape.dims])
+  return reshape_ops.rename_dimension(
+      einsum_ops.einsum([w, anti], output_shape=shape), other.name,
+      fdim.name)
+
+
+def conv_transpose_general(x, kernel, spatial, in_dim, output_dim, strides,
+                           padding, name=None):
+  """TF's ``conv{n}d_transpose`` of ``x`` for any window and stride.
+
+  Args:
+    x: ``[batch..., spatial..., in_dim]`` (spatial dims named in
+      ``spatial``).
+    kernel: ``[filter dims (one per spatial dim, in order), in_dim,
+      output_dim]``.
+    spatial: the spatial Dimensions of ``x``.
+    strides: one per spatial dim.
+    padding: "SAME" (output ``size * stride``) or "VALID".
+
+  Returns:
+    ``x``'s shape with each spatial dim resized (same names) and ``in_dim``
+    replaced by ``output_dim``.
+  """
+  fdims = [d for d in kernel.shape.dims
+           if d.name not in (in_dim.name, output_dim.name)]
+  pads = []
+  for d, f, s in zip(spatial, fdims, strides):
+    before, out = transpose_padding(d.size, f.size, s, padding)
+    # Stride-1 correlation of the dilated input with the mirrored filter.
+    pads.append((f.size - 1 - before, out + before - d.size * s))
+    x = _dilate(x, d, s)
+    kernel = _mirror(kernel, f)
+  return conv_ops.conv(x, kernel, [d.name for d in spatial],
+                       in_dim=in_dim.name, out_dim=output_dim.name,
+                       padding=pads, name=name)
+
+
+def make_transpose_kernel(x, n, output_dim, filter_size, filter_initializer,
+                          variable_dtype, name):
+  """The ``name/kernel`` variable ``[filter_<spatial>..., in, out]`` of a
+  general transposed convolution layer, and its scope."""
+  spatial = x.shape.dims[-1 - n:-1]
+  in_dim = x.shape.dims[-1]
+  scope = _unique_scope(x.graph, name or f"conv{n}d_transpose")
+  fdims = [dims_lib.Dimension(f"filter_{d.name}", k)
+           for d, k in zip(spatial, filter_size)]
+  w = var_lib.get_variable(
+      x.mesh, f"{scope}/kernel", dims_lib.Shape(fdims + [in_dim, output_dim]),
+      variable_dtype or "float32",
+      filter_initializer if filter_initializer is not None
+      else var_lib.random_normal_initializer(
+          stddev=1.0 / math.sqrt(in_dim.size)))
+  return _maybe_cast(w, x.dtype), scope

@@ -342,6 +342,17 @@ def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):
 
 
 def sigmoid_cross_entropy_with_logits(logits, targets):
-  """Elementwise ``max(x,0) - x*z + log(1+exp(-|x|))``."""
+  """Elementwise ``max(x,0) - x*z + log(1+exp(-|x|))``, stable for any
+  logit ``x`` and target ``z``.
+
+  Raises:
+    ShapeError: unless ``logits`` and ``targets`` have the same dims (in
+      any order), as Mesh TF requires.
+  """
+  if set(logits.shape.dims) != set(targets.shape.dims):
+    raise ShapeError(
+        f"sigmoid_cross_entropy_with_logits: logits {logits.name} "
+        f"{logits.shape!r} and targets {targets.name} {targets.shape!r} "
+        "need the same dims")
   return (ew.relu(logits) - logits * targets
           + ew.softplus(ew.negative(ew.abs(logits))))

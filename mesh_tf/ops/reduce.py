@@ -216,7 +216,10 @@ class SoftmaxOperation(Operation):
     mesh_axes = _split_axes(impl, self.dims)
     n = laid.slice_size
     extra = self.extra_logit
-    if not mesh_axes and extra is None and len(axes) == 1:
+    # TF's Softmax kernel takes at most rank 5; larger ranks (2-d local
+    # attention) use the unfused form below.
+    if (not mesh_axes and extra is None and len(axes) == 1
+        and x.shape.ndims <= 5):
       y = impl.slicewise(lambda t: tf.nn.softmax(t, axes[0]), laid,
                          shape=x.shape, flops=5 * n)
       lowering.set_tensor_lowering(out, y)
