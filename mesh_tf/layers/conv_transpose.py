@@ -37,11 +37,6 @@ def _conv_transpose(n, x, output_dim, filter_size, strides, padding,
   filter_size = [filter_size] * n if isinstance(filter_size, int) else list(
       filter_size)
   strides = [strides] * n if isinstance(strides, int) else list(strides)
-  if filter_size != strides:
-    raise ShapeError(
-        f"conv{n}d_transpose: filter_size {filter_size} must equal strides "
-        f"{strides} (non-overlapping windows); other cases are not "
-        "supported")
   if str(padding).upper() not in ("SAME", "VALID"):
     raise ShapeError(f"conv{n}d_transpose: unknown padding {padding!r}")
   spatial = x.shape.dims[-1 - n:-1]
@@ -50,6 +45,22 @@ def _conv_transpose(n, x, output_dim, filter_size, strides, padding,
   if output_dim.name in x.shape:
     raise ShapeError(f"conv{n}d_transpose: output dim {output_dim} is already "
                      f"a dim of {x.name} {x.shape!r}; give it another name")
+  if filter_size != strides:
+    # Overlapping (or gapped) windows: the general transposed convolution,
+    # with TF's kernel layout [filter..., in, out].
+    scope = _unique_scope(x.graph, name or f"conv{n}d_transpose")
+    fdims = [dims_lib.Dimension(f"{d.name}_filter", k)
+             for d, k in zip(spatial, filter_size)]
+    kernel = var_lib.get_variable(
+        x.mesh, f"{scope}/kernel",
+        dims_lib.Shape(fdims + [in_dim, output_dim]),
+        variable_dtype or "float32",
+        filter_initializer if filter_initializer is not None
+        else var_lib.random_normal_initializer(
+            stddev=1.0 / math.sqrt(in_dim.size * math.prod(filter_size))))
+    return conv_transpose_general(x, _maybe_cast(kernel, x.dtype), spatial,
+                                  in_dim, output_dim, strides, padding,
+                                  name=f"{scope}/conv")
   blocks = [dims_lib.Dimension(f"_{d.name}_block", k)
             for d, k in zip(spatial, filter_size)]
   scope = _unique_scope(x.graph, name or f"conv{n}d_transpose")
@@ -77,8 +88,10 @@ def conv2d_transpose(x, output_dim, filter_size=(2, 2), strides=(2, 2),
   """2-d transposed convolution of ``[batch..., h, w, in]``; the output has
   ``h * sh`` and ``w * sw`` and ``output_dim`` last.
 
-  Raises:
-    ShapeError: unless ``filter_size == strides``.
+  Any window and stride: ``filter_size == strides`` (the default) is one
+  einsum and a reshape, so every dim may be split; other windows are TF's
+  transposed convolution (a dilated input and a mirrored filter), whose
+  kernel is ``name/kernel`` ``[filter..., in, out]``.
   """
   return _conv_transpose(2, x, output_dim, filter_size, strides, padding,
                          filter_initializer, variable_dtype, name)

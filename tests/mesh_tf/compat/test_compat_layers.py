@@ -216,7 +216,27 @@ def test_conv2d_transpose_matches_tf():
   check_layouts(build, ["b:2", "w:4", "o:6"],
                 lambda: [ref.numpy(), gx.numpy()], meshes=MESHES, limit=6,
                 rtol=1e-4, atol=1e-4)
-  mesh = mtf.Mesh(mtf.Graph(), "m")
-  with pytest.raises(mtf.ShapeError, match="must equal strides"):
-    mtf.layers.conv2d_transpose(mtf.ones(mesh, "b:1;h:2;w:2;c:1"),
-                                mtf.Dimension("o", 1), filter_size=3)
+
+
+def test_conv2d_transpose_with_overlapping_windows_matches_tf():
+  # filter_size 3 over stride 2: windows overlap (TF's general case).
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  rng = np.random.RandomState(3)
+  xv = rng.randn(2, 3, 4, 5).astype(np.float32)
+  w0 = rng.randn(3, 3, 5, 6).astype(np.float32)   # [fh, fw, in, out]
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, "b:2;h:3;w:4;c:5")
+    y = mtf.layers.conv2d_transpose(
+        x, mtf.Dimension("o", 6), filter_size=3, strides=2,
+        filter_initializer=w0)
+    return [y, mtf.gradients([mtf.reduce_sum(y * y)], [x])[0]]
+  xt = tf.constant(xv)
+  with tf.GradientTape() as tape:
+    tape.watch(xt)
+    ref = tf.nn.conv2d_transpose(xt, tf.constant(np.transpose(w0, (0, 1, 3, 2))),
+                                 [2, 6, 8, 6], strides=2, padding="SAME")
+    loss = tf.reduce_sum(ref * ref)
+  gx = tape.gradient(loss, xt)
+  check_layouts(build, ["b:2", "o:6"], lambda: [ref.numpy(), gx.numpy()],
+                meshes=MESHES, limit=4, rtol=1e-4, atol=1e-4)
