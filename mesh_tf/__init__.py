@@ -82,6 +82,9 @@ from mesh_tf import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
 # The layout optimizer (OR-Tools is imported only when these are called).
 from mesh_tf.auto import auto_layout, auto_mesh_and_layout, load_plan  # noqa: E402
 
+# Mesh TF's loops, conv op classes and step helpers (issue 16, h2).
+from mesh_tf.ops.while_loop import *  # noqa: F401,F403,E402
+
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
 bool = "bool"  # pylint: disable=redefined-builtin
