@@ -88,6 +88,7 @@ from mesh_tf.ops.conv_backprop import *  # noqa: F401,F403,E402
 from mesh_tf.compat.dynamic_shift import *  # noqa: F401,F403,E402
 from mesh_tf.compat.serialize import *  # noqa: F401,F403,E402
 from mesh_tf.ops.generic_grad import *  # noqa: F401,F403,E402
+from mesh_tf.ops.stacked_variables import *  # noqa: F401,F403,E402
 
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
