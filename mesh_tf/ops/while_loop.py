@@ -263,7 +263,7 @@ class WhileLoopOperation(Operation):
     for t, x in zip(stand_ins, laid):
       lowering.tensors[t] = x
 
-  def _lower_body(self, lowering, impl, laid_vars, accumulate):
+  def _lower_body(self, lowering, impl, laid_vars):
     """Lowers the body ops on ``laid_vars``; returns the new loop values,
     then each accumulator's new sum (partial sums stay partial)."""
     n = self._n
@@ -278,11 +278,8 @@ class WhileLoopOperation(Operation):
         continue
       if isinstance(x, LazyAllreduceSum) and x.pending:
         x = x.laid_out_input
-      x = x.to_laid_out_tensor()
-      if accumulate:
-        x = impl.slicewise(_add, laid_vars[i], x, shape=t.shape,
-                           dtype=t.dtype)
-      out.append(x)
+      out.append(impl.slicewise(_add, laid_vars[i], x.to_laid_out_tensor(),
+                                shape=t.shape, dtype=t.dtype))
     return out
 
   def _pending_axes(self, lowering):
@@ -317,7 +314,7 @@ class WhileLoopOperation(Operation):
       dry.laid_out(self._cond_output)
     cond_trace, twin.trace = twin.trace, CollectiveTrace()
     with twin.recording(self.name):
-      self._lower_body(dry, twin, stand, accumulate=True)
+      self._lower_body(dry, twin, stand)
     body_trace = twin.trace
     pending = self._pending_axes(dry)
     k = self.priced_iterations
@@ -347,7 +344,7 @@ class WhileLoopOperation(Operation):
                         [])
 
     def body(*lists):
-      new = self._lower_body(lowering, impl, wrap(lists), accumulate=True)
+      new = self._lower_body(lowering, impl, wrap(lists))
       return [list(x.tensor_list) for x in new]
 
     # The records were made by _record_iterations; what TF runs here (once
