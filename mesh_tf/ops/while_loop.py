@@ -34,6 +34,8 @@ Gradients do not flow through the loop, as in Mesh TensorFlow: call
 accumulators instead.
 """
 
+import contextlib
+
 import numpy as np
 
 from mesh_tf.core import dtypes as dtypes_lib
@@ -351,10 +353,14 @@ class WhileLoopOperation(Operation):
     # when traced, once per trip when eager) is not recorded again.
     saved = impl.trace
     impl.trace = CollectiveTrace()
+    context = getattr(impl, "in_control_flow", None)
+    if context is None or tf.compat.v1.control_flow_v2_enabled():
+      context = contextlib.nullcontext
     try:
-      lists = tf.while_loop(cond, body,
-                            [list(x.tensor_list) for x in laid_init],
-                            **self._tf_kwargs)
+      with context():
+        lists = tf.while_loop(cond, body,
+                              [list(x.tensor_list) for x in laid_init],
+                              **self._tf_kwargs)
     finally:
       impl.trace = saved
     return wrap(lists)

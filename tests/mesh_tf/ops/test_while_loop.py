@@ -227,3 +227,41 @@ def test_bad_loops_raise_typed_errors_and_leave_the_graph_clean():
     mtf.while_loop(lambda: None, lambda: [], [])
   assert len(g.operations) == n
   assert all(r in g.operations for r in g.consumers_of(x))
+
+
+_V1_SCRIPT = """
+import numpy as np
+import mesh_tf as mtf
+import tensorflow as tf
+tf.compat.v1.disable_v2_behavior()   # TF v1 control flow
+mtf.set_logical_cpu_devices(4)
+x_v = np.arange(32, dtype=np.float32).reshape(4, 8) / 32.0
+g = mtf.Graph()
+mesh = mtf.Mesh(g, "mesh")
+i0 = mtf.constant(mesh, 0, dtype="int32")
+x0 = mtf.import_tf_tensor(mesh, x_v, "b:4;d:8")
+w = mtf.import_tf_tensor(mesh, np.full((8, 8), 0.1, np.float32), "d:8;e:8")
+def body(i, x):
+  y = mtf.einsum([x, w], output_shape="b:4;e:8")
+  return [i + 1, mtf.rename_dimension(mtf.tanh(y), "e", "d") + 1.0]
+_, x = mtf.while_loop(lambda i, x: mtf.less(i, 3), body, [i0, x0])
+y = x * 2.0
+impl = mtf.PlacementMeshImpl("x:4", "d:x", mtf.logical_cpu_devices(4))
+out = mtf.Lowering(g, {mesh: impl}).export_to_tf_tensor(y)
+ref = x_v
+for _ in range(3):
+  ref = np.tanh(ref @ np.full((8, 8), 0.1)) + 1.0
+with tf.compat.v1.Session() as sess:
+  np.testing.assert_allclose(sess.run(out), 2.0 * ref, rtol=1e-5)
+print("ok")
+"""
+
+
+def test_loop_lowers_under_tf_v1_control_flow():
+  # v1 control flow must not see fused segments cross its while context;
+  # disable_v2_behavior is process-wide, hence the subprocess.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  r = subprocess.run([sys.executable, "-c", _V1_SCRIPT], capture_output=True,
+                     text=True, timeout=600, check=False)
+  assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
