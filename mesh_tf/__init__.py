@@ -82,6 +82,14 @@ from mesh_tf import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
 # The layout optimizer (OR-Tools is imported only when these are called).
 from mesh_tf.auto import auto_layout, auto_mesh_and_layout, load_plan  # noqa: E402
 
+# Mesh TF's loops, conv op classes and step helpers (issue 16, h2).
+from mesh_tf.ops.while_loop import *  # noqa: F401,F403,E402
+from mesh_tf.ops.conv_backprop import *  # noqa: F401,F403,E402
+from mesh_tf.compat.dynamic_shift import *  # noqa: F401,F403,E402
+from mesh_tf.compat.serialize import *  # noqa: F401,F403,E402
+from mesh_tf.ops.generic_grad import *  # noqa: F401,F403,E402
+from mesh_tf.ops.stacked_variables import *  # noqa: F401,F403,E402
+
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
 bool = "bool"  # pylint: disable=redefined-builtin

@@ -7,6 +7,7 @@ result from its peers' slices under its own ``tf.device`` scope, so TensorFlow
 copies the data there (in eager mode, in ``tf.function`` and in v1 graphs).
 """
 
+import contextlib
 import weakref
 
 from mesh_tf.core.errors import FeedError, MeshSizeError, MtfError
@@ -61,6 +62,19 @@ class PlacementMeshImpl(MeshImpl):
     if tf.executing_eagerly():
       return tf.device(self.devices[p])
     return tf.compat.v1.get_default_graph().device(self.devices[p])
+
+  @contextlib.contextmanager
+  def in_control_flow(self):
+    """Lowering inside TF v1 control flow (a ``tf.while_loop`` body in a
+    graph without control flow v2): kernels run at once instead of joining
+    fused segments, and shared scalar constants are made afresh, because
+    neither may cross the loop's control-flow context."""
+    fuser, scalars = self.fuser, self._scalars
+    self.fuser, self._scalars = None, weakref.WeakKeyDictionary()
+    try:
+      yield
+    finally:
+      self.fuser, self._scalars = fuser, scalars
 
   def processor_groups(self, mesh_axes):
     """Like :meth:`MeshImpl.processor_groups`, from :attr:`groups`."""

@@ -35,7 +35,7 @@ from mesh_tf.ops.base import permutation as _perm
 from mesh_tf.ops.base import transpose_slice as _transpose
 
 __all__ = ["ConvOperation", "ConvFilterGradOperation", "conv", "conv1d",
-           "conv2d", "conv3d", "same_padding"]
+           "conv2d", "conv3d", "resolve_padding", "same_padding"]
 
 
 def same_padding(k):
@@ -368,6 +368,21 @@ def _pads(padding, ksizes, what):
   return pads
 
 
+def resolve_padding(x, spatial, ksizes, strides, padding):
+  """(before, after) zero padding per spatial dim of ``x`` for TF's
+  ``padding`` ("SAME", "VALID" or explicit pairs) at ``strides``."""
+  if isinstance(padding, str) and padding.upper() == "SAME" and any(
+      s != 1 for s in strides):
+    # TF's SAME for stride s: output ceil(n/s), total pad max(k-s, 0)-ish.
+    pads = []
+    for n, k, s in zip(spatial, ksizes, strides):
+      size = x.shape.get_dim_by_name(n).size
+      total = max((math.ceil(size / s) - 1) * s + k - size, 0)
+      pads.append((total // 2, total - total // 2))
+    return pads
+  return _pads(padding, ksizes, "convolution")
+
+
 def conv(x, conv_filter, spatial_dims, in_dim=None, out_dim=None,
          strides=None, padding="SAME", name=None):
   """N-d convolution (cross-correlation, as in TF) over named spatial dims.
@@ -401,16 +416,7 @@ def conv(x, conv_filter, spatial_dims, in_dim=None, out_dim=None,
   if len(strides) != len(spatial):
     raise ShapeError(f"convolution: {len(strides)} strides for "
                      f"{len(spatial)} spatial dims")
-  if isinstance(padding, str) and padding.upper() == "SAME" and any(
-      s != 1 for s in strides):
-    # TF's SAME for stride s: output ceil(n/s), total pad max(k-s, 0)-ish.
-    pads = []
-    for n, k, s in zip(spatial, ks, strides):
-      size = x.shape.get_dim_by_name(n).size
-      total = max((math.ceil(size / s) - 1) * s + k - size, 0)
-      pads.append((total // 2, total - total // 2))
-  else:
-    pads = _pads(padding, ks, "convolution")
+  pads = resolve_padding(x, spatial, ks, strides, padding)
   return ConvOperation(x, conv_filter, spatial, fsp, in_dim, out_dim, strides,
                        pads, name=name).outputs[0]
 

@@ -161,6 +161,7 @@ class BinaryOperation(GenericOperation):
     else:
       kernel = lambda b: fn(tf.constant(x, b.dtype), b)
     self.scalar = None if len(inputs) == 2 else (y if inputs[0] is x else x)
+    self.scalar_first = not isinstance(x, Tensor)  # for host evaluation
     super().__init__(kernel, inputs, shape, output_dtype or inputs[0].dtype,
                      name=name or kind, flops_per_element=flops)
 

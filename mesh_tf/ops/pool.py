@@ -15,7 +15,8 @@ from mesh_tf.ops.base import dim_name as _as_name
 from mesh_tf.ops.base import permutation as _perm
 from mesh_tf.ops.base import transpose_slice as _transpose
 
-__all__ = ["PoolOperation", "PoolGradOperation", "max_pool1d", "max_pool2d",
+__all__ = ["PoolBackPropOperation", "PoolOperation", "PoolGradOperation",
+           "max_pool1d", "max_pool2d",
            "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d"]
 
 
@@ -135,6 +136,79 @@ class PoolGradOperation(Operation):
         y = p._pool(xs, oth)
       dx = tape.gradient(y, xs, output_gradients=dys)
       return _transpose(dx, back)
+    laid_x = lowering.laid_out(x)
+    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
+        kernel, laid_x, lowering.laid_out(dy), shape=x.shape,
+        flops=2 * laid_x.slice_size))
+
+
+class _PoolSpec:
+  """The geometry of a pooling, without an op in the graph (for
+  :class:`PoolBackPropOperation`)."""
+
+  def __init__(self, kind, spatial_names, ksizes):
+    self.kind, self.spatial_names, self.ksizes = kind, spatial_names, ksizes
+
+  _layout = PoolOperation._layout  # pylint: disable=protected-access
+  _pool = PoolOperation._pool  # pylint: disable=protected-access
+
+
+class PoolBackPropOperation(Operation):
+  """The input gradient of a pooling, with Mesh TF's constructor
+  ``PoolBackPropOperation(x, y, dy, ksize, strides, pool_fn_string,
+  name=None)``; lowered as :class:`PoolGradOperation`.
+
+  ``x`` is ``[batch..., spatial x n, channels]``, ``y`` the pooled ``x``,
+  ``pool_fn_string`` one of ``"MAX_2D"``, ``"AVG_2D"``, ``"MAX_3D"``,
+  ``"AVG_3D"``; as in Mesh TF, ``ksize`` must equal ``strides``.
+
+  Raises:
+    ShapeError: if ``ksize != strides`` or the shapes do not fit.
+  """
+
+  no_gradient_reason = "second derivatives of pooling are not built"
+
+  def __init__(self, x, y, dy, ksize, strides, pool_fn_string, name=None):
+    super().__init__([x, y, dy], name=name or "pool_backprop")
+    ksize, strides = list(ksize), list(strides)
+    if ksize != strides:
+      raise ShapeError(f"{self.name}: ksize {ksize} must equal strides "
+                       f"{strides} (non-overlapping windows)")
+    n = len(ksize)
+    kind = _pool_kind(pool_fn_string, n)
+    if x.shape.ndims < n + 1:
+      raise ShapeError(f"{self.name}: x {x.shape!r} needs {n} spatial dims "
+                       "before its channel dim")
+    names = x.shape.dimension_names[-1 - n:-1]
+    self.spec = _PoolSpec(kind, names, ksize)
+    want = [dims_lib.Dimension(d.name, d.size // ksize[names.index(d.name)])
+            if d.name in names else d for d in x.shape]
+    if dy.shape != dims_lib.Shape(want) or y.shape != dy.shape:
+      raise ShapeError(f"{self.name}: y {y.shape!r} and dy {dy.shape!r} "
+                       f"must be x {x.shape!r} pooled by {ksize}")
+    self._outputs = [Tensor(self, x.shape, dy.dtype)]
+
+  def cost_params(self):
+    return (self.spec.kind, tuple(self.spec.spatial_names),
+            tuple(self.spec.ksizes))
+
+  def lower(self, lowering):
+    impl = lowering.mesh_impl(self)
+    p = self.spec
+    x, _, dy = self.inputs
+    others, perm, order = p._layout(x.shape)  # pylint: disable=protected-access
+    dy_perm = _perm(dy.shape.dimension_names, order)
+    back = _perm(order, x.shape.dimension_names)
+    n_oth = len(others)
+
+    def kernel(xs, dys):
+      xs = _transpose(xs, perm)
+      dys = _transpose(dys, dy_perm)
+      oth = [int(s) for s in xs.shape[:n_oth]]
+      with tf.GradientTape() as tape:
+        tape.watch(xs)
+        y = p._pool(xs, oth)  # pylint: disable=protected-access
+      return _transpose(tape.gradient(y, xs, output_gradients=dys), back)
     laid_x = lowering.laid_out(x)
     lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
         kernel, laid_x, lowering.laid_out(dy), shape=x.shape,
