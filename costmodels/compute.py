@@ -21,8 +21,10 @@ on an A100 runs at the TF32 156 TFLOP/s, not the bf16 312.
 A record whose ``pattern`` (how its contraction runs: plain matmul,
 batched, with transposes, convolution; see
 :mod:`costmodels.compute_fits`) has a measured fit on the chip takes
-``t = max(fit.time_s(flops, bytes), bytes / hbm_bandwidth_bytes_per_s)``
-instead, its FLOP rate scaled by the chip's peak of the record's dtype over
+``launch_overhead_s + max(fit.time_s(flops, bytes), shared_compute_factor
+* bytes / hbm_bandwidth_bytes_per_s)`` instead: the fit was measured with
+every device of the topology computing at once, so shared compute is in
+it.  Its FLOP rate is scaled by the chip's peak of the record's dtype over
 its calibrated peak.
 
 A record's time is ``launch_overhead_s + shared_compute_factor * t``, both
@@ -57,7 +59,7 @@ def roofline_time(flops, nbytes, chip, dtype="bfloat16", matmul=True):
 def compute_time(record, chip):
   """Seconds of one ComputeRecord on ``chip``: its roofline (at the peak of
   its dtype), plus the chip's launch cost, scaled by its shared-compute
-  factor (see the module docstring)."""
+  factor; or its pattern's measured fit (see the module docstring)."""
   chip = hardware.get_chip(chip)
   nbytes = record.output_bytes_per_device + record.input_bytes_per_device
   fit = (chip.compute_fit(record.pattern)
@@ -65,11 +67,12 @@ def compute_time(record, chip):
   if fit is not None:
     scale = (precision.peak_flops_per_s(chip, record.dtype, True)
              / chip.peak_bf16_flops_per_s)
-    t = max(fit.time_s(record.flops_per_device, nbytes, scale),
-            nbytes / chip.hbm_bandwidth_bytes_per_s)
-  else:
-    t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,
-                      record.matmul)
+    return chip.launch_overhead_s + max(
+        fit.time_s(record.flops_per_device, nbytes, scale),
+        chip.shared_compute_factor * nbytes
+        / chip.hbm_bandwidth_bytes_per_s)
+  t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,
+                    record.matmul)
   if chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0:
     return t  # the presets: exactly the roofline
   return chip.launch_overhead_s + chip.shared_compute_factor * t

@@ -10,7 +10,8 @@ calibrated :class:`~costmodels.hardware.ChipSpec` therefore carries one
 ``batched``, ``transposed``, ``product``, ``conv``, ``conv_filter``: the
 patterns of :data:`mesh_tf.lowering.einsum_kernels.PATTERNS`, which the
 lowering writes into each :class:`mesh_tf.ComputeRecord` -- and a record
-of that pattern alone on a device takes
+of that pattern takes, on each device while every device of the topology
+computes (so shared compute is in the fit), beyond the chip's launch cost
 
     ``latency_s + flops / flops_per_s + bytes / bandwidth_bytes_per_s``
 
@@ -30,7 +31,8 @@ from costmodels.errors import TopologyError
 
 
 class ComputeClassFit(NamedTuple):
-  """The measured speed of one contraction pattern on one device.
+  """The measured speed of one contraction pattern per device, all the
+  topology's devices computing at once.
 
   Attributes:
     pattern: e.g. ``"transposed"`` (see the module docstring).

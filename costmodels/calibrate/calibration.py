@@ -173,7 +173,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       shared_compute_factor=cf.shared_compute_factor,
       matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
           samples, dtype, cf.peak_flops_per_s),
-      compute_fits=fit_lib.fit_patterns(samples, dtype, cf.launch_alone_s))
+      compute_fits=fit_lib.fit_patterns(samples, dtype, n,
+                                        cf.launch_overhead_s))
   coll = _collective_only(samples, chip)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
@@ -186,7 +187,7 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
           ("shared compute", "chip", f"slow-down when all {n} devices "
            "compute", 0.0, cf.shared_compute_factor, "x",
            res["compute, all devices"])]
-  rows += [(f"einsum {f.pattern}", "chip", f"{dtype}, one device alone "
+  rows += [(f"einsum {f.pattern}", "chip", f"{dtype}, all {n} devices "
             f"(+{f.latency_s * 1e6:.3g} us, bytes at "
             f"{f.bandwidth_bytes_per_s / 1e9:.3g} GB/s)", f.latency_s,
             f.flops_per_s, "FLOP/s", f.rel_residual)
@@ -398,18 +399,18 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
             "measure_seconds": seconds, "devices": info,
             "fits": [dict(zip(FIT_COLUMNS, r)) for r in rows],
             "samples": [s._asdict() for s in samples]}
-    topology_file.write_topology(output, topology, _json_safe(meta))
+    topology_file.write_topology(output, topology, json_safe(meta))
     path = str(output)
   return Calibration(topology, samples, tuple(rows), path, seconds, info)
 
 
-def _json_safe(obj):
+def json_safe(obj):
   if isinstance(obj, float) and not math.isfinite(obj):
     return None
   if isinstance(obj, dict):
-    return {k: _json_safe(v) for k, v in obj.items()}
+    return {k: json_safe(v) for k, v in obj.items()}
   if isinstance(obj, (list, tuple)):
-    return [_json_safe(v) for v in obj]
+    return [json_safe(v) for v in obj]
   return obj
 
 

@@ -254,12 +254,14 @@ def fit_compute(samples, num_devices, dtype="float32"):
                                 ("compute, all devices", resn)))
 
 
-def fit_patterns(samples, dtype, launch_alone_s):
+def fit_patterns(samples, dtype, num_devices, launch_s):
   """One :class:`~costmodels.compute_fits.ComputeClassFit` per contraction
-  pattern timed on one device alone, in ``dtype``.
+  pattern timed on all ``num_devices`` devices at once, in ``dtype`` (how
+  models run: the patterns contend for shared cores and memory unlike
+  each other, e.g. transposes are memory-bound).
 
-  Model: ``T - launch_alone_s = latency + F / flops_per_s + B /
-  bandwidth`` (``B`` read + written), non-negative least squares on
+  Model: ``T - launch_s = latency + F / flops_per_s + B / bandwidth``
+  (``B`` read + written), non-negative least squares on
   relative residuals; a pattern timed at fewer than two sizes fits its
   FLOP rate alone.
 
@@ -271,12 +273,12 @@ def fit_patterns(samples, dtype, launch_alone_s):
   """
   by = {}
   for s in samples:
-    if (s.what == "matmul" and s.pattern and s.group_size == 1
+    if (s.what == "matmul" and s.pattern and s.group_size == num_devices
         and s.dtype == dtype):
       by.setdefault(s.pattern, []).append(s)
   out = []
   for pattern, rows in sorted(by.items()):
-    ys = [max(s.seconds - launch_alone_s, 0.02 * s.seconds) for s in rows]
+    ys = [max(s.seconds - launch_s, 0.02 * s.seconds) for s in rows]
     if len(rows) >= 3:
       xs = [[1.0, s.flops, s.nbytes] for s in rows]
     elif len(rows) == 2:
