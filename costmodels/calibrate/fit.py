@@ -286,11 +286,17 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
     else:
       xs = [[0.0, s.flops, 0.0] for s in rows]
     (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
+    # A term that explains under a millionth of any timing is round-off.
+    tiny = 1e-6 * max(ys)
+    inv_peak = inv_peak if inv_peak * max(s.flops for s in rows) > tiny else 0
+    inv_bw = inv_bw if inv_bw * max(s.nbytes for s in rows) > tiny else 0.0
     if inv_peak <= 0:
       # The bytes explain it all: price its FLOPs at the bytes' pace.
       xs = [[1.0, s.flops] for s in rows]
       (lat, inv_peak), res = nonneg_lstsq(xs, ys)
       inv_bw = 0.0
+      if inv_peak * max(s.flops for s in rows) <= tiny:
+        inv_peak = 0.0
     if inv_peak <= 0:
       raise CalibrationError(f"the {pattern} einsum timings do not grow "
                              "with their FLOPs; measure larger sizes")

@@ -99,3 +99,51 @@ def read_topology(path):
     TopologyFileError: if the file is missing, not JSON, or off-schema.
   """
   return read_topology_file(path)[0]
+
+
+#: Environment variable naming extra folders (``os.pathsep``-separated) in
+#: which ``mtf-layout topologies`` looks for topology files, besides the
+#: working directory.  Read at the CLI edge only.
+PATH_ENV = "MTF_TOPOLOGY_PATH"
+
+# Larger JSON files are not topology files (a full calibration with its
+# samples is about 100 KiB); skipping them keeps discovery quick.
+_MAX_DISCOVERED_BYTES = 16 * 2**20
+
+
+def discover_topology_files(folders):
+  """Paths of the topology files among the ``*.json`` files directly in
+  ``folders`` (in folder order, then by name), skipping JSON that is not
+  a mesh-tf topology (a folder holds other JSON too) and folders that do
+  not exist.
+
+  Example:
+    >>> import os, tempfile, costmodels
+    >>> d = tempfile.mkdtemp()
+    >>> write_topology(os.path.join(d, "h100.json"),
+    ...                costmodels.get_topology("dgx-h100"))
+    >>> with open(os.path.join(d, "other.json"), "w") as f:
+    ...   _ = f.write("{}")
+    >>> [os.path.basename(p) for p in discover_topology_files([d])]
+    ['h100.json']
+  """
+  out, seen = [], set()
+  for folder in folders:
+    try:
+      names = sorted(os.listdir(folder))
+    except OSError:
+      continue
+    for name in names:
+      path = os.path.join(folder, name)
+      real = os.path.realpath(path)
+      if (not name.lower().endswith(".json") or real in seen
+          or not os.path.isfile(path)
+          or os.path.getsize(path) > _MAX_DISCOVERED_BYTES):
+        continue
+      try:
+        read_topology(path)
+      except TopologyFileError:
+        continue
+      seen.add(real)
+      out.append(path)
+  return out
