@@ -19,8 +19,9 @@ for the record's dtype when it is a contraction, else its vector peak (see
 on an A100 runs at the TF32 156 TFLOP/s, not the bf16 312.
 
 A record whose ``pattern`` (how its contraction runs: plain matmul,
-batched, with transposes, convolution; see
-:mod:`costmodels.compute_fits`) has a measured fit on the chip takes
+batched, with transposes, convolution; ``elementwise`` for every record
+that is not a contraction; see :mod:`costmodels.compute_fits`) has a
+measured fit on the chip takes
 ``launch_overhead_s + max(fit.time_s(flops, bytes), shared_compute_factor
 * bytes / hbm_bandwidth_bytes_per_s)`` instead: the fit was measured with
 every device of the topology computing at once, so shared compute is in
@@ -62,8 +63,9 @@ def compute_time(record, chip):
   factor; or its pattern's measured fit (see the module docstring)."""
   chip = hardware.get_chip(chip)
   nbytes = record.output_bytes_per_device + record.input_bytes_per_device
-  fit = (chip.compute_fit(record.pattern)
-         if record.matmul and chip.compute_fits else None)
+  fit = (chip.compute_fit(record.pattern if record.matmul
+                          else "elementwise")
+         if chip.compute_fits else None)
   if fit is not None:
     scale = (precision.peak_flops_per_s(chip, record.dtype, True)
              / chip.peak_bf16_flops_per_s)

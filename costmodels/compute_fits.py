@@ -9,7 +9,9 @@ calibrated :class:`~costmodels.hardware.ChipSpec` therefore carries one
 :class:`ComputeClassFit` per pattern it measured -- ``matmul``,
 ``batched``, ``transposed``, ``product``, ``conv``, ``conv_filter``: the
 patterns of :data:`mesh_tf.lowering.einsum_kernels.PATTERNS`, which the
-lowering writes into each :class:`mesh_tf.ComputeRecord` -- and a record
+lowering writes into each :class:`mesh_tf.ComputeRecord`, and
+``elementwise`` for every record that is not a contraction (memory-bound
+work shares the memory bandwidth across devices) -- and a record
 of that pattern takes, on each device while every device of the topology
 computes (so shared compute is in the fit), beyond the chip's launch cost
 
@@ -38,7 +40,8 @@ class ComputeClassFit(NamedTuple):
     pattern: e.g. ``"transposed"`` (see the module docstring).
     latency_s: fixed seconds per record beyond the chip's launch cost.
     flops_per_s: FLOP/s of that pattern, in the calibration's dtype
-      (other dtypes scale by the chip's matmul peak ratio).
+      (other dtypes scale by the chip's matmul peak ratio); ``inf`` where
+      the bytes term alone explains the timings (``elementwise``).
     bandwidth_bytes_per_s: rate of the bytes term (``inf``: none).
     rel_residual: RMS relative residual of the fit.
     samples: timings it was fitted on.

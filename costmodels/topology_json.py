@@ -56,7 +56,7 @@ def _fit_json(f):
 
 def _compute_fit_json(f):
   return {"pattern": f.pattern, "latency_s": f.latency_s,
-          "flops_per_s": f.flops_per_s,
+          "flops_per_s": _num(f.flops_per_s),
           "bandwidth_bytes_per_s": _num(f.bandwidth_bytes_per_s),
           "rel_residual": f.rel_residual, "samples": f.samples}
 
@@ -165,7 +165,7 @@ def _compute_fits(c, where):
     w = f"{where}.compute_fits[{i}]"
     fit = ComputeClassFit(
         _get(f, "pattern", str, w), _get(f, "latency_s", float, w),
-        _get(f, "flops_per_s", float, w),
+        _rate(f, "flops_per_s", w),
         _rate(f, "bandwidth_bytes_per_s", w, math.inf),
         _get(f, "rel_residual", float, w, 0.0), _get(f, "samples", int, w, 0))
     try:

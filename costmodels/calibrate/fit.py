@@ -256,7 +256,8 @@ def fit_compute(samples, num_devices, dtype="float32"):
 
 def fit_patterns(samples, dtype, num_devices, launch_s):
   """One :class:`~costmodels.compute_fits.ComputeClassFit` per contraction
-  pattern timed on all ``num_devices`` devices at once, in ``dtype`` (how
+  pattern, and one for ``elementwise`` (vector) work, timed on all
+  ``num_devices`` devices at once, in ``dtype`` (how
   models run: the patterns contend for shared cores and memory unlike
   each other, e.g. transposes are memory-bound).
 
@@ -273,34 +274,35 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
   """
   by = {}
   for s in samples:
-    if (s.what == "matmul" and s.pattern and s.group_size == num_devices
-        and s.dtype == dtype):
+    if s.group_size != num_devices or s.dtype != dtype:
+      continue
+    if s.what == "matmul" and s.pattern:
       by.setdefault(s.pattern, []).append(s)
+    elif s.what == "elementwise":
+      # Memory-bound work on every device at once shares the memory
+      # bandwidth, which slows it more than the shared-compute factor of
+      # the matmuls says (measured about 10-14x against 6-7x).
+      by.setdefault("elementwise", []).append(s)
   out = []
   for pattern, rows in sorted(by.items()):
     ys = [max(s.seconds - launch_s, 0.02 * s.seconds) for s in rows]
-    if len(rows) >= 3:
+    fixed = 1.0 if len(rows) >= 2 else 0.0
+    if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
+      xs = [[fixed, 0.0, s.nbytes] for s in rows]
+    elif len(rows) >= 3:
       xs = [[1.0, s.flops, s.nbytes] for s in rows]
-    elif len(rows) == 2:
-      xs = [[1.0, s.flops, 0.0] for s in rows]
     else:
-      xs = [[0.0, s.flops, 0.0] for s in rows]
+      xs = [[fixed, s.flops, 0.0] for s in rows]
     (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
     # A term that explains under a millionth of any timing is round-off.
     tiny = 1e-6 * max(ys)
     inv_peak = inv_peak if inv_peak * max(s.flops for s in rows) > tiny else 0
     inv_bw = inv_bw if inv_bw * max(s.nbytes for s in rows) > tiny else 0.0
-    if inv_peak <= 0:
-      # The bytes explain it all: price its FLOPs at the bytes' pace.
-      xs = [[1.0, s.flops] for s in rows]
-      (lat, inv_peak), res = nonneg_lstsq(xs, ys)
-      inv_bw = 0.0
-      if inv_peak * max(s.flops for s in rows) <= tiny:
-        inv_peak = 0.0
-    if inv_peak <= 0:
-      raise CalibrationError(f"the {pattern} einsum timings do not grow "
-                             "with their FLOPs; measure larger sizes")
-    out.append(ComputeClassFit(pattern, float(lat), 1.0 / inv_peak,
+    if inv_peak <= 0 and inv_bw <= 0:
+      raise CalibrationError(f"the {pattern} timings do not grow with their "
+                             "size; measure larger sizes")
+    out.append(ComputeClassFit(pattern, float(lat),
+                               1.0 / inv_peak if inv_peak > 0 else math.inf,
                                1.0 / inv_bw if inv_bw > 0 else math.inf,
                                float(res), len(rows)))
   return tuple(out)

@@ -94,7 +94,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                 (1048576,), (2,))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
-              (65536, 524288, 4194304), tuple(dtypes), 9, tuple(convs),
+              (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
+              tuple(convs),
               (262144, 1048576), (1, 3))
 
 

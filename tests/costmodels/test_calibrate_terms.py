@@ -230,3 +230,22 @@ def test_discovery_finds_topology_files_only(tmp_path, monkeypatch):
       str(b / "theirs.json")]
   frame = topologies.topologies_frame(topologies.discovered_files((), env))
   assert {"mine.json", "tpu-v5e-16x16"} <= set(frame.index)
+
+
+def test_elementwise_work_gets_a_bytes_fit_that_prices_vector_records(
+    tmp_path):
+  want = ComputeClassFit("elementwise", 3e-5, math.inf, 4e9)
+  samples = [Sample("elementwise", "", 8, 2 * n, n // 4,
+                    2e-5 + want.time_s(n // 4, 2 * n)) for n in
+             (1 << 16, 1 << 19, 1 << 22)]
+  (got,) = fit_lib.fit_patterns(samples, "float32", 8, 2e-5)
+  assert got.pattern == "elementwise" and got.flops_per_s == math.inf
+  assert got.latency_s == pytest.approx(3e-5, rel=1e-6)
+  assert got.bandwidth_bytes_per_s == pytest.approx(4e9, rel=1e-6)
+  chip = _chip(FITS + (got,))
+  rec = ComputeRecord("add", 10**6, 4 * 10**6, 8 * 10**6)
+  assert compute.compute_time(rec, chip) == pytest.approx(
+      2e-5 + max(3e-5 + 12e6 / 4e9, 6.0 * 12e6 / 6e10))
+  topo = _topology()._replace(chip=chip)
+  topology_file.write_topology(tmp_path / "e.json", topo)
+  assert topology_file.read_topology(tmp_path / "e.json") == topo
