@@ -23,7 +23,8 @@ On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
    error, and the auto layout's measured step over the best measured one;
    saves a log-log predicted-vs-measured scatter (``--plot``);
 5. ends with one JSON line: ``spearman_min``, ``kendall_min``,
-   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max``.
+   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max`` and
+   ``load_max`` (the largest load ratio of the models).
 
 Targets (issue 15): Spearman >= 0.9 per model, median error <= 25%, auto
 within 1.05x of the best measured layout.
@@ -413,6 +414,9 @@ def main(argv=None):
            "median_abs_err": max(s["median_abs_err"] for s in summaries),
            "worst_abs_err": max(s["worst_abs_err"] for s in summaries),
            "auto_vs_best_max": max(s["auto_vs_best"] for s in summaries)}
+  loads = [s["load"] for s in summaries if s.get("load")]
+  if loads:  # how much slower the machine was than at the up-front calibration
+    final["load_max"] = max(loads)
   sys.stdout.flush()
   print(json.dumps({k: round(v, 4) for k, v in final.items()}))
 
