@@ -205,7 +205,7 @@ def kendall(a, b):
 
 
 def run_model(name, build, layouts, topology, devices, rounds, console,
-              calibration, plan, topo_path):
+              calibration, plan, topo_path, probe_statistic="mean"):
   """Rows ``(label, mesh, rules, predicted_s, measured_s, fastest_s,
   predicted_upfront_s)`` of one model, and the machine load.
 
@@ -218,6 +218,13 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   ``-t FILE.json`` does.  ``predicted_upfront_s`` is the up-front file's
   prediction, and the load is the interleaved reference steps' time over
   the up-front calibration's (about 1 on a quiet machine).
+
+  ``probe_statistic`` is how a probe's timings are summarised.  The mean,
+  by default: a probe call takes about a millisecond, a step tens of
+  them, and on a machine time-shared with other work the median of short
+  calls picks the calls no other process interrupted, while every long
+  step is interrupted in proportion to the load; the mean of the short
+  calls carries the interruptions in the same proportion.
   """
   import costmodels
   from costmodels.calibrate import calibration as cal_mod
@@ -247,7 +254,8 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
       else:
         k = i - len(steps)
         probe_times[k].append(probes[k].once())
-  samples = [p.measured(t) for p, t in zip(probes, probe_times)]
+  samples = [p.measured(t, probe_statistic)
+             for p, t in zip(probes, probe_times)]
   fitted, fit_rows = cal_mod.fit_topology(samples, calibration["devices"],
                                           os.path.basename(topo_path)[:-5])
   topology_file.write_topology(topo_path, fitted, cal_mod.json_safe({
@@ -359,6 +367,10 @@ def main(argv=None):
   p.add_argument("--plot", default=os.path.join(
       tempfile.gettempdir(), "cost_model_truth.png"))
   p.add_argument("--save-topology", help="where to keep the calibrated file")
+  p.add_argument("--probe-statistic", choices=("mean", "median"),
+                 default="mean", help="how the interleaved calibration "
+                 "probes' timings are summarised (default mean; see "
+                 "run_model)")
   p.add_argument("--cluster", action="store_true",
                  help="also run the MLP on a 2-process hosts:2;local:4 mesh")
   args = p.parse_args(argv)
@@ -393,7 +405,7 @@ def main(argv=None):
     build, layouts = zoo[name]
     rows, load = run_model(
         name, build, layouts, topology, devices, args.rounds, console, meta,
-        plan, topo_path[:-5] + f"-{name}.json")
+        plan, topo_path[:-5] + f"-{name}.json", args.probe_statistic)
     results[name] = rows
     s = summarize(name, rows, load)
     summaries.append(s)

@@ -75,9 +75,11 @@ class Probe:
     diff = t[0] - (t[1] if len(t) > 1 else 0.0)
     return max(diff, 1e-9) / self._reps
 
-  def measured(self, times):
-    """:attr:`sample` with the median of ``times`` as its seconds."""
-    return self.sample._replace(seconds=statistics.median(times))
+  def measured(self, times, statistic="median"):
+    """:attr:`sample` with the ``statistic`` (``"median"`` or ``"mean"``)
+    of ``times`` as its seconds."""
+    pick = {"median": statistics.median, "mean": statistics.fmean}
+    return self.sample._replace(seconds=pick[statistic](times))
 
 
 def _probe(label, sample, chain, inputs, reps, sync):
