@@ -269,8 +269,11 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
   Returns:
     A tuple of fits, sorted by pattern.
 
+  Timings that do not grow with size (noise) fall back to one rate
+  through the origin.
+
   Raises:
-    CalibrationError: if a pattern's timings do not grow with its FLOPs.
+    CalibrationError: if a pattern's timings cannot be fitted at all.
   """
   by = {}
   for s in samples:
@@ -299,8 +302,17 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
     inv_peak = inv_peak if inv_peak * max(s.flops for s in rows) > tiny else 0
     inv_bw = inv_bw if inv_bw * max(s.nbytes for s in rows) > tiny else 0.0
     if inv_peak <= 0 and inv_bw <= 0:
-      raise CalibrationError(f"the {pattern} timings do not grow with their "
-                             "size; measure larger sizes")
+      # Timings that do not grow with size (noise on a shared machine, or
+      # sizes too close): one rate through the origin instead, so that the
+      # pattern is still priced by its own measured speed.
+      col = 2 if pattern == "elementwise" else 1
+      xs = [[0.0, 0.0, 0.0] for _ in rows]
+      for x, s in zip(xs, rows):
+        x[col] = s.nbytes if col == 2 else s.flops
+      (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
+    if inv_peak <= 0 and inv_bw <= 0:
+      raise CalibrationError(f"the {pattern} timings cannot be fitted to "
+                             "their size; measure larger sizes")
     out.append(ComputeClassFit(pattern, float(lat),
                                1.0 / inv_peak if inv_peak > 0 else math.inf,
                                1.0 / inv_bw if inv_bw > 0 else math.inf,
