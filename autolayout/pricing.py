@@ -30,7 +30,8 @@ class Pricer:
 
   def compute_s(self, record):
     key = ("c", record.flops_per_device, record.output_bytes_per_device,
-           record.input_bytes_per_device, record.dtype, record.matmul)
+           record.input_bytes_per_device, record.dtype, record.matmul,
+           record.pattern)
     v = self._cache.get(key)
     if v is None:
       v = self._cache[key] = cm_compute.compute_time(record,

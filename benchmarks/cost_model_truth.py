@@ -4,22 +4,27 @@ layouts as the machine does?
 On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
 
 1. calibrates the devices (``costmodels.calibrate``, in a subprocess) and
-   writes the topology file (or reads one given with ``--topology``);
+   writes the topology file (or reads one given with ``--topology``); the
+   solver's auto layout is chosen with it;
 2. for each zoo model (tiny Transformer, MLP, MoE, 3-D conv net, at sizes
    where a training step takes 10-500 ms here) builds at least 12 layouts:
    replicated, pure data parallel, pure model parallel, mixed, the solver's
    auto layout (solved with the calibrated topology) and a few deliberately
    bad ones;
 3. lowers each layout's training step (``mesh_tf.training.TrainStep``,
-   SGD), warms it up, then times steps round-robin over the layouts (so
-   that machine noise spreads over all of them) and keeps each layout's
-   median of ``--rounds`` steps;
+   SGD), warms it up, then times steps in shuffled rounds over the layouts
+   *and every calibration probe* (so that machine noise spreads over all of
+   them, and the fit sees the machine the steps see), keeps each layout's
+   median of ``--rounds`` steps, fits the probes' medians and writes that
+   topology file (``<file>-<model>.json``); the predictions are read from
+   it as ``-t FILE.json`` reads it;
 4. prints, per model, the table of predicted and measured step times,
    Spearman and Kendall rank correlations, median and worst absolute %
    error, and the auto layout's measured step over the best measured one;
    saves a log-log predicted-vs-measured scatter (``--plot``);
 5. ends with one JSON line: ``spearman_min``, ``kendall_min``,
-   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max``.
+   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max`` and
+   ``load_max`` (the largest load ratio of the models).
 
 Targets (issue 15): Spearman >= 0.9 per model, median error <= 25%, auto
 within 1.05x of the best measured layout.
@@ -200,47 +205,78 @@ def kendall(a, b):
 
 
 def run_model(name, build, layouts, topology, devices, rounds, console,
-              reference=None):
-  """Rows ``(label, mesh, rules, predicted_s, measured_s, fastest_s)`` of
-  one model, and the machine load while they ran.
+              calibration, plan, topo_path, probe_statistic="mean"):
+  """Rows ``(label, mesh, rules, predicted_s, measured_s, fastest_s,
+  predicted_upfront_s)`` of one model, and the machine load.
 
-  measured is the median step, fastest the quickest (shown only, as a sign
-  of how noisy the machine was).  ``reference``: ``{records: calibrated
-  seconds}`` of the calibration's reference steps; those steps are timed
-  in the same rounds, and the load is their median time over the
-  calibrated one (about 1 on a quiet machine), or None.
+  ``topology`` (the up-front calibration) picks the auto layout.  Then
+  every layout's step and every calibration probe of ``plan``
+  (:func:`costmodels.calibrate.measure.prepare`) are timed in the same
+  shuffled rounds, so that the fit and the steps see the same machine;
+  the probes' medians are fitted (``fit_topology``) and written to
+  ``topo_path``, and ``predicted_s`` comes from reading that file back, as
+  ``-t FILE.json`` does.  ``predicted_upfront_s`` is the up-front file's
+  prediction, and the load is the interleaved reference steps' time over
+  the up-front calibration's (about 1 on a quiet machine).
+
+  ``probe_statistic`` is how a probe's timings are summarised.  The mean,
+  by default: a probe call takes about a millisecond, a step tens of
+  them, and on a machine time-shared with other work the median of short
+  calls picks the calls no other process interrupted, while every long
+  step is interrupted in proportion to the load; the mean of the short
+  calls carries the interruptions in the same proportion.
   """
-  from costmodels.calibrate import measure
+  import costmodels
+  from costmodels.calibrate import calibration as cal_mod
+  from costmodels.calibrate import measure, topology_file
   mesh, rules = _auto(build, topology)
   layouts = list(layouts) + [("auto", mesh, rules)]
   steps = []
   for label, mesh, rules in layouts:
-    pred = _predict(build, mesh, rules, topology)
     step, feeds = _make_step(build, mesh, rules, devices)
     for _ in range(2):  # lowering, first call, one more warm-up
       step(**feeds).numpy()
-    steps.append([label, mesh, rules, pred, lambda s=step, f=feeds:
+    steps.append([label, mesh, rules, lambda s=step, f=feeds:
                   s(**f).numpy(), []])
-  refs = []
-  for depth in (1, 8):
-    step, x, records = measure.reference_step(devices, depth)
-    if reference and records in reference:
-      refs.append([records, lambda s=step, x=x: s(x).numpy(), []])
-  order = list(range(len(steps) + len(refs)))
+  probes = measure.prepare(plan, devices)
+  for p in probes:
+    p.warm()
+  probe_times = [[] for _ in probes]
+  order = list(range(len(steps) + len(probes)))
   rng = random.Random(0)
   for _ in range(rounds):
     rng.shuffle(order)
     for i in order:
-      call, times = (steps[i][4:6] if i < len(steps)
-                     else refs[i - len(steps)][1:3])
-      t0 = time.perf_counter()
-      call()
-      times.append(time.perf_counter() - t0)
-  rows = [(s[0], s[1], s[2], s[3], statistics.median(s[5]), min(s[5]))
-          for s in steps]
-  load = (statistics.median([statistics.median(t) / reference[r]
-                             for r, _, t in refs]) if refs else None)
-  console.print(f"[dim]{name}: {len(rows)} layouts x {rounds} rounds[/dim]")
+      if i < len(steps):
+        t0 = time.perf_counter()
+        steps[i][3]()
+        steps[i][4].append(time.perf_counter() - t0)
+      else:
+        k = i - len(steps)
+        probe_times[k].append(probes[k].once())
+  samples = [p.measured(t, probe_statistic)
+             for p, t in zip(probes, probe_times)]
+  fitted, fit_rows = cal_mod.fit_topology(samples, calibration["devices"],
+                                          os.path.basename(topo_path)[:-5])
+  topology_file.write_topology(topo_path, fitted, cal_mod.json_safe({
+      "interleaved_with": name, "rounds": rounds,
+      "devices": calibration["devices"],
+      "fits": [dict(zip(cal_mod.FIT_COLUMNS, r)) for r in fit_rows],
+      "samples": [s._asdict() for s in samples]}))
+  interleaved = costmodels.get_topology(topo_path)
+  rows = []
+  for label, mesh, rules, _, times in steps:
+    rows.append((label, mesh, rules, _predict(build, mesh, rules,
+                                              interleaved),
+                 statistics.median(times), min(times),
+                 _predict(build, mesh, rules, topology)))
+  upfront = {s["flops"]: s["seconds"] for s in calibration.get("samples", ())
+             if s["what"] == "step"}
+  ratios = [s.seconds / upfront[s.flops] for s in samples
+            if s.what == "step" and s.flops in upfront]
+  load = statistics.median(ratios) if ratios else None
+  console.print(f"[dim]{name}: {len(rows)} layouts and {len(probes)} "
+                f"calibration probes x {rounds} rounds -> {topo_path}[/dim]")
   return rows, load
 
 
@@ -250,10 +286,12 @@ def summarize(name, rows, load=None):
   errs = [abs(p - m) / m for p, m in zip(pred, meas)]
   auto = next(r[4] for r in rows if r[0] == "auto")
   fastest = [r[5] for r in rows]
-  scaled = [abs(p * load - m) / m for p, m in zip(pred, meas)] if load else []
+  upfront = [r[6] for r in rows if len(r) > 6]
   return {"model": name, "spearman": spearman(pred, meas), "load": load,
-          "median_abs_err_load_scaled": (statistics.median(scaled)
-                                         if scaled else None),
+          "median_abs_err_upfront": (statistics.median(
+              [abs(p - m) / m for p, m in zip(upfront, meas)])
+              if upfront else None),
+          "spearman_upfront": spearman(upfront, meas) if upfront else None,
           "spearman_fastest": spearman(pred, fastest),
           "median_abs_err_fastest": statistics.median(
               [abs(p - m) / m for p, m in zip(pred, fastest)]),
@@ -270,7 +308,8 @@ def _table(console, name, rows, summary):
             "fastest"):
     t.add_column(c, justify="left" if c in ("layout", "mesh", "rules")
                  else "right", overflow="fold")
-  for label, mesh, rules, p, m, fastest in sorted(rows, key=lambda r: r[4]):
+  for label, mesh, rules, p, m, fastest, *_ in sorted(rows,
+                                                     key=lambda r: r[4]):
     t.add_row(label, mesh, _rules_text(rules), f"{p * 1e3:.2f} ms",
               f"{m * 1e3:.2f} ms", f"{(p - m) / m:+.0%}",
               f"{fastest * 1e3:.2f} ms")
@@ -285,10 +324,11 @@ def _table(console, name, rows, summary):
       f"{summary['median_abs_err_fastest']:.1%})")
   if summary.get("load"):
     console.print(
-        f"{name}: machine load while timing: the calibration's reference "
-        f"steps ran {summary['load']:.2f}x their calibrated time; "
-        "predictions scaled by it: median |err| "
-        f"{summary['median_abs_err_load_scaled']:.1%}")
+        f"{name}: machine load: the interleaved reference steps ran "
+        f"{summary['load']:.2f}x their time in the up-front calibration; "
+        "predicted from the up-front file instead: Spearman "
+        f"{summary['spearman_upfront']:.3f}, median |err| "
+        f"{summary['median_abs_err_upfront']:.1%}")
 
 
 def _plot(path, results):
@@ -327,6 +367,10 @@ def main(argv=None):
   p.add_argument("--plot", default=os.path.join(
       tempfile.gettempdir(), "cost_model_truth.png"))
   p.add_argument("--save-topology", help="where to keep the calibrated file")
+  p.add_argument("--probe-statistic", choices=("mean", "median"),
+                 default="mean", help="how the interleaved calibration "
+                 "probes' timings are summarised (default mean; see "
+                 "run_model)")
   p.add_argument("--cluster", action="store_true",
                  help="also run the MLP on a 2-process hosts:2;local:4 mesh")
   args = p.parse_args(argv)
@@ -351,13 +395,17 @@ def main(argv=None):
   devices = mtf.logical_cpu_devices(8)
   results, summaries = {}, []
   meta = cal_lib.read_topology_file(topo_path)[1]
-  reference = {s["flops"]: s["seconds"] for s in meta.get("samples", ())
-               if s["what"] == "step"}
+  if "devices" not in meta:
+    raise SystemExit(f"{topo_path} has no calibration metadata; calibrate "
+                     "with this benchmark or `mtf-layout calibrate`")
+  from costmodels.calibrate import measure
+  plan = measure.make_plan(MESHES, args.quick)
   zoo = _models()
   for name in args.models:
     build, layouts = zoo[name]
-    rows, load = run_model(name, build, layouts, topology, devices,
-                           args.rounds, console, reference)
+    rows, load = run_model(
+        name, build, layouts, topology, devices, args.rounds, console, meta,
+        plan, topo_path[:-5] + f"-{name}.json", args.probe_statistic)
     results[name] = rows
     s = summarize(name, rows, load)
     summaries.append(s)
@@ -378,6 +426,9 @@ def main(argv=None):
            "median_abs_err": max(s["median_abs_err"] for s in summaries),
            "worst_abs_err": max(s["worst_abs_err"] for s in summaries),
            "auto_vs_best_max": max(s["auto_vs_best"] for s in summaries)}
+  loads = [s["load"] for s in summaries if s.get("load")]
+  if loads:  # how much slower the machine was than at the up-front calibration
+    final["load_max"] = max(loads)
   sys.stdout.flush()
   print(json.dumps({k: round(v, 4) for k, v in final.items()}))
 

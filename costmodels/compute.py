@@ -18,6 +18,16 @@ for the record's dtype when it is a contraction, else its vector peak (see
 :func:`costmodels.precision.record_peak_flops_per_s`): a float32 einsum
 on an A100 runs at the TF32 156 TFLOP/s, not the bf16 312.
 
+A record whose ``pattern`` (how its contraction runs: plain matmul,
+batched, with transposes, convolution; ``elementwise`` for every record
+that is not a contraction; see :mod:`costmodels.compute_fits`) has a
+measured fit on the chip takes
+``launch_overhead_s + max(fit.time_s(flops, bytes), shared_compute_factor
+* bytes / hbm_bandwidth_bytes_per_s)`` instead: the fit was measured with
+every device of the topology computing at once, so shared compute is in
+it.  Its FLOP rate is scaled by the chip's peak of the record's dtype over
+its calibrated peak.
+
 A record's time is ``launch_overhead_s + shared_compute_factor * t``, both
 terms from the :class:`~costmodels.hardware.ChipSpec`: 0 and 1 for every
 preset (so there it is the plain roofline); a calibrated topology measures
@@ -50,12 +60,21 @@ def roofline_time(flops, nbytes, chip, dtype="bfloat16", matmul=True):
 def compute_time(record, chip):
   """Seconds of one ComputeRecord on ``chip``: its roofline (at the peak of
   its dtype), plus the chip's launch cost, scaled by its shared-compute
-  factor (see the module docstring)."""
-  t = roofline_time(record.flops_per_device,
-                    record.output_bytes_per_device
-                    + record.input_bytes_per_device, chip,
-                    record.dtype, record.matmul)
+  factor; or its pattern's measured fit (see the module docstring)."""
   chip = hardware.get_chip(chip)
+  nbytes = record.output_bytes_per_device + record.input_bytes_per_device
+  fit = (chip.compute_fit(record.pattern if record.matmul
+                          else "elementwise")
+         if chip.compute_fits else None)
+  if fit is not None:
+    scale = (precision.peak_flops_per_s(chip, record.dtype, True)
+             / chip.peak_bf16_flops_per_s)
+    return chip.launch_overhead_s + max(
+        fit.time_s(record.flops_per_device, nbytes, scale),
+        chip.shared_compute_factor * nbytes
+        / chip.hbm_bandwidth_bytes_per_s)
+  t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,
+                    record.matmul)
   if chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0:
     return t  # the presets: exactly the roofline
   return chip.launch_overhead_s + chip.shared_compute_factor * t

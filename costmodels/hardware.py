@@ -101,6 +101,11 @@ class ChipSpec(NamedTuple):
       device of the topology computes at once than when it computes alone
       (1: each device has its own compute; 8 logical CPU devices on 2 cores
       measure several times that).  A record's roofline is multiplied by it.
+    compute_fits: measured
+      :class:`costmodels.compute_fits.ComputeClassFit` entries, one per
+      contraction pattern (from calibration); a record whose pattern has
+      one is priced by it instead of the roofline.  ``()`` for every
+      preset.
   """
   name: str
   kind: str
@@ -114,6 +119,15 @@ class ChipSpec(NamedTuple):
   vector_flops_per_s: Optional[float] = None
   launch_overhead_s: float = 0.0
   shared_compute_factor: float = 1.0
+  compute_fits: tuple = ()
+
+  def compute_fit(self, pattern):
+    """The :class:`~costmodels.compute_fits.ComputeClassFit` of
+    ``pattern``, or None."""
+    for f in self.compute_fits:
+      if f.pattern == pattern:
+        return f
+    return None
 
   def peak_flops_per_s(self, dtype="bfloat16"):
     """Dense matmul FLOP/s of ``dtype`` (``"tf32"`` for TF32 tensor cores).

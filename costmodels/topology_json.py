@@ -1,10 +1,19 @@
-"""Topologies as JSON-ready dicts, and back.
+"""Topologies as versioned JSON objects, and back: the one serialiser.
 
-A :class:`~costmodels.Topology` is plain data (a chip, its links and the
-physical dims), so it round-trips through JSON exactly: floats are written
-with ``repr`` precision by :mod:`json`, and every field of the NamedTuples
-is kept by name.  Plan files (:mod:`autolayout.plan`) embed a topology this
-way when it is not a preset.
+Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
+topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
+documented in ``docs/topology_files.md``::
+
+    {"schema": "mesh-tf-topology", "version": 2, "name": "...",
+     "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
+     "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
+     "calibration": {...what was measured, fit residuals...}}
+
+Every number keeps its unit in its key; JSON has no infinity, so ``null``
+stands for an infinite bandwidth.  Version 1 files (no compute fits, no
+overlap efficiency) still read, and so does the schema-less form plan files
+embedded before (``{"name", "chip", "dims"}`` with every NamedTuple field by
+name).
 
 Example:
   >>> from costmodels import get_topology
@@ -13,26 +22,224 @@ Example:
   True
 """
 
+import math
+
+from costmodels.collective_fits import CollectiveFit, check_fit
+from costmodels.compute_fits import ComputeClassFit, check_compute_fit
 from costmodels.errors import TopologyError
 from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
+SCHEMA = "mesh-tf-topology"
+VERSION = 2
+#: Versions this mesh-tf reads (1: before compute fits and overlap).
+READ_VERSIONS = (1, 2)
 
-def _record(value):
-  """A NamedTuple as a dict of its fields (nested NamedTuples too)."""
-  out = {}
-  for field in value._fields:
-    v = getattr(value, field)
-    out[field] = _record(v) if hasattr(v, "_fields") else v
+
+class TopologyFileError(TopologyError):
+  """A topology file (or embedded topology) is missing, unreadable, or does
+  not follow the schema."""
+
+
+# --- to JSON ----------------------------------------------------------------
+def _num(x):
+  return None if x is not None and math.isinf(x) else x
+
+
+def _fit_json(f):
+  return {"kind": f.kind, "algorithm": f.algorithm,
+          "latency_s": f.latency_s,
+          "bandwidth_bytes_per_s": _num(f.bandwidth_bytes_per_s),
+          "steps": f.steps, "volume": f.volume, "min_bytes": f.min_bytes,
+          "rel_residual": f.rel_residual, "samples": f.samples}
+
+
+def _compute_fit_json(f):
+  return {"pattern": f.pattern, "latency_s": f.latency_s,
+          "flops_per_s": _num(f.flops_per_s),
+          "bandwidth_bytes_per_s": _num(f.bandwidth_bytes_per_s),
+          "rel_residual": f.rel_residual, "samples": f.samples}
+
+
+def _link_json(link):
+  return {"name": link.name, "kind": link.kind,
+          "bandwidth_bytes_per_s": _num(link.bandwidth_bytes_per_s),
+          "latency_s": link.latency_s,
+          "overlap_efficiency": link.overlap_efficiency,
+          "collectives": [_fit_json(f) for f in link.collectives]}
+
+
+def topology_to_dict(topology, calibration=None):
+  """The JSON-ready dict of ``topology`` (see the module docstring);
+  ``calibration`` (metadata) is kept under its own key when given."""
+  c = topology.chip
+  chip = {"name": c.name, "kind": c.kind,
+          "peak_flops_per_s": c.peak_bf16_flops_per_s,
+          "hbm_bytes": c.hbm_bytes,
+          "hbm_bandwidth_bytes_per_s": c.hbm_bandwidth_bytes_per_s,
+          "launch_overhead_s": c.launch_overhead_s,
+          "shared_compute_factor": c.shared_compute_factor,
+          "matmul_flops_by_dtype": dict(c.matmul_flops_by_dtype),
+          "vector_flops_per_s": c.vector_flops_per_s,
+          "ici_links_per_chip": c.ici_links_per_chip,
+          "default_network": c.default_network,
+          "compute_fits": [_compute_fit_json(f) for f in c.compute_fits],
+          "link": _link_json(c.link)}
+  dims = [{"name": d.name, "size": d.size, "structure": d.structure,
+           "wraparound": d.wraparound, "link": _link_json(d.link)}
+          for d in topology.dims]
+  out = {"schema": SCHEMA, "version": VERSION, "name": topology.name,
+         "chip": chip, "dims": dims}
+  if calibration is not None:
+    out["calibration"] = calibration
   return out
 
 
-def topology_to_dict(topology):
-  """``{"name", "chip": {...}, "dims": [{...}, ...]}`` of a Topology."""
-  return {"name": topology.name, "chip": _record(topology.chip),
-          "dims": [_record(d) for d in topology.dims]}
+# --- from JSON --------------------------------------------------------------
+def _get(obj, key, kind, where, default=...):
+  if not isinstance(obj, dict):
+    raise TopologyFileError(f"{where} must be a JSON object")
+  if key not in obj:
+    if default is not ...:
+      return default
+    raise TopologyFileError(f"{where} lacks the field {key!r}")
+  v = obj[key]
+  if kind is float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+    v = float(v) if ok else v
+  elif kind is int:
+    ok = isinstance(v, int) and not isinstance(v, bool)
+  else:
+    ok = isinstance(v, kind)
+  if not ok:
+    raise TopologyFileError(f"{where}.{key} is {v!r}; it must be a "
+                            f"{getattr(kind, '__name__', kind)}")
+  return v
 
 
+def _rate(obj, key, where, default=...):
+  """A bandwidth: a positive number, or null for infinity."""
+  if isinstance(obj, dict) and obj.get(key, 0) is None:
+    return math.inf
+  return _get(obj, key, float, where, default)
+
+
+def _optional_float(obj, key, where):
+  if not isinstance(obj, dict) or obj.get(key) is None:
+    return None
+  return _get(obj, key, float, where)
+
+
+def _link(obj, where):
+  fits = []
+  for i, f in enumerate(_get(obj, "collectives", list, where, [])):
+    w = f"{where}.collectives[{i}]"
+    fit = CollectiveFit(
+        _get(f, "kind", str, w), _get(f, "algorithm", str, w),
+        _get(f, "latency_s", float, w),
+        _rate(f, "bandwidth_bytes_per_s", w, 0.0),
+        _get(f, "steps", str, w, "1"), _get(f, "volume", str, w, "n"),
+        _get(f, "min_bytes", int, w, 0),
+        _get(f, "rel_residual", float, w, 0.0),
+        _get(f, "samples", int, w, 0))
+    try:
+      fits.append(check_fit(fit))
+    except TopologyError:
+      raise
+    except Exception as e:  # MtfError with the law named
+      raise TopologyFileError(f"{w}: {e}") from None
+  eta = _optional_float(obj, "overlap_efficiency", where)
+  if eta is not None and not 0.0 <= eta <= 1.0:
+    raise TopologyFileError(f"{where}.overlap_efficiency is {eta!r}; it is "
+                            "a fraction in [0, 1] (or null for the default "
+                            "of the link kind)")
+  return LinkSpec(_get(obj, "name", str, where), _get(obj, "kind", str, where),
+                  _rate(obj, "bandwidth_bytes_per_s", where),
+                  _get(obj, "latency_s", float, where),
+                  collectives=tuple(fits), overlap_efficiency=eta)
+
+
+def _compute_fits(c, where):
+  out = []
+  for i, f in enumerate(_get(c, "compute_fits", list, where, [])):
+    w = f"{where}.compute_fits[{i}]"
+    fit = ComputeClassFit(
+        _get(f, "pattern", str, w), _get(f, "latency_s", float, w),
+        _rate(f, "flops_per_s", w),
+        _rate(f, "bandwidth_bytes_per_s", w, math.inf),
+        _get(f, "rel_residual", float, w, 0.0), _get(f, "samples", int, w, 0))
+    try:
+      out.append(check_compute_fit(fit))
+    except TopologyError as e:
+      raise TopologyFileError(f"{w}: {e}") from None
+  return tuple(out)
+
+
+def topology_from_dict(obj, source="<json>"):
+  """The :class:`Topology` a JSON dict describes (schema versions
+  :data:`READ_VERSIONS`, or the schema-less form old plan files embed).
+
+  Raises:
+    TopologyFileError: naming the field that is missing or wrong, and what
+      to change.
+  """
+  if isinstance(obj, dict) and "schema" not in obj:
+    if set(obj) == {"name", "chip", "dims"}:
+      return _legacy_from_dict(obj, source)
+    raise TopologyFileError(
+        f"{source} has no 'schema' field: a topology needs \"schema\": "
+        f"\"{SCHEMA}\" (in the older form, an embedded topology must have "
+        f"exactly the keys ['chip', 'dims', 'name']); got keys {sorted(obj)}")
+  where = source
+  schema = _get(obj, "schema", str, where)
+  if schema != SCHEMA:
+    raise TopologyFileError(f"{source} has schema {schema!r}, not {SCHEMA!r};"
+                            " it is not a mesh-tf topology file")
+  version = _get(obj, "version", int, where)
+  if version not in READ_VERSIONS:
+    raise TopologyFileError(
+        f"{source} has schema version {version}, but this mesh-tf reads "
+        f"versions {list(READ_VERSIONS)}; recalibrate with `mtf-layout "
+        "calibrate`")
+  c = _get(obj, "chip", dict, where)
+  w = f"{where}.chip"
+  by_dtype = _get(c, "matmul_flops_by_dtype", dict, w, {})
+  chip = ChipSpec(
+      _get(c, "name", str, w), _get(c, "kind", str, w),
+      _get(c, "peak_flops_per_s", float, w), _get(c, "hbm_bytes", int, w),
+      _get(c, "hbm_bandwidth_bytes_per_s", float, w),
+      _link(_get(c, "link", dict, w), f"{w}.link"),
+      _get(c, "ici_links_per_chip", int, w, 0),
+      c.get("default_network"),
+      # In file order: the presets' tables are ordered, and equality keeps it.
+      tuple((str(k), float(v)) for k, v in by_dtype.items()),
+      _optional_float(c, "vector_flops_per_s", w),
+      _get(c, "launch_overhead_s", float, w, 0.0),
+      _get(c, "shared_compute_factor", float, w, 1.0),
+      _compute_fits(c, w))
+  if not (chip.peak_bf16_flops_per_s > 0 and
+          chip.hbm_bandwidth_bytes_per_s > 0):
+    raise TopologyFileError(f"{w} needs positive peak_flops_per_s and "
+                            "hbm_bandwidth_bytes_per_s")
+  dims = []
+  for i, d in enumerate(_get(obj, "dims", list, where)):
+    wd = f"{where}.dims[{i}]"
+    size = _get(d, "size", int, wd)
+    structure = _get(d, "structure", str, wd)
+    if size < 1 or structure not in ("torus", "switch"):
+      raise TopologyFileError(f"{wd} needs a size >= 1 and a structure of "
+                              f"'torus' or 'switch', got {size}, "
+                              f"{structure!r}")
+    dims.append(PhysicalDim(_get(d, "name", str, wd), size,
+                            _link(_get(d, "link", dict, wd), f"{wd}.link"),
+                            structure, _get(d, "wraparound", bool, wd, False)))
+  if not dims:
+    raise TopologyFileError(f"{where}.dims is empty; a topology needs at "
+                            "least one physical dimension")
+  return Topology(_get(obj, "name", str, where), chip, tuple(dims))
+
+
+# --- the schema-less form of plan files written before version 2 ------------
 def _tuples(value):
   if isinstance(value, list):
     return tuple(_tuples(v) for v in value)
@@ -42,45 +249,37 @@ def _tuples(value):
 def _build(cls, data, what, nested=None):
   """``cls(**data)`` with clear errors for missing or unknown fields."""
   if not isinstance(data, dict):
-    raise TopologyError(f"embedded topology: {what} must be a JSON object, "
-                        f"got {type(data).__name__}")
+    raise TopologyFileError(f"embedded topology: {what} must be a JSON "
+                            f"object, got {type(data).__name__}")
   unknown = sorted(set(data) - set(cls._fields))
   if unknown:
-    raise TopologyError(
+    raise TopologyFileError(
         f"embedded topology: {what} has unknown field(s) {unknown}; "
         f"{cls.__name__} has {list(cls._fields)}")
   required = [f for f in cls._fields if f not in cls._field_defaults]
   missing = [f for f in required if f not in data]
   if missing:
-    raise TopologyError(f"embedded topology: {what} lacks field(s) "
-                        f"{missing}")
-  # JSON arrays come back as lists; the specs hold tuples (hashable), e.g.
-  # a chip's ``((dtype, FLOP/s), ...)`` table.
+    raise TopologyFileError(f"embedded topology: {what} lacks field(s) "
+                            f"{missing}")
   kwargs = {k: _tuples(v) for k, v in data.items()}
   for field, sub in (nested or {}).items():
     if field in kwargs:
       kwargs[field] = _build(sub, kwargs[field], f"{what}.{field}")
+  if "collectives" in kwargs:
+    kwargs["collectives"] = tuple(CollectiveFit(*f)
+                                  for f in kwargs["collectives"])
   return cls(**kwargs)
 
 
-def topology_from_dict(data):
-  """The :class:`Topology` written by :func:`topology_to_dict`.
-
-  Raises:
-    costmodels.TopologyError: for a missing or unknown field, or a dim with
-      a non-positive size.
-  """
-  if not isinstance(data, dict) or set(data) != {"name", "chip", "dims"}:
-    keys = sorted(data) if isinstance(data, dict) else type(data).__name__
-    raise TopologyError(f"embedded topology must have exactly the keys "
-                        f"['chip', 'dims', 'name'], got {keys}")
+def _legacy_from_dict(data, source):
   chip = _build(ChipSpec, data["chip"], "chip", {"link": LinkSpec})
   if not isinstance(data["dims"], list) or not data["dims"]:
-    raise TopologyError("embedded topology: dims must be a non-empty list")
+    raise TopologyFileError(f"{source}: embedded topology: dims must be a "
+                            "non-empty list")
   dims = tuple(_build(PhysicalDim, d, f"dims[{i}]", {"link": LinkSpec})
                for i, d in enumerate(data["dims"]))
   for d in dims:
     if isinstance(d.size, bool) or not isinstance(d.size, int) or d.size < 1:
-      raise TopologyError(f"embedded topology: dim {d.name!r} has size "
-                          f"{d.size!r}; sizes are positive integers")
-  return Topology(str(data["name"]), chip, dims)
+      raise TopologyFileError(f"embedded topology: dim {d.name!r} has size "
+                              f"{d.size!r}; sizes are positive integers")
+  return Topology(str(data["name"]), chip, tuple(dims))

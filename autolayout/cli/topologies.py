@@ -1,5 +1,8 @@
-"""``mtf-layout topologies``: the preset topologies and their numbers, and
-the topology files given (``mtf-layout topologies mycpu.json``)."""
+"""``mtf-layout topologies``: the preset topologies and their numbers, the
+topology files given (``mtf-layout topologies mycpu.json``), and those found
+in the working directory and the folders of ``$MTF_TOPOLOGY_PATH``."""
+
+import os
 
 import pandas as pd
 
@@ -53,15 +56,32 @@ def _dims_json(topology_name):
           for d in inputs.get_topology(topology_name).dims]
 
 
+def discovered_files(given=(), environ=None):
+  """The topology files in the working directory and the folders of
+  ``$MTF_TOPOLOGY_PATH`` (``environ``, default ``os.environ``), less those
+  in ``given``."""
+  from costmodels.calibrate import topology_file
+  environ = os.environ if environ is None else environ
+  folders = [os.curdir] + [f for f in environ.get(
+      topology_file.PATH_ENV, "").split(os.pathsep) if f]
+  have = {os.path.realpath(f) for f in given}
+  return [os.path.relpath(p) if os.path.dirname(p) == os.curdir else p
+          for p in topology_file.discover_topology_files(folders)
+          if os.path.realpath(p) not in have]
+
+
 def _run(args, ctx):
-  df = topologies_frame(args.files)
+  files = list(args.files)
+  if not args.no_discover:
+    files += discovered_files(files)
+  df = topologies_frame(files)
 
   def table(ctx):
     view = df.drop(columns=["chip"]).rename(columns={
         "hbm_bytes": "HBM", "bf16_flops_per_s": "TFLOP/s",
         "link_bytes_per_s": "link"})
-    out.render(ctx.console, view, "Preset topologies (link: the chip's "
-               "own link, per direction)",
+    out.render(ctx.console, view, "Topologies: presets, then files (link: "
+               "the chip's own link, per direction)",
                formats={"HBM": lambda b: f"{b / 1e9:.3g} GB",
                         "TFLOP/s": lambda f: f"{f / 1e12:.4g}",
                         "link": out.fmt_rate},
@@ -78,7 +98,10 @@ def _run(args, ctx):
 def _add_arguments(p):
   p.add_argument("files", nargs="*", metavar="FILE.json",
                  help="topology files (from `mtf-layout calibrate`) to list "
-                 "next to the presets")
+                 "next to the presets (files in the working directory and in "
+                 "the folders of $MTF_TOPOLOGY_PATH are listed too)")
+  p.add_argument("--no-discover", action="store_true",
+                 help="list only the presets and the files given")
   add_output_args(p, plot=False)
 
 

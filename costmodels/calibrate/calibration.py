@@ -15,8 +15,12 @@ the elementwise bandwidth, the fixed cost per kernel launch and the
 shared-compute factor.  All-split moves no data: it is a slicewise kernel,
 priced by the compute fit, and its timings only check that fit.
 
-Not measured yet: the overlap of communication with compute, which the cost
-model does not price (it sums every record); it waits for the overlap term.
+Also fitted: one :class:`~costmodels.compute_fits.ComputeClassFit` per
+contraction pattern (plain, batched and transposed einsums, the two
+convolution kernels), and per physical link the overlap efficiency of an
+all-reduce with independent compute
+(:attr:`~costmodels.hardware.LinkSpec.overlap_efficiency`, see
+:mod:`costmodels.overlap`).
 """
 
 import datetime
@@ -112,14 +116,23 @@ def _link_fits(samples, link):
   return tuple(fits), table
 
 
-def _link_spec(name, kind, fits):
+def _link_spec(name, kind, fits, samples, rows):
+  """The LinkSpec of physical link ``name``: its collective fits and its
+  overlap efficiency (a row is added to ``rows``)."""
   # Kinds without a fit (e.g. reduce-scatter, which the lowering never
   # issues) fall back to the ring formulas with the all-gather's numbers.
   base = next((f for f in fits if f.kind == "allgather"), None) or (
       fits[0] if fits else None)
   bw = base.bandwidth_bytes_per_s if base else math.inf
   lat = base.latency_s if base else 0.0
-  return hardware.LinkSpec(name, kind, bw, lat, collectives=fits)
+  eta = fit_lib.fit_overlap(samples, name)
+  if eta is not None:
+    rows.append(("overlap", name, f"all-reduce beside compute, "
+                 f"{eta[1]} timings (median abs. deviation {eta[2]:.2f})",
+                 0.0, eta[0], "eta", eta[2]))
+  return hardware.LinkSpec(name, kind, bw, lat, collectives=fits,
+                           overlap_efficiency=None if eta is None
+                           else eta[0])
 
 
 def fit_topology(samples, info, name="calibrated", dtype="float32"):
@@ -159,7 +172,9 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       launch_overhead_s=cf.launch_overhead_s,
       shared_compute_factor=cf.shared_compute_factor,
       matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
-          samples, dtype, cf.peak_flops_per_s))
+          samples, dtype, cf.peak_flops_per_s),
+      compute_fits=fit_lib.fit_patterns(samples, dtype, n,
+                                        cf.launch_overhead_s))
   coll = _collective_only(samples, chip)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
@@ -172,6 +187,11 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
           ("shared compute", "chip", f"slow-down when all {n} devices "
            "compute", 0.0, cf.shared_compute_factor, "x",
            res["compute, all devices"])]
+  rows += [(f"einsum {f.pattern}", "chip", f"{dtype}, all {n} devices "
+            f"(+{f.latency_s * 1e6:.3g} us, bytes at "
+            f"{f.bandwidth_bytes_per_s / 1e9:.3g} GB/s)", f.latency_s,
+            f.flops_per_s, "FLOP/s", f.rel_residual)
+           for f in chip.compute_fits]
   local_fits, table = _link_fits(coll, "device")
   rows += table
   dims = []
@@ -180,11 +200,12 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
     proc_fits, table = _link_fits(coll, "process")
     rows += table
     dims.append(PhysicalDim("process", len(procs),
-                            _link_spec("process", "grpc", proc_fits),
+                            _link_spec("process", "grpc", proc_fits,
+                                       samples, rows),
                             "switch"))
   dims.append(PhysicalDim("device", per_task if len(procs) > 1 else n,
                           _link_spec("device", "gpu" if is_gpu else "host",
-                                     local_fits), "switch"))
+                                     local_fits, samples, rows), "switch"))
   chip = chip._replace(link=dims[-1].link)
   topology = Topology(name, chip, tuple(dims))
   rows += _allsplit_check(samples, chip)
@@ -376,21 +397,20 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
         datetime.timezone.utc).isoformat(timespec="seconds"),
             "meshes": list(meshes), "quick": bool(quick),
             "measure_seconds": seconds, "devices": info,
-            "overlap": "not measured (the cost model prices no overlap yet)",
             "fits": [dict(zip(FIT_COLUMNS, r)) for r in rows],
             "samples": [s._asdict() for s in samples]}
-    topology_file.write_topology(output, topology, _json_safe(meta))
+    topology_file.write_topology(output, topology, json_safe(meta))
     path = str(output)
   return Calibration(topology, samples, tuple(rows), path, seconds, info)
 
 
-def _json_safe(obj):
+def json_safe(obj):
   if isinstance(obj, float) and not math.isfinite(obj):
     return None
   if isinstance(obj, dict):
-    return {k: _json_safe(v) for k, v in obj.items()}
+    return {k: json_safe(v) for k, v in obj.items()}
   if isinstance(obj, (list, tuple)):
-    return [_json_safe(v) for v in obj]
+    return [json_safe(v) for v in obj]
   return obj
 
 

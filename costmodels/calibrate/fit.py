@@ -26,6 +26,7 @@ import numpy as np
 
 from costmodels.collective_fits import (STEP_LAWS, VOLUME_LAWS,
                                         CollectiveFit)
+from costmodels.compute_fits import ComputeClassFit
 from mesh_tf.core.errors import MtfError
 
 
@@ -53,6 +54,12 @@ class Sample(NamedTuple):
       ``"device"``, ``"process"``, or ``""`` if it spans both.
     companion_bytes: bytes read + written by the rep's shape-restoring
       kernel (collectives).
+    pattern: the contraction pattern of a ``matmul`` timing (see
+      :mod:`costmodels.compute_fits`), or ``""``.
+
+  ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
+  all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
+  the two in one call) measure the overlap efficiency.
   """
   what: str
   axis: str
@@ -63,6 +70,7 @@ class Sample(NamedTuple):
   dtype: str = "float32"
   link: str = ""
   companion_bytes: int = 0
+  pattern: str = ""
 
 
 def nonneg_lstsq(xs, ys, relative=True):
@@ -199,7 +207,10 @@ def fit_compute(samples, num_devices, dtype="float32"):
     CalibrationError: if a kind of sample is missing.
   """
   def pick(what, alone):
+    # The chip's peak is the plain matmul's; other patterns get their own
+    # fits (fit_patterns).
     out = [s for s in samples if s.what == what and s.dtype == dtype
+           and s.pattern in ("", "matmul")
            and (s.group_size == 1 if alone else s.group_size == num_devices)]
     if not out:
       raise CalibrationError(
@@ -243,12 +254,110 @@ def fit_compute(samples, num_devices, dtype="float32"):
                                 ("compute, all devices", resn)))
 
 
+def fit_patterns(samples, dtype, num_devices, launch_s):
+  """One :class:`~costmodels.compute_fits.ComputeClassFit` per contraction
+  pattern, and one for ``elementwise`` (vector) work, timed on all
+  ``num_devices`` devices at once, in ``dtype`` (how
+  models run: the patterns contend for shared cores and memory unlike
+  each other, e.g. transposes are memory-bound).
+
+  Model: ``T - launch_s = latency + F / flops_per_s + B / bandwidth``
+  (``B`` read + written), non-negative least squares on
+  relative residuals; a pattern timed at fewer than two sizes fits its
+  FLOP rate alone.
+
+  Returns:
+    A tuple of fits, sorted by pattern.
+
+  Timings that do not grow with size (noise) fall back to one rate
+  through the origin.
+
+  Raises:
+    CalibrationError: if a pattern's timings cannot be fitted at all.
+  """
+  by = {}
+  for s in samples:
+    if s.group_size != num_devices or s.dtype != dtype:
+      continue
+    if s.what == "matmul" and s.pattern:
+      by.setdefault(s.pattern, []).append(s)
+    elif s.what == "elementwise":
+      # Memory-bound work on every device at once shares the memory
+      # bandwidth, which slows it more than the shared-compute factor of
+      # the matmuls says (measured about 10-14x against 6-7x).
+      by.setdefault("elementwise", []).append(s)
+  out = []
+  for pattern, rows in sorted(by.items()):
+    ys = [max(s.seconds - launch_s, 0.02 * s.seconds) for s in rows]
+    fixed = 1.0 if len(rows) >= 2 else 0.0
+    if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
+      xs = [[fixed, 0.0, s.nbytes] for s in rows]
+    elif len(rows) >= 3:
+      xs = [[1.0, s.flops, s.nbytes] for s in rows]
+    else:
+      xs = [[fixed, s.flops, 0.0] for s in rows]
+    (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
+    # A term that explains under a millionth of any timing is round-off.
+    tiny = 1e-6 * max(ys)
+    inv_peak = inv_peak if inv_peak * max(s.flops for s in rows) > tiny else 0
+    inv_bw = inv_bw if inv_bw * max(s.nbytes for s in rows) > tiny else 0.0
+    if inv_peak <= 0 and inv_bw <= 0:
+      # Timings that do not grow with size (noise on a shared machine, or
+      # sizes too close): one rate through the origin instead, so that the
+      # pattern is still priced by its own measured speed.
+      col = 2 if pattern == "elementwise" else 1
+      xs = [[0.0, 0.0, 0.0] for _ in rows]
+      for x, s in zip(xs, rows):
+        x[col] = s.nbytes if col == 2 else s.flops
+      (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
+    if inv_peak <= 0 and inv_bw <= 0:
+      raise CalibrationError(f"the {pattern} timings cannot be fitted to "
+                             "their size; measure larger sizes")
+    out.append(ComputeClassFit(pattern, float(lat),
+                               1.0 / inv_peak if inv_peak > 0 else math.inf,
+                               1.0 / inv_bw if inv_bw > 0 else math.inf,
+                               float(res), len(rows)))
+  return tuple(out)
+
+
+def fit_overlap(samples, link):
+  """The overlap efficiency of the axes on physical link ``link``, or
+  None if it has no overlap timings.
+
+  Per timed triple -- an all-reduce alone (``M``), an einsum chain alone
+  (``C``), both in one call (``T``) -- the cost model's law with the sync
+  released as compute starts, ``T = C + max(0, M - eta * C)``, gives
+  ``eta = (M + C - T) / C`` while the communication outlasts what compute
+  hides; where compute outlasts the communication, the fraction of it
+  hidden, ``(M + C - T) / M``, stands in.  The estimate is the median over
+  triples, clipped to ``[0, 1]``.
+
+  Returns:
+    ``(eta, samples, rel_spread)``: the median, the triple count and the
+    median absolute deviation of the per-triple values.
+  """
+  parts = {}
+  for s in samples:
+    if s.what.startswith("overlap_") and s.link == link:
+      parts.setdefault((s.axis, s.nbytes, s.flops), {})[s.what] = s.seconds
+  etas = []
+  for p in parts.values():
+    if len(p) == 3:
+      m, c, t = p["overlap_comm"], p["overlap_compute"], p["overlap_both"]
+      etas.append(min(1.0, max(0.0, (m + c - t) / min(c, m) if m < c
+                               else (m + c - t) / c)))
+  if not etas:
+    return None
+  eta = float(np.median(etas))
+  return eta, len(etas), float(np.median(np.abs(np.array(etas) - eta)))
+
+
 def matmul_peaks_by_dtype(samples, dtype, peak_flops_per_s):
   """``((dtype, flops_per_s), ...)``: ``dtype`` at the fitted
   ``peak_flops_per_s``, and every other dtype timed on one device alone at
   that peak times its throughput over ``dtype``'s on the same einsum."""
   alone = [s for s in samples if s.what == "matmul" and s.group_size == 1
-           and s.seconds > 0]
+           and s.seconds > 0 and s.pattern in ("", "matmul")]
   base = {s.flops: s.flops / s.seconds for s in alone if s.dtype == dtype}
   out = [(dtype, float(peak_flops_per_s))]
   for s in alone:

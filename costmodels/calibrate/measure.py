@@ -1,49 +1,32 @@
-"""Micro-benchmarks on real devices, through the real lowering.
+"""Runs the calibration probes (:mod:`costmodels.calibrate.probes`) on
+real devices.
 
-Every timing runs the code a lowered step runs: the collectives of
-:class:`mesh_tf.PlacementMeshImpl` (``allreduce``, ``allconcat``,
-``allsplit``, ``alltoall``, ``shift_by_n_processors``) and its slicewise
-kernels, fused as in a step, inside one ``tf.function`` per benchmark.  A
-benchmark chains ``reps`` repetitions of one *rep*:
+A probe's time is the median over ``calls`` of its paired difference
+(chain call minus empty call, over its reps).
 
-* a collective, then one small slicewise kernel that restores the slice
-  shape (the kernel's price, from the compute fit, is taken off the rep
-  when fitting, as the cost model prices that record on its own);
-* an einsum as dense layers and attention issue them (FLOPs), an
-  elementwise multiply (bytes), or
-  a one-element multiply (the fixed cost of a kernel inside a fused
-  segment), on one device alone and on every device at once (so that
-  shared compute shows).
-
-And whole training steps of a small reference graph at two depths
-(:func:`reference_steps`): their difference over the difference in compute
-records is what one record of a lowered step costs to launch, with the
-per-segment calls, the TF ops an einsum or a reduction really issues and the
-executor's scheduling over the devices included -- which one kernel in a
-long fused chain does not show.
-
-A rep's time is ``(median call time - empty call time) / reps``.
-
-TensorFlow is imported only inside the functions that touch devices, so
-that ``costmodels`` stays TF-free at import.  Run as a module (``python -m
-costmodels.calibrate.measure``), it sets up the devices of one process
-(logical CPU devices are fixed per process), measures, and writes one JSON
-event per line on stdout: ``plan``, ``progress``, ``info``, ``sample``,
-``error`` and ``done``; :func:`costmodels.calibrate.calibrate` reads them.
+Run as a module (``python -m costmodels.calibrate.measure``), it sets up
+the devices of one process (logical CPU devices are fixed per process),
+measures, and writes one JSON event per line on stdout: ``plan``,
+``progress``, ``info``, ``sample``, ``error`` and ``done``;
+:func:`costmodels.calibrate.calibrate` reads them.  In a process that
+already has its devices, :func:`prepare` gives the probes themselves, so
+that a benchmark can time them interleaved with its own work.
 """
 
 import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from typing import NamedTuple, Tuple
 
-from costmodels.calibrate.fit import CalibrationError, Sample
+from costmodels.calibrate import probes as probes_lib
+from costmodels.calibrate.fit import CalibrationError
 
-COLLECTIVES = ("allreduce", "allgather", "alltoall", "permute", "allsplit")
+COLLECTIVES = probes_lib.COLLECTIVES
+einsum_flops = probes_lib.einsum_flops
+reference_step = probes_lib.reference_step
 
 
 class Plan(NamedTuple):
@@ -52,13 +35,16 @@ class Plan(NamedTuple):
   Attributes:
     meshes: mesh strings whose every axis is measured.
     collective_bytes: input bytes per participant of each collective.
-    einsums: ``(equation, input shape, weight shape)`` of the einsum
-      benchmarks, in the forms the lowering of dense layers
-      (``abc,cd->abd``) and attention (``abcd,abde->abce``) issues, each
-      chainable (its output has the input's shape).
+    einsums: ``(pattern, equation, input shape, weight shape)`` of the
+      einsum probes, in forms models issue, per pattern of
+      :func:`mesh_tf.lowering.einsum_kernels.einsum_pattern`.
     elementwise_bytes: bytes of each elementwise benchmark's slice.
     dtypes: matmul dtypes (the first is the one models use).
     calls: timed calls per benchmark (their median is kept).
+    convs: ``(kind, (n, side, channels, filters, ksize))`` of the 3-D
+      convolution probes (``conv`` and ``conv_filter``).
+    overlap_bytes: all-reduce sizes of the overlap probes.
+    overlap_compute_reps: einsum chain lengths run beside them.
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -66,13 +52,19 @@ class Plan(NamedTuple):
   elementwise_bytes: Tuple[int, ...]
   dtypes: Tuple[str, ...]
   calls: int
+  convs: tuple = ()
+  overlap_bytes: Tuple[int, ...] = ()
+  overlap_compute_reps: Tuple[int, ...] = ()
 
   @property
   def num_benchmarks(self):
     from mesh_tf.core import dims as dims_lib
     axes = sum(len(dims_lib.convert_to_shape(m).dims) for m in self.meshes)
-    return (axes * len(COLLECTIVES) * len(self.collective_bytes)
-            + 2 * (len(self.einsums) + len(self.elementwise_bytes) + 1)
+    return (axes * (len(COLLECTIVES) * len(self.collective_bytes)
+                    + 3 * len(self.overlap_bytes)
+                    * len(self.overlap_compute_reps))
+            + 2 * (len(self.einsums) + len(self.convs)
+                   + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + 3)
 
 
@@ -80,30 +72,31 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan: about 60 s on 8 logical CPU devices of a 2-core
   machine, ``quick`` about 20 s (sizes straddle the all-reduce's switch
   from per-device sums to reduce + broadcast at 256 KiB)."""
-  dense = [("abc,cd->abd", (16, 32, k), (k, k)) for k in (64, 128, 256)]
-  attention = [("abcd,abde->abce", (16, 8, s, 16), (16, 8, 16, 16))
-               for s in (32, 128)]
-  # Forms whose operands TF must transpose first, as backward passes and
-  # per-expert layers issue them: measured several times slower per FLOP
-  # than the two above at these sizes.
-  transposed = [("abcd,abce->abed", (16, 8, 32, 16), (16, 8, 32, 32)),
-                ("abcd,bed->abce", (16, 8, 4, 128), (8, 128, 128))]
+  # Forms the zoo's dense layers, attention and their gradients issue.
+  matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
+            for k in (64, 128, 256)] + [
+                ("matmul", "abc,abd->cd", (16, 32, 64), (16, 32, 256))]
+  batched = [("batched", "abcd,abde->abce", (16, 8, s, 16), (16, 8, 16, 16))
+             for s in (32, 128)]
+  transposed = [
+      ("transposed", "abc,cde->adbe", (16, 32, 64), (64, 8, 16)),
+      ("transposed", "abcd,ebd->ace", (16, 8, 32, 16), (64, 8, 16)),
+      ("transposed", "abcd,ace->ebd", (16, 8, 32, 16), (16, 32, 64)),
+      ("transposed", "ab,ac->cb", (64, 256), (64, 1024)),
+      ("transposed", "abcd,bed->abce", (16, 8, 4, 128), (8, 128, 128))]
+  convs = [("conv", (2, 16, 8, 8, 3)), ("conv", (4, 16, 4, 8, 3)),
+           ("conv_filter", (2, 16, 8, 8, 3)),
+           ("conv_filter", (4, 16, 4, 8, 3))]
   if quick:
     return Plan(tuple(meshes), (4096, 131072, 524288, 2097152),
-                tuple(dense[::2] + attention[:1] + transposed[1:]),
-                (262144, 2097152), tuple(dtypes)[:1], 5)
+                tuple(matmul[::2] + batched[:1] + transposed[::2]),
+                (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::2]),
+                (1048576,), (2,))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
-              tuple(dense + attention + transposed),
-              (65536, 524288, 4194304), tuple(dtypes), 9)
-
-
-def einsum_flops(eq, xs, ws):
-  """``2 * prod(size of every letter)`` of a two-input einsum."""
-  ins, _ = eq.split("->")
-  sizes = {}
-  for word, shape in zip(ins.split(","), (xs, ws)):
-    sizes.update(zip(word, shape))
-  return 2 * math.prod(sizes.values())
+              tuple(matmul + batched + transposed),
+              (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
+              tuple(convs),
+              (262144, 1048576), (1, 3))
 
 
 def _tf():
@@ -141,125 +134,10 @@ def axis_link_name(mesh_shape, axis, devices):
   return ""
 
 
-class _Bench:
-  """Times chained reps of one kind of work on one device list."""
-
-  def __init__(self, devices, calls, sync):
-    self.devices, self.calls, self.sync = list(devices), calls, sync
-
-  def _call(self, fn):
-    t0 = time.perf_counter()
-    self.sync(fn())
-    return time.perf_counter() - t0
-
-  def per_rep(self, impl, x, rep, reps):
-    """Seconds of one ``rep(x) -> x`` in a chain of ``reps``.
-
-    The chain and an empty call (that only reads the inputs and returns as
-    many tensors) are called in turn, and the median of their paired
-    differences is kept: interleaving puts a burst of other work on both
-    of a pair, and the median (not the minimum) is the statistic the step
-    benchmark reports, so that calibration and steps see the same machine
-    even while it is shared.
-    """
-    tf = _tf()
-
-    def chain():
-      y = x
-      for _ in range(reps):
-        y = rep(y)
-      return list(y.tensor_list)
-
-    def empty():
-      return [tf.identity(t) for t in x.tensor_list]
-    fns = [tf.function(chain, autograph=False),
-           tf.function(empty, autograph=False)]
-    for f in fns:
-      self._call(f)  # traces, optimises and runs once
-    diffs = []
-    for _ in range(self.calls):
-      t = [self._call(f) for f in fns]
-      diffs.append(t[0] - t[1])
-    return max(statistics.median(diffs), 1e-9) / reps
-
-
-def _variables(impl, slice_shape, dtype, ones=False):
-  """A LaidOutTensor reading one variable per device (zeros or ones)."""
-  from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=import-outside-toplevel
-  tf = _tf()
-  vs = []
-  for d in impl.devices:
-    with tf.device(d):
-      init = (tf.ones if ones else tf.zeros)(slice_shape, dtype)
-      vs.append(tf.Variable(init, trainable=False))
-
-  class _Reader(LaidOutTensor):
-    __slots__ = ()
-
-    @property
-    def tensor_list(self):
-      return [v.value() for v in vs]
-  return _Reader(slice_shape, dtype)
-
-
-def _halve(impl, x):
-  """A cheap real slicewise kernel on every device: ``x * x``.  (Not a
-  multiply by a constant: grappler folds a chain of those into one.)"""
-  return impl.slicewise(lambda t: t * t, x, slice_shape=x.slice_shape)
-
-
-def _reps_for(nbytes):
-  return 6 if nbytes <= 131072 else 3 if nbytes <= 1048576 else 2
-
-
-def _collective_rep(impl, kind, axis, m, w):
-  """The rep of collective ``kind`` over ``axis`` on ``[m, w]`` slices, and
-  the (flops, bytes) of its shape-restoring kernel."""
-  tf = _tf()
-  p = impl.shape.dims[impl.shape.index(axis)].size
-  n_el = m * w
-  if kind == "allreduce":
-    def rep(x):
-      return _halve(impl, impl.allreduce(x, [axis]))
-    return rep, (n_el, 2 * n_el)
-  if kind == "allgather":
-    def rep(x):
-      y = impl.allconcat(x, axis, 0)
-      return impl.slicewise(lambda t: t[:m], y, slice_shape=(m, w), flops=0)
-    return rep, (0, (p + 1) * n_el)
-  if kind == "alltoall":
-    def rep(x):
-      y = impl.alltoall(x, axis, 0, 1)
-      return impl.slicewise(lambda t: tf.reshape(t, [m, w]), y,
-                            slice_shape=(m, w), flops=0)
-    return rep, (0, 2 * n_el)
-  if kind == "permute":
-    def rep(x):
-      return _halve(impl, impl.shift_by_n_processors(x, axis, 1, True))
-    return rep, (n_el, 2 * n_el)
-  if kind == "allsplit":
-    def rep(x):
-      y = impl.allsplit(x, axis, 0)
-      return impl.slicewise(lambda t: tf.tile(t, [p, 1]), y,
-                            slice_shape=(m, w), flops=0)
-    return rep, (0, (1 + 1 / p) * n_el)
-  raise CalibrationError(f"unknown collective {kind!r}; use one of "
-                         f"{COLLECTIVES}")
-
-
-def _slice_shape(nbytes, itemsize, p):
-  """``[m, w]`` with ``m * w * itemsize == nbytes`` (about) and ``m`` a
-  multiple of ``p``, as square as it allows."""
-  n = max(p, nbytes // itemsize)
-  w = max(1, 2 ** int(math.log2(math.sqrt(n))))
-  m = max(p, (n // w) // p * p)
-  return m, w
-
-
-def run(plan, devices, emit, sync=None):
-  """Runs ``plan`` on ``devices`` (TF device names); returns Samples.
-
-  ``emit(event)`` receives ``progress`` events (dicts) as benchmarks end.
+def prepare(plan, devices, sync=None):
+  """Every probe of ``plan`` on ``devices`` (TF device names), prepared:
+  compute (alone on the first device, then on all), other dtypes,
+  reference steps, then per mesh axis its collectives and overlap probes.
 
   Raises:
     CalibrationError: if a mesh's size differs from the device count.
@@ -267,15 +145,6 @@ def run(plan, devices, emit, sync=None):
   from mesh_tf.core import dims as dims_lib  # pylint: disable=import-outside-toplevel
   from mesh_tf.lowering.placement import PlacementMeshImpl  # pylint: disable=import-outside-toplevel
   sync = sync or (lambda out: None)
-  bench = _Bench(devices, plan.calls, sync)
-  samples, done = [], [0]
-
-  def note(label, sample):
-    samples.append(sample)
-    done[0] += 1
-    emit({"event": "progress", "done": done[0],
-          "total": plan.num_benchmarks, "label": label})
-
   n = len(devices)
   dtype = plan.dtypes[0]
   itemsize = 4 if dtype == "float32" else 2 if dtype in (
@@ -286,116 +155,44 @@ def run(plan, devices, emit, sync=None):
       raise CalibrationError(
           f"mesh {shape!r} has {shape.size} processors but {n} devices are "
           f"measured; give meshes of {n} processors (e.g. 'x:{n}')")
-  # Compute first: the collectives' shape-restoring kernels are priced by it.
-  everyone = PlacementMeshImpl(f"x:{n}", "", devices)
   alone = PlacementMeshImpl("x:1", "", devices[:1])
-  for impl, group in ((alone, 1), (everyone, n)):
-    x = _variables(impl, (1,), dtype)
-    t = bench.per_rep(impl, x, lambda y, impl=impl: _halve(impl, y), 24)
-    note(f"kernel launch, {group} device(s)",
-         Sample("launch", "", group, 2 * itemsize, 1.0, t, dtype))
-    for eq, xs, ws in plan.einsums:
-      a = _variables(impl, xs, dtype)
-      b = _variables(impl, ws, dtype)
-      flops = einsum_flops(eq, xs, ws)
-      reps = 6 if flops <= 2e7 else 2
-
-      def mm(y, impl=impl, b=b, eq=eq, xs=xs, flops=flops):
-        return impl.slicewise(lambda u, v: _tf().einsum(eq, u, v), y, b,
-                              slice_shape=xs, flops=flops)
-      t = bench.per_rep(impl, a, mm, reps)
-      nbytes = (2 * math.prod(xs) + math.prod(ws)) * itemsize
-      note(f"einsum {eq} {'x'.join(map(str, xs))} {dtype}, {group} "
-           "device(s)", Sample("matmul", "", group, nbytes, float(flops), t,
-                               dtype))
-    for nbytes in plan.elementwise_bytes:
-      x = _variables(impl, (nbytes // itemsize,), dtype)
-      t = bench.per_rep(impl, x, lambda y, impl=impl: _halve(impl, y),
-                        _reps_for(nbytes) * 2)
-      note(f"elementwise {nbytes // 1024} KiB, {group} device(s)",
-           Sample("elementwise", "", group, 2 * nbytes, nbytes // itemsize,
-                  t, dtype))
-  for other in plan.dtypes[1:]:
-    eq, xs, ws = plan.einsums[-1]
-    a = _variables(alone, xs, other)
-    b = _variables(alone, ws, other)
-    flops = einsum_flops(eq, xs, ws)
-    def mm1(y, b=b, eq=eq, xs=xs, flops=flops):
-      return alone.slicewise(lambda u, v: _tf().einsum(eq, u, v), y, b,
-                             slice_shape=xs, flops=flops)
-    t = bench.per_rep(alone, a, mm1, 2)
-    note(f"einsum {eq} {other}, 1 device",
-         Sample("matmul", "", 1, 0, float(flops), t, other))
-  for s in reference_steps(devices, 3 * plan.calls):
-    note(f"reference step, {int(s.flops)} records", s)
+  everyone = PlacementMeshImpl(f"x:{n}", "", devices)
+  out = []
+  for impl in (alone, everyone):
+    out += probes_lib.compute_probes(impl, plan, dtype, itemsize, sync)
+  out += [probes_lib.dtype_probe(alone, plan, other, sync)
+          for other in plan.dtypes[1:]]
+  out += probes_lib.step_probes(devices)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:
       link = axis_link_name(impl.shape, axis.name, devices)
-      for kind in COLLECTIVES:
-        for nbytes in plan.collective_bytes:
-          m, w = _slice_shape(nbytes, itemsize, axis.size)
-          x = _variables(impl, (m, w), dtype)
-          rep, (cflops, cbytes) = _collective_rep(impl, kind, axis.name, m, w)
-          t = bench.per_rep(impl, x, rep, _reps_for(nbytes))
-          note(f"{kind} {axis.name}={axis.size} {m * w * itemsize // 1024} "
-               f"KiB ({mesh})",
-               Sample(kind, axis.name, axis.size, m * w * itemsize,
-                      float(cflops), t, dtype, link,
-                      int(cbytes * itemsize)))
+      out += probes_lib.collective_probes(impl, axis, link, plan, dtype,
+                                          itemsize, sync)
+      out += probes_lib.overlap_probes(impl, axis, link, plan, dtype,
+                                       itemsize, sync)
+  return out
+
+
+def run(plan, devices, emit, sync=None):
+  """Runs ``plan`` on ``devices`` (TF device names); returns Samples.
+
+  Each probe is warmed up, then timed ``plan.calls`` times (reference
+  steps three times as often) and its median kept.  ``emit(event)``
+  receives ``progress`` events (dicts) as probes end.
+
+  Raises:
+    CalibrationError: if a mesh's size differs from the device count.
+  """
+  samples = []
+  probes = prepare(plan, devices, sync)
+  for i, p in enumerate(probes):
+    p.warm()
+    calls = plan.calls * (3 if p.sample.what == "step" else 1)
+    samples.append(p.measured([p.once() for _ in range(calls)]))
+    emit({"event": "progress", "done": i + 1, "total": len(probes),
+          "label": p.label})
   return samples
-
-
-def _reference_build(layers, width):
-  """``build_fn`` of a small MLP-like training graph: einsums, relus,
-  residual adds and a mean, as models are made of, at sizes where compute
-  is negligible, so that its step time is what the lowering's records and
-  kernels cost to launch."""
-  def build(mesh):
-    import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
-    x = mtf.import_tf_tensor(mesh, None, f"batch:8;d:{width}",
-                             dtype="float32", name="x")
-    h = x
-    for i in range(layers):
-      w = mtf.get_variable(mesh, f"w{i}", f"d:{width};e:{width}")
-      v = mtf.get_variable(mesh, f"v{i}", f"e:{width};d:{width}")
-      y = mtf.relu(mtf.einsum([h, w], f"batch:8;e:{width}"))
-      h = h + mtf.einsum([y, v], f"batch:8;d:{width}")
-    return mtf.reduce_mean(mtf.square(h)), [x]
-  return build
-
-
-def reference_step(devices, depth, width=8):
-  """``(step, input, records)``: the reference graph of ``depth`` layers as
-  a warmed-up training step replicated on ``devices``, its input value and
-  its number of compute records (from the shape-only lowering)."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  import costmodels  # pylint: disable=import-outside-toplevel
-  from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
-  n = len(devices)
-  step = training.make_train_step(_reference_build(depth, width), f"x:{n}",
-                                  "", devices, optimize.SgdOptimizer(0.01))
-  x = np.zeros((8, width), np.float32)
-  for _ in range(2):
-    step(x).numpy()
-  records = len(costmodels.trace_graph(step.graph, f"x:{n}", "").compute)
-  return step, x, records
-
-
-def reference_steps(devices, calls, depths=(1, 4, 8), width=8):
-  """Samples ``step``: the median seconds of one training step of the
-  reference graph (:func:`_reference_build`) at each depth, replicated on
-  every device, with ``flops`` holding its number of compute records."""
-  steps = [reference_step(devices, d, width) for d in depths]
-  times = [[] for _ in steps]
-  for _ in range(calls):
-    for i, (step, x, _) in enumerate(steps):
-      t0 = time.perf_counter()
-      step(x).numpy()
-      times[i].append(time.perf_counter() - t0)
-  return [Sample("step", "", len(devices), 0, float(records),
-                 statistics.median(t))
-          for (_, _, records), t in zip(steps, times)]
 
 
 def _devices_info(devices):

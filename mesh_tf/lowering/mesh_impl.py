@@ -297,7 +297,9 @@ class MeshImpl(abc.ABC):
     ``shape`` (an mtf Shape laid out by the rules) or ``slice_shape``; give
     lists of them for several outputs.  ``flops`` defaults to the number of
     output elements per device; ``matmul`` marks a contraction (priced at
-    the matrix units' peak for its dtype).  ``fused``, for a kernel of an
+    the matrix units' peak for its dtype); a string there is also True and
+    names the contraction's pattern (see
+    :func:`mesh_tf.lowering.einsum_kernels.einsum_pattern`).  ``fused``, for a kernel of an
     elementwise chain, is ``(one bool per input: read from the fused
     producer, bool: the output stays in the fused kernel)``; those bytes are
     not recorded as memory traffic (see :mod:`mesh_tf.ops.base`).
@@ -341,9 +343,11 @@ class MeshImpl(abc.ABC):
       read = sum(x.slice_bytes for x, skip in zip(inputs, skip_in)
                  if isinstance(x, LaidOutTensor) and not skip)
       written = 0 if keep_out else sum(o.slice_bytes for o in outs)
+    # ``matmul`` may name the contraction's pattern (a str is a matmul).
     self.trace.compute.append(ComputeRecord(
         self._op_name, int(flops), written, read,
-        (laid_in[0] if laid_in else outs[0]).dtype, bool(matmul)))
+        (laid_in[0] if laid_in else outs[0]).dtype, bool(matmul),
+        matmul if isinstance(matmul, str) else ""))
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]
 

@@ -39,7 +39,11 @@ class ComputeRecord(NamedTuple):
   ``dtype`` is the dtype the arithmetic runs in (its first input's, else its
   output's); ``matmul`` is True for contractions (einsum of several
   operands, convolutions), which run on matrix units at the dtype's matmul
-  peak, and False for elementwise and reduction work.
+  peak, and False for elementwise and reduction work.  ``pattern`` names
+  how the contraction runs (one of
+  :data:`mesh_tf.lowering.einsum_kernels.PATTERNS`, e.g. ``"transposed"``
+  for an einsum whose operands TF transposes first), or ``""``; a
+  calibrated topology prices each pattern at its own measured throughput.
   """
   op_name: str
   flops_per_device: int
@@ -47,6 +51,7 @@ class ComputeRecord(NamedTuple):
   input_bytes_per_device: int = 0
   dtype: str = "float32"
   matmul: bool = False
+  pattern: str = ""
 
 
 class CollectiveTrace:

@@ -240,7 +240,7 @@ class ConvOperation(Operation):
         w_slice[w.shape.index(n)] for n in self.filter_spatial_names) * (
             w_slice[w.shape.index(self.contract_name)])
     y = impl.slicewise(kernel, laid_x, laid_w, slice_shape=out_slice,
-                       dtype=out.dtype, flops=flops, matmul=True)
+                       dtype=out.dtype, flops=flops, matmul="conv")
     axis = impl.tensor_dimension_to_mesh_axis(
         x.shape.get_dim_by_name(self.contract_name))
     if axis is not None and impl.shape[axis].size > 1:
@@ -330,7 +330,7 @@ class ConvFilterGradOperation(Operation):
     flops = 2 * math.prod(laid_dy.slice_shape) * math.prod(
         w_local[:nsp]) * w_local[nsp]
     y = impl.slicewise(kernel, laid_x, laid_dy, slice_shape=out_slice,
-                       dtype=out.dtype, flops=flops, matmul=True)
+                       dtype=out.dtype, flops=flops, matmul="conv_filter")
     axes = set()
     for n in batch + c.spatial_names:
       a = impl.tensor_dimension_to_mesh_axis(x.shape.get_dim_by_name(n))

@@ -107,7 +107,8 @@ class EinsumOperation(Operation):
     eq = einsum_letters(in_shapes, out.shape)
     y = impl.slicewise(einsum_kernels.einsum_kernel(eq), *slices,
                        slice_shape=out_slice, dtype=out.dtype, flops=flops,
-                       matmul=len(self.inputs) > 1)
+                       matmul=(einsum_kernels.einsum_pattern(eq)
+                               if len(self.inputs) > 1 else False))
     if resplit:
       y = impl.allreduce(y, sorted(reduced_axes), "SUM")
       for i, _, a in resplit:

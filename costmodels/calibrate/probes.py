@@ -1,0 +1,399 @@
+"""Prepared micro-benchmarks ("probes") on real devices, through the real
+lowering.
+
+Every probe runs the code a lowered step runs: the collectives of
+:class:`mesh_tf.PlacementMeshImpl` (``allreduce``, ``allconcat``,
+``allsplit``, ``alltoall``, ``shift_by_n_processors``) and its slicewise
+kernels, fused as in a step, inside one ``tf.function``.  A probe chains
+``reps`` repetitions of one *rep* and is timed against an empty call that
+only reads its inputs; :meth:`Probe.once` returns one paired difference per
+rep.  Probes are prepared once and can be timed in any order and as often
+as wanted, so that a benchmark can interleave them with its own work (the
+machine state the fit sees is then the one the benchmark sees).
+
+The reps:
+
+* a collective, then one small slicewise kernel that restores the slice
+  shape (its price, from the compute fit, is taken off when fitting);
+* an einsum of each contraction pattern of
+  :func:`mesh_tf.lowering.einsum_kernels.einsum_pattern` (plain matmul,
+  batched, transposed operands or result) in the forms models issue, and
+  the two convolution kernels -- chained by control dependencies, so that
+  forms whose output is not their input's shape chain too;
+* an elementwise multiply (bytes) or a one-element multiply (the fixed
+  cost of a kernel inside a fused segment);
+* a collective and an independent einsum chain in one call, and each alone
+  (how much of the communication the compute hides: the overlap
+  efficiency);
+* whole training steps of a small reference graph at several depths
+  (:func:`reference_step`): their slope over compute records is what one
+  record of a lowered step costs to launch.
+
+TensorFlow is imported only inside the functions that touch devices.
+"""
+
+import math
+import statistics
+import time
+
+from costmodels.calibrate.fit import CalibrationError, Sample
+
+COLLECTIVES = ("allreduce", "allgather", "alltoall", "permute", "allsplit")
+
+
+def _tf():
+  from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=import-outside-toplevel
+  return tf
+
+
+class Probe:
+  """One prepared benchmark.
+
+  Attributes:
+    label: what it measures, for progress lines.
+    sample: the :class:`Sample` it yields, with ``seconds`` still 0.
+  """
+
+  def __init__(self, label, sample, fns, reps, sync):
+    self.label, self.sample = label, sample
+    self._fns, self._reps, self._sync = fns, reps, sync
+
+  def _call(self, fn):
+    t0 = time.perf_counter()
+    self._sync(fn())
+    return time.perf_counter() - t0
+
+  def warm(self):
+    """Traces, optimises and runs each function once."""
+    for f in self._fns:
+      self._call(f)
+
+  def once(self):
+    """Seconds of one rep: one call of the chain minus one empty call (run
+    back to back, so a burst of other work lands on both), over ``reps``."""
+    t = [self._call(f) for f in self._fns]
+    diff = t[0] - (t[1] if len(t) > 1 else 0.0)
+    return max(diff, 1e-9) / self._reps
+
+  def measured(self, times, statistic="median"):
+    """:attr:`sample` with the ``statistic`` (``"median"`` or ``"mean"``)
+    of ``times`` as its seconds."""
+    pick = {"median": statistics.median, "mean": statistics.fmean}
+    return self.sample._replace(seconds=pick[statistic](times))
+
+
+def _probe(label, sample, chain, inputs, reps, sync):
+  """A Probe timing ``chain()`` against a call returning copies of the
+  LaidOutTensor ``inputs``' slices."""
+  tf = _tf()
+
+  def empty():
+    return [tf.identity(t) for t in inputs.tensor_list]
+  fns = [tf.function(chain, autograph=False),
+         tf.function(empty, autograph=False)]
+  return Probe(label, sample, fns, reps, sync)
+
+
+def _variables(impl, slice_shape, dtype):
+  """A LaidOutTensor reading one zero-filled variable per device."""
+  from mesh_tf.lowering.mesh_impl import LaidOutTensor  # pylint: disable=import-outside-toplevel
+  tf = _tf()
+  vs = []
+  for d in impl.devices:
+    with tf.device(d):
+      vs.append(tf.Variable(tf.zeros(slice_shape, dtype), trainable=False))
+
+  class _Reader(LaidOutTensor):
+    __slots__ = ()
+
+    @property
+    def tensor_list(self):
+      return [v.value() for v in vs]
+  return _Reader(slice_shape, dtype)
+
+
+def _square(impl, x):
+  """A cheap real slicewise kernel on every device: ``x * x``.  (Not a
+  multiply by a constant: grappler folds a chain of those into one.)"""
+  return impl.slicewise(lambda t: t * t, x, slice_shape=x.slice_shape)
+
+
+def _reps_for(nbytes):
+  return 6 if nbytes <= 131072 else 3 if nbytes <= 1048576 else 2
+
+
+def _chain(impl, rep, x, reps):
+  def chain():
+    y = x
+    for _ in range(reps):
+      y = rep(y)
+    return list(y.tensor_list)
+  return chain
+
+
+def _contraction_chain(impl, kernel, a, b, out_shape, reps, flops):
+  """``reps`` contractions ``kernel(a, b)`` on every device, each after
+  the previous one (a control dependency, so that they neither overlap
+  nor fold, whatever their output shape)."""
+  tf = _tf()
+
+  def after(u, v, prev):
+    with tf.control_dependencies([prev]):
+      return kernel(tf.identity(u), v)
+
+  def chain():
+    y = impl.slicewise(kernel, a, b, slice_shape=out_shape, flops=flops,
+                       matmul=True)
+    for _ in range(reps - 1):
+      y = impl.slicewise(after, a, b, y, slice_shape=out_shape, flops=flops,
+                         matmul=True)
+    return list(y.tensor_list)
+  return chain
+
+
+def _einsum_kernel(eq):
+  return lambda u, v: _tf().einsum(eq, u, v)
+
+
+def _einsum_out_shape(eq, xs, ws):
+  ins, out = eq.split("->")
+  sizes = {}
+  for word, shape in zip(ins.split(","), (xs, ws)):
+    sizes.update(zip(word, shape))
+  return tuple(sizes[c] for c in out)
+
+
+def _conv_kernel(kind, ksize):
+  """``conv``: a 3-D VALID convolution of ``[n, d, h, w, c]`` by
+  ``[k, k, k, c, f]``; ``conv_filter``: its filter gradient from the input
+  and an output gradient."""
+  tf = _tf()
+  if kind == "conv":
+    return lambda x, w: tf.nn.convolution(x, w, padding="VALID")
+
+  def grad_filter(x, dy):
+    sizes = [ksize, ksize, ksize, int(x.shape[-1]), int(dy.shape[-1])]
+    return tf.raw_ops.Conv3DBackpropFilterV2(
+        input=x, filter_sizes=tf.constant(sizes, tf.int32), out_backprop=dy,
+        strides=[1] * 5, padding="VALID")
+  return grad_filter
+
+
+def conv_shapes(kind, n, s, c, f, k):
+  """``(input shape, second operand shape, output shape, flops)`` of the
+  conv probe ``kind`` on ``n`` volumes of side ``s`` (``c`` -> ``f``
+  channels, ``k``-cube filter), as the conv lowering counts FLOPs."""
+  o = s - k + 1
+  flops = 2 * n * o ** 3 * f * k ** 3 * c
+  if kind == "conv":
+    return (n, s, s, s, c), (k, k, k, c, f), (n, o, o, o, f), flops
+  return (n, s, s, s, c), (n, o, o, o, f), (k, k, k, c, f), flops
+
+
+def compute_probes(impl, plan, dtype, itemsize, sync):
+  """Probes of kernel launch, each einsum pattern, convolutions and
+  elementwise work, on ``impl``'s devices all at once."""
+  group = impl.size
+  out = []
+  x = _variables(impl, (1,), dtype)
+  out.append(_probe(f"kernel launch, {group} device(s)",
+                    Sample("launch", "", group, 2 * itemsize, 1.0, 0.0,
+                           dtype),
+                    _chain(impl, lambda y: _square(impl, y), x, 24), x, 24,
+                    sync))
+  for pattern, eq, xs, ws in plan.einsums:
+    a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
+    flops = einsum_flops(eq, xs, ws)
+    reps = 6 if flops <= 2e7 else 3
+    oshape = _einsum_out_shape(eq, xs, ws)
+    nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
+    out.append(_probe(
+        f"einsum {pattern} {eq}, {group} device(s)",
+        Sample("matmul", "", group, nbytes, float(flops), 0.0, dtype,
+               pattern=pattern),
+        _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape, reps,
+                           flops), a, reps, sync))
+  for kind, (n, s, c, f, k) in plan.convs:
+    xs, ws, oshape, flops = conv_shapes(kind, n, s, c, f, k)
+    a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
+    nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
+    out.append(_probe(
+        f"{kind} {n}x{s}^3x{c}->{f}, {group} device(s)",
+        Sample("matmul", "", group, nbytes, float(flops), 0.0, dtype,
+               pattern=kind),
+        _contraction_chain(impl, _conv_kernel(kind, k), a, b, oshape, 2,
+                           flops), a, 2, sync))
+  for nbytes in plan.elementwise_bytes:
+    x = _variables(impl, (nbytes // itemsize,), dtype)
+    reps = _reps_for(nbytes) * 2
+    out.append(_probe(
+        f"elementwise {nbytes // 1024} KiB, {group} device(s)",
+        Sample("elementwise", "", group, 2 * nbytes, nbytes // itemsize, 0.0,
+               dtype), _chain(impl, lambda y: _square(impl, y), x, reps),
+        x, reps, sync))
+  return out
+
+
+def einsum_flops(eq, xs, ws):
+  """``2 * prod(size of every letter)`` of a two-input einsum."""
+  ins, _ = eq.split("->")
+  sizes = {}
+  for word, shape in zip(ins.split(","), (xs, ws)):
+    sizes.update(zip(word, shape))
+  return 2 * math.prod(sizes.values())
+
+
+def dtype_probe(impl, plan, dtype, sync):
+  """One einsum of the plan's last plain-matmul form in ``dtype``, on one
+  device (its throughput relative to the first dtype's)."""
+  pattern, eq, xs, ws = [e for e in plan.einsums if e[0] == "matmul"][-1]
+  a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
+  flops = einsum_flops(eq, xs, ws)
+  oshape = _einsum_out_shape(eq, xs, ws)
+  return _probe(f"einsum {eq} {dtype}, 1 device",
+                Sample("matmul", "", 1, 0, float(flops), 0.0, dtype,
+                       pattern=pattern),
+                _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape, 2,
+                                   flops), a, 2, sync)
+
+
+def _collective_rep(impl, kind, axis, m, w):
+  """The rep of collective ``kind`` over ``axis`` on ``[m, w]`` slices, and
+  the (flops, bytes) of its shape-restoring kernel."""
+  tf = _tf()
+  p = impl.shape.dims[impl.shape.index(axis)].size
+  n_el = m * w
+  if kind == "allreduce":
+    return (lambda x: _square(impl, impl.allreduce(x, [axis])),
+            (n_el, 2 * n_el))
+  if kind == "allgather":
+    def rep(x):
+      y = impl.allconcat(x, axis, 0)
+      return impl.slicewise(lambda t: t[:m], y, slice_shape=(m, w), flops=0)
+    return rep, (0, (p + 1) * n_el)
+  if kind == "alltoall":
+    def rep(x):
+      y = impl.alltoall(x, axis, 0, 1)
+      return impl.slicewise(lambda t: tf.reshape(t, [m, w]), y,
+                            slice_shape=(m, w), flops=0)
+    return rep, (0, 2 * n_el)
+  if kind == "permute":
+    return (lambda x: _square(impl, impl.shift_by_n_processors(x, axis, 1,
+                                                              True)),
+            (n_el, 2 * n_el))
+  if kind == "allsplit":
+    def rep(x):
+      y = impl.allsplit(x, axis, 0)
+      return impl.slicewise(lambda t: tf.tile(t, [p, 1]), y,
+                            slice_shape=(m, w), flops=0)
+    return rep, (0, (1 + 1 / p) * n_el)
+  raise CalibrationError(f"unknown collective {kind!r}; use one of "
+                         f"{COLLECTIVES}")
+
+
+def slice_shape_for(nbytes, itemsize, p):
+  """``[m, w]`` with ``m * w * itemsize == nbytes`` (about) and ``m`` a
+  multiple of ``p``, as square as it allows."""
+  n = max(p, nbytes // itemsize)
+  w = max(1, 2 ** int(math.log2(math.sqrt(n))))
+  m = max(p, (n // w) // p * p)
+  return m, w
+
+
+def collective_probes(impl, axis, link, plan, dtype, itemsize, sync):
+  """Probes of every collective kind over ``axis`` at the plan's sizes."""
+  out = []
+  for kind in COLLECTIVES:
+    for nbytes in plan.collective_bytes:
+      m, w = slice_shape_for(nbytes, itemsize, axis.size)
+      x = _variables(impl, (m, w), dtype)
+      rep, (cflops, cbytes) = _collective_rep(impl, kind, axis.name, m, w)
+      reps = _reps_for(nbytes)
+      out.append(_probe(
+          f"{kind} {axis.name}={axis.size} {m * w * itemsize // 1024} KiB",
+          Sample(kind, axis.name, axis.size, m * w * itemsize, float(cflops),
+                 0.0, dtype, link, int(cbytes * itemsize)),
+          _chain(impl, rep, x, reps), x, reps, sync))
+  return out
+
+
+def overlap_probes(impl, axis, link, plan, dtype, itemsize, sync):
+  """Per (all-reduce size, compute size) of the plan: the all-reduce over
+  ``axis`` alone, an independent einsum chain alone, and both in one call
+  (TF may run them concurrently, as it does a gradient sync and the rest
+  of the backward pass).  Samples ``overlap_comm``/``overlap_compute``/
+  ``overlap_both``; ``flops`` names the compute size."""
+  out = []
+  pattern, eq, xs, ws = [e for e in plan.einsums if e[0] == "matmul"][-1]
+  oshape = _einsum_out_shape(eq, xs, ws)
+  flops = einsum_flops(eq, xs, ws)
+  a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
+  for nbytes in plan.overlap_bytes:
+    m, w = slice_shape_for(nbytes, itemsize, axis.size)
+    x = _variables(impl, (m, w), dtype)
+    for reps in plan.overlap_compute_reps:
+      comp = _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape,
+                                reps, flops)
+
+      def comm(x=x):
+        return list(impl.allreduce(x, [axis.name]).tensor_list)
+
+      def both(comp=comp, comm=comm):
+        return comm() + comp()
+      for what, fn in (("overlap_comm", comm), ("overlap_compute", comp),
+                       ("overlap_both", both)):
+        out.append(_probe(
+            f"{what[8:]} {axis.name}={axis.size} {nbytes // 1024} KiB, "
+            f"{reps} einsums", Sample(what, axis.name, axis.size, nbytes,
+                                      float(reps * flops), 0.0, dtype, link),
+            fn, x, 1, sync))
+  return out
+
+
+def _reference_build(layers, width):
+  """``build_fn`` of a small MLP-like training graph: einsums, relus,
+  residual adds and a mean, as models are made of, at sizes where compute
+  is negligible, so that its step time is what the lowering's records and
+  kernels cost to launch."""
+  def build(mesh):
+    import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+    x = mtf.import_tf_tensor(mesh, None, f"batch:8;d:{width}",
+                             dtype="float32", name="x")
+    h = x
+    for i in range(layers):
+      w = mtf.get_variable(mesh, f"w{i}", f"d:{width};e:{width}")
+      v = mtf.get_variable(mesh, f"v{i}", f"e:{width};d:{width}")
+      y = mtf.relu(mtf.einsum([h, w], f"batch:8;e:{width}"))
+      h = h + mtf.einsum([y, v], f"batch:8;d:{width}")
+    return mtf.reduce_mean(mtf.square(h)), [x]
+  return build
+
+
+def reference_step(devices, depth, width=8):
+  """``(step, input, records)``: the reference graph of ``depth`` layers as
+  a warmed-up training step replicated on ``devices``, its input value and
+  its number of compute records (from the shape-only lowering)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import costmodels  # pylint: disable=import-outside-toplevel
+  from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
+  n = len(devices)
+  step = training.make_train_step(_reference_build(depth, width), f"x:{n}",
+                                  "", devices, optimize.SgdOptimizer(0.01))
+  x = np.zeros((8, width), np.float32)
+  step(x).numpy()
+  records = len(costmodels.trace_graph(step.graph, f"x:{n}", "").compute)
+  return step, x, records
+
+
+def step_probes(devices, depths=(1, 4, 8), width=8):
+  """Probes ``step``: one training step of the reference graph at each
+  depth, replicated on every device, with ``flops`` holding its number of
+  compute records."""
+  out = []
+  for d in depths:
+    step, x, records = reference_step(devices, d, width)
+    out.append(Probe(f"reference step, {records} records",
+                     Sample("step", "", len(devices), 0, float(records), 0.0),
+                     [lambda step=step, x=x: step(x).numpy()], 1,
+                     lambda _: None))
+  return out

@@ -1,0 +1,72 @@
+"""Measured compute costs per contraction pattern: what calibration fits,
+and how a record of that pattern is priced.
+
+One dense peak per dtype prices every contraction alike, but on CPU the
+same FLOPs take an order of magnitude longer when TF must transpose an
+operand or the result around its matmul (about 10 against 145 GFLOP/s,
+measured at the zoo's sizes), and convolutions run their own kernels.  A
+calibrated :class:`~costmodels.hardware.ChipSpec` therefore carries one
+:class:`ComputeClassFit` per pattern it measured -- ``matmul``,
+``batched``, ``transposed``, ``product``, ``conv``, ``conv_filter``: the
+patterns of :data:`mesh_tf.lowering.einsum_kernels.PATTERNS`, which the
+lowering writes into each :class:`mesh_tf.ComputeRecord`, and
+``elementwise`` for every record that is not a contraction (memory-bound
+work shares the memory bandwidth across devices) -- and a record
+of that pattern takes, on each device while every device of the topology
+computes (so shared compute is in the fit), beyond the chip's launch cost
+
+    ``latency_s + flops / flops_per_s + bytes / bandwidth_bytes_per_s``
+
+(``bytes`` read and written; the bytes term is the transposes' copies).
+A record whose pattern has no fit (every preset) keeps the chip's roofline.
+
+Example:
+  >>> f = ComputeClassFit("transposed", 2e-6, 1e10, 4e9)
+  >>> round(f.time_s(1e8, 4e6) * 1e3, 3)   # 2 us + 10 ms + 1 ms
+  11.002
+"""
+
+import math
+from typing import NamedTuple
+
+from costmodels.errors import TopologyError
+
+
+class ComputeClassFit(NamedTuple):
+  """The measured speed of one contraction pattern per device, all the
+  topology's devices computing at once.
+
+  Attributes:
+    pattern: e.g. ``"transposed"`` (see the module docstring).
+    latency_s: fixed seconds per record beyond the chip's launch cost.
+    flops_per_s: FLOP/s of that pattern, in the calibration's dtype
+      (other dtypes scale by the chip's matmul peak ratio); ``inf`` where
+      the bytes term alone explains the timings (``elementwise``).
+    bandwidth_bytes_per_s: rate of the bytes term (``inf``: none).
+    rel_residual: RMS relative residual of the fit.
+    samples: timings it was fitted on.
+  """
+  pattern: str
+  latency_s: float
+  flops_per_s: float
+  bandwidth_bytes_per_s: float = math.inf
+  rel_residual: float = 0.0
+  samples: int = 0
+
+  def time_s(self, flops, nbytes, flops_scale=1.0):
+    """Seconds of one record alone; ``flops_scale`` multiplies the FLOP
+    rate (a dtype faster or slower than the calibrated one)."""
+    return (self.latency_s + flops / (self.flops_per_s * flops_scale)
+            + nbytes / self.bandwidth_bytes_per_s)
+
+
+def check_compute_fit(fit):
+  """``fit`` if its numbers are usable, else TopologyError naming them."""
+  if not (fit.flops_per_s > 0 and fit.bandwidth_bytes_per_s > 0
+          and fit.latency_s >= 0):
+    raise TopologyError(
+        f"compute fit of pattern {fit.pattern!r} needs flops_per_s > 0, "
+        f"bandwidth_bytes_per_s > 0 and latency_s >= 0, got "
+        f"{fit.flops_per_s!r}, {fit.bandwidth_bytes_per_s!r}, "
+        f"{fit.latency_s!r}; recalibrate")
+  return fit
