@@ -14,12 +14,13 @@ Reproduce (through the main benchmark):
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from mesh_tf.distributed import local
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MESH = "hosts:2;local:4"
@@ -44,23 +45,8 @@ def _build():
   return models.mlp(layers=4, batch=64, d_model=256, d_ff=1024, classes=64)
 
 
-def _free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  try:
-    for s in socks:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in socks]
-  finally:
-    for s in socks:
-      s.close()
-
-
 def _env():
-  env = dict(os.environ)
-  env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-  env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-  env.pop("TF_CONFIG", None)
-  return env
+  return local.worker_env(ROOT)
 
 
 def _client(addresses, topo_path, rounds, out_path):
@@ -104,17 +90,15 @@ def _client(addresses, topo_path, rounds, out_path):
 def run(rounds, quick, console):
   """Returns ``(name, rows)`` as ``cost_model_truth.run_model`` does."""
   from costmodels import calibrate as cal_lib
-  ports = _free_ports(2)
+  ports = local.free_ports(2)
   addresses = ",".join(f"127.0.0.1:{p}" for p in ports)
   tmp = tempfile.mkdtemp()
   procs = []
   try:
     for k in range(2):
-      log = open(os.path.join(tmp, f"worker{k}.log"), "wb")
-      procs.append(subprocess.Popen(
-          [sys.executable, "-m", "mesh_tf.worker", "--cluster", addresses,
-           "--task", str(k), "--cpu-devices", "4"], cwd=ROOT, env=_env(),
-          stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL))
+      procs.append(local.start_worker(
+          addresses.split(","), k, 4, os.path.join(tmp, f"worker{k}.log"),
+          root=ROOT))
     topo_path = os.path.join(tmp, "cluster.json")
     t0 = time.perf_counter()
     cal_lib.calibrate(topo_path, cluster=addresses, devices_per_task=4,
@@ -133,9 +117,7 @@ def run(rounds, quick, console):
       rows = [tuple(r) for r in json.load(f)]
     return f"mlp@{MESH}", rows
   finally:
-    for p in procs:
-      p.kill()
-      p.wait()
+    local.stop(procs)
 
 
 if __name__ == "__main__":
