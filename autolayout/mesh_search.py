@@ -224,7 +224,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, hint=None, overlap=True):
+                search=None, hint=None, overlap=True, max_axes_per_dim=None):
   """:func:`autolayout.solve.auto_layout`, which also answers without a
   mesh: ``mesh_shape=None`` (the default, as in ``mtf-layout solve``)
   searches every 1- and 2-axis mesh shape of the topology's chips, names
@@ -243,7 +243,10 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     return solve.auto_layout(graph, mesh_shape, outputs, topology,
                              memory_budget, objective, time_limit_s,
                              num_workers, seed, tie_break, solver_params,
-                             forbid, progress, search, hint, overlap)
+                             forbid, progress, search, hint, overlap,
+                             max_axes_per_dim)
+  if search is None and max_axes_per_dim is not None:
+    search = LayoutSearch(graph, outputs, max_axes_per_dim=max_axes_per_dim)
   topology = costmodels.get_topology(topology)
   results, table = auto_mesh_and_layout(
       graph, topology.num_chips, outputs, topology, memory_budget, objective,

@@ -44,8 +44,10 @@ class LayoutRules:
 
   Each dim maps to one mesh axis or to an ordered tuple of them (major
   first, see the module docstring).  Iterating, or :attr:`pairs`, gives
-  ``(dim, axis)`` pairs, one per mesh axis of a dim (in major-to-minor
-  order); :meth:`axes_dict` gives ``dim -> tuple of axes``.
+  one ``(dim, value)`` pair per ruled dim, sorted by dim: ``value`` is the
+  axis name, or the tuple of names of a multi-axis dim, so that
+  ``LayoutRules(rules.pairs) == rules``; :meth:`axes_dict` gives
+  ``dim -> tuple of axes`` for every ruled dim.
 
   Example:
     >>> convert_to_layout_rules("batch:rows;d_ff:cols")
@@ -82,8 +84,9 @@ class LayoutRules:
 
   @property
   def pairs(self):
-    """``(dim, axis)`` pairs, one per mesh axis of each dim."""
-    return tuple((d, a) for d, axes in self._rules for a in axes)
+    """``(dim, axis name or tuple of names)`` per ruled dim, sorted."""
+    return tuple((d, axes[0] if len(axes) == 1 else axes)
+                 for d, axes in self._rules)
 
   @property
   def rules(self):
@@ -92,7 +95,7 @@ class LayoutRules:
 
   def as_dict(self):
     """``dim -> axis name`` (a tuple of names for a multi-axis dim)."""
-    return {d: axes[0] if len(axes) == 1 else axes for d, axes in self._rules}
+    return dict(self.pairs)
 
   def axes_dict(self):
     """``dim -> tuple of mesh-axis names`` (major first)."""

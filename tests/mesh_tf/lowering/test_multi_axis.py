@@ -30,8 +30,9 @@ def test_rule_forms_agree_and_round_trip():
   assert mtf.convert_to_layout_rules(
       [("d_ff", "z"), ("batch", ["rows", "cols"])]) == r
   assert pickle.loads(pickle.dumps(r)) == r
-  # Pairs: one per mesh axis, major first.
-  assert list(r) == [("batch", "rows"), ("batch", "cols"), ("d_ff", "z")]
+  # Pairs: one per dim; a multi-axis dim's value is its tuple.
+  assert list(r) == [("batch", ("rows", "cols")), ("d_ff", "z")]
+  assert mtf.LayoutRules(r.pairs) == r and len(r) == 2
   # The order is the meaning: rows+cols is not cols+rows.
   assert r != mtf.convert_to_layout_rules("batch:cols+rows;d_ff:z")
 
