@@ -262,3 +262,29 @@ def test_transformer_train_step_with_multi_axis_batch_matches_one_device(
     losses[n] = [float(step(**values)) for _ in range(3)]
   np.testing.assert_allclose(losses[8], losses[1], rtol=2e-5, atol=2e-5)
   assert losses[8][-1] < losses[8][0]
+
+
+def test_topk_cumsum_slicing_and_gather_over_a_multi_axis_dim():
+  V = mtf.Dimension("v", 16)
+  kd = mtf.Dimension("kd", 8)
+  emb = RNG.randn(16, 4).astype(np.float32)
+  ids = RNG.randint(0, 16, size=(8,)).astype(np.int32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, XV, mtf.Shape([B, K]))
+    vals, idx = mtf.top_k(x, K, kd)
+    w = mtf.import_tf_tensor(mesh, emb, mtf.Shape([V, N]))
+    i = mtf.import_tf_tensor(mesh, ids, mtf.Shape([B]), dtype="int32")
+    return [vals, idx, mtf.cumsum(x, K), mtf.argmax(x, B),
+            mtf.gather(w, i, V), mtf.concat([x, x], K.name),
+            mtf.unstack(mtf.reshape(x, mtf.Shape([B, N, mtf.Dimension(
+                "two", 2)])), N)[1]]
+  check_multi_axis(build, [B, K, V, kd], limit=8)
+
+
+def test_unsupported_ops_refuse_a_multi_axis_dim_with_a_typed_error():
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, XV, mtf.Shape([B, K]))
+    return mtf.shift(x, 1, B, wrap=True)
+  with pytest.raises(mtf.MultiAxisDimError, match=r"b=8.*rows\+cols"):
+    run(build, "rows:2;cols:4", "b:rows+cols")
