@@ -174,3 +174,30 @@ def test_whole_slice_data_parallelism_on_the_slices_own_mesh():
   again = costmodels.evaluate(m.graph, "x:16;y:16", str(two.rules), topo,
                               outputs=m.outputs)
   assert math.isclose(again.step_time_s, two.step_time_s, rel_tol=1e-9)
+
+
+def test_hints_diffs_and_explain_name_multi_axis_rules():
+  from autolayout import plan as plan_lib
+  from autolayout import plan_diff
+  g, outs = _dp_mlp()
+  mesh = "rows:2;cols:4"
+  plan = plan_lib.make_plan(g, mesh, "batch:rows+cols", graphs.TOPOLOGY,
+                            outputs=outs)
+  res = autolayout.auto_layout(g, mesh, outs, graphs.TOPOLOGY,
+                               max_axes_per_dim=2, hint=plan)
+  assert res.rules == plan.rules
+  assert res.hint_report.kept == plan.rules and not res.hint_report.skipped
+  # Without multi-axis options the hinted rule does not exist there.
+  res1 = autolayout.auto_layout(g, mesh, outs, graphs.TOPOLOGY, hint=plan)
+  assert [s[0] for s in res1.hint_report.skipped] == ["batch"]
+  d = plan_diff.diff_rules(mtf.convert_to_layout_rules("batch:rows"),
+                           plan.rules, g, mesh, graphs.TOPOLOGY, outs)
+  [row] = d.rows
+  assert (row.name, row.a, row.b) == ("batch", "rows", ("rows", "cols"))
+  assert plan_diff._show(row.b) == "rows+cols"  # pylint: disable=protected-access
+  search = autolayout.LayoutSearch(g, outs, max_axes_per_dim=2)
+  table = autolayout.explain(search, mesh, res.rules, graphs.TOPOLOGY,
+                             time_limit_s=30)
+  [r] = table.to_dict("records")
+  assert r["axis"] == "rows+cols"
+  assert r["runner_up_axis"] in ("rows", "cols", None)
