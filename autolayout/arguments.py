@@ -177,12 +177,19 @@ def _check_forbid(forbid):
     pairs = None
   out = []
   for p in pairs if pairs is not None else [forbid]:
+    # The axis may be a tuple of names: one multi-axis option (x+y).
+    axis = p[1] if isinstance(p, (tuple, list)) and len(p) == 2 else None
+    if isinstance(axis, list):
+      axis = tuple(axis)
     if (pairs is None or not isinstance(p, (tuple, list)) or len(p) != 2
-        or not all(isinstance(s, str) for s in p)):
+        or not isinstance(p[0], str)
+        or not (isinstance(axis, str) or (
+            isinstance(axis, tuple) and axis
+            and all(isinstance(s, str) for s in axis)))):
       raise InvalidArgumentError(
           f"forbid={cm_args.echo(forbid, 120)} must be (dim, axis) pairs of "
           "names or a rules string, e.g. forbid=[('batch', 'data')]")
-    out.append((p[0], p[1]))
+    out.append((p[0], axis))
   return tuple(out)
 
 

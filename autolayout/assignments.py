@@ -1,26 +1,50 @@
 """Valid assignments of named dims to mesh axes.
 
 A *local assignment* of a scope (a tuple of dim names) gives each dim of the
-scope a mesh axis or None (not split).  It is valid when
+scope an *option*: a mesh-axis name, a tuple of several (a dim over several
+axes, major first, as the rule ``batch:x+y`` writes it) or None (not split).
+It is valid when
 
 * every split dim is splittable (no op marks it unsplittable) and its size is
-  divisible by the size of its axis, and
+  divisible by the product of its axes' sizes, and
 * no two dims that share a tensor anywhere in the graph share an axis.
 
 Mesh axes of size 1 are never used: splitting over them changes nothing.
+A multi-axis option lists its axes in mesh order: ``x+y`` and ``y+x`` form
+the same processor groups and cost the same, so the search tries one.
 A global layout is a local assignment of the scope of all dims.
 """
 
 import itertools
-from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
+import math
+from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple, Union
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.core.layout import LayoutRules
 
-Assignment = Tuple[Optional[str], ...]
+Option = Union[str, Tuple[str, ...]]
+Assignment = Tuple[Optional[Option], ...]
 
 MAX_LOCAL_ASSIGNMENTS = 250_000
+
+
+def option_axes(option):
+  """The mesh-axis names of an option (``()`` for None)."""
+  if option is None:
+    return ()
+  return (option,) if isinstance(option, str) else tuple(option)
+
+
+def option_key(option):
+  """A sort key over options (single axes, then tuples), since a str and a
+  tuple do not compare."""
+  return (len(option_axes(option)), option_axes(option))
+
+
+def option_text(option):
+  """How a rule writes an option: ``x`` or ``x+y``."""
+  return "+".join(option_axes(option))
 
 
 class DimSpace(NamedTuple):
@@ -29,7 +53,8 @@ class DimSpace(NamedTuple):
   Attributes:
     mesh_shape: the mesh Shape.
     sizes: dim name -> size.
-    options: dim name -> tuple of mesh-axis names the dim may map to.
+    options: dim name -> tuple of options the dim may take: mesh-axis
+      names, then tuples of several names (see the module docstring).
     conflicts: frozensets {a, b} of dim names that share some tensor.
     unsplittable: dim names some op cannot split.
   """
@@ -48,11 +73,17 @@ class DimSpace(NamedTuple):
     return tuple(a.name for a in self.mesh_shape if a.size > 1)
 
   def axis_size(self, axis):
-    return self.mesh_shape.get_dim_by_name(axis).size
+    """The number of blocks of an option: its axes' sizes multiplied."""
+    return math.prod(self.mesh_shape.get_dim_by_name(a).size
+                     for a in option_axes(axis))
 
 
-def dim_space(graph, mesh_shape):
+def dim_space(graph, mesh_shape, max_axes_per_dim=1):
   """The :class:`DimSpace` of ``graph`` on ``mesh_shape``.
+
+  ``max_axes_per_dim``: the most mesh axes one dim may split over; above 1
+  a dim may also take every ordered (mesh-order) tuple of up to that many
+  axes whose sizes' product divides it.
 
   Raises:
     ShapeError: if one dim name has two sizes in the graph.
@@ -74,9 +105,13 @@ def dim_space(graph, mesh_shape):
       for a, b in itertools.combinations(sorted(names), 2):
         conflicts.add(frozenset((a, b)))
   axes = [a for a in mesh_shape if a.size > 1]
+  tuples = [c for k in range(2, max(1, int(max_axes_per_dim)) + 1)
+            for c in itertools.combinations(axes, k)]
   options = {
       n: tuple(a.name for a in axes
                if n not in unsplittable and s % a.size == 0)
+      + tuple(tuple(a.name for a in c) for c in tuples
+              if n not in unsplittable and s % math.prod(a.size for a in c) == 0)
       for n, s in sizes.items()}
   return DimSpace(mesh_shape, sizes, options, frozenset(conflicts),
                   frozenset(unsplittable & set(sizes)))
@@ -112,8 +147,13 @@ def local_assignments(space, scope):
         "mesh with fewer axes")
   pairs = [(i, j) for i, j in itertools.combinations(range(len(scope)), 2)
            if frozenset((scope[i], scope[j])) in space.conflicts]
+  multi = any(not isinstance(o, str) for c in choices for o in c[1:])
   for combo in itertools.product(*choices):
-    if any(combo[i] is not None and combo[i] == combo[j] for i, j in pairs):
+    if multi:
+      if any(set(option_axes(combo[i])) & set(option_axes(combo[j]))
+             for i, j in pairs):
+        continue
+    elif any(combo[i] is not None and combo[i] == combo[j] for i, j in pairs):
       continue
     out.append(combo)
   return out
@@ -137,12 +177,12 @@ def restrict(scope, assignment, sub_scope):
   return tuple(assignment[pos[d]] for d in sub_scope)
 
 
-def all_layouts(graph, mesh_shape):
+def all_layouts(graph, mesh_shape, max_axes_per_dim=1):
   """Every valid global layout of ``graph`` on ``mesh_shape``, as LayoutRules.
 
   For brute-force checks on small graphs; the count grows exponentially with
   the number of dims.
   """
-  space = dim_space(graph, mesh_shape)
+  space = dim_space(graph, mesh_shape, max_axes_per_dim)
   scope = space.dims
   return [to_rules(scope, a) for a in local_assignments(space, scope)]

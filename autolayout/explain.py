@@ -18,6 +18,7 @@ import costmodels
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules, convert_to_layout_rules
+from autolayout import assignments
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import AutoLayoutError
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
@@ -52,7 +53,9 @@ def mirror_images(rules, groups):
     m = {}
     for g, p in zip(groups, choice):
       m.update(dict(zip(g, p)))
-    image = LayoutRules([(d, m.get(a, a)) for d, a in rules.pairs])
+    image = LayoutRules([(d, m.get(a, a) if isinstance(a, str)
+                          else tuple(m.get(x, x) for x in a))
+                         for d, a in rules.pairs])
     if set(image.pairs) != set(rules.pairs):
       out.add(image)
   return sorted(out, key=str)
@@ -136,12 +139,14 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
     except AutoLayoutError:
       alt = None
     rows.append({
-        "dim": dim, "axis": axis,
+        # A multi-axis option shows as it is written in rules: "x+y".
+        "dim": dim, "axis": assignments.option_text(axis),
         "step_time_s": report.step_time_s,
         "peak_memory_bytes": report.peak_memory_bytes,
         "without_step_time_s": r0.step_time_s if r0 else None,
         "without_peak_memory_bytes": r0.peak_memory_bytes if r0 else None,
-        "runner_up_axis": alt.rules.as_dict().get(dim) if alt else None,
+        "runner_up_axis": (assignments.option_text(alt.rules.as_dict()[dim])
+                           if alt and dim in alt.rules.as_dict() else None),
         "runner_up_rules": str(alt.rules) if alt else None,
         "runner_up_step_time_s": alt.step_time_s if alt else None,
         "runner_up_peak_memory_bytes": (alt.peak_memory_bytes

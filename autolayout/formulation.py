@@ -2,8 +2,10 @@ r"""The layout search as a CP-SAT integer program.
 
 Sets
   * :math:`D`: dim names; :math:`A`: mesh axes of size > 1;
-    :math:`A(d) \subseteq A`: axes dim :math:`d` may map to (divisible and
-    splittable).
+    :math:`A(d)`: the options of dim :math:`d`: axes of :math:`A`, and with
+    ``max_axes_per_dim`` > 1 ordered tuples of them, that divide it (and
+    only for splittable dims).  :math:`a \ni b` below: option :math:`a`
+    uses mesh axis :math:`b`.
   * :math:`\mathcal{S}`: *scope tables*, the maximal dim sets of the cost
     factors (see :mod:`autolayout.tables`); every factor's scope lies inside
     one table.  :math:`\Sigma(S)`: the valid local assignments of
@@ -13,8 +15,8 @@ Sets
     multisets merged, dominated ones dropped).
 
 Variables
-  * :math:`x_{d,a} \in \{0,1\}`: dim :math:`d` is split over axis :math:`a`
-    (created only for :math:`a \in A(d)`: divisibility and unsplittable dims).
+  * :math:`x_{d,a} \in \{0,1\}`: dim :math:`d` is split over option
+    :math:`a` (created only for :math:`a \in A(d)`).
   * :math:`y_{S,\sigma} \in \{0,1\}`: table :math:`S` takes local assignment
     :math:`\sigma`.  Repeated layers share tables, so the model grows with the
     number of distinct dim sets, not with depth.
@@ -23,8 +25,9 @@ Variables
 
 Constraints
   1. :math:`\sum_{a} x_{d,a} \le 1` for every :math:`d` (one axis per dim).
-  2. :math:`\sum_{d \in T} x_{d,a} \le 1` for every :math:`T \in \mathcal{T},
-     a \in A` (an axis splits at most one dim of a tensor).
+  2. :math:`\sum_{d \in T} \sum_{a \ni b} x_{d,a} \le 1` for every
+     :math:`T \in \mathcal{T}, b \in A` (an axis splits at most one dim of
+     a tensor, once).
   3. :math:`\sum_{\sigma} y_{S,\sigma} = 1` for every table.
   4. :math:`x_{d,a} = \sum_{\sigma \in \Sigma(S): \sigma(d) = a}
      y_{S,\sigma}` for every table :math:`S`, :math:`d \in S`, :math:`a`
@@ -60,9 +63,15 @@ TIME_UNITS_TOTAL = 10**12
 
 
 class DimAxis(NamedTuple):
-  """Key of :math:`x`: a dim name and a mesh-axis name."""
+  """Key of :math:`x`: a dim name and an option (a mesh-axis name, or a
+  tuple of names for a dim over several axes)."""
   dim: str
-  axis: str
+  axis: assignments.Option
+
+
+def dim_axis_order(k):
+  """A sort key of :class:`DimAxis` (options of mixed types)."""
+  return (k.dim, assignments.option_key(k.axis))
 
 
 class TableChoice(NamedTuple):
@@ -220,7 +229,8 @@ def add_tensor_axis_constraints(model, v, graph, space):
       continue
     seen.add(names)
     for a in space.axes:
-      xs = [v.x[DimAxis(d, a)] for d in names if DimAxis(d, a) in v.x]
+      xs = [v.x[DimAxis(d, o)] for d in names for o in space.options[d]
+            if a in assignments.option_axes(o)]
       if len(xs) > 1:
         model.add_at_most_one(xs)
 
@@ -239,7 +249,8 @@ def add_table_vars(model, v, tables):
       for sigma, y in zip(tb.choices, ys):
         if sigma[i] is not None:
           by_axis[sigma[i]].append(y)
-      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d}):
+      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d},
+                      key=assignments.option_key):
         x = v.x.get(DimAxis(d, a))
         terms = by_axis.get(a, [])
         if x is None:
@@ -364,7 +375,7 @@ def exposed_sync_value(spec, terms):
 def add_layout_exclusion(model, v, rules):
   r"""Adds :math:`\sum_{k \in Q} x_k - \sum_{k \notin Q} x_k \le |Q| - 1`:
   the answer is not exactly the layout ``Q`` = ``rules`` (a no-good)."""
-  mine = {DimAxis(d, a) for d, a in rules.pairs}
+  mine = {DimAxis(d, a) for d, a in rules.pairs}  # a: a name or a tuple
   if not mine <= set(v.x):
     return  # Q is not in the space: nothing to exclude
   model.add(sum(v.x[k] for k in mine)
@@ -410,5 +421,5 @@ def add_memory_constraints(model, v, steps, host, budget, with_peak):
 def tie_break_groups(v, chunk=50):
   """The :math:`x` in a fixed order, in chunks whose weights
   :math:`2^i` fit in 64-bit integers."""
-  keys = sorted(v.x)
+  keys = sorted(v.x, key=dim_axis_order)
   return tuple(tuple(keys[i:i + chunk]) for i in range(0, len(keys), chunk))

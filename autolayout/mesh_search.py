@@ -225,7 +225,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, hint=None, overlap=True):
+                search=None, hint=None, overlap=True, max_axes_per_dim=None):
   """:func:`autolayout.solve.auto_layout`, which also answers without a
   mesh: ``mesh_shape=None`` (the default, as in ``mtf-layout solve``)
   searches every 1- and 2-axis mesh shape of the topology's chips, names
@@ -233,7 +233,8 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   (:func:`physical_axis_names`), and returns the best result, whose
   ``meshes_tried`` lists every shape tried, best first, as ``(mesh,
   status, step_time_s or None)``.  ``tie_break``, ``solver_params``,
-  ``forbid`` and ``progress`` apply to a given mesh only.
+  ``forbid`` and ``progress`` apply to a given mesh only: with
+  ``mesh_shape=None`` they are an InvalidArgumentError.
 
   Example:
     >>> r = auto_layout(graph, topology="h100x8-nodes4")   # doctest: +SKIP
@@ -244,7 +245,8 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     return solve.auto_layout(graph, mesh_shape, outputs, topology,
                              memory_budget, objective, time_limit_s,
                              num_workers, seed, tie_break, solver_params,
-                             forbid, progress, search, hint, overlap)
+                             forbid, progress, search, hint, overlap,
+                             max_axes_per_dim)
   for name, value, default in (("tie_break", tie_break, ()),
                                ("solver_params", solver_params, None),
                                ("forbid", forbid, ()),
@@ -254,6 +256,8 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
           f"{name} applies to one given mesh, but mesh_shape is None (the "
           "mesh search); pass a mesh_shape such as 'data:8', or drop "
           f"{name} (auto_mesh_and_layout takes a per-mesh progress)")
+  if search is None and max_axes_per_dim is not None:
+    search = LayoutSearch(graph, outputs, max_axes_per_dim=max_axes_per_dim)
   topology = costmodels.get_topology(topology)
   results, table = auto_mesh_and_layout(
       graph, topology.num_chips, outputs, topology, memory_budget, objective,

@@ -22,7 +22,7 @@ from typing import Any, Optional, Tuple
 import costmodels
 from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
-from autolayout import plan_identity
+from autolayout import assignments, plan_identity
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +160,7 @@ class PlanDiff:
 
 
 def _show(v):
-  return "(not split)" if v is None else str(v)
+  return "(not split)" if v is None else assignments.option_text(v)
 
 
 def describe(delta):
@@ -205,14 +205,18 @@ def project_rules(rules, graph, mesh_shape):
   axes = {d.name: d.size for d in mesh_shape.dims}
   kept, dropped = [], []
   for dim, axis in rules.pairs:
+    names = assignments.option_axes(axis)  # several for a multi-axis dim
+    missing = [a for a in names if a not in axes]
+    n = math.prod(axes.get(a, 1) for a in names)
     if dim not in sizes:
       dropped.append((dim, axis, f"dim {dim!r} no longer exists"))
-    elif axis not in axes:
-      dropped.append((dim, axis, f"mesh axis {axis!r} is not in the mesh"))
-    elif any(s % axes[axis] for s in sizes[dim]):
-      size = next(s for s in sorted(sizes[dim]) if s % axes[axis])
-      dropped.append((dim, axis, f"{axis}={axes[axis]} does not divide "
-                      f"{dim}={size}"))
+    elif missing:
+      dropped.append((dim, axis, f"mesh axis {missing[0]!r} is not in the "
+                      "mesh"))
+    elif any(s % n for s in sizes[dim]):
+      size = next(s for s in sorted(sizes[dim]) if s % n)
+      dropped.append((dim, axis, f"{assignments.option_text(axis)}={n} does "
+                      f"not divide {dim}={size}"))
     elif dim in unsplittable:
       dropped.append((dim, axis, f"op {unsplittable[dim]} cannot split "
                       f"{dim!r}"))
@@ -223,7 +227,8 @@ def project_rules(rules, graph, mesh_shape):
 
 def _pairs(rules, dims):
   """``"batch:data;d_ff:-"``: the rules of ``dims`` (``-``: not split)."""
-  return ";".join(f"{d}:{rules.get(d) or '-'}" for d in dims)
+  return ";".join(f"{d}:{assignments.option_text(rules.get(d)) or '-'}"
+                  for d in dims)
 
 
 def _short(err):

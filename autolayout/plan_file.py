@@ -132,12 +132,19 @@ def plan_from_json_dict(data, where="<dict>"):
   topology, preset = _read_topology(rd, rd.get(data, "topology", dict, ""))
   rules = rd.get(data, "rules", dict, "")
   for dim, axis in rules.items():
-    if not isinstance(axis, str):
-      rd.fail(f"rule {dim!r} must map to a mesh axis name, got {axis!r}")
-    if axis not in axis_names:
-      rd.fail(f"rule {dim}:{axis} names mesh axis {axis!r}, which the plan's"
-              f" mesh {mesh_str(mesh_shape)} does not have; use one of "
-              f"{axis_names}")
+    # A dim over several mesh axes is a list of names, major first.
+    names = axis if isinstance(axis, list) else [axis]
+    if not names or not all(isinstance(a, str) for a in names):
+      rd.fail(f"rule {dim!r} must map to a mesh axis name or a list of "
+              f"them, got {axis!r}")
+    for a in names:
+      if a not in axis_names:
+        rd.fail(f"rule {dim}:{'+'.join(names)} names mesh axis {a!r}, which "
+                f"the plan's mesh {mesh_str(mesh_shape)} does not have; use "
+                f"one of {axis_names}")
+    if len(set(names)) != len(names):
+      rd.fail(f"rule {dim}:{'+'.join(names)} lists a mesh axis twice; list "
+              "each axis once")
     if dim not in dims:
       rd.fail(f"rule {dim}:{axis} names dim {dim!r}, which model "
               f"{ident.name!r} does not have (its dims: {sorted(dims)})")

@@ -90,6 +90,10 @@ class LayoutSearch:
     graph: the mtf Graph.
     outputs: tensors whose values the step returns (kept live to the end);
       None: every tensor no op reads.
+    max_axes_per_dim: the most mesh axes one dim may split over (1: one
+      axis per dim; 2 on mesh ``x:16;y:16`` also lets ``batch`` take
+      ``x+y``, data parallelism over the whole slice).  More options make
+      the tables and the program larger (see :mod:`autolayout.assignments`).
 
   Example:
     >>> search = LayoutSearch(graph, [loss])             # doctest: +SKIP
@@ -100,8 +104,10 @@ class LayoutSearch:
   """
 
   def __init__(self, graph, outputs=None, microbatches=None,
-               memory_reserve_fraction=None):
+               memory_reserve_fraction=None, max_axes_per_dim=1):
     self.graph = cm_args.check_graph(graph)
+    self.max_axes_per_dim = arguments.check_count(
+        max_axes_per_dim, "max_axes_per_dim", 1, 8, 1)
     self.outputs = _outputs(graph, cm_args.check_outputs(graph, outputs))
     # A mesh_tf.microbatch.MicrobatchPlan: per-microbatch work priced k times.
     self.microbatches = microbatches
@@ -148,7 +154,8 @@ class LayoutSearch:
     topo = costmodels.get_topology(topology)
     graph, outputs = self.graph, self.outputs
     space = self._part("space", mesh_shape, topo,
-                       lambda: assignments.dim_space(graph, mesh_shape))
+                       lambda: assignments.dim_space(
+                           graph, mesh_shape, self.max_axes_per_dim))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
         self.microbatches, deadline))
@@ -218,9 +225,9 @@ def _check_deadline(deadline, what):
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,
-                  need_peak=False, overlap=True):
+                  need_peak=False, overlap=True, max_axes_per_dim=1):
   """:meth:`LayoutSearch.problem` of a new search of ``graph``."""
-  return LayoutSearch(graph, outputs).problem(mesh_shape, topology,
+  return LayoutSearch(graph, outputs, max_axes_per_dim=max_axes_per_dim).problem(mesh_shape, topology,
                                               memory_budget, need_peak,
                                               overlap)
 
@@ -373,7 +380,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
 
 def rules_of(x):
   """LayoutRules from the values of :math:`x`."""
-  return LayoutRules([(k.dim, k.axis) for k, val in sorted(x.items()) if val])
+  return LayoutRules([(k.dim, k.axis) for k, val in x.items() if val])
 
 
 def _model_size(problem):
@@ -407,7 +414,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 time_limit_s=DEFAULT_TIME_LIMIT_S,
                 num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                 tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, hint=None, overlap=True):
+                search=None, hint=None, overlap=True, max_axes_per_dim=None):
   """Finds the layout rules that minimise predicted step time.
 
   Args:
@@ -447,6 +454,9 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     overlap: hide gradient syncs under the rest of the backward pass, as
       :func:`costmodels.evaluate` does (the objective is the exposed step
       time); False prices every collective in full.
+    max_axes_per_dim: the most mesh axes one dim may split over (rules
+      such as ``batch:x+y``; see :class:`LayoutSearch`); None: 1, or
+      ``search``'s own.
 
   Returns:
     A :class:`LayoutResult`; ``status`` is "optimal" when proven.
@@ -466,7 +476,8 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     'batch:data;d_ff:model;heads:model'
   """
   if search is None:
-    search = LayoutSearch(graph, outputs)
+    search = LayoutSearch(graph, outputs, max_axes_per_dim=(
+        1 if max_axes_per_dim is None else max_axes_per_dim))
   elif not isinstance(search, LayoutSearch):
     raise InvalidArgumentError(
         f"search must be a LayoutSearch, got {type(search).__name__}; pass "
@@ -480,6 +491,11 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
         "auto_layout was given outputs that differ from its LayoutSearch's "
         f"{[t.name for t in search.outputs]}; pass outputs=None, or "
         "search=LayoutSearch(graph, outputs)")
+  elif max_axes_per_dim not in (None, search.max_axes_per_dim):
+    raise InvalidArgumentError(
+        f"max_axes_per_dim={max_axes_per_dim!r} differs from the given "
+        f"search's {search.max_axes_per_dim}; pass it to "
+        "LayoutSearch(graph, outputs, max_axes_per_dim=...) instead")
   return search.solve(mesh_shape, topology, memory_budget, objective,
                       time_limit_s, num_workers, seed, tie_break,
                       solver_params, forbid, progress, hint, overlap)
@@ -513,9 +529,14 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
                            need_peak="memory" in phases, overlap=overlap,
                            deadline=t0 + time_limit_s)
   for dim, axis in forbid:
-    var = problem.form.vars.x.get(formulation.DimAxis(dim, axis))
-    if var is not None:
-      problem.form.model.add(var == 0)
+    # dim:axis forbids every option of the dim using that axis; dim:x+y
+    # forbids that one option.
+    banned = assignments.option_axes(axis)
+    for k, var in problem.form.vars.x.items():
+      if k.dim == dim and (
+          banned == assignments.option_axes(k.axis) if len(banned) > 1
+          else banned[0] in assignments.option_axes(k.axis)):
+        problem.form.model.add(var == 0)
   for rules in exclude:
     formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
                                      rules)

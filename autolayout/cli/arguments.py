@@ -98,6 +98,10 @@ def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                    help="minimise step time (default), the latency of a "
                    "one-token decoding step, communication time or peak "
                    "memory")
+    s.add_argument("--max-axes-per-dim", type=int, default=1, metavar="N",
+                   help="let one dim split over up to N mesh axes, written "
+                   "batch:x+y (data parallelism over a whole 2-D slice on "
+                   "its own mesh); default 1: one axis per dim")
     s.add_argument("--time-limit", type=float, default=60.0, metavar="S",
                    help="CP-SAT time limit in seconds (default 60)")
     s.add_argument("--workers", type=int, default=2,

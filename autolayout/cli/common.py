@@ -3,9 +3,12 @@ and topology once, solving with one :class:`~autolayout.LayoutSearch` per
 model, the header lines, the JSON model record and the rules, memory, axes
 and summary tables of one layout."""
 
+import math
+
 import pandas as pd
 
 import costmodels
+from autolayout import assignments
 from autolayout.solve import LayoutSearch, auto_layout
 from autolayout.cli import inputs
 from autolayout.cli import output as out
@@ -27,7 +30,8 @@ class Setup:
     self.overlap = getattr(args, "overlap", True)
     self.search = LayoutSearch(
         self.model.graph, self.model.outputs,
-        memory_reserve_fraction=inputs.memory_reserve(args))
+        memory_reserve_fraction=inputs.memory_reserve(args),
+        max_axes_per_dim=getattr(args, "max_axes_per_dim", 1))
 
 
 def mesh_of(args, topology):
@@ -99,9 +103,12 @@ def _rules_frame(report):
     for d in t.shape.dims:
       sizes[d.name] = d.size
   mesh = {d.name: d.size for d in report.mesh_shape.dims}
-  rows = [{"dim": d, "size": sizes.get(d), "mesh axis": a,
-           "axis size": mesh[a], "per device": sizes.get(d, 0) // mesh[a]}
-          for d, a in report.layout_rules.pairs]
+  rows = []
+  for d, a in report.layout_rules.pairs:
+    n = math.prod(mesh[x] for x in assignments.option_axes(a))
+    rows.append({"dim": d, "size": sizes.get(d),
+                 "mesh axis": assignments.option_text(a), "axis size": n,
+                 "per device": sizes.get(d, 0) // n})
   return pd.DataFrame(rows, columns=["dim", "size", "mesh axis", "axis size",
                                      "per device"])
 

@@ -34,8 +34,8 @@ def dim_axes(plan, entry):
     ExportError: if the plan's rules cannot lay the tensor out.
   """
   names = plan.mesh_shape.dimension_names
-  return tuple(() if a is None else (names[a],)
-               for a in _layout(plan, entry))
+  return tuple(tuple(names[a] for a in axes)
+               for axes in _layout(plan, entry).tensor_axis_to_mesh_axes)
 
 
 def slice_shape(plan, entry):

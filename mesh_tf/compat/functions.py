@@ -60,11 +60,11 @@ def anonymize(x):
 
 def tensor_dim_to_mesh_dim_size(layout, mesh_shape, tensor_dim):
   """The size of the mesh axis that ``tensor_dim`` is split over (1 if
-  none)."""
+  none; the product of the sizes for a dim over several axes)."""
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-  axis = convert_to_layout_rules(layout).tensor_dimension_to_mesh_axis(
+  axes = convert_to_layout_rules(layout).tensor_dimension_to_mesh_axes(
       dims_lib.convert_to_dimension(tensor_dim), mesh_shape)
-  return 1 if axis is None else mesh_shape[axis].size
+  return math.prod(mesh_shape[a].size for a in axes)
 
 
 def tensor_dim_to_size_per_split(layout, mesh_shape, tensor_dim):

@@ -284,9 +284,8 @@ class _SlicewiseGradOperation(Operation):
     laid = impl.slicewise(kernel, *[lowering.laid_out(t)
                                     for t in list(fwd.inputs) + [self.inputs[-1]]],
                           shape=x.shape, dtype=x.dtype)
-    missing = [impl.tensor_dimension_to_mesh_axis(d) for d in out_shape
-               if d.name not in x.shape]
-    axes = [a for a in missing if a is not None and impl.shape[a].size > 1]
+    axes = list(impl.split_axes([d for d in out_shape
+                                 if d.name not in x.shape]))
     lowering.set_tensor_lowering(
         self.outputs[0], LazyAllreduceSum(impl, laid, axes) if axes else laid)
 

@@ -7,6 +7,7 @@ from mesh_tf.core.errors import (DimMappedTwiceError, DTypeError, FeedError,
                                  IndivisibleDimError, InvalidArgumentError,
                                  LayoutError,
                                  MeshAxisReuseError, MeshSizeError, MtfError,
+                                 MultiAxisDimError,
                                  ParseError, ShapeError, UnknownNameError,
                                  UnsplittableDimError)
 from mesh_tf.core.mesh_shape import MeshShape, convert_to_mesh_shape

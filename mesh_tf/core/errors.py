@@ -43,6 +43,11 @@ class UnsplittableDimError(LayoutError):
   """An operation's unsplittable dim is split by the layout."""
 
 
+class MultiAxisDimError(LayoutError):
+  """A dim split over several mesh axes reached code that handles one axis
+  per dim (a single-axis accessor, or an op that cannot lower it)."""
+
+
 class MeshSizeError(MtfError):
   """The mesh size does not equal the number of devices given."""
 

@@ -1,140 +1,309 @@
-"""Layout rules (tensor dim name -> mesh axis name) and tensor layouts."""
+"""Layout rules (tensor dim name -> mesh axes) and tensor layouts.
 
-from typing import NamedTuple, Optional, Tuple
+A rule maps a tensor dim to one mesh axis (``"batch:rows"``) or to an ordered
+tuple of mesh axes (``"batch:rows+cols"``), as JAX writes
+``P(('rows', 'cols'))``: the dim is split into ``rows * cols`` blocks, and the
+processor at coordinates ``(r, c)`` holds block ``r * cols + c``.  The first
+axis is the major one.
+"""
+
+import math
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import (DimMappedTwiceError, IndivisibleDimError,
-                                 MeshAxisReuseError, UnknownNameError)
+                                 MeshAxisReuseError, MultiAxisDimError,
+                                 ParseError, UnknownNameError)
+
+
+def _axes_of(dim, value):
+  """The tuple of mesh-axis names of one rule's value.
+
+  ``value`` is an axis name, ``"a+b"`` (several axes, major first) or a
+  tuple/list of names.
+  """
+  if isinstance(value, str):
+    axes = tuple(value.split("+"))
+  else:
+    axes = tuple(str(a) for a in value)
+  if not axes or any(not a for a in axes):
+    raise ParseError(
+        f"layout rule for tensor dim {dim!r} has mesh axes {value!r}; write "
+        f"one axis ({dim}:rows) or several joined by '+' ({dim}:rows+cols)")
+  seen = set()
+  for a in axes:
+    if a in seen:
+      raise MeshAxisReuseError(
+          f"layout rule {dim}:{'+'.join(axes)} uses mesh axis {a!r} twice; "
+          "a dim splits over each mesh axis at most once, so list it once")
+    seen.add(a)
+  return axes
 
 
 class LayoutRules:
-  """Global rules mapping tensor dim names to mesh axis names.
+  """Global rules mapping tensor dim names to mesh axes.
+
+  Each dim maps to one mesh axis or to an ordered tuple of them (major
+  first, see the module docstring).  Iterating, or :attr:`pairs`, gives
+  one ``(dim, value)`` pair per ruled dim, sorted by dim: ``value`` is the
+  axis name, or the tuple of names of a multi-axis dim, so that
+  ``LayoutRules(rules.pairs) == rules``; :meth:`axes_dict` gives
+  ``dim -> tuple of axes`` for every ruled dim.
 
   Example:
     >>> convert_to_layout_rules("batch:rows;d_ff:cols")
     LayoutRules[batch:rows, d_ff:cols]
+    >>> convert_to_layout_rules("batch:rows+cols").axes_dict()
+    {'batch': ('rows', 'cols')}
+
+  Raises:
+    DimMappedTwiceError: the rules map one dim to two different values.
+    MeshAxisReuseError: one rule lists a mesh axis twice.
   """
-  __slots__ = ("_pairs",)
+  __slots__ = ("_rules",)
 
   def __init__(self, pairs=()):
-    pairs = tuple(sorted(set((str(a), str(b)) for a, b in pairs)))
-    seen = {}
-    for dim, axis in pairs:
-      if dim in seen:
+    rules = {}
+    for dim, value in pairs:
+      dim = str(dim)
+      axes = _axes_of(dim, value)
+      if dim in rules and rules[dim] != axes:
         raise DimMappedTwiceError(
             f"layout rules map tensor dim {dim!r} to both mesh axis "
-            f"{seen[dim]!r} and {axis!r}; a dim maps to at most one mesh axis, "
-            "so keep one rule for it")
-      seen[dim] = axis
-    object.__setattr__(self, "_pairs", pairs)
+            f"{'+'.join(min(rules[dim], axes))!r} and "
+            f"{'+'.join(max(rules[dim], axes))!r}; a dim maps to at most one "
+            "mesh axis, so keep one rule for it (to split it over several "
+            f"axes, write one rule {dim}:{'+'.join(rules[dim] + axes)})")
+      rules[dim] = axes
+    object.__setattr__(self, "_rules", tuple(sorted(rules.items())))
 
   def __setattr__(self, name, value):
     raise AttributeError("LayoutRules is immutable")
 
   def __reduce__(self):
-    return (LayoutRules, (self._pairs,))
+    return (LayoutRules, (self._rules,))
 
   @property
   def pairs(self):
-    return self._pairs
+    """``(dim, axis name or tuple of names)`` per ruled dim, sorted."""
+    return tuple((d, axes[0] if len(axes) == 1 else axes)
+                 for d, axes in self._rules)
+
+  @property
+  def rules(self):
+    """``(dim, tuple of axes)`` per ruled dim, sorted by dim."""
+    return self._rules
 
   def as_dict(self):
-    return dict(self._pairs)
+    """``dim -> axis name`` (a tuple of names for a multi-axis dim)."""
+    return dict(self.pairs)
+
+  def axes_dict(self):
+    """``dim -> tuple of mesh-axis names`` (major first)."""
+    return dict(self._rules)
+
+  def mesh_axes_of(self, dim_name):
+    """The mesh-axis names that ``dim_name`` splits over; () if none."""
+    return dict(self._rules).get(dim_name, ())
+
+  @property
+  def is_multi_axis(self):
+    """True if some dim splits over more than one mesh axis."""
+    return any(len(axes) > 1 for _, axes in self._rules)
 
   def __iter__(self):
-    return iter(self._pairs)
+    return iter(self.pairs)
 
   def __len__(self):
-    return len(self._pairs)
+    return len(self.pairs)
 
   def __eq__(self, other):
-    return isinstance(other, LayoutRules) and self._pairs == other._pairs
+    return isinstance(other, LayoutRules) and self._rules == other._rules
 
   def __hash__(self):
-    return hash(self._pairs)
+    return hash(self._rules)
 
   def __repr__(self):
-    return "LayoutRules[" + ", ".join(f"{a}:{b}" for a, b in self._pairs) + "]"
+    return "LayoutRules[" + ", ".join(
+        f"{d}:{'+'.join(axes)}" for d, axes in self._rules) + "]"
 
   def __str__(self):
-    return ";".join(f"{a}:{b}" for a, b in self._pairs)
+    return ";".join(f"{d}:{'+'.join(axes)}" for d, axes in self._rules)
+
+  def tensor_dimension_to_mesh_axes(self, tensor_dimension, mesh_shape):
+    """Indices of the mesh axes ``tensor_dimension`` splits over (major
+    first); () if it is not split.
+
+    Raises:
+      UnknownNameError: if the rule names a mesh axis not in ``mesh_shape``.
+    """
+    axes = self.mesh_axes_of(tensor_dimension.name)
+    if not axes:
+      return ()
+    mesh_shape = dims_lib.convert_to_shape(mesh_shape)
+    for axis in axes:
+      if axis not in mesh_shape:
+        raise UnknownNameError(
+            f"layout rule {tensor_dimension.name}:{'+'.join(axes)} names "
+            f"mesh axis {axis!r}, which is not in mesh {mesh_shape!r}; use "
+            f"one of {mesh_shape.dimension_names}")
+    return tuple(mesh_shape.index(a) for a in axes)
 
   def tensor_dimension_to_mesh_axis(self, tensor_dimension, mesh_shape):
     """Index of the mesh axis that ``tensor_dimension`` maps to, or None.
 
     Raises:
       UnknownNameError: if the rule names a mesh axis not in ``mesh_shape``.
+      MultiAxisDimError: if the dim splits over several mesh axes (ask
+        :meth:`tensor_dimension_to_mesh_axes`).
     """
-    axis = self.as_dict().get(tensor_dimension.name)
-    if axis is None:
-      return None
-    mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-    if axis not in mesh_shape:
-      raise UnknownNameError(
-          f"layout rule {tensor_dimension.name}:{axis} names mesh axis "
-          f"{axis!r}, which is not in mesh {mesh_shape!r}; use one of "
-          f"{mesh_shape.dimension_names}")
-    return mesh_shape.index(axis)
+    axes = self.tensor_dimension_to_mesh_axes(tensor_dimension, mesh_shape)
+    return _single(axes, f"dim {tensor_dimension}", self.mesh_axes_of(
+        tensor_dimension.name))
 
   def tensor_layout(self, tensor_shape, mesh_shape, tensor_name=None):
     """The :class:`TensorLayout` of a tensor of ``tensor_shape``.
 
     Raises:
       MeshAxisReuseError: two dims of the tensor map to the same mesh axis.
-      IndivisibleDimError: a dim's size is not divisible by its axis size.
+      IndivisibleDimError: a dim's size is not divisible by the product of
+        its mesh axes' sizes.
     """
     return _tensor_layout(self, dims_lib.convert_to_shape(tensor_shape),
                           dims_lib.convert_to_shape(mesh_shape), tensor_name)
 
 
+def _single(axes, what, names=()):
+  if not axes:
+    return None
+  if len(axes) > 1:
+    names = "+".join(map(str, names or axes))
+    raise MultiAxisDimError(
+        f"{what} splits over several mesh axes ({names}), "
+        "but this code handles one mesh axis per dim; use the multi-axis "
+        "accessor (tensor_dimension_to_mesh_axes / "
+        "tensor_axis_to_mesh_axes), or split the dim over one axis")
+  return axes[0]
+
+
 def _tensor_layout(rules, shape, mesh_shape, tensor_name):
   what = f"tensor {tensor_name!r}" if tensor_name else f"a tensor of {shape!r}"
-  axes, used = [], {}
+  out, used = [], {}
   for d in shape:
-    a = rules.tensor_dimension_to_mesh_axis(d, mesh_shape)
-    if a is not None:
-      md = mesh_shape[a]
+    axes = rules.tensor_dimension_to_mesh_axes(d, mesh_shape)
+    for a in axes:
       if a in used:
         raise MeshAxisReuseError(
             f"{what} has dims {used[a]} and {d} that both map to mesh axis "
-            f"{md}; a mesh axis can split at most one dim of a tensor, so "
-            f"drop the rule for {used[a].name!r} or {d.name!r}")
-      if d.size % md.size:
+            f"{mesh_shape[a]}; a mesh axis can split at most one dim of a "
+            f"tensor, so drop the rule for {used[a].name!r} or {d.name!r}")
+      used[a] = d
+    n = math.prod(mesh_shape[a].size for a in axes)
+    if axes and d.size % n:
+      names = "+".join(mesh_shape[a].name for a in axes)
+      if len(axes) == 1:
+        md = mesh_shape[axes[0]]
         raise IndivisibleDimError(
             f"{what} has dim {d}, which is not divisible by mesh axis {md}; "
             f"change the rule {d.name}:{md.name} or make {d.name!r} a "
             f"multiple of {md.size}")
-      used[a] = d
-    axes.append(a)
-  return TensorLayout(tuple(axes))
+      raise IndivisibleDimError(
+          f"{what} has dim {d}, which is not divisible by mesh axes "
+          f"{' * '.join(str(mesh_shape[a]) for a in axes)} = {n}; change the "
+          f"rule {d.name}:{names} (fewer axes) or make {d.name!r} a "
+          f"multiple of {n}")
+    out.append(axes)
+  return TensorLayout.from_axes(out)
 
 
-class TensorLayout(NamedTuple):
-  """For each tensor dim, the index of its mesh axis or None."""
-  tensor_axis_to_mesh_axis: Tuple[Optional[int], ...]
+def _normalise(entry):
+  if entry is None:
+    return ()
+  if isinstance(entry, int):
+    return (entry,)
+  return tuple(int(a) for a in entry)
+
+
+class TensorLayout:
+  """For each tensor dim, the mesh-axis indices it splits over.
+
+  Built from one entry per dim: None (replicated), a mesh-axis index, or a
+  tuple of indices (major first).  :attr:`tensor_axis_to_mesh_axes` gives
+  the tuples (``()`` = replicated); the original Mesh TF accessors
+  (:attr:`tensor_axis_to_mesh_axis`, iteration, indexing,
+  :meth:`mesh_axis_to_tensor_axis`) give one index or None per dim and
+  raise :class:`MultiAxisDimError` on a dim over several axes, except
+  :meth:`mesh_axis_to_tensor_axis`, which is well defined for any layout.
+  """
+  __slots__ = ("_axes",)
+
+  def __init__(self, tensor_axis_to_mesh_axis):
+    if isinstance(tensor_axis_to_mesh_axis, TensorLayout):
+      tensor_axis_to_mesh_axis = tensor_axis_to_mesh_axis._axes
+    object.__setattr__(self, "_axes", tuple(
+        _normalise(e) for e in tensor_axis_to_mesh_axis))
+
+  @classmethod
+  def from_axes(cls, axes):
+    """A layout from one tuple of mesh-axis indices per dim."""
+    return cls(tuple(tuple(a) for a in axes))
+
+  def __setattr__(self, name, value):
+    raise AttributeError("TensorLayout is immutable")
+
+  def __reduce__(self):
+    return (TensorLayout, (self._axes,))
+
+  def __eq__(self, other):
+    return isinstance(other, TensorLayout) and self._axes == other._axes
+
+  def __hash__(self):
+    return hash(self._axes)
+
+  def __repr__(self):
+    if self.is_multi_axis:
+      return f"TensorLayout(tensor_axis_to_mesh_axes={self._axes!r})"
+    return ("TensorLayout(tensor_axis_to_mesh_axis="
+            f"{self.tensor_axis_to_mesh_axis!r})")
+
+  @property
+  def tensor_axis_to_mesh_axes(self):
+    """For each tensor dim, the tuple of its mesh-axis indices (major
+    first; ``()`` if the dim is replicated)."""
+    return self._axes
+
+  @property
+  def is_multi_axis(self):
+    """True if some dim splits over more than one mesh axis."""
+    return any(len(a) > 1 for a in self._axes)
+
+  @property
+  def tensor_axis_to_mesh_axis(self):
+    """For each tensor dim, its mesh-axis index or None (Mesh TF's field).
+
+    Raises:
+      MultiAxisDimError: if a dim splits over several mesh axes.
+    """
+    return tuple(_single(a, f"tensor axis {i}") for i, a in
+                 enumerate(self._axes))
 
   def __len__(self):
-    return len(self.tensor_axis_to_mesh_axis)
+    return len(self._axes)
 
   def __iter__(self):
     return iter(self.tensor_axis_to_mesh_axis)
 
   def __getitem__(self, i):
-    return self.tensor_axis_to_mesh_axis[i]
-
-  def __reduce__(self):
-    # NamedTuple's default pickling uses iter(self), which yields the axes.
-    return (TensorLayout, (self.tensor_axis_to_mesh_axis,))
+    return _single(self._axes[i], f"tensor axis {i}")
 
   @property
   def is_fully_replicated(self):
     """True if no dim is split (Mesh TF's property)."""
-    return all(a is None for a in self.tensor_axis_to_mesh_axis)
+    return not any(self._axes)
 
   def slice_sizes(self, tensor_shape, mesh_shape):
     """The per-processor slice of a tensor of ``tensor_shape`` (a Shape)
     under this layout on ``mesh_shape``, as a tuple of sizes: each split
-    dim divided by its mesh axis' size.
+    dim divided by the product of its mesh axes' sizes.
 
     Example:
       >>> from mesh_tf.core.dims import convert_to_shape
@@ -142,26 +311,28 @@ class TensorLayout(NamedTuple):
       ...                                     convert_to_shape("x:4"))
       (8, 3)
     """
-    return tuple(d.size // (mesh_shape[a].size if a is not None else 1)
-                 for d, a in zip(tensor_shape, self.tensor_axis_to_mesh_axis))
+    return tuple(d.size // math.prod(mesh_shape[a].size for a in axes)
+                 for d, axes in zip(tensor_shape, self._axes))
 
   def mesh_axis_to_tensor_axis(self, mesh_ndims):
     """For each mesh axis, the tensor axis split over it, or None."""
     out = [None] * mesh_ndims
-    for ta, ma in enumerate(self.tensor_axis_to_mesh_axis):
-      if ma is not None:
+    for ta, axes in enumerate(self._axes):
+      for ma in axes:
         out[ma] = ta
     return tuple(out)
 
   def mesh_axes(self):
     """The mesh-axis indices used by this layout, in tensor-axis order."""
-    return tuple(a for a in self.tensor_axis_to_mesh_axis if a is not None)
+    return tuple(a for axes in self._axes for a in axes)
 
 
 def convert_to_layout_rules(x):
   """Converts a string ``"batch:rows;d_ff:cols"``, a dict or pairs.
 
-  ``,``, ``;``, ``.`` and whitespace are all accepted as separators.
+  ``,``, ``;``, ``.`` and whitespace are all accepted as separators; a dim
+  over several mesh axes is written ``batch:rows+cols`` (major first), or
+  with a tuple value in a dict or pair: ``{"batch": ("rows", "cols")}``.
   """
   if isinstance(x, LayoutRules):
     return x

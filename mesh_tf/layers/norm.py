@@ -31,8 +31,8 @@ class _NormLowering:
     self.n = float(dim.size)
     self.epsilon = epsilon
     self.rms = rms
-    a = impl.tensor_dimension_to_mesh_axis(dim)
-    self.mesh_axis = a if a is not None and impl.shape[a].size > 1 else None
+    # The normalised dim's mesh axes (a tuple, major first), or None.
+    self.mesh_axis = impl.dim_axes(dim)
 
   def mtf_kernel_key(self):
     """What the per-slice kernels depend on (see lowering.fusion)."""
@@ -53,7 +53,7 @@ class _NormLowering:
         lambda *ts: tf.reduce_sum(kernel(*ts), self.axis, keepdims=True)
         / self.n, *inputs, slice_shape=shape, flops=2 * inputs[0].slice_size)
     if self.mesh_axis is not None:
-      s = self.impl.allreduce(s, [self.mesh_axis], "SUM")
+      s = self.impl.allreduce(s, self.mesh_axis, "SUM")
     return s
 
   def local_xhat(self, t):
@@ -163,9 +163,8 @@ class NormGradOperation(Operation):
     k = _NormLowering(impl, x, op.dim, op.epsilon, op.rms)
     lx, ls, ldy = (lowering.laid_out(t) for t in self.inputs)
     others = [i for i in range(x.shape.ndims) if i != k.axis]
-    axes = sorted({a for d in x.shape if d.name != op.dim.name
-                   for a in [impl.tensor_dimension_to_mesh_axis(d)]
-                   if a is not None and impl.shape[a].size > 1})
+    axes = list(impl.split_axes([d for d in x.shape
+                                 if d.name != op.dim.name]))
 
     def finish(tensor, laid):
       if axes:

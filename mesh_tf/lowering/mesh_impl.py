@@ -7,6 +7,14 @@ here (``allreduce``, ``allconcat``, ``alltoall``, ``receive``, ``slicewise``...)
 record into ``self.trace`` and then call the backend's primitive
 (``_allreduce``...), so that every backend running the same op lowering code
 produces the same trace.
+
+A dim split over several mesh axes (rule ``batch:x+y``) is gathered,
+split, scattered and exchanged by *one* collective over the group that spans
+those axes, ordered major first (the first axis of the rule is the major
+index): ``allconcat(x, (x_axis, y_axis), j)``.  It is one
+:class:`CollectiveRecord` whose ``mesh_axes`` name the axes in rule order and
+whose ``group_size`` is their product, as XLA issues one all-gather over the
+combined replica group for JAX's ``P(('x', 'y'))``.
 """
 
 import abc
@@ -44,12 +52,13 @@ class MeshImpl(abc.ABC):
   def __init__(self, shape, layout):
     self.shape = dims_lib.convert_to_shape(shape)
     self.layout_rules = convert_to_layout_rules(layout)
-    for dim_name, axis in self.layout_rules:
-      if axis not in self.shape:
-        raise UnknownNameError(
-            f"layout rule {dim_name}:{axis} names mesh axis {axis!r}, which "
-            f"is not in mesh {self.shape!r}; use one of "
-            f"{self.shape.dimension_names}")
+    for dim_name, axes in self.layout_rules.rules:
+      for axis in axes:
+        if axis not in self.shape:
+          raise UnknownNameError(
+              f"layout rule {dim_name}:{'+'.join(axes)} names mesh axis "
+              f"{axis!r}, which is not in mesh {self.shape!r}; use one of "
+              f"{self.shape.dimension_names}")
     self.trace = CollectiveTrace()
     self._op_name = "<outside op>"
     self._strides = tuple(self._compute_strides())
@@ -121,7 +130,42 @@ class MeshImpl(abc.ABC):
     return self.layout_rules.tensor_layout(shape, self.shape, name)
 
   def tensor_dimension_to_mesh_axis(self, dim):
+    """The mesh-axis index ``dim`` maps to, or None.
+
+    Raises:
+      MultiAxisDimError: if the dim splits over several mesh axes; code
+        that handles those asks :meth:`tensor_dimension_to_mesh_axes`.
+    """
     return self.layout_rules.tensor_dimension_to_mesh_axis(dim, self.shape)
+
+  def tensor_dimension_to_mesh_axes(self, dim):
+    """The mesh-axis indices ``dim`` splits over, major first; () if none.
+
+    The tuple is what the recorded collectives take as a dim's "mesh
+    axis": ``allconcat(x, impl.tensor_dimension_to_mesh_axes(d), j)``.
+    """
+    return self.layout_rules.tensor_dimension_to_mesh_axes(dim, self.shape)
+
+  def split_axes(self, dims):
+    """The mesh axes (indices, size > 1, sorted) that split any of
+    ``dims``: what a reduction over those dims must all-reduce over."""
+    return tuple(sorted({a for d in dims
+                         for a in self.tensor_dimension_to_mesh_axes(d)
+                         if self.shape[a].size > 1}))
+
+  def dim_axes(self, dim):
+    """The mesh axes of size > 1 that ``dim`` splits over, major first;
+    None if there are none (how ops ask "is this dim split, and where")."""
+    axes = tuple(a for a in self.tensor_dimension_to_mesh_axes(dim)
+                 if self.shape[a].size > 1)
+    return axes or None
+
+  def block_index(self, pnum, mesh_axes):
+    """Which block of a dim split over the ordered ``mesh_axes`` processor
+    ``pnum`` holds."""
+    return geometry.block_index(self.pnum_to_processor_coordinates(pnum),
+                                [d.size for d in self.shape.dims],
+                                self._ordered_axes(mesh_axes))
 
   def slice_shape(self, arg):
     """Per-processor slice shape (tuple of ints) of a Tensor or Shape."""
@@ -134,12 +178,11 @@ class MeshImpl(abc.ABC):
     shape = dims_lib.convert_to_shape(getattr(arg, "shape", arg))
     layout = self.tensor_layout(arg)
     coords = self.pnum_to_processor_coordinates(pnum)
+    sizes = [d.size for d in self.shape.dims]
     out = []
-    for d, a in zip(shape.dims, layout):
-      if a is None:
-        out.append(0)
-      else:
-        out.append(coords[a] * (d.size // self.shape[a].size))
+    for d, axes in zip(shape.dims, layout.tensor_axis_to_mesh_axes):
+      n = math.prod(sizes[a] for a in axes)
+      out.append(geometry.block_index(coords, sizes, axes) * (d.size // n))
     return tuple(out)
 
   def check_splittable(self, op):
@@ -150,13 +193,14 @@ class MeshImpl(abc.ABC):
     for t in list(op.inputs) + list(op.outputs):
       for d in t.shape:
         if d.name in bad:
-          a = self.tensor_dimension_to_mesh_axis(d)
-          if a is not None:
+          axes = self.tensor_dimension_to_mesh_axes(d)
+          if axes:
+            names = "+".join(self.shape[a].name for a in axes)
             raise UnsplittableDimError(
                 f"operation {op.name} ({type(op).__name__}) cannot split dim "
                 f"{d} of tensor {t.name}, but the layout maps it to mesh axis "
-                f"{self.shape[a]}; remove the rule {d.name}:"
-                f"{self.shape[a].name} or rename the dim for this op")
+                f"{', '.join(str(self.shape[a]) for a in axes)}; remove the "
+                f"rule {d.name}:{names} or rename the dim for this op")
 
   @property
   def current_op_name(self):
@@ -174,10 +218,33 @@ class MeshImpl(abc.ABC):
 
   # --- recorded public methods -----------------------------------------
   def _axes(self, mesh_axes):
+    """A set of mesh axes (indices, names, or tuples of them: a multi-axis
+    dim's axes) as sorted indices of size > 1."""
     if isinstance(mesh_axes, (int, str)):
       mesh_axes = [mesh_axes]
-    axes = sorted({self.mesh_axis_index(a) for a in mesh_axes})
+    flat = set()
+    for a in mesh_axes:
+      if isinstance(a, (tuple, list)):
+        flat.update(self.mesh_axis_index(b) for b in a)
+      else:
+        flat.add(self.mesh_axis_index(a))
+    return tuple(a for a in sorted(flat) if self.shape[a].size > 1)
+
+  def _ordered_axes(self, mesh_axis):
+    """One dim's mesh axes (an index, a name, or an ordered tuple of them,
+    major first) as indices of size > 1, in order."""
+    if isinstance(mesh_axis, (int, str)):
+      mesh_axis = (mesh_axis,)
+    axes = tuple(self.mesh_axis_index(a) for a in mesh_axis)
+    if len(set(axes)) != len(axes):
+      raise MtfError(f"mesh axes {axes} of one dim repeat an axis")
     return tuple(a for a in axes if self.shape[a].size > 1)
+
+  def _group_size(self, axes):
+    return math.prod(self.shape[a].size for a in axes)
+
+  def _axes_str(self, axes):
+    return "*".join(str(self.shape[a]) for a in axes)
 
   def _record(self, kind, x, axes, reduction=None, source_op=None):
     self.trace.collectives.append(CollectiveRecord(
@@ -201,13 +268,17 @@ class MeshImpl(abc.ABC):
 
   def allconcat(self, x, mesh_axis, concat_axis):
     """Concatenates the slices of ``x`` along ``mesh_axis`` on tensor axis
-    ``concat_axis``; every participant gets the concatenation."""
+    ``concat_axis``; every participant gets the concatenation.
+
+    ``mesh_axis`` may be an ordered tuple of axes (a multi-axis dim, major
+    first): the slices are concatenated in block order.
+    """
     x = x.to_laid_out_tensor()
-    axes = self._axes(mesh_axis)
+    axes = self._ordered_axes(mesh_axis)
     if not axes:
       return x
     self._record("allconcat", x, axes)
-    return self._allconcat(x, axes[0], concat_axis)
+    return self._allconcat(x, axes, concat_axis)
 
   def reduce_scatter(self, x, mesh_axis, split_axis, source_op=None):
     """SUM-reduces ``x`` over ``mesh_axis`` and leaves on each participant
@@ -215,38 +286,37 @@ class MeshImpl(abc.ABC):
     an all-reduce followed by an all-split, at half the all-reduce's cost.
     """
     x = x.to_laid_out_tensor()
-    axes = self._axes(mesh_axis)
+    axes = self._ordered_axes(mesh_axis)
     if not axes:
       return x
-    n = self.shape[axes[0]].size
+    n = self._group_size(axes)
     if x.slice_shape[split_axis] % n:
       raise MtfError(f"reduce_scatter: slice axis {split_axis} of size "
                      f"{x.slice_shape[split_axis]} is not divisible by mesh "
-                     f"axis {self.shape[axes[0]]}")
+                     f"axis {self._axes_str(axes)}")
     self._record("reduce_scatter", x, axes, "SUM", source_op)
-    return self._reduce_scatter(x, axes[0], split_axis)
+    return self._reduce_scatter(x, axes, split_axis)
 
   def allsplit(self, x, mesh_axis, split_axis):
     """Keeps, on each processor, its part of tensor axis ``split_axis``
     according to its coordinate on ``mesh_axis``.  No communication."""
     x = x.to_laid_out_tensor()
-    axes = self._axes(mesh_axis)
+    axes = self._ordered_axes(mesh_axis)
     if not axes:
       return x
-    a = axes[0]
-    n = self.shape[a].size
+    n = self._group_size(axes)
     shape = list(x.slice_shape)
     if shape[split_axis] % n:
       raise MtfError(f"allsplit: slice axis {split_axis} of size "
                      f"{shape[split_axis]} is not divisible by mesh axis "
-                     f"{self.shape[a]}")
+                     f"{self._axes_str(axes)}")
     shape[split_axis] //= n
     size = shape[split_axis]
 
     def fn(pnum, t):
       from mesh_tf.lowering.lazy_tf import tf
       begin = [0] * len(shape)
-      begin[split_axis] = self.pnum_to_processor_coordinates(pnum)[a] * size
+      begin[split_axis] = self.block_index(pnum, axes) * size
       return tf.slice(t, begin, shape)
     return self.slicewise_pnum(fn, x, slice_shape=shape, flops=0)
 
@@ -255,16 +325,16 @@ class MeshImpl(abc.ABC):
     the processor with coordinate j on ``mesh_axis``, and concatenates what
     arrives along ``concat_axis`` in source order."""
     x = x.to_laid_out_tensor()
-    axes = self._axes(mesh_axis)
+    axes = self._ordered_axes(mesh_axis)
     if not axes:
       return x
-    n = self.shape[axes[0]].size
+    n = self._group_size(axes)
     if x.slice_shape[split_axis] % n:
       raise MtfError(f"alltoall: slice axis {split_axis} of size "
                      f"{x.slice_shape[split_axis]} is not divisible by "
-                     f"mesh axis {self.shape[axes[0]]}")
+                     f"mesh axis {self._axes_str(axes)}")
     self._record("alltoall", x, axes)
-    return self._alltoall(x, axes[0], split_axis, concat_axis)
+    return self._alltoall(x, axes, split_axis, concat_axis)
 
   def receive(self, x, mesh_axis, source_pcoord):
     """Each processor with coordinate c on ``mesh_axis`` gets the slice of
@@ -434,16 +504,18 @@ class MeshImpl(abc.ABC):
     """All-reduce over a tuple of mesh-axis indices."""
 
   @abc.abstractmethod
-  def _allconcat(self, x, mesh_axis, concat_axis):
-    """All-gather over one mesh-axis index, concatenating on concat_axis."""
+  def _allconcat(self, x, mesh_axes, concat_axis):
+    """All-gather over an ordered tuple of mesh-axis indices (one dim's,
+    major first), concatenating on concat_axis in block order."""
 
   @abc.abstractmethod
-  def _reduce_scatter(self, x, mesh_axis, split_axis):
-    """SUM reduce-scatter over one mesh-axis index onto ``split_axis``."""
+  def _reduce_scatter(self, x, mesh_axes, split_axis):
+    """SUM reduce-scatter over an ordered tuple of mesh-axis indices onto
+    ``split_axis`` (block c to the processor of block index c)."""
 
   @abc.abstractmethod
-  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    """All-to-all over one mesh-axis index."""
+  def _alltoall(self, x, mesh_axes, split_axis, concat_axis):
+    """All-to-all over an ordered tuple of mesh-axis indices."""
 
   @abc.abstractmethod
   def _receive(self, x, mesh_axis, source_pcoord):

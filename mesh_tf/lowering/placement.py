@@ -80,9 +80,15 @@ class PlacementMeshImpl(MeshImpl):
     """Like :meth:`MeshImpl.processor_groups`, from :attr:`groups`."""
     return self.groups[mesh_axes]
 
-  def _group_lists(self, x, axes):
-    return [(g, [x.tensor_list[p] for p in g])
-            for g in self.processor_groups(tuple(axes))]
+  def _group_lists(self, x, axes, ordered=False):
+    # ``ordered``: one dim's axes, major first; position c in a group holds
+    # block c (see geometry.ordered_processor_groups).
+    groups = (self.groups.ordered(tuple(axes)) if ordered
+              else self.processor_groups(tuple(axes)))
+    return [(g, [x.tensor_list[p] for p in g]) for g in groups]
+
+  def _n(self, axes):
+    return self._group_size(axes)
 
   # Above this slice size an all-reduce sums once, on the group's first
   # device, and copies the result out; below it every device sums its peers'
@@ -115,21 +121,21 @@ class PlacementMeshImpl(MeshImpl):
             out[p] = combine(ts)
     return LaidOutTensor(x.slice_shape, x.dtype, out)
 
-  def _allconcat(self, x, mesh_axis, concat_axis):
+  def _allconcat(self, x, mesh_axes, concat_axis):
     out = [None] * self.size
-    for group, ts in self._group_lists(x, (mesh_axis,)):
+    for group, ts in self._group_lists(x, mesh_axes, ordered=True):
       for p in group:
         with self._on(p):
           out[p] = tf.concat(ts, concat_axis)
     shape = list(x.slice_shape)
-    shape[concat_axis] *= self.shape[mesh_axis].size
+    shape[concat_axis] *= self._n(mesh_axes)
     return LaidOutTensor(shape, x.dtype, out)
 
-  def _reduce_scatter(self, x, mesh_axis, split_axis):
+  def _reduce_scatter(self, x, mesh_axes, split_axis):
     # Processor c of a group sums everyone's c-th part, on its own device.
-    n = self.shape[mesh_axis].size
+    n = self._n(mesh_axes)
     out = [None] * self.size
-    for group, ts in self._group_lists(x, (mesh_axis,)):
+    for group, ts in self._group_lists(x, mesh_axes, ordered=True):
       parts = []
       for p, t in zip(group, ts):
         with self._on(p):
@@ -141,10 +147,10 @@ class PlacementMeshImpl(MeshImpl):
     shape[split_axis] //= n
     return LaidOutTensor(shape, x.dtype, out)
 
-  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    n = self.shape[mesh_axis].size
+  def _alltoall(self, x, mesh_axes, split_axis, concat_axis):
+    n = self._n(mesh_axes)
     out = [None] * self.size
-    for group, ts in self._group_lists(x, (mesh_axis,)):
+    for group, ts in self._group_lists(x, mesh_axes, ordered=True):
       parts = []
       for p, t in zip(group, ts):
         with self._on(p):
@@ -225,11 +231,12 @@ class PlacementMeshImpl(MeshImpl):
     x = x.to_laid_out_tensor()
     layout = self.tensor_layout(shape)
     ts = list(x.tensor_list)
-    for ta, ma in enumerate(layout):
-      if ma is None or self.shape[ma].size == 1:
+    for ta, axes in enumerate(layout.tensor_axis_to_mesh_axes):
+      axes = self._ordered_axes(axes)
+      if not axes:
         continue
       new = list(ts)
-      for group in self.processor_groups((ma,)):
+      for group in self.groups.ordered(axes):
         with tf.device(self.devices[group[0]]):
           joined = tf.concat([ts[p] for p in group], ta)
         for p in group:

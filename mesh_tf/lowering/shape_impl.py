@@ -15,18 +15,18 @@ class ShapeMeshImpl(MeshImpl):
   def _allreduce(self, x, mesh_axes, reduction):
     return LaidOutTensor(x.slice_shape, x.dtype)
 
-  def _allconcat(self, x, mesh_axis, concat_axis):
+  def _allconcat(self, x, mesh_axes, concat_axis):
     shape = list(x.slice_shape)
-    shape[concat_axis] *= self.shape[mesh_axis].size
+    shape[concat_axis] *= self._group_size(mesh_axes)
     return LaidOutTensor(shape, x.dtype)
 
-  def _reduce_scatter(self, x, mesh_axis, split_axis):
+  def _reduce_scatter(self, x, mesh_axes, split_axis):
     shape = list(x.slice_shape)
-    shape[split_axis] //= self.shape[mesh_axis].size
+    shape[split_axis] //= self._group_size(mesh_axes)
     return LaidOutTensor(shape, x.dtype)
 
-  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
-    n = self.shape[mesh_axis].size
+  def _alltoall(self, x, mesh_axes, split_axis, concat_axis):
+    n = self._group_size(mesh_axes)
     shape = list(x.slice_shape)
     shape[split_axis] //= n
     shape[concat_axis] *= n

@@ -13,7 +13,10 @@ class CollectiveRecord(NamedTuple):
 
   ``bytes_per_device`` is the size of each participant's *input* slice.
   ``kind`` is one of ``allreduce``, ``allconcat``, ``alltoall``, ``receive``,
-  ``reduce_scatter``.
+  ``reduce_scatter``.  ``mesh_axes`` are the axes the group spans: sorted
+  by mesh index for an all-reduce; for a collective on a dim over several
+  axes (rule ``batch:x+y``), that dim's axes in rule order, major first, in
+  one record whose ``group_size`` is their product.
   ``op_name`` is the op being lowered when the collective ran; ``source_op``
   is the op whose layout caused it (they differ for a lazy SUM all-reduce,
   which runs when a later op first needs the value).

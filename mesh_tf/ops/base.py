@@ -273,9 +273,7 @@ class ElementwiseGradOperation(Operation):
     n_out = math.prod(impl.slice_shape(g))
     y = impl.slicewise(fn, *laid, slice_shape=out_slice, dtype=out.dtype,
                        flops=n_out * self.flops_per_element)
-    axes = sorted({a for d in full if d.name not in x.shape
-                   for a in [impl.tensor_dimension_to_mesh_axis(d)]
-                   if a is not None and impl.shape[a].size > 1})
+    axes = list(impl.split_axes([d for d in full if d.name not in x.shape]))
     if axes:
       lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, axes))
     else:

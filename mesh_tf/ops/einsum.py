@@ -74,28 +74,31 @@ class EinsumOperation(Operation):
     for x in self.inputs:
       for d in x.shape:
         all_dims[d.name] = d
-    reduced_axes, reduced_on = set(), {}
-    for d in all_dims.values():
-      a = impl.tensor_dimension_to_mesh_axis(d)
-      if a is not None and d.name not in out_names:
-        reduced_axes.add(a)
-        reduced_on.setdefault(a, []).append(d.name)
     # Two reduced dims of different inputs split on one axis: each device
     # would only see matching blocks of the two (the cross terms would be
-    # lost), so gather all but the first of them before contracting.
-    gather = {n for names in reduced_on.values() for n in names[1:]}
-    # An output dim split on the same axis as a split reduced dim: gather it
-    # in the inputs, reduce over the axis, then split the output again.
-    resplit = [(i, d, a) for i, d in enumerate(out.shape)
-               for a in [impl.tensor_dimension_to_mesh_axis(d)]
-               if a is not None and a in reduced_axes]
+    # lost), so gather all but the first of them before contracting (a dim
+    # over several axes is gathered if any of its axes is taken).
+    reduced_axes, gather = set(), set()
+    for d in all_dims.values():
+      axes = impl.tensor_dimension_to_mesh_axes(d)
+      if axes and d.name not in out_names:
+        if reduced_axes.isdisjoint(axes):
+          reduced_axes.update(axes)
+        else:
+          gather.add(d.name)
+    # An output dim split on an axis of a split reduced dim: gather it in
+    # the inputs, reduce over the axes, then split the output again.
+    resplit = [(i, d, axes) for i, d in enumerate(out.shape)
+               for axes in [impl.tensor_dimension_to_mesh_axes(d)]
+               if not reduced_axes.isdisjoint(axes)]
     resplit_names = {d.name for _, d, _ in resplit} | gather
     slices, in_shapes = [], []
     for x in self.inputs:
       laid = lowering.laid_out(x)
       for j, d in enumerate(x.shape):
         if d.name in resplit_names:
-          laid = impl.allconcat(laid, impl.tensor_dimension_to_mesh_axis(d), j)
+          laid = impl.allconcat(laid, impl.tensor_dimension_to_mesh_axes(d),
+                                j)
       slices.append(laid)
       in_shapes.append(x.shape)
     sizes = {}

@@ -159,9 +159,8 @@ class GatherOperation(Operation):
     weights, indices = self.inputs
     out = self.outputs[0]
     dim = self.dim
-    d_axis = impl.tensor_dimension_to_mesh_axis(dim)
-    if d_axis is not None and impl.shape[d_axis].size == 1:
-      d_axis = None
+    # The gathered dim's mesh axes (a tuple; several for a multi-axis dim).
+    d_axis = impl.dim_axes(dim)
     batch = list(self.batch_dim_names)
     w_names = weights.shape.dimension_names
     i_names = indices.shape.dimension_names
@@ -170,12 +169,14 @@ class GatherOperation(Operation):
     # An indices dim split on dim's mesh axis: gather it whole, then split
     # the summed output again (as einsum does).
     resplit = [n for n in i_rest
-               if d_axis is not None and impl.tensor_dimension_to_mesh_axis(
-                   indices.shape.get_dim_by_name(n)) == d_axis]
+               if d_axis is not None and not set(d_axis).isdisjoint(
+                   impl.tensor_dimension_to_mesh_axes(
+                       indices.shape.get_dim_by_name(n)))]
     laid_w = lowering.laid_out(weights)
     laid_i = lowering.laid_out(indices)
     for n in resplit:
-      laid_i = impl.allconcat(laid_i, d_axis, i_names.index(n))
+      laid_i = impl.allconcat(laid_i, impl.tensor_dimension_to_mesh_axes(
+          indices.shape.get_dim_by_name(n)), i_names.index(n))
     sizes = dict(zip(w_names, laid_w.slice_shape))
     sizes.update(zip(i_names, laid_i.slice_shape))
     w_perm = [w_names.index(n) for n in batch + [dim.name] + w_rest]
@@ -202,12 +203,13 @@ class GatherOperation(Operation):
     y = impl.slicewise_pnum(fn, laid_w, laid_i, slice_shape=out_slice,
                             dtype=out.dtype)
     if resplit:
-      y = impl.allreduce(y, [d_axis], "SUM")
+      y = impl.allreduce(y, d_axis, "SUM")
       for n in resplit:
-        y = impl.allsplit(y, d_axis, out_names.index(n))
+        y = impl.allsplit(y, impl.tensor_dimension_to_mesh_axes(
+            indices.shape.get_dim_by_name(n)), out_names.index(n))
       lowering.set_tensor_lowering(out, y)
     elif d_axis is not None:
-      lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, [d_axis]))
+      lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, d_axis))
     else:
       lowering.set_tensor_lowering(out, y)
 

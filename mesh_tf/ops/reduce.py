@@ -62,9 +62,7 @@ class ReduceOperation(Operation):
     laid_x = lowering.laid_out(x)
     y = impl.slicewise(fn, laid_x, shape=out.shape,
                        flops=max(1, laid_x.slice_size))
-    axes = [a for d in x.shape if d.name not in keep
-            for a in [impl.tensor_dimension_to_mesh_axis(d)] if a is not None]
-    axes = [a for a in axes if impl.shape[a].size > 1]
+    axes = list(impl.split_axes([d for d in x.shape if d.name not in keep]))
     if not axes:
       lowering.set_tensor_lowering(out, y)
     elif self.reduction_type == "SUM":
@@ -170,8 +168,7 @@ def log_softmax(x, reduced_dim, extra_logit=None, name=None):
 
 def _split_axes(impl, dims):
   """The mesh axes (size > 1) that split any of ``dims``, sorted."""
-  axes = {impl.tensor_dimension_to_mesh_axis(d) for d in dims}
-  return sorted(a for a in axes if a is not None and impl.shape[a].size > 1)
+  return list(impl.split_axes(dims))
 
 
 def _keep_shape(laid, axes):

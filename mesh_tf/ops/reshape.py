@@ -16,6 +16,13 @@ exactly when the input and the output are split by the same set of triples.
 :func:`reshape_plan` moves the input towards that state (all-to-all or
 all-concat in the input space), reshapes locally, and finishes in the output
 space (all-to-all or free all-split).
+
+A dim split over several mesh axes ``(a1, a2, ...)`` of sizes ``m1, m2...``
+(major first) is the triples ``(P, m1, a1), (P*m1, m2, a2), ...``.  When an
+output dim at the same ``P`` carries the same tuple, those triples are equal
+and the dim keeps its split through the local reshape (:func:`relayout`
+reserves it from the planner); otherwise it is all-concatenated before the
+reshape, or all-split after it.
 """
 
 from typing import NamedTuple, Optional, Tuple
@@ -72,13 +79,16 @@ def _block_dim(shape, positions, p, m, exclude=()):
   return None
 
 
-def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
+def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout,
+                 reserved_in=(), reserved_out=()):
   """Plans the collectives that reshape ``in_shape`` to ``out_shape``.
 
   Args:
     in_shape, out_shape: mtf Shapes with the same number of elements.
     mesh_shape: the mesh Shape.
     in_layout, out_layout: TensorLayouts (mesh axis index or None per dim).
+    reserved_in, reserved_out: positions of input / output dims the plan
+      must not split (dims over several axes that :func:`relayout` handles).
 
   Returns:
     A :class:`ReshapePlan`.  Each mesh axis whose split digit differs
@@ -104,7 +114,8 @@ def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
       outs[a] = j
   size = {a: mesh_shape[a].size for a in set(ins) | set(outs)}
   held = {a for a in ins if a in outs and in_pos[ins[a]] == out_pos[outs[a]]}
-  final_out_dims = set(outs.values())
+  final_out_dims = set(outs.values()) | set(reserved_out)
+  reserved_in = set(reserved_in)
   before = []
   cur = {ins[a]: a for a in ins}  # input dim -> mesh axis, as it evolves
   middle = {outs[a]: a for a in held}  # output dim -> axis at the reshape
@@ -118,7 +129,8 @@ def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
     if a not in outs:
       gather(a)
   pending = sorted(a for a in ins if a in outs and a not in held)
-  target = {a: _block_dim(in_shape, in_pos, out_pos[outs[a]], size[a])
+  target = {a: _block_dim(in_shape, in_pos, out_pos[outs[a]], size[a],
+                         exclude=reserved_in)
             for a in pending}
   while pending:
     ready = [a for a in pending
@@ -149,7 +161,7 @@ def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
   for a in sorted(outs):
     if a not in carried and outs[a] not in middle:
       k = _block_dim(in_shape, in_pos, out_pos[outs[a]], size[a],
-                     exclude=set(cur))
+                     exclude=set(cur) | reserved_in)
       if k is not None:
         before.append(RelayoutStep("allsplit", a, k))
         cur[k] = a
@@ -161,6 +173,60 @@ def reshape_plan(in_shape, out_shape, mesh_shape, in_layout, out_layout):
             and a not in carried]
   middle_layout = tuple(middle.get(j) for j in range(out_shape.ndims))
   return ReshapePlan(tuple(before), middle_layout, tuple(after))
+
+
+def relayout(impl, laid, in_shape, out_shape, in_layout, out_layout):
+  """Moves ``laid`` (``in_shape`` under ``in_layout``) to the row-major
+  reshape ``out_shape`` under ``out_layout`` (TensorLayouts, or one entry
+  per dim: None, an axis index or a tuple of them), as the reshape lowers.
+
+  Single-axis dims follow :func:`reshape_plan`.  A dim over several axes
+  keeps its split when an output dim at the same flat-index position has
+  the same axes; otherwise it is gathered first (input) or split last
+  (output), each as one collective over all its axes.
+  """
+  in_axes = TensorLayout(in_layout).tensor_axis_to_mesh_axes
+  out_axes = TensorLayout(out_layout).tensor_axis_to_mesh_axes
+
+  def live(axes):
+    return tuple(a for a in axes if impl.shape[a].size > 1)
+  in_axes = [live(a) for a in in_axes]
+  out_axes = [live(a) for a in out_axes]
+  in_pos, out_pos = _split_positions(in_shape), _split_positions(out_shape)
+  held = {}  # input position -> output position of a kept multi-axis split
+  for i, axes in enumerate(in_axes):
+    if len(axes) > 1:
+      for j, o in enumerate(out_axes):
+        if o == axes and out_pos[j] == in_pos[i]:
+          held[i] = j
+  plain_in, plain_out = list(in_axes), list(out_axes)
+  for i, axes in enumerate(in_axes):
+    if len(axes) > 1:
+      if i not in held:
+        laid = impl.allconcat(laid, axes, i)
+      plain_in[i] = ()
+  split_after = [j for j, axes in enumerate(out_axes)
+                 if len(axes) > 1 and j not in held.values()]
+  for j, axes in enumerate(out_axes):
+    if len(axes) > 1:
+      plain_out[j] = ()
+  plan = reshape_plan(in_shape, out_shape, impl.shape, TensorLayout(plain_in),
+                      TensorLayout(plain_out), reserved_in=held,
+                      reserved_out=set(held.values()) | set(split_after))
+  for step in plan.before:
+    laid = _apply_step(impl, laid, step)
+  middle = list(TensorLayout(plan.middle_layout).tensor_axis_to_mesh_axes)
+  for j in held.values():
+    middle[j] = out_axes[j]
+  middle = TensorLayout(middle).slice_sizes(out_shape, impl.shape)
+  if middle != tuple(laid.slice_shape):
+    laid = impl.slicewise(lambda t: tf.reshape(t, middle), laid,
+                          slice_shape=middle, flops=0)
+  for step in plan.after:
+    laid = _apply_step(impl, laid, step)
+  for j in split_after:
+    laid = impl.allsplit(laid, out_axes[j], j)
+  return laid
 
 
 def _apply_step(impl, laid, step):
@@ -206,18 +272,10 @@ class ReshapeOperation(Operation):
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    plan = self.plan(impl)
-    laid = lowering.laid_out(self.inputs[0])
-    for step in plan.before:
-      laid = _apply_step(impl, laid, step)
-    middle = TensorLayout(plan.middle_layout).slice_sizes(self.new_shape,
-                                                          impl.shape)
-    if middle != laid.slice_shape:
-      laid = impl.slicewise(lambda t: tf.reshape(t, middle), laid,
-                            slice_shape=middle, flops=0)
-    for step in plan.after:
-      laid = _apply_step(impl, laid, step)
-    lowering.set_tensor_lowering(self.outputs[0], laid)
+    x, out = self.inputs[0], self.outputs[0]
+    lowering.set_tensor_lowering(out, relayout(
+        impl, lowering.laid_out(x), self.old_shape, self.new_shape,
+        impl.tensor_layout(x), impl.tensor_layout(out)))
 
   def gradient(self, grad_ys):
     g = grad_ys[0]

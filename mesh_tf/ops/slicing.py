@@ -64,9 +64,8 @@ class _OneDimOperation(Operation):
     return frozenset()
 
   def _mesh_axis(self, impl):
-    """The mesh axis (index) that splits the dim, or None."""
-    a = impl.tensor_dimension_to_mesh_axis(self.outputs[0].shape[self.axis])
-    return a if a is not None and impl.shape[a].size > 1 else None
+    """The mesh axes (indices, major first) that split the dim, or None."""
+    return impl.dim_axes(self.outputs[0].shape[self.axis])
 
   def _gathered(self, lowering, x, mesh_axis):
     laid = lowering.laid_out(x)
@@ -88,7 +87,7 @@ class _OneDimOperation(Operation):
       ys = fn(*ts)
       if a is None:
         return ys
-      c = impl.pnum_to_processor_coordinates(pnum)[a]
+      c = impl.block_index(pnum, a)
       out = []
       for y, s in zip(ys, shapes):
         begin = [0] * len(s)
@@ -273,7 +272,7 @@ class StackOperation(_OneDimOperation):
     k = impl.slice_shape(out)[self.axis]
 
     def kernel(pnum, *ts):
-      c = 0 if a is None else impl.pnum_to_processor_coordinates(pnum)[a]
+      c = 0 if a is None else impl.block_index(pnum, a)
       return tf.stack(ts[c * k:(c + 1) * k], self.axis)
     lowering.set_tensor_lowering(out, impl.slicewise_pnum(
         kernel, *[lowering.laid_out(x) for x in self.inputs],
@@ -323,8 +322,7 @@ class UnstackOperation(_OneDimOperation):
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    a = impl.tensor_dimension_to_mesh_axis(self.dim)
-    a = a if a is not None and impl.shape[a].size > 1 else None
+    a = impl.dim_axes(self.dim)
     laid = self._gathered(lowering, self.inputs[0], a)
     n = self.dim.size
     # Backends pass a single output's value bare.

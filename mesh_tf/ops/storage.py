@@ -28,7 +28,6 @@ lowering's.
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.laid_out import LazyAllreduceSum
 from mesh_tf.ops import reshape as reshape_lib
 
@@ -47,18 +46,8 @@ def _relayout(impl, laid, in_shape, out_shape, in_layout, out_layout):
   """Moves ``laid`` (in ``in_layout``) to ``out_layout`` with the reshape
   planner (the dims only change names, so it all-gathers, all-to-alls or
   all-splits as the two layouts need)."""
-  plan = reshape_lib.reshape_plan(in_shape, out_shape, impl.shape,
-                                  tuple(in_layout), tuple(out_layout))
-  for step in plan.before:
-    laid = reshape_lib._apply_step(impl, laid, step)  # pylint: disable=protected-access
-  middle = tuple(d.size // (impl.shape[a].size if a is not None else 1)
-                 for d, a in zip(out_shape, plan.middle_layout))
-  if middle != laid.slice_shape:
-    laid = impl.slicewise(lambda t: tf.reshape(t, middle), laid,
-                          slice_shape=middle, flops=0)
-  for step in plan.after:
-    laid = reshape_lib._apply_step(impl, laid, step)  # pylint: disable=protected-access
-  return laid
+  return reshape_lib.relayout(impl, laid, in_shape, out_shape, in_layout,
+                              out_layout)
 
 
 class StorageGatherOperation(Operation):
@@ -148,18 +137,23 @@ class StorageScatterOperation(Operation):
     impl = lowering.mesh_impl(self)
     g, out = self.inputs[0], self.outputs[0]
     value = lowering.tensors[g]
-    in_layout = list(impl.tensor_layout(g))
-    out_layout = impl.tensor_layout(out)
+    # One tuple of mesh axes per dim (a dim may span several axes).
+    in_layout = list(impl.tensor_layout(g).tensor_axis_to_mesh_axes)
+    out_layout = impl.tensor_layout(out).tensor_axis_to_mesh_axes
     if self.reduce_scatter and isinstance(value, LazyAllreduceSum):
       # Recorded as this op's own collectives: the pending sum is consumed
       # here, not forced (so the search prices it in this op's table).
       pending = [a for a in value.mesh_axes if impl.shape[a].size > 1]
       laid = value.laid_out_input
+      used = {a for axes in in_layout for a in axes}
       for i, (a, b) in enumerate(zip(in_layout, out_layout)):
-        if a is None and b in pending and b not in in_layout:
+        if (not a and b and set(b) <= set(pending)
+            and used.isdisjoint(b)):
           laid = impl.reduce_scatter(laid, b, i)
           in_layout[i] = b
-          pending.remove(b)
+          used.update(b)
+          for m in b:
+            pending.remove(m)
       if pending:
         laid = impl.allreduce(laid, pending, "SUM")
     else:

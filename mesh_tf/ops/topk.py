@@ -45,9 +45,9 @@ def _resolve_dim(x, dim, op_name, what="reduced_dim"):
 
 
 def _split_axis(impl, dim):
-  """The mesh axis that splits ``dim`` (None if none or of size 1)."""
-  a = impl.tensor_dimension_to_mesh_axis(dim)
-  return None if a is None or impl.shape[a].size == 1 else a
+  """The mesh axes (size > 1, major first) that split ``dim``, or None; the
+  recorded collectives take the tuple as one dim's axes."""
+  return impl.dim_axes(dim)
 
 
 def _pack(values, indices, dtype):
@@ -296,7 +296,7 @@ class CumsumOperation(Operation):
     totals = impl.allconcat(totals, axis, i)
 
     def add_prefix(pnum, local, tot):
-      c = impl.pnum_to_processor_coordinates(pnum)[axis]
+      c = impl.block_index(pnum, axis)
       if c == 0:
         return tf.identity(local)
       begin = [0] * len(totals_shape)

@@ -25,6 +25,11 @@ LAYOUTS = {
            "dgx-h100"),
     "small": ("data:2;model:2", "batch:data;d_ff:model;vocab:model",
               "tpu-v5e-2x2"),
+    # Dims over both mesh axes (JAX's P(('data', 'model'))): plain data
+    # parallelism over all 8 devices, and d_ff's weights cut 8 ways.
+    "multi_dp": ("data:2;model:4", "batch:data+model", "dgx-h100"),
+    "multi_ff": ("data:2;model:4", "d_ff:data+model;heads:model",
+                 "dgx-h100"),
 }
 
 

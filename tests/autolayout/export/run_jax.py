@@ -104,7 +104,10 @@ def check_shards(spec, mesh, expected, section):
 
 def run_forward(plan, spec, mesh):
   def sharding(rec):
-    return NamedSharding(mesh, PartitionSpec(*rec["partition_spec"]))
+    # A dim over several axes is a list in the spec, a tuple in JAX.
+    return NamedSharding(mesh, PartitionSpec(*[
+        tuple(a) if isinstance(a, list) else a
+        for a in rec["partition_spec"]]))
   acts = spec["activations"]
   params = jax_transformer.init_params(spec["params"])
   p_sh = {n: sharding(r) for n, r in spec["params"].items()}
