@@ -82,8 +82,11 @@ from mesh_tf import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
 # The layout optimizer (OR-Tools is imported only when these are called).
 from mesh_tf.auto import auto_layout, auto_mesh_and_layout, load_plan  # noqa: E402
 
-# Issue 16, h6-compat-misc: Mesh TF's TPU tiling path (mtf.simd_mesh_impl).
+# Issue 16, h6-compat-misc: Mesh TF's TPU tiling path (mtf.simd_mesh_impl),
+# and MeshImpl(shape, layout) as geometry with its backend contract.
 from mesh_tf import simd_mesh_impl  # noqa: E402,F401
+from mesh_tf.lowering.mesh_impl import (BackendRequiredError,  # noqa: E402,F401
+                                        MeshBackend)
 
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")
