@@ -12,7 +12,7 @@ An equation that is one matrix product once adjacent letters are merged
 (``abc,cd->abd``, ``abcd,abe->ecd``: no batch letter, each operand's free
 and contracted letters in two blocks, the output one operand's free block
 then the other's) runs as ``tf.matmul`` on reshaped slices, which needs no
-copy.  On the Session benchmark (benchmarks/mtf_port.py, 1 layer) that cut
+copy, when lowering into a ``tf.compat.v1`` graph (Session mode).  On the Session benchmark (benchmarks/mtf_port.py, 1 layer) that cut
 the step's CPU time by a quarter against ``tf.einsum``'s oneDNN kernel on
 the same slices.
 """
@@ -101,19 +101,34 @@ def _matmul_kernel(eq, plan, shapes):
   return kernel
 
 
+def _in_session_graph():
+  """Whether ops are being built into a plain ``tf.compat.v1`` graph (the
+  Session mode), not eagerly nor into a ``tf.function``.
+
+  Only there do matrix products run as ``tf.matmul``: it is where the
+  einsum kernel's overhead was measured, and eager and ``tf.function``
+  steps (``TrainStep``, ``DecodeStep``) keep ``tf.einsum``'s exact
+  rounding, which their tests compare across runs at 1e-6.
+  """
+  if tf.executing_eagerly():
+    return False
+  return not tf.compat.v1.get_default_graph().building_function
+
+
 def einsum_kernel(eq, slice_shapes=None):
   """A function of the input slices computing ``tf.einsum(eq, ...)``.
 
   Args:
     eq: the slice-level equation.
-    slice_shapes: the inputs' static slice shapes; with them, an equation
-      that is one matrix product runs as ``tf.matmul``.
+    slice_shapes: the inputs' static slice shapes; with them, in a
+      ``tf.compat.v1`` graph, an equation that is one matrix product runs
+      as ``tf.matmul``.
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
   """
   plan = matmul_plan(eq) if slice_shapes is not None else None
-  if plan is not None:
+  if plan is not None and _in_session_graph():
     return _matmul_kernel(eq, plan, slice_shapes)
   if not is_broadcast_product(eq):
     return lambda *ts: tf.einsum(eq, *ts)

@@ -20,6 +20,12 @@ NOT_PRODUCTS = ["abcd,aecd->abce", "abc->c", "abc,abc->abc", "ab,cd->abcd",
                 "abc,bd->ad", "abc,acb->a"]
 
 
+def _session_kernel(eq, shapes):
+  """The kernel as made while lowering into a tf.compat.v1 graph."""
+  with tf.Graph().as_default():
+    return einsum_kernels.einsum_kernel(eq, shapes)
+
+
 def _value(word, rng, dtype=np.float32):
   return rng.normal(size=[SIZES[c] for c in word]).astype(dtype)
 
@@ -30,7 +36,7 @@ def test_matrix_products_run_as_matmul_and_match_einsum(eq):
   ins = eq.split("->")[0].split(",")
   rng = np.random.default_rng(1)
   ts = [tf.constant(_value(w, rng)) for w in ins]
-  kernel = einsum_kernels.einsum_kernel(eq, [t.shape.as_list() for t in ts])
+  kernel = _session_kernel(eq, [t.shape.as_list() for t in ts])
   graph = tf.function(kernel).get_concrete_function(*ts).graph
   types_ = {op.type for op in graph.get_operations()}
   assert "MatMul" in types_ and "Einsum" not in types_
@@ -57,7 +63,7 @@ def test_every_two_operand_equation_on_three_letters_matches_einsum():
       for out in itertools.permutations(letters, n):
         eq = f"{x},{y}->{''.join(out)}"
         a, b = _value(x, rng), _value(y, rng)
-        kernel = einsum_kernels.einsum_kernel(eq, [a.shape, b.shape])
+        kernel = _session_kernel(eq, [a.shape, b.shape])
         np.testing.assert_allclose(
             kernel(tf.constant(a), tf.constant(b)), np.einsum(eq, a, b),
             rtol=1e-5, atol=1e-5, err_msg=eq)
@@ -69,6 +75,20 @@ def test_integer_slices_keep_tf_einsum():
   rng = np.random.default_rng(3)
   a = _value("ab", rng).astype(np.int32)
   b = _value("bc", rng).astype(np.int32)
-  kernel = einsum_kernels.einsum_kernel("ab,bc->ac", [a.shape, b.shape])
+  kernel = _session_kernel("ab,bc->ac", [a.shape, b.shape])
   np.testing.assert_array_equal(kernel(tf.constant(a), tf.constant(b)),
                                 np.einsum("ab,bc->ac", a, b))
+
+
+def test_eager_and_tf_function_steps_keep_tf_einsum():
+  rng = np.random.default_rng(4)
+  a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
+  eager = einsum_kernels.einsum_kernel("abc,cd->abd", [a.shape, b.shape])
+
+  @tf.function(autograph=False)
+  def traced(x, y):
+    return einsum_kernels.einsum_kernel("abc,cd->abd", [x.shape, y.shape])(
+        x, y)
+  graph = traced.get_concrete_function(a, b).graph
+  assert "Einsum" in {op.type for op in graph.get_operations()}
+  np.testing.assert_array_equal(eager(a, b), tf.einsum("abc,cd->abd", a, b))
