@@ -271,3 +271,27 @@ def test_session_graphs_let_tf_inline_fused_calls_tf_functions_do_not():
   assert inner and all(f.attr["_noinline"].b for f in inner.values())
   np.testing.assert_allclose(concrete(tf.constant([1.0, 2.0, 3.0])).numpy(),
                              got)
+
+
+def test_a_session_graph_inlines_only_up_to_its_budget(monkeypatch):
+  # Inlined ops make a Session's first run longer, so past the budget the
+  # calls stay uninlined (same results).
+  monkeypatch.setattr(fusion.SlicewiseFuser, "MAX_INLINED_OPS_PER_GRAPH", 1)
+  impl = PlacementMeshImpl("x:8", "", mtf.logical_cpu_devices(8))
+  with tf.Graph().as_default() as g:
+    v = tf.compat.v1.placeholder(tf.float32, shape=[3])
+    x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+    y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
+                       slice_shape=(3,))
+    first = tf.add_n(y.tensor_list)  # flushes: inlined (budget not used)
+    z = impl.slicewise(lambda t: tf.nn.relu(t + 1.0) * 2.0, y,
+                       slice_shape=(3,))
+    second = tf.add_n(z.tensor_list)  # over budget: not inlined
+    defs = _fused_defs(g)
+    with tf.compat.v1.Session(graph=g) as sess:
+      a, b = sess.run([first, second],
+                      {v: np.array([1.0, 2.0, 3.0], np.float32)})
+  assert sorted(f.attr["_noinline"].b for f in defs.values()) == [False, True]
+  ys = [np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3 for p in range(8)]
+  np.testing.assert_allclose(a, sum(ys))
+  np.testing.assert_allclose(b, sum(np.maximum(y + 1.0, 0) * 2 for y in ys))
