@@ -18,6 +18,7 @@ the same slices.
 """
 
 import math
+import sys
 
 from mesh_tf.lowering.lazy_tf import tf
 
@@ -110,6 +111,8 @@ def _in_session_graph():
   steps (``TrainStep``, ``DecodeStep``) keep ``tf.einsum``'s exact
   rounding, which their tests compare across runs at 1e-6.
   """
+  if "tensorflow" not in sys.modules:
+    return False  # shape-only lowering (the cost model) never loads TF
   if tf.executing_eagerly():
     return False
   return not tf.compat.v1.get_default_graph().building_function
