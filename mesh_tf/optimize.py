@@ -19,6 +19,7 @@ import re
 from typing import Any, Optional, Tuple
 
 from mesh_tf.core import dims as dims_lib
+from mesh_tf import lr_schedule
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Tensor
 from mesh_tf.ops import creation as creation_ops
@@ -26,10 +27,16 @@ from mesh_tf.ops import elementwise as ew
 from mesh_tf.ops import reduce as reduce_ops
 from mesh_tf.ops import variables as variable_ops
 
-__all__ = ["AdafactorOptimizer", "AdamWeightDecayOptimizer",
+__all__ = ["AdafactorOptimizer", "AdafactorWithMultiLRSchedule",
+           "AdamWeightDecayOptimizer", "AdamWithMultiLRSchedule",
            "MomentumOptimizer", "Optimizer", "SgdOptimizer",
            "adafactor_decay_rate_adam", "adafactor_decay_rate_pow",
-           "adafactor_optimizer_from_hparams", "make_optimizer"]
+           "adafactor_optimizer_from_hparams", "compute_lr_for_step",
+           "make_optimizer", "product_learning_rate", "reduce_rms"]
+
+# Mesh TF's schedule helpers live in their own module; these are its names.
+compute_lr_for_step = lr_schedule.compute_lr_for_step
+product_learning_rate = lr_schedule.product_learning_rate
 
 
 def _as_variable(v):
@@ -156,6 +163,9 @@ class AdamWeightDecayOptimizer(Optimizer):
     return not any(re.search(r, name) for r in self.exclude_from_weight_decay)
 
   def apply_grad(self, grad, var):
+    return self._update(grad, var, self.learning_rate)
+
+  def _update(self, grad, var, learning_rate):
     m = _slot(var, "adam_m")
     v = _slot(var, "adam_v")
     new_m = ew.add(ew.multiply(m, self.beta_1),
@@ -166,8 +176,7 @@ class AdamWeightDecayOptimizer(Optimizer):
     if self._use_weight_decay(var.name):
       update = ew.add(update, ew.multiply(var.value, self.weight_decay_rate))
     return [variable_ops.assign(m, new_m), variable_ops.assign(v, new_v),
-            variable_ops.assign_sub(var, ew.multiply(update,
-                                                     self.learning_rate))]
+            variable_ops.assign_sub(var, ew.multiply(update, learning_rate))]
 
 
 @_optimizer
@@ -237,11 +246,17 @@ class AdafactorOptimizer(Optimizer):
         lr = ew.multiply(lr, 0.05)
     else:
       lr = self.learning_rate
+    rate_of = self._group_rates(lr, step)
     ops = []
     for g, v in _pairs(grads, variables):
-      ops.extend(self._update(g, v, decay, lr))
+      ops.extend(self._update(g, v, decay, rate_of(v.name)))
     ops.append(variable_ops.assign_add(step, creation_ops.ones_like(step)))
     return ops
+
+  def _group_rates(self, lr, step):
+    """``variable name -> learning rate``; one rate for all here."""
+    del step  # only schedules per variable group read it
+    return lambda name: lr
 
   def apply_grad(self, grad, var):
     """Adafactor's decay and learning rate depend on the shared step
@@ -358,3 +373,100 @@ def make_optimizer(hparams, lr):
     return adafactor_optimizer_from_hparams(hparams, lr)
   raise MtfError(f"unknown optimizer {hparams.optimizer!r}; use 'SGD' or "
                  "'Adafactor'")
+
+
+# --- One learning-rate schedule per group of variables (Mesh TF's names) ----
+_GROUP_FIELDS_DOC = """
+  Args:
+    variable_search: regexes (``re.search`` on the variable name), one per
+      group; a variable takes the first group it matches.
+    alt_lr_schedules: one schedule per regex: None (the optimizer's own
+      learning rate) or a list of factors, numbers and functions
+      ``f(step, total_train_steps)`` (:func:`product_learning_rate`).
+    train_steps: ``total_train_steps`` given to the factors.
+    **kwargs: the base optimizer's hyperparameters.
+
+  ``step`` is the number of updates applied before this one (0 first), read
+  from the scalar step counter ``<name>/step``.  With neither
+  ``variable_search`` nor ``alt_lr_schedules`` the optimizer is its base.
+
+  Raises:
+    MtfError: if only one of the two lists is given, their lengths differ,
+      or a regex does not compile.
+"""
+
+
+def _init_groups(self, owner, variable_search, alt_lr_schedules,
+                 train_steps):
+  patterns, schedules = lr_schedule.check_variable_groups(
+      variable_search, alt_lr_schedules, owner)
+  object.__setattr__(self, "variable_search", patterns)
+  object.__setattr__(self, "alt_lr_schedules", schedules)
+  object.__setattr__(self, "train_steps", train_steps)
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class AdafactorWithMultiLRSchedule(AdafactorOptimizer):
+  __doc__ = ("Adafactor whose variable groups have their own learning-rate "
+             "schedules.\n" + _GROUP_FIELDS_DOC)
+  variable_search: Optional[Tuple[str, ...]] = None
+  alt_lr_schedules: Optional[Tuple[Any, ...]] = None
+  train_steps: int = lr_schedule.DEFAULT_TRAIN_STEPS
+
+  def __init__(self, variable_search=None, alt_lr_schedules=None,
+               train_steps=lr_schedule.DEFAULT_TRAIN_STEPS, **kwargs):
+    super().__init__(**kwargs)
+    _init_groups(self, "AdafactorWithMultiLRSchedule", variable_search,
+                 alt_lr_schedules, train_steps)
+
+  def _group_rates(self, lr, step):
+    return lr_schedule.group_rates(self.variable_search,
+                                   self.alt_lr_schedules, lr,
+                                   self.train_steps, step)
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class AdamWithMultiLRSchedule(AdamWeightDecayOptimizer):
+  __doc__ = ("Adam with weight decay whose variable groups have their own "
+             "learning-rate schedules.\n" + _GROUP_FIELDS_DOC +
+             "\n  The step counter is made only when groups are given.\n")
+  variable_search: Optional[Tuple[str, ...]] = None
+  alt_lr_schedules: Optional[Tuple[Any, ...]] = None
+  train_steps: int = lr_schedule.DEFAULT_TRAIN_STEPS
+  name: str = "adam"
+
+  def __init__(self, variable_search=None, alt_lr_schedules=None,
+               train_steps=lr_schedule.DEFAULT_TRAIN_STEPS, name="adam",
+               **kwargs):
+    super().__init__(**kwargs)
+    _init_groups(self, "AdamWithMultiLRSchedule", variable_search,
+                 alt_lr_schedules, train_steps)
+    object.__setattr__(self, "name", name)
+
+  def apply_grads(self, grads, variables):
+    variables = [_as_variable(v) for v in variables]
+    if self.variable_search is None or not variables:
+      return super().apply_grads(grads, variables)
+    step = variable_ops.get_variable(
+        variables[0].mesh, f"{self.name}/step", dims_lib.Shape([]),
+        "float32", initializer=variable_ops.zeros_initializer(),
+        trainable=False)
+    rate_of = lr_schedule.group_rates(self.variable_search,
+                                      self.alt_lr_schedules,
+                                      self.learning_rate, self.train_steps,
+                                      step)
+    ops = []
+    for g, v in _pairs(grads, variables):
+      ops.extend(self._update(g, v, rate_of(v.name)))
+    ops.append(variable_ops.assign_add(step, creation_ops.ones_like(step)))
+    return ops
+
+  def apply_grad(self, grad, var):
+    """Without groups, the base update; with them, the rates depend on the
+    shared step counter that :meth:`apply_grads` creates once."""
+    if self.variable_search is None:
+      return super().apply_grad(grad, var)
+    raise MtfError(
+        f"AdamWithMultiLRSchedule with variable groups updates variables "
+        f"together, around one step counter; call apply_grads([grad], "
+        f"[{var.name!r}]) instead of apply_grad")

@@ -31,7 +31,11 @@ Example:
 
 Modules: :mod:`~costmodels.topology.types` (:class:`PhysicalDim`,
 :class:`Topology`), :mod:`~costmodels.topology.presets` (constructors and
-named presets) and :mod:`~costmodels.topology.mapping` (:func:`map_mesh`).
+named presets), :mod:`~costmodels.topology.mapping` (:func:`map_mesh`) and
+:mod:`~costmodels.topology.tiling` (:func:`tiling_of`, the device order of
+a mapping as a :class:`mesh_tf.tiling.HierarchicalTiling`, and
+:func:`map_coordinates`, the mapping of any placement, such as
+:func:`mesh_tf.tiling.auto_logical_to_physical_tpu`'s).
 The error type lives in :mod:`costmodels.errors`.
 """
 
@@ -41,7 +45,8 @@ from costmodels.topology.presets import (get_topology, gpu_cluster,
                                          list_topologies, torus, tpu_slice)
 from costmodels.topology.mapping import (AxisLink, MeshMapping, Segment,
                                          map_mesh)
+from costmodels.topology.tiling import map_coordinates, tiling_of
 
 __all__ = ["AxisLink", "MeshMapping", "PhysicalDim", "Segment", "Topology",
            "TopologyError", "get_topology", "gpu_cluster", "list_topologies",
-           "map_mesh", "torus", "tpu_slice"]
+           "map_coordinates", "map_mesh", "tiling_of", "torus", "tpu_slice"]

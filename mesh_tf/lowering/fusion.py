@@ -10,10 +10,13 @@ each device.  Segments with the same structure -- the same kernels on the
 same slice shapes, as in every layer of a deep model -- share one function,
 so TF also instantiates and optimises it once per device instead of once per
 layer and device: 12 functions serve all 32 layers, and the same step starts
-in 17-20 s (``benchmarks/train_step.py``).  The functions are marked
-``_noinline`` (inlined, TF would optimise the whole expanded graph again);
-the price is a call per segment and device, which made steady steps
-10-20% slower on logical CPU devices (1 to 32 layers).
+in 17-20 s (``benchmarks/train_step.py``).  Inside a ``tf.function``
+(``TrainStep``) the functions are marked ``_noinline`` (inlined, TF would
+optimise the whole expanded graph again); the price is a call per segment
+and device, which made steady steps 10-20% slower on logical CPU devices
+(1 to 32 layers).  In a plain ``tf.compat.v1`` graph, which a Session
+optimises once as a whole anyway, TF may inline them, so Session steps run
+as unfused while lowering still builds each segment once.
 ``PlacementMeshImpl(fuse=False)`` lowers unfused.
 
 How: :meth:`SlicewiseFuser.defer` records a kernel instead of running it;
@@ -189,6 +192,7 @@ class SlicewiseFuser:
     self.private_tf = private_tf
     self.call_options = tf_private.CallOptions(private=private_tf)
     self._pending = weakref.WeakKeyDictionary()  # graph -> [PendingKernel]
+    self._inlined = weakref.WeakKeyDictionary()  # graph -> ops inlinable
     self._functions = {}  # segment key -> (FusedFunction or None, executor)
     self.stats = {"deferred": 0, "segments": 0, "functions": 0,
                   "unfused": 0}
@@ -250,10 +254,22 @@ class SlicewiseFuser:
     key = (specs, tuple(
         (n.key, w, tuple((o.slice_shape, o.dtype) for o in n.outputs))
         for n, w in zip(order, wiring)))
+    # In a plain (Session) graph TF optimises the whole step graph once,
+    # before the first run, so calls there may be inlined: the step then
+    # runs as unfused (no call per segment and device: 12-16% faster steady
+    # steps at 1 and 8 layers in benchmarks/mtf_port.py), while lowering
+    # still builds each segment once.  Inlined ops cost that first run
+    # about 1 ms each (8 layers: 17.5 s against 8.7 s; 32 layers fully
+    # inlined: 70 s against 18 s), so only the first
+    # MAX_INLINED_OPS_PER_GRAPH ops of a graph are.  Inside a tf.function
+    # (TrainStep) calls stay uninlined; see the module doc.
+    inline = (not graph.building_function and self._inlined.get(graph, 0)
+              < self.MAX_INLINED_OPS_PER_GRAPH)
+    key = key + (inline,)
     with graph.as_default(), graph.device(None), \
         graph.control_dependencies(None):
       if key not in self._functions:
-        self._functions[key] = self._trace(order, wiring, specs)
+        self._functions[key] = self._trace(order, wiring, specs, inline)
         self.stats["functions"] += 1
       fn, executor = self._functions[key]
       results = []
@@ -268,6 +284,9 @@ class SlicewiseFuser:
             with self.impl._on(p):  # pylint: disable=protected-access
               results.append(fn.call(*[ts[p] for ts in ext_lists]))
         self.stats["segments"] += 1
+        if inline:
+          self._inlined[graph] = self._inlined.get(graph, 0) + (
+              len(fn.definition.node_def) * self.impl.size)
     k = 0
     for n in order:
       for o in n.outputs:
@@ -302,8 +321,11 @@ class SlicewiseFuser:
   # A segment of at most this many TF ops runs directly on each device: a
   # function call costs as much to build as one op and more to run.
   MAX_DIRECT_OPS = 1
+  # Ops of fused calls (over all devices) a Session graph may inline; the
+  # 8-layer benchmark model has about 12,400 (1 layer: 3,600; see flush).
+  MAX_INLINED_OPS_PER_GRAPH = 13000
 
-  def _trace(self, order, wiring, specs):
+  def _trace(self, order, wiring, specs, inline=False):
     """Traces the segment once; returns (function, executor type), or
     (None, None) when the segment is small enough to run unfused."""
     def body(*ext):
@@ -325,7 +347,8 @@ class SlicewiseFuser:
     executor = ("" if types_ & _NEEDS_DEFAULT_EXECUTOR
                 else "SINGLE_THREADED_EXECUTOR")
     return tf_private.uninlined_function(body, signature, concrete,
-                                         private=self.private_tf), executor
+                                         private=self.private_tf,
+                                         inline=inline), executor
 
 
 def step_call_options():

@@ -1,4 +1,4 @@
-"""The MeshImpl contract: what every lowering backend must provide.
+"""The MeshImpl geometry and the backend contract (:class:`MeshBackend`).
 
 A backend holds a mesh shape and layout rules and operates on
 :class:`LaidOutTensor` values (one slice per processor; the value types are
@@ -34,19 +34,28 @@ from mesh_tf.lowering.trace import (CollectiveRecord, CollectiveTrace,
                                     ComputeRecord)
 
 
-class MeshImpl(abc.ABC):
-  """Abstract backend: a mesh shape, layout rules, and the primitives.
+class BackendRequiredError(MtfError):
+  """A communication or slice primitive was called on a bare MeshImpl."""
 
-  Backends implement the abstract methods, which receive mesh-axis *indices*.
-  Ops call the public, recorded methods.
+
+class MeshImpl:
+  """A mesh shape and layout rules: the geometry, and the recorded methods.
+
+  ``MeshImpl(shape, layout)`` itself answers geometry questions, as Mesh TF
+  programs ask them (``tensor_layout``, ``tensor_dimension_to_mesh_axis``,
+  ``slice_shape``, ``ndims``, ``size``, ``processor_groups``...).  Running
+  ops needs a backend, a :class:`MeshBackend` subclass that implements the
+  primitives (``_allreduce``...); on a bare MeshImpl the recorded methods
+  that reach one raise :class:`BackendRequiredError`.
 
   Args:
     shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
     layout: layout rules, LayoutRules or string like ``"batch:rows"``.
 
-  For geometry questions alone (``tensor_layout``, ``slice_shape``...,
-  which Mesh TF programs ask of ``MeshImpl(shape, layout)``), use the
-  shape-only backend :class:`~mesh_tf.lowering.ShapeMeshImpl`.
+  Example:
+    >>> impl = MeshImpl("rows:2;cols:4", "batch:rows")
+    >>> impl.slice_shape("batch:8;d:6"), impl.ndims, impl.size
+    ((4, 6), 2, 8)
   """
 
   def __init__(self, shape, layout):
@@ -184,6 +193,35 @@ class MeshImpl(abc.ABC):
       n = math.prod(sizes[a] for a in axes)
       out.append(geometry.block_index(coords, sizes, axes) * (d.size // n))
     return tuple(out)
+
+  def mesh_axis_to_cumprod(self, tensor_shape):
+    """For each mesh axis, the product of the sizes of the tensor dims
+    before the one it splits (None if it splits none): Mesh TF's helper
+    for flat slice numbering."""
+    shape = dims_lib.convert_to_shape(tensor_shape)
+    cumprod = shape.cumprod
+    mesh_to_tensor = self.tensor_layout(shape).mesh_axis_to_tensor_axis(
+        self.ndims)
+    return [None if ta is None else cumprod[ta] for ta in mesh_to_tensor]
+
+  def slice_num(self, tensor_shape, pnum):
+    """The number of processor ``pnum``'s slice of a tensor of
+    ``tensor_shape``: equal on processors holding the same slice (its
+    replicas), row-major over the split dims' mesh coordinates."""
+    coords = self.pnum_to_processor_coordinates(pnum)
+    num = 0
+    for a in self.tensor_layout(
+        dims_lib.convert_to_shape(tensor_shape)).mesh_axes():
+      num = num * self.shape[a].size + coords[a]
+    return num
+
+  def laid_out_slice_num(self, tensor_shape):
+    """A scalar int32 slice per processor: :meth:`slice_num` (Mesh TF's;
+    e.g. to seed random ops alike on replicas)."""
+    from mesh_tf.lowering.lazy_tf import tf
+    return self.slicewise_pnum(
+        lambda p: tf.constant(self.slice_num(tensor_shape, p), tf.int32),
+        slice_shape=(), dtype="int32", flops=0)
 
   def check_splittable(self, op):
     """Raises UnsplittableDimError if ``op`` would split a dim it cannot."""
@@ -498,7 +536,54 @@ class MeshImpl(abc.ABC):
         f"{shape!r}; lower its Variable op first, or pass "
         "variables={variable: laid_out} to lower_operation")
 
-  # --- backend primitives ----------------------------------------------
+  # --- primitives: a bare MeshImpl has none ------------------------------
+  # ``MeshImpl(shape, layout)`` answers geometry (Mesh TF programs build one
+  # for that); moving or computing slices needs a backend.
+  def _no_backend(self, what):
+    return BackendRequiredError(
+        f"{what} needs a backend, but this is a bare MeshImpl{self.shape!r} "
+        "(geometry only); use mtf.PlacementMeshImpl(shape, layout, devices) "
+        "to run on devices, or mtf.ShapeMeshImpl(shape, layout) to trace "
+        "shapes and collectives")
+
+  def _allreduce(self, x, mesh_axes, reduction):
+    raise self._no_backend("allreduce")
+
+  def _allconcat(self, x, mesh_axis, concat_axis):
+    raise self._no_backend("allconcat")
+
+  def _reduce_scatter(self, x, mesh_axis, split_axis):
+    raise self._no_backend("reduce_scatter")
+
+  def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
+    raise self._no_backend("alltoall")
+
+  def _receive(self, x, mesh_axis, source_pcoord):
+    raise self._no_backend("receive")
+
+  def _slicewise(self, fn, inputs, outputs, with_pnum):
+    raise self._no_backend("slicewise")
+
+  def _import(self, value, shape, slice_shape, dtype):
+    raise self._no_backend("import_laid_out")
+
+  def export_to_tf_tensor(self, x, shape):
+    raise self._no_backend("export_to_tf_tensor")
+
+  def _make_variable(self, name, shape, slice_shape, dtype, initializer,
+                     trainable):
+    raise self._no_backend("make_variable")
+
+
+class MeshBackend(MeshImpl, abc.ABC):
+  """The backend contract: a MeshImpl that implements every primitive.
+
+  Backends (:class:`~mesh_tf.lowering.PlacementMeshImpl`,
+  :class:`~mesh_tf.lowering.ShapeMeshImpl`) subclass this; one that leaves
+  a primitive out cannot be instantiated.  The primitives receive mesh-axis
+  *indices*; ops call MeshImpl's public, recorded methods.
+  """
+
   @abc.abstractmethod
   def _allreduce(self, x, mesh_axes, reduction):
     """All-reduce over a tuple of mesh-axis indices."""

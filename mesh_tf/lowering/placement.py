@@ -15,10 +15,10 @@ from mesh_tf.lowering.fusion import SlicewiseFuser
 from mesh_tf.lowering.geometry import ProcessorGroups
 from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
 from mesh_tf.lowering.lazy_tf import load_tensorflow, tf
-from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.lowering.mesh_impl import MeshBackend
 
 
-class PlacementMeshImpl(MeshImpl):
+class PlacementMeshImpl(MeshBackend):
   """A mesh backend that places one slice per TensorFlow device.
 
   Args:

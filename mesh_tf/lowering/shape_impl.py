@@ -6,10 +6,10 @@ the primitives differ.  The cost model prices its trace.
 """
 
 from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
-from mesh_tf.lowering.mesh_impl import MeshImpl
+from mesh_tf.lowering.mesh_impl import MeshBackend
 
 
-class ShapeMeshImpl(MeshImpl):
+class ShapeMeshImpl(MeshBackend):
   """A backend that tracks slice shapes and dtypes, nothing else."""
 
   def _allreduce(self, x, mesh_axes, reduction):

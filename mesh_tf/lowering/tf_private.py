@@ -79,8 +79,9 @@ class FusedFunction:
     return list(self._call(*tensors))
 
 
-def uninlined_function(body, signature, concrete, private=True):
-  """``body`` as a function TF neither inlines nor specialises.
+def uninlined_function(body, signature, concrete, private=True,
+                       inline=False):
+  """``body`` as a function TF does not specialise, nor (by default) inline.
 
   Inlined, TF's first call would optimise every copy of the body again.
   Grappler also *specialises* a function for each call site whose outputs
@@ -94,6 +95,9 @@ def uninlined_function(body, signature, concrete, private=True):
     concrete: ``tf.function(body, autograph=False)`` traced on
       ``signature`` (the private route copies it instead of tracing again).
     private: try the private route first.
+    inline: leave TF free to inline the calls (no ``_noinline``), for a
+      graph that TF optimises once as a whole anyway (a ``tf.compat.v1``
+      Session graph).
 
   Returns:
     A :class:`FusedFunction`.  Public route: ``body`` traced again with
@@ -101,23 +105,25 @@ def uninlined_function(body, signature, concrete, private=True):
   """
   if private:
     try:
-      return _private_uninlined_copy(concrete)
+      return _private_uninlined_copy(concrete, inline)
     except _MOVED:
       pass
   public = import_tensorflow().function(
       body, autograph=False,
-      experimental_attributes={"_noinline": True}).get_concrete_function(
-          *signature)
+      experimental_attributes={"_noinline": not inline}
+  ).get_concrete_function(*signature)
   return FusedFunction(public.function_def, public, private=False)
 
 
-def _private_uninlined_copy(concrete):
+def _private_uninlined_copy(concrete, inline=False):
   from tensorflow.python.eager.polymorphic_function import atomic_function  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   atomic = concrete._inference_function  # pylint: disable=protected-access
   fdef = type(atomic.definition)()
   fdef.CopyFrom(atomic.definition)
-  fdef.signature.name = fdef.signature.name + "_fused"
-  fdef.attr["_noinline"].b = True
+  fdef.signature.name = fdef.signature.name + (
+      "_fused_inline" if inline else "_fused")
+  if not inline:
+    fdef.attr["_noinline"].b = True
   fdef.attr["_nospecialize"].b = True
   ctx = atomic._bound_context  # pylint: disable=protected-access
   ctx.add_function_def(fdef)

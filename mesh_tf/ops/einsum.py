@@ -108,7 +108,9 @@ class EinsumOperation(Operation):
     out_slice = tuple(sizes[d.name] for d in out.shape)
     flops = math.prod(sizes.values()) * (2 if len(self.inputs) > 1 else 1)
     eq = einsum_letters(in_shapes, out.shape)
-    y = impl.slicewise(einsum_kernels.einsum_kernel(eq), *slices,
+    kernel = einsum_kernels.einsum_kernel(
+        eq, [tuple(laid.slice_shape) for laid in slices])
+    y = impl.slicewise(kernel, *slices,
                        slice_shape=out_slice, dtype=out.dtype, flops=flops,
                        matmul=(einsum_kernels.einsum_pattern(eq)
                                if len(self.inputs) > 1 else False))

@@ -236,3 +236,62 @@ def test_v1_graph_with_an_unknown_shape_placeholder():
   want = sum(np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3
              for p in range(8))
   np.testing.assert_allclose(got, want)
+
+
+def _fused_defs(graph):
+  """The fused FunctionDefs in ``graph``'s library, by name."""
+  library = graph.as_graph_def().library.function
+  return {f.signature.name: f for f in library if "_fused" in
+          f.signature.name}
+
+
+def test_session_graphs_let_tf_inline_fused_calls_tf_functions_do_not():
+  # A plain tf.Graph is optimised once as a whole before its first run, so
+  # its calls may be inlined (the step runs as unfused); a tf.function's
+  # calls stay uninlined, which keeps a deep TrainStep's first call short.
+  impl = PlacementMeshImpl("x:8", "", mtf.logical_cpu_devices(8))
+
+  def segment(v):
+    x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+    y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
+                       slice_shape=(3,))
+    return tf.add_n(y.tensor_list)
+  with tf.Graph().as_default() as g:
+    v = tf.compat.v1.placeholder(tf.float32, shape=[3])
+    total = segment(v)
+    defs = _fused_defs(g)
+    with tf.compat.v1.Session(graph=g) as sess:
+      got = sess.run(total, {v: np.array([1.0, 2.0, 3.0], np.float32)})
+  assert defs and all(not f.attr["_noinline"].b for f in defs.values())
+  assert all(name.endswith("_fused_inline") for name in defs)
+
+  concrete = tf.function(segment, autograph=False).get_concrete_function(
+      tf.TensorSpec([3], tf.float32))
+  inner = _fused_defs(concrete.graph)
+  assert inner and all(f.attr["_noinline"].b for f in inner.values())
+  np.testing.assert_allclose(concrete(tf.constant([1.0, 2.0, 3.0])).numpy(),
+                             got)
+
+
+def test_a_session_graph_inlines_only_up_to_its_budget(monkeypatch):
+  # Inlined ops make a Session's first run longer, so past the budget the
+  # calls stay uninlined (same results).
+  monkeypatch.setattr(fusion.SlicewiseFuser, "MAX_INLINED_OPS_PER_GRAPH", 1)
+  impl = PlacementMeshImpl("x:8", "", mtf.logical_cpu_devices(8))
+  with tf.Graph().as_default() as g:
+    v = tf.compat.v1.placeholder(tf.float32, shape=[3])
+    x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+    y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
+                       slice_shape=(3,))
+    first = tf.add_n(y.tensor_list)  # flushes: inlined (budget not used)
+    z = impl.slicewise(lambda t: tf.nn.relu(t + 1.0) * 2.0, y,
+                       slice_shape=(3,))
+    second = tf.add_n(z.tensor_list)  # over budget: not inlined
+    defs = _fused_defs(g)
+    with tf.compat.v1.Session(graph=g) as sess:
+      a, b = sess.run([first, second],
+                      {v: np.array([1.0, 2.0, 3.0], np.float32)})
+  assert sorted(f.attr["_noinline"].b for f in defs.values()) == [False, True]
+  ys = [np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3 for p in range(8)]
+  np.testing.assert_allclose(a, sum(ys))
+  np.testing.assert_allclose(b, sum(np.maximum(y + 1.0, 0) * 2 for y in ys))

@@ -1,0 +1,94 @@
+"""Einsum slices that are one matrix product run as tf.matmul, and give
+what tf.einsum gives."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from mesh_tf.lowering import einsum_kernels
+
+SIZES = {"a": 3, "b": 4, "c": 5, "d": 2, "e": 6}
+
+PRODUCTS = ["abc,cd->abd", "abc,cde->abde", "abcd,ecd->abe", "abcd,abe->ecd",
+            "abc,abd->cd", "abc,dc->abd", "abc,abd->dc", "abcd,cde->abe",
+            "abc,dec->abde", "abc,abde->dec", "ab,ab->", "ab,b->a",
+            "b,ab->a", "ab,bc->ac", "ab,bc->ca"]
+NOT_PRODUCTS = ["abcd,aecd->abce", "abc->c", "abc,abc->abc", "ab,cd->abcd",
+                "abc,acd->abd", "abc,cbd->ad", "abc,cd->adb", "aab,bc->ac",
+                "abc,bd->ad", "abc,acb->a"]
+
+
+def _session_kernel(eq, shapes):
+  """The kernel as made while lowering into a tf.compat.v1 graph."""
+  with tf.Graph().as_default():
+    return einsum_kernels.einsum_kernel(eq, shapes)
+
+
+def _value(word, rng, dtype=np.float32):
+  return rng.normal(size=[SIZES[c] for c in word]).astype(dtype)
+
+
+@pytest.mark.parametrize("eq", PRODUCTS)
+def test_matrix_products_run_as_matmul_and_match_einsum(eq):
+  assert einsum_kernels.matmul_plan(eq) is not None
+  ins = eq.split("->")[0].split(",")
+  rng = np.random.default_rng(1)
+  ts = [tf.constant(_value(w, rng)) for w in ins]
+  kernel = _session_kernel(eq, [t.shape.as_list() for t in ts])
+  graph = tf.function(kernel).get_concrete_function(*ts).graph
+  types_ = {op.type for op in graph.get_operations()}
+  assert "MatMul" in types_ and "Einsum" not in types_
+  np.testing.assert_allclose(kernel(*ts), np.einsum(eq, *[t.numpy()
+                                                        for t in ts]),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eq", NOT_PRODUCTS)
+def test_other_equations_are_not_products(eq):
+  assert einsum_kernels.matmul_plan(eq) is None
+
+
+def test_every_two_operand_equation_on_three_letters_matches_einsum():
+  # All equations over letters a, b, c with two operands of up to two
+  # letters and any output: the kernel (matmul or not) equals np.einsum.
+  rng = np.random.default_rng(2)
+  words = ["".join(p) for n in (1, 2) for p in itertools.permutations("abc",
+                                                                       n)]
+  checked = 0
+  for x, y in itertools.product(words, repeat=2):
+    letters = sorted(set(x + y))
+    for n in range(len(letters) + 1):
+      for out in itertools.permutations(letters, n):
+        eq = f"{x},{y}->{''.join(out)}"
+        a, b = _value(x, rng), _value(y, rng)
+        kernel = _session_kernel(eq, [a.shape, b.shape])
+        np.testing.assert_allclose(
+            kernel(tf.constant(a), tf.constant(b)), np.einsum(eq, a, b),
+            rtol=1e-5, atol=1e-5, err_msg=eq)
+        checked += 1
+  assert checked > 300
+
+
+def test_integer_slices_keep_tf_einsum():
+  rng = np.random.default_rng(3)
+  a = _value("ab", rng).astype(np.int32)
+  b = _value("bc", rng).astype(np.int32)
+  kernel = _session_kernel("ab,bc->ac", [a.shape, b.shape])
+  np.testing.assert_array_equal(kernel(tf.constant(a), tf.constant(b)),
+                                np.einsum("ab,bc->ac", a, b))
+
+
+def test_eager_and_tf_function_steps_keep_tf_einsum():
+  rng = np.random.default_rng(4)
+  a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
+  eager = einsum_kernels.einsum_kernel("abc,cd->abd", [a.shape, b.shape])
+
+  @tf.function(autograph=False)
+  def traced(x, y):
+    return einsum_kernels.einsum_kernel("abc,cd->abd", [x.shape, y.shape])(
+        x, y)
+  graph = traced.get_concrete_function(a, b).graph
+  assert "Einsum" in {op.type for op in graph.get_operations()}
+  np.testing.assert_array_equal(eager(a, b), tf.einsum("abc,cd->abd", a, b))
