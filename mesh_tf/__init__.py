@@ -92,8 +92,8 @@ from mesh_tf.ops.stacked_variables import *  # noqa: F401,F403,E402
 # Issue 16, h6-compat-misc: Mesh TF's TPU tiling path (mtf.simd_mesh_impl),
 # and MeshImpl(shape, layout) as geometry with its backend contract.
 from mesh_tf import simd_mesh_impl  # noqa: E402,F401
-from mesh_tf.lowering.mesh_impl import (BackendRequiredError,  # noqa: E402,F401
-                                        MeshBackend)
+from mesh_tf.lowering.backend import MeshBackend  # noqa: E402,F401
+from mesh_tf.lowering.mesh_impl import BackendRequiredError  # noqa: E402,F401
 
 float32, float16, bfloat16, int32, int64 = ("float32", "float16", "bfloat16",
                                             "int32", "int64")

@@ -19,8 +19,8 @@ from mesh_tf.lowering.laid_out import (LaidOutTensor, LaidOutVariable,
                                        LazyAllreduceSum)
 from mesh_tf.lowering.lowering import (Lowering, OpLowering, lower,
                                        lower_operation)
-from mesh_tf.lowering.mesh_impl import (BackendRequiredError, MeshBackend,
-                                        MeshImpl)
+from mesh_tf.lowering.backend import MeshBackend
+from mesh_tf.lowering.mesh_impl import BackendRequiredError, MeshImpl
 from mesh_tf.lowering.placement import (PlacementMeshImpl, logical_cpu_devices,
                                         set_logical_cpu_devices)
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl

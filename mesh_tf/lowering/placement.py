@@ -15,7 +15,7 @@ from mesh_tf.lowering.fusion import SlicewiseFuser
 from mesh_tf.lowering.geometry import ProcessorGroups
 from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
 from mesh_tf.lowering.lazy_tf import load_tensorflow, tf
-from mesh_tf.lowering.mesh_impl import MeshBackend
+from mesh_tf.lowering.backend import MeshBackend
 
 
 class PlacementMeshImpl(MeshBackend):

@@ -6,7 +6,7 @@ the primitives differ.  The cost model prices its trace.
 """
 
 from mesh_tf.lowering.laid_out import LaidOutTensor, LaidOutVariable
-from mesh_tf.lowering.mesh_impl import MeshBackend
+from mesh_tf.lowering.backend import MeshBackend
 
 
 class ShapeMeshImpl(MeshBackend):
