@@ -109,7 +109,7 @@ class Candidates:
   and kept for this object's lifetime (the caller owns it): each
   :class:`TrainingDecisions` maps to its :class:`TrainingGraph` and a
   :class:`~autolayout.solve.LayoutSearch`, whose tables serve every mesh
-  it is asked on.  :meth:`drop` forgets those of another microbatch count
+  it is asked on.  :meth:`trim` forgets those of another microbatch count
   (their graphs are built at another batch size)."""
 
   def __init__(self, config, memory_reserve_fraction=None):
@@ -128,11 +128,13 @@ class Candidates:
           memory_reserve_fraction=self.memory_reserve_fraction))
     return hit
 
-  def drop(self, keep_microbatches):
-    """Forgets the candidates whose k is not ``keep_microbatches``."""
-    for d in [d for d in self._built
-              if d.microbatches != keep_microbatches]:
-      del self._built[d]
+  def trim(self, keep_microbatches, most=24):
+    """Forgets the candidates whose k is not ``keep_microbatches`` once more
+    than ``most`` graphs are kept (a GPT-3 step graph is tens of MiB)."""
+    if len(self._built) > most:
+      for d in [d for d in self._built
+                if d.microbatches != keep_microbatches]:
+        del self._built[d]
 
 
 def _solve(config, decisions, mesh_shape, topology, memory_budget,
@@ -171,17 +173,16 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
   """
   from autolayout import decision_program as dp
   from autolayout.solve import DEFAULT_NUM_WORKERS, DEFAULT_SEED
-  t0 = time.perf_counter()
+  # As for one graph, building the candidates' tables is not counted in
+  # the solver's time limit.
   cands = []
   for d in decision_list:
     _, search = candidates.get(d)
-    left = time_limit_s - (time.perf_counter() - t0)
     problem = search.problem(mesh_shape, topology, memory_budget,
-                             overlap=overlap,
-                             deadline=time.perf_counter() + max(left, 0.0))
+                             overlap=overlap)
     cands.append(dp.Candidate(d, problem))
   program = dp.build_program(cands, memory_budget)
-  left = max(0.01, time_limit_s - (time.perf_counter() - t0))
+  left = time_limit_s
   try:
     index, result = dp.solve_program(program, memory_budget, left,
                                      DEFAULT_NUM_WORKERS, DEFAULT_SEED,
@@ -317,11 +318,11 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
            if k & (k - 1) == 0])
     found = None
     for k in ks:
-      candidates.drop(k)   # the graphs of other k are not needed again
       pairs = [make(zero_stage=s, recompute=r, microbatches=k)
                for s in stages for r in recs]
       t0 = time.perf_counter()
       try:
+        candidates.trim(k, len(pairs) + 4)
         t = keep(*solve_decisions(candidates, pairs, mesh_shape, topology,
                                   memory_budget, time_limit_s, forbid,
                                   overlap), time.perf_counter() - t0)
