@@ -111,7 +111,12 @@ def _tables(model, v, problem, z):
           for y in by_axis.get(a, []):
             model.add(y == 0)
         else:
-          model.add(x == sum(by_axis.get(a, []))).only_enforce_if(z)
+          # x = sum(y) when chosen, as two linear rows (tighter in the LP
+          # relaxation than an enforced equality): sum(y) <= x always
+          # holds (the y are 0 unless chosen), and sum(y) >= x + z - 1.
+          on = by_axis.get(a, [])
+          model.add(sum(on) <= x)
+          model.add(sum(on) >= x + z - 1)
 
 
 def _tensor_axes(model, x, graph, axes, z, seen):
@@ -123,8 +128,8 @@ def _tensor_axes(model, x, graph, axes, z, seen):
     seen.add(names)
     for a in axes:
       xs = [x[DimAxis(d, a)] for d in names if DimAxis(d, a) in x]
-      if len(xs) > 1:
-        model.add(sum(xs) <= 1).only_enforce_if(z)
+      if len(xs) > 1:   # sum <= 1 when chosen, else void (linear)
+        model.add(sum(xs) <= 1 + (len(xs) - 1) * (1 - z))
 
 
 def build_program(candidates, memory_budget=None):
@@ -174,7 +179,7 @@ def build_program(candidates, memory_budget=None):
            if k.dim in space.options and k.axis in space.options[k.dim]}
     for k, var in x.items():  # pairs this graph's dims may not take
       if k.dim in space.options and k.axis not in space.options[k.dim]:
-        model.add(var == 0).only_enforce_if(z)
+        model.add(var + z <= 1)
     _tables(model, v, problem, z)
     _tensor_axes(model, v.x, problem.graph, space.axes, z, set())
     if memory_budget is not None:
