@@ -1,5 +1,5 @@
 """Training decisions beyond the layout rules: precision, sharded storage,
-recompute and microbatching, searched around the CP-SAT layout program.
+recompute and microbatching, searched with the CP-SAT layout program.
 
 A :class:`TrainingDecisions` value fixes the four families the issue names:
 
@@ -13,21 +13,23 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
 * ``microbatches``: k, gradient accumulation (:mod:`mesh_tf.microbatch`).
 
 Each choice changes the graph (its ops, their repeats), so a candidate is a
-graph built by :func:`build_training`, and the CP-SAT program of that graph
-chooses the layout rules under the memory budget.  :func:`search_training`
-compares candidates by the program's optimum (which equals
-``costmodels.evaluate`` of its answer): all of them (``exhaustive``, for
-small graphs, where it equals brute force over decisions and rules), or a
-greedy walk for large models: the most memory-saving candidate first
-(stage 3, every block recomputed), doubling k until it fits and on while
-the step gets faster (fewer rows per device can free a better layout),
-then relaxing recompute and the stage at the best k while it gets faster.
+graph built by :func:`build_training` and priced by its own
+:class:`~autolayout.solve.LayoutSearch`.  :func:`search_training` puts the
+stage and the recompute count into **one CP-SAT program** per microbatch
+count (:mod:`autolayout.decision_program`: one-hot decision variables, the
+candidates' tables, memory steps and overlap terms over shared layout
+rules, :func:`solve_decisions`), and walks k outside as phases: from 1
+(or ``min_microbatches``) until one fits and on while the step gets
+faster.  ``exhaustive=True`` instead solves every candidate alone (stages
+0-3, recompute 0..L, k up to 4), the reference the tests compare with.
+Without a mesh, :mod:`autolayout.training_meshes` searches mesh shapes
+too.
 
 Example:
   >>> from mesh_tf import models
   >>> cfg = models.get_config("transformer_tiny")
-  >>> plan = search_training(cfg, "data:2;model:4", "dgx-h100",
-  ...                        exhaustive=True)        # doctest: +SKIP
+  >>> plan = search_training(cfg, "data:2;model:4", "dgx-h100")
+  ...                                                # doctest: +SKIP
   >>> plan.decisions.as_dict()                       # doctest: +SKIP
   {'param_dtype': 'bfloat16', 'zero_stage': 0, 'recompute': 0, ...}
 """
@@ -216,7 +218,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
                     progress=None, memory_reserve_fraction=None,
                     overlap=True, recompute_count=5, microbatch_choices=None,
-                    candidates=None):
+                    candidates=None, min_microbatches=1):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   By default, for each microbatch count k (a phase: powers of two dividing
@@ -247,6 +249,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       doubling walk above).
     candidates: a :class:`Candidates` of ``config`` to reuse (e.g. over
       several meshes); None: a new one.
+    min_microbatches: the walk's first k (e.g. the smallest k at which the
+      most memory-saving decisions fit: no smaller k can fit).
 
   Returns:
     A :class:`TrainingPlan`; ``tried`` has one row per k (the program's
@@ -315,7 +319,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     ks = ([fixed["microbatches"]] if "microbatches" in fixed else
           microbatch_choices or
           [k for k in _divisors(config.batch, max_microbatches)
-           if k & (k - 1) == 0])
+           if k & (k - 1) == 0 and k >= min_microbatches])
     found = None
     for k in ks:
       pairs = [make(zero_stage=s, recompute=r, microbatches=k)

@@ -132,10 +132,14 @@ def search_training_meshes(config, topology, memory_budget="hbm",
       progress(_name(mesh), "decisions", i, len(full))
     t1 = time.perf_counter()
     try:
-      plan = decisions.search_training(config, mesh, topology, memory_budget,
-                                       fixed=fixed,
-                                       recompute_count=recompute_count,
-                                       **common)
+      # Where ZeRO 3 with every block recomputed needs k microbatches, no
+      # decisions fit in fewer: the walk starts there.
+      plan = decisions.search_training(
+          config, mesh, topology, memory_budget, fixed=fixed,
+          recompute_count=recompute_count,
+          min_microbatches=min(d.microbatches for d, t, _ in
+                               screened[mesh].tried if t is not None),
+          **common)
     except (InfeasibleLayoutError, TimeLimitError):
       continue   # the screen found a plan; keep it
     searched[mesh] = time.perf_counter() - t1
