@@ -16,7 +16,10 @@ Sets
 Variables
   * :math:`x_{d,a}`: the layout rules, **shared** by every candidate (the
     union of their allowed pairs; repeated layers share one rule, and so
-    one storage decision per storage dim);
+    one storage decision per storage dim), and each candidate's copy
+    :math:`x^c_{d,a} \le z_c` with :math:`x_{d,a} = \sum_c x^c_{d,a}` (the
+    disjunctive hull: the LP relaxation keeps every candidate's links
+    between its tables, which enforced rows on a shared :math:`x` lose);
   * :math:`u_s`, :math:`v_r \in \{0,1\}`: the stage and the recompute
     count, one of each (:math:`\sum_s u_s = \sum_r v_r = 1`);
   * :math:`z_c = u_s \wedge v_r` for :math:`c = (s, r)`;
@@ -25,10 +28,11 @@ Variables
     chosen.
 
 Constraints
-  * one axis per dim over the shared :math:`x` (constraint 1);
-  * under :math:`z_c`: candidate :math:`c`'s tables agree with :math:`x`
-    (constraint 4), its tensors split an axis at most once (constraint 2)
-    and pairs its dims may not take are 0;
+  * on each copy: one axis per dim, :math:`\sum_a x^c_{d,a} \le z_c`
+    (constraint 1); candidate :math:`c`'s tables agree with :math:`x^c`
+    (constraint 4); its tensors split an axis at most once,
+    :math:`\sum_{d \in T} x^c_{d,a} \le z_c` (constraint 2); pairs its
+    dims may not take have no copy, so they are 0 when :math:`c` is chosen;
   * candidate :math:`c`'s memory steps (constraint 5),
     :math:`\sum_{S,\sigma} m^c_{k,S,\sigma} y^c_{S,\sigma} \le M`: linear
     in choice :math:`\times` table value, and void when :math:`z_c = 0`
@@ -89,10 +93,7 @@ class DecisionProgram(NamedTuple):
 
 def _tables(model, v, problem, z):
   """Candidate tables' :math:`y^c`, summing to :math:`z_c`, and agreeing
-  with the shared :math:`x` when chosen (constraints 3, 4 under z)."""
-  axes_of = collections.defaultdict(set)
-  for k in v.x:
-    axes_of[k.dim].add(k.axis)
+  with the candidate's copy :math:`x^c` (constraints 3 and 4)."""
   for tb in problem.form.tables:
     ys = []
     for sigma in tb.choices:
@@ -105,22 +106,18 @@ def _tables(model, v, problem, z):
       for sigma, y in zip(tb.choices, ys):
         if sigma[i] is not None:
           by_axis[sigma[i]].append(y)
-      for a in sorted(set(by_axis) | axes_of[d]):
+      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d}):
         x = v.x.get(DimAxis(d, a))
         if x is None:
           for y in by_axis.get(a, []):
             model.add(y == 0)
         else:
-          # x = sum(y) when chosen, as two linear rows (tighter in the LP
-          # relaxation than an enforced equality): sum(y) <= x always
-          # holds (the y are 0 unless chosen), and sum(y) >= x + z - 1.
-          on = by_axis.get(a, [])
-          model.add(sum(on) <= x)
-          model.add(sum(on) >= x + z - 1)
+          model.add(x == sum(by_axis.get(a, [])))
 
 
-def _tensor_axes(model, x, graph, axes, z, seen):
-  """Constraint 2 for the candidate's tensors, under :math:`z_c`."""
+def _tensor_axes(model, x, graph, axes, z):
+  """Constraint 2 for the candidate's tensors, on its copy :math:`x^c`."""
+  seen = set()
   for t in graph.tensors:
     names = tuple(sorted(t.shape.dimension_names))
     if names in seen or len(names) < 2:
@@ -128,8 +125,8 @@ def _tensor_axes(model, x, graph, axes, z, seen):
     seen.add(names)
     for a in axes:
       xs = [x[DimAxis(d, a)] for d in names if DimAxis(d, a) in x]
-      if len(xs) > 1:   # sum <= 1 when chosen, else void (linear)
-        model.add(sum(xs) <= 1 + (len(xs) - 1) * (1 - z))
+      if len(xs) > 1:
+        model.add(sum(xs) <= z)
 
 
 def build_program(candidates, memory_budget=None):
@@ -156,15 +153,10 @@ def build_program(candidates, memory_budget=None):
       for a in space.options[d]:
         if DimAxis(d, a) not in x:
           x[DimAxis(d, a)] = model.new_bool_var(f"x[{d},{a}]")
-  by_dim = collections.defaultdict(list)
-  for k in sorted(x):
-    by_dim[k.dim].append(x[k])
-  for xs in by_dim.values():
-    if len(xs) > 1:
-      model.add_at_most_one(xs)
   unit = max(formulation.time_unit(c.problem.form.tables)
              for c in candidates)
   terms, chosen = [], []
+  copies = collections.defaultdict(list)   # DimAxis -> the x^c
   for c in candidates:
     d = c.decisions
     z = model.new_bool_var(f"choose[{d.zero_stage},{d.recompute}]")
@@ -174,14 +166,22 @@ def build_program(candidates, memory_budget=None):
     model.add_bool_or([z, us.Not(), ws.Not()])
     chosen.append(z)
     space, problem = c.problem.space, c.problem
+    # The candidate's own copy of the rules (the disjunctive hull: x is
+    # the sum of the copies, each 0 unless its candidate is chosen), so
+    # that the LP relaxation keeps each candidate's table links.
     v = formulation.Variables()
-    v.x = {k: var for k, var in x.items()
-           if k.dim in space.options and k.axis in space.options[k.dim]}
-    for k, var in x.items():  # pairs this graph's dims may not take
-      if k.dim in space.options and k.axis not in space.options[k.dim]:
-        model.add(var + z <= 1)
+    for dim in space.dims:
+      mine = []
+      for a in space.options[dim]:
+        k = DimAxis(dim, a)
+        v.x[k] = model.new_bool_var(f"x[{dim},{a}|{d.zero_stage},"
+                                    f"{d.recompute}]")
+        copies[k].append(v.x[k])
+        mine.append(v.x[k])
+      if mine:
+        model.add(sum(mine) <= z)   # one axis per dim (constraint 1)
     _tables(model, v, problem, z)
-    _tensor_axes(model, v.x, problem.graph, space.axes, z, set())
+    _tensor_axes(model, v.x, problem.graph, space.axes, z)
     if memory_budget is not None:
       formulation.add_memory_constraints(
           model, v, problem.memory_coefficients, problem.host,
@@ -191,6 +191,12 @@ def build_program(candidates, memory_budget=None):
         model, v, tables, problem.form.overlap, unit)
     t, _ = formulation.time_objective(v, tables, "time", unit)
     terms.append(t + exposed if rounded else t)
+  for k, var in x.items():
+    model.add(var == sum(copies[k]))
+  # Fixing a candidate first makes its tables propagate from x.
+  model.add_decision_strategy(list(u.values()) + list(w.values()),
+                              cp_model.CHOOSE_FIRST,
+                              cp_model.SELECT_MAX_VALUE)
   simplicity = (sum(len(recs) * i * u[s] for i, s in enumerate(stages))
                 + sum(i * w[r] for i, r in enumerate(recs)))
   return DecisionProgram(model, x, u, w, tuple(chosen), candidates,

@@ -107,3 +107,21 @@ def test_fixed_stage_stays_fixed_and_infeasible_names_the_peak():
   with pytest.raises(InfeasibleLayoutError, match="smallest peak"):
     decisions.search_training(CONFIG, MESH, TOPOLOGY, memory_budget=1000,
                               microbatch_choices=(1,))
+
+
+def test_train_without_a_mesh_searches_meshes_and_decisions():
+  # Item 2 of issue 13's follow-up: --train with no mesh searches mesh
+  # shapes (named after the physical dims) and the training decisions.
+  import json
+  from tests.autolayout.test_cli import run_cli
+  p = run_cli("solve", "-m", "transformer_tiny", "-t", "tpu-v5e-2x4",
+              "--train", "--workers", "2", "-f", "json", timeout=900)
+  assert p.returncode == 0, p.stderr
+  data = json.loads(p.stdout)
+  res = data["result"]
+  assert res["training"]["decisions"]["param_dtype"] == "bfloat16"
+  tried = data["meshes_tried"]
+  assert {r["mesh"] for r in tried} == {"xy:8", "x:2;y:4", "xy:4;y:2"}
+  assert res["step_time_s"] == min(r["step_time_s"] for r in tried)
+  assert res["mesh"] == tried[0]["mesh"]
+  assert {r["searched"] for r in tried} == {"screen", "decisions"}
