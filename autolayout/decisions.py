@@ -1,5 +1,5 @@
 """Training decisions beyond the layout rules: precision, sharded storage,
-recompute and microbatching, searched around the CP-SAT layout program.
+recompute and microbatching, searched with the CP-SAT layout program.
 
 A :class:`TrainingDecisions` value fixes the four families the issue names:
 
@@ -13,21 +13,23 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
 * ``microbatches``: k, gradient accumulation (:mod:`mesh_tf.microbatch`).
 
 Each choice changes the graph (its ops, their repeats), so a candidate is a
-graph built by :func:`build_training`, and the CP-SAT program of that graph
-chooses the layout rules under the memory budget.  :func:`search_training`
-compares candidates by the program's optimum (which equals
-``costmodels.evaluate`` of its answer): all of them (``exhaustive``, for
-small graphs, where it equals brute force over decisions and rules), or a
-greedy walk for large models: the most memory-saving candidate first
-(stage 3, every block recomputed), doubling k until it fits and on while
-the step gets faster (fewer rows per device can free a better layout),
-then relaxing recompute and the stage at the best k while it gets faster.
+graph built by :func:`build_training` and priced by its own
+:class:`~autolayout.solve.LayoutSearch`.  :func:`search_training` puts the
+stage and the recompute count into **one CP-SAT program** per microbatch
+count (:mod:`autolayout.decision_program`: one-hot decision variables, the
+candidates' tables, memory steps and overlap terms over shared layout
+rules, :func:`solve_decisions`), and walks k outside as phases: from 1
+(or ``min_microbatches``) until one fits and on while the step gets
+faster.  ``exhaustive=True`` instead solves every candidate alone (stages
+0-3, recompute 0..L, k up to 4), the reference the tests compare with.
+Without a mesh, :mod:`autolayout.training_meshes` searches mesh shapes
+too.
 
 Example:
   >>> from mesh_tf import models
   >>> cfg = models.get_config("transformer_tiny")
-  >>> plan = search_training(cfg, "data:2;model:4", "dgx-h100",
-  ...                        exhaustive=True)        # doctest: +SKIP
+  >>> plan = search_training(cfg, "data:2;model:4", "dgx-h100")
+  ...                                                # doctest: +SKIP
   >>> plan.decisions.as_dict()                       # doctest: +SKIP
   {'param_dtype': 'bfloat16', 'zero_stage': 0, 'recompute': 0, ...}
 """
@@ -104,16 +106,98 @@ def build_training(config, decisions, learning_rate=1e-4):
   return TrainingGraph(decisions, model, update.plan, update)
 
 
+class Candidates:
+  """The candidate training graphs of one zoo config, built on first use
+  and kept for this object's lifetime (the caller owns it): each
+  :class:`TrainingDecisions` maps to its :class:`TrainingGraph` and a
+  :class:`~autolayout.solve.LayoutSearch`, whose tables serve every mesh
+  it is asked on.  :meth:`trim` forgets those of another microbatch count
+  (their graphs are built at another batch size)."""
+
+  def __init__(self, config, memory_reserve_fraction=None):
+    self.config = config
+    self.memory_reserve_fraction = memory_reserve_fraction
+    self._built = {}
+
+  def get(self, decisions):
+    """``(TrainingGraph, LayoutSearch)`` of ``decisions``."""
+    from autolayout.solve import LayoutSearch
+    hit = self._built.get(decisions)
+    if hit is None:
+      training = build_training(self.config, decisions)
+      hit = self._built[decisions] = (training, LayoutSearch(
+          training.graph, microbatches=training.plan,
+          memory_reserve_fraction=self.memory_reserve_fraction))
+    return hit
+
+  def trim(self, keep_microbatches, most=24):
+    """Forgets the candidates whose k is not ``keep_microbatches`` once more
+    than ``most`` graphs are kept (a GPT-3 step graph is tens of MiB)."""
+    if len(self._built) > most:
+      for d in [d for d in self._built
+                if d.microbatches != keep_microbatches]:
+        del self._built[d]
+
+
 def _solve(config, decisions, mesh_shape, topology, memory_budget,
-           time_limit_s, forbid, memory_reserve_fraction, overlap):
-  from autolayout.solve import LayoutSearch
-  training = build_training(config, decisions)
-  search = LayoutSearch(training.graph, microbatches=training.plan,
-                        memory_reserve_fraction=memory_reserve_fraction)
+           time_limit_s, forbid, memory_reserve_fraction, overlap,
+           candidates=None):
+  candidates = candidates or Candidates(config, memory_reserve_fraction)
+  training, search = candidates.get(decisions)
   result = search.solve(mesh_shape, topology, memory_budget,
                         time_limit_s=time_limit_s, forbid=forbid,
                         overlap=overlap)
   return training, dataclasses.replace(result, decisions=decisions)
+
+
+def recompute_choices(layers, count=5):
+  """The recompute counts the decision program offers: ``count`` evenly
+  spaced counts from 0 to ``layers`` (for 96 layers and 5: 0, 24, 48, 72,
+  96)."""
+  if count < 2 or layers == 0:
+    return (0, layers) if layers else (0,)
+  return tuple(sorted({layers * i // (count - 1) for i in range(count)}))
+
+
+def solve_decisions(candidates, decision_list, mesh_shape, topology,
+                    memory_budget, time_limit_s=60.0, forbid=(),
+                    overlap=True):
+  """The fastest of ``decision_list`` (every (stage, recompute) pair at
+  one microbatch count and dtype) and its layout, from one CP-SAT program
+  in which the stage and the recompute count are decision variables
+  (:mod:`autolayout.decision_program`).
+
+  Returns ``(TrainingGraph, LayoutResult)``.
+
+  Raises:
+    InfeasibleLayoutError: if no pair fits the budget (with the smallest
+      peak of the most memory-saving pair).
+  """
+  from autolayout import decision_program as dp
+  from autolayout.solve import DEFAULT_NUM_WORKERS, DEFAULT_SEED
+  # As for one graph, building the candidates' tables is not counted in
+  # the solver's time limit.
+  cands = []
+  for d in decision_list:
+    _, search = candidates.get(d)
+    problem = search.problem(mesh_shape, topology, memory_budget,
+                             overlap=overlap)
+    cands.append(dp.Candidate(d, problem))
+  program = dp.build_program(cands, memory_budget)
+  left = time_limit_s
+  try:
+    index, result = dp.solve_program(program, memory_budget, left,
+                                     DEFAULT_NUM_WORKERS, DEFAULT_SEED,
+                                     forbid)
+  except InfeasibleLayoutError:
+    # Every pair is over budget: the most memory-saving one says by how
+    # much (its own search states the smallest peak and what dominates).
+    lean = max(decision_list, key=lambda d: (d.zero_stage, d.recompute))
+    _solve(candidates.config, lean, mesh_shape, topology,
+           memory_budget, left, forbid, candidates.memory_reserve_fraction,
+           overlap, candidates)
+    raise
+  return candidates.get(cands[index].decisions)[0], result
 
 
 def _better(step, d, best_step, best_d):
@@ -133,34 +217,51 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                     fixed=None, exhaustive=False, param_dtype="bfloat16",
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
                     progress=None, memory_reserve_fraction=None,
-                    overlap=True):
+                    overlap=True, recompute_count=5, microbatch_choices=None,
+                    candidates=None, min_microbatches=1):
   """The fastest training plan of zoo ``config`` that fits the budget.
+
+  By default, for each microbatch count k (a phase: powers of two dividing
+  the batch, up to ``max_microbatches``, from 1 until one fits and on while
+  the step gets faster) one CP-SAT program chooses the ZeRO stage (0-3),
+  the recompute count (``recompute_count`` even steps from 0 to L) and the
+  layout rules together (:func:`solve_decisions`).
 
   Args:
     config: a Transformer-family zoo config (``mesh_tf.models``).
     mesh_shape, topology, memory_budget: as :func:`autolayout.auto_layout`.
     fixed: ``{decision name: value}`` the caller fixes (e.g.
       ``{"zero_stage": 3}``); the others are searched.
-    exhaustive: solve every candidate (stages 0-3, recompute 0..L, every
-      k up to 4 dividing the batch) instead of the greedy walk.
+    exhaustive: solve every candidate alone (stages 0-3, recompute 0..L,
+      every k up to 4 dividing the batch) instead of the decision program.
     param_dtype: the compute dtype unless fixed.
-    max_microbatches: the largest k the greedy walk tries.
-    time_limit_s: CP-SAT limit per candidate.
+    max_microbatches: the largest k tried.
+    time_limit_s: CP-SAT limit per program (per candidate if exhaustive).
     forbid: ``(dim, axis)`` rules no candidate may use.
-    progress: optional ``fn(decisions, step_time_s or None)`` per candidate.
+    progress: optional ``fn(decisions, step_time_s or None)`` per program
+      (per candidate if exhaustive).
     memory_reserve_fraction: the reserve the reports show (default: the
       costmodels default).
     overlap: hide gradient syncs under compute (False: every collective
       exposed), as :func:`autolayout.auto_layout`'s ``overlap``.
+    recompute_count: how many recompute counts the program offers.
+    microbatch_choices: the k to try, every one of them (default: the
+      doubling walk above).
+    candidates: a :class:`Candidates` of ``config`` to reuse (e.g. over
+      several meshes); None: a new one.
+    min_microbatches: the walk's first k (e.g. the smallest k at which the
+      most memory-saving decisions fit: no smaller k can fit).
 
   Returns:
-    A :class:`TrainingPlan`.
+    A :class:`TrainingPlan`; ``tried`` has one row per k (the program's
+    choice) or per candidate (exhaustive).
 
   Raises:
     InfeasibleLayoutError: if no candidate fits ``memory_budget`` (the last
       one's error, which states its smallest peak).
     MtfError: for an unknown decision name in ``fixed``.
   """
+  from mesh_tf.storage import STAGES
   fixed = dict(fixed or {})
   bad = sorted(set(fixed) - set(TrainingDecisions._fields))
   if bad:
@@ -168,76 +269,75 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                    f"{list(TrainingDecisions._fields)}")
   fixed.setdefault("param_dtype", param_dtype)
   layers = config.layers
+  if candidates is None:
+    candidates = Candidates(config, memory_reserve_fraction)
   tried, best = [], None
   last_error = [None]
 
-  def attempt(d):
-    for done, t, _ in tried:
-      if done == d:
-        return t
-    t0 = time.perf_counter()
-    try:
-      training, result = _solve(config, d, mesh_shape, topology,
-                                memory_budget, time_limit_s, forbid,
-                                memory_reserve_fraction, overlap)
-    except InfeasibleLayoutError as e:
-      last_error[0] = e
-      tried.append((d, None, time.perf_counter() - t0))
-      if progress:
-        progress(d, None)
-      return None
-    step = result.report.step_time_s
-    tried.append((d, step, time.perf_counter() - t0))
-    if progress:
-      progress(d, step)
+  def keep(training, result, elapsed):
     nonlocal best
-    if best is None or _better(step, d, best[1].report.step_time_s,
+    step = result.report.step_time_s
+    tried.append((training.decisions, step, elapsed))
+    if progress:
+      progress(training.decisions, step)
+    if best is None or _better(step, training.decisions,
+                               best[1].report.step_time_s,
                                best[0].decisions):
       best = (training, result)
     return step
+
+  def failed(d, e, elapsed):
+    last_error[0] = e
+    tried.append((d, None, elapsed))
+    if progress:
+      progress(d, None)
 
   def make(**kw):
     values = dict(kw)
     values.update(fixed)
     return TrainingDecisions(**values)
 
+  stages = [fixed["zero_stage"]] if "zero_stage" in fixed else list(STAGES)
   if exhaustive:
-    stages = [fixed["zero_stage"]] if "zero_stage" in fixed else [0, 1, 2, 3]
     recs = ([fixed["recompute"]] if "recompute" in fixed
             else list(range(layers + 1)))
     ks = ([fixed["microbatches"]] if "microbatches" in fixed
-          else _divisors(config.batch, 4))
+          else microbatch_choices or _divisors(config.batch, 4))
     for s, r, k in itertools.product(stages, recs, ks):
-      attempt(make(zero_stage=s, recompute=r, microbatches=k))
+      d = make(zero_stage=s, recompute=r, microbatches=k)
+      t0 = time.perf_counter()
+      try:
+        keep(*_solve(config, d, mesh_shape, topology, memory_budget,
+                     time_limit_s, forbid, memory_reserve_fraction, overlap,
+                     candidates), time.perf_counter() - t0)
+      except InfeasibleLayoutError as e:
+        failed(d, e, time.perf_counter() - t0)
   else:
-    d = make(zero_stage=3, recompute=layers, microbatches=1)
+    recs = ([fixed["recompute"]] if "recompute" in fixed
+            else list(recompute_choices(layers, recompute_count)))
+    walk = "microbatches" not in fixed and microbatch_choices is None
     ks = ([fixed["microbatches"]] if "microbatches" in fixed else
+          microbatch_choices or
           [k for k in _divisors(config.batch, max_microbatches)
-           if k & (k - 1) == 0])
+           if k & (k - 1) == 0 and k >= min_microbatches])
     found = None
     for k in ks:
-      t = attempt(d._replace(microbatches=k))
-      if t is None:
-        if found is None:
+      pairs = [make(zero_stage=s, recompute=r, microbatches=k)
+               for s in stages for r in recs]
+      t0 = time.perf_counter()
+      try:
+        candidates.trim(k, len(pairs) + 4)
+        t = keep(*solve_decisions(candidates, pairs, mesh_shape, topology,
+                                  memory_budget, time_limit_s, forbid,
+                                  overlap), time.perf_counter() - t0)
+      except InfeasibleLayoutError as e:
+        failed(pairs[-1], e, time.perf_counter() - t0)
+        if found is None or not walk:
           continue
         break
-      if found is not None and t >= found:
+      if walk and found is not None and t >= found:
         break   # more microbatches stopped paying (repeated gathers)
-      found = t
-    if best is not None:
-      cur = best[0].decisions
-      # Relax recompute (halving) while it fits and gets faster.
-      r = cur.recompute
-      while "recompute" not in fixed and r > 0:
-        r //= 2
-        cand = cur._replace(recompute=r)
-        t = attempt(cand)
-        if t is None or t > best[1].report.step_time_s:
-          break
-        cur = cand
-      for s in (1, 2):
-        if "zero_stage" not in fixed:
-          attempt(cur._replace(zero_stage=s))
+      found = t if found is None else min(found, t)
   if best is None:
     raise last_error[0] or InfeasibleLayoutError(
         "no training plan candidate was solved")

@@ -39,9 +39,8 @@ DEFAULT_NUM_WORKERS = DEFAULTS.num_workers
 DEFAULT_SEED = DEFAULTS.seed
 
 
-# Seconds per op that costmodels.evaluate takes to re-check an answer (about
-# 25-100 us per op measured here, more under load); the solver stops
-# that much before the time limit.
+# Seconds per op that costmodels.evaluate takes to re-check an answer (25-100
+# us measured here); the solver stops that much before the time limit.
 CHECK_S_PER_OP = 120e-6
 # Programs with more variables than this are presolved by CP-SAT.
 PRESOLVE_MIN_VARIABLES = 5000
@@ -61,6 +60,10 @@ class Problem(NamedTuple):
   memory_reserve_fraction: Optional[float] = None
   overlap: bool = True
   liveness: object = None  # costmodels.memory.Liveness shared by the checks
+  # Constraint 5's per-step coefficients ({scope: {sigma: bytes}} per
+  # step) and their scope hosts, for programs that combine several graphs
+  # (autolayout.decision_program); () without memory constraints.
+  memory_coefficients: tuple = ()
 
 
 def _outputs(graph, outputs):
@@ -166,11 +169,11 @@ class LayoutSearch:
       _check_deadline(deadline, "the memory steps")
       live = self.liveness()
       _check_deadline(deadline, "the memory steps")
+      # The schedule's steps do not depend on the mesh: compressed once.
+      steps = self._part("steps", None, None, lambda: memory_steps.compress(
+          graph, list(outputs), liveness=live))
       ms = self._part("memory", mesh_shape, topo,
-                      lambda: memory_steps.prune_by_layouts(
-                          memory_steps.compress(graph, list(outputs),
-                                                liveness=live),
-                          space))
+                      lambda: memory_steps.prune_by_layouts(steps, space))
     hide = None
     buckets = cm_overlap.gradient_buckets(graph)
     if overlap and buckets.num_buckets:
@@ -249,10 +252,11 @@ def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
     bad = [tb.scope for tb in tbls if not tb.choices]
     raise SolverError(f"no valid local assignment for dims {bad[0]} on mesh "
                       f"{mesh_shape}; every layout of them fails to lower")
+  coefficients = ()
   if memory_bound:
-    formulation.add_memory_constraints(
-        model, v, memory_steps.step_coefficients(ms, space), host,
-        memory_budget, with_peak=need_peak)
+    coefficients = tuple(memory_steps.step_coefficients(ms, space))
+    formulation.add_memory_constraints(model, v, coefficients, host,
+                                       memory_budget, with_peak=need_peak)
   objectives, units = {}, {}
   # With overlap terms both objectives share one unit, so that they share
   # the exposed-sync variables e_a.
@@ -270,7 +274,8 @@ def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
                                  formulation.tie_break_groups(v),
                                  len(ms.steps) if ms else 0, spec, rounded)
   return Problem(graph, mesh_shape, outputs, topo, space, form, host,
-                 time.perf_counter() - t0, overlap=overlap is not None)
+                 time.perf_counter() - t0, overlap=overlap is not None,
+                 memory_coefficients=coefficients)
 
 
 class PhaseResult(NamedTuple):
@@ -280,6 +285,7 @@ class PhaseResult(NamedTuple):
   value: float             # first-phase objective, in objective units
   bound: float
   solve_time_s: float
+  extra: dict = {}         # name -> value of the ``extra`` variables asked
 
 
 class _ProgressCallback(cp_model.CpSolverSolutionCallback):
@@ -297,7 +303,7 @@ class _ProgressCallback(cp_model.CpSolverSolutionCallback):
 
 
 def solve_phases(form, phases, time_limit_s, num_workers, seed,
-                 solver_params=None, progress=None, hint=None):
+                 solver_params=None, progress=None, hint=None, extra=None):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
@@ -309,7 +315,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   elapsed_s)``, if given, is called for every improving solution of the
   first phase (objective values in the solver's integer units).
   ``hint`` (``{DimAxis: 0/1}``) replaces the replicated layout as CP-SAT's
-  first guess (see :mod:`autolayout.plan_hint`).
+  first guess (see :mod:`autolayout.plan_hint`).  ``extra`` (``{name:
+  variable}``): further variables whose final values to return.
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -341,7 +348,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   model.clear_hints()
   for k, var in v.x.items():
     model.add_hint(var, int((hint or {}).get(k, 0)))
-  start, first, x = time.perf_counter(), None, None
+  start, first, x, values = time.perf_counter(), None, None, {}
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
     if left <= 0:
@@ -368,6 +375,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
     elif status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
       break
     x = {k: int(solver.value(var)) for k, var in v.x.items()}
+    values = {k: int(solver.value(var)) for k, var in (extra or {}).items()}
     if status != cp_model.OPTIMAL:
       break
     model.add(expr == int(round(solver.objective_value)))
@@ -375,7 +383,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
     for k, var in v.x.items():
       model.add_hint(var, x[k])
   return PhaseResult(x, first[0], first[1], first[2],
-                     time.perf_counter() - start)
+                     time.perf_counter() - start, values)
 
 
 def rules_of(x):

@@ -51,12 +51,17 @@ def _run(args, ctx):
   if args.devices is not None and args.mesh:
     raise CliInputError("give either --mesh or --devices, not both",
                         hint="--devices searches every mesh shape")
-  if args.devices is None and _plan_search(args, model):
-    # The decisions are searched on one mesh (--mesh or the topology's
-    # default): a decision search per mesh shape would take minutes.
+  if args.mesh and _plan_search(args, model):
     mesh = common.mesh_of(args, topology)
     result, decisions_tried = _training_plan(ctx, args, model, mesh,
                                              topology, budget)
+  elif _plan_search(args, model):
+    # No mesh: mesh shapes and training decisions searched together,
+    # whether --train was given or training is the default question.
+    n = topology.num_chips if args.devices is None else args.devices
+    inputs.check_devices(n, topology)
+    result, decisions_tried, tried = _training_meshes(ctx, args, model,
+                                                      topology, budget, n)
   elif args.mesh:
     mesh = common.mesh_of(args, topology)
     result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
@@ -126,9 +131,8 @@ def _plan_search(args, model):
           and hasattr(config, "recompute"))
 
 
-def _training_plan(ctx, args, model, mesh, topology, budget):
-  """The fastest training decisions and layout (autolayout.decisions)."""
-  from autolayout import decisions
+def _fixed(args):
+  """The training decisions given on the command line (not ``auto``)."""
   fixed = {}
   for name in ("zero_stage", "recompute", "microbatches"):
     text = str(getattr(args, name))
@@ -139,6 +143,30 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
         raise CliInputError(f"--{name.replace('_', '-')} {text!r} is not "
                             "an integer or auto",
                             hint=f"e.g. --{name.replace('_', '-')} 2")
+  return fixed
+
+
+def _training_meshes(ctx, args, model, topology, budget, n):
+  """The fastest mesh shape, training decisions and layout
+  (autolayout.training_meshes)."""
+  from autolayout.training_meshes import search_training_meshes
+  with ctx.progress(f"searching mesh shapes of {n} devices and training "
+                    f"decisions of {model.name}") as update:
+    plan, tried = search_training_meshes(
+        model.config, topology, budget, n,
+        args.max_axes or DEFAULT_MAX_AXES, fixed=_fixed(args),
+        param_dtype=model.overrides.get("param_dtype") or "bfloat16",
+        time_limit_s=args.time_limit, overlap=getattr(args, "overlap", True),
+        memory_reserve_fraction=inputs.memory_reserve(args),
+        progress=lambda mesh, stage, i, count: update.on_mesh(
+            f"{mesh} ({stage})", i, count, None))
+  return plan.result, plan.tried, tried
+
+
+def _training_plan(ctx, args, model, mesh, topology, budget):
+  """The fastest training decisions and layout (autolayout.decisions)."""
+  from autolayout import decisions
+  fixed = _fixed(args)
   param_dtype = model.overrides.get("param_dtype") or "bfloat16"
   with ctx.progress(f"searching training decisions of {model.name} on "
                     f"{inputs.mesh_str(mesh)} ({topology.name})"):

@@ -75,6 +75,31 @@ def tpu_slice(chip, sizes, wraparound=None, name=None):
                name=name or f"{chip.name}-" + "x".join(map(str, sizes)))
 
 
+# The data-centre network between TPU v4 pods, per chip: PaLM's cross-pod
+# gradient transfer ran at 81 Tbit/s over 3,072 chips per pod (Chowdhery et
+# al., 2022, section 4), i.e. 81e12 / 8 / 3072 = 3.3 GB/s per chip each
+# way.  Latency and overlap efficiency: assumed like InfiniBand's (the
+# hosts' NICs move the data asynchronously).
+TPU_DCN = hardware.LinkSpec("tpu-dcn", "dcn", 81e12 / 8 / 3072, 10e-6,
+                            overlap_efficiency=0.85)
+
+
+def tpu_pods(chip, pods, sizes, dcn=TPU_DCN, name=None):
+  """``pods`` TPU pods (slices of shape ``sizes``) joined by the
+  data-centre network ``dcn``: a ``pod`` dim over DCN, then the slice's own
+  ICI torus dims.  PaLM 540B trained on ``tpu_pods("v4", 2, (12, 16,
+  16))`` (``tpu-v4-2pods-12x16x16``).
+
+  Example:
+    >>> get_topology("tpu-v4-2pods-12x16x16").num_chips
+    6144
+  """
+  pod = tpu_slice(chip, sizes)
+  dims = (PhysicalDim("pod", int(pods), dcn, "switch"),) + tuple(pod.dims)
+  return Topology(name or f"{pod.chip.name}-{int(pods)}pods-"
+                  + "x".join(str(int(s)) for s in sizes), pod.chip, dims)
+
+
 def gpu_cluster(chip, nodes=1, gpus_per_node=8, network=None,
                 intra_node=None, name=None):
   """``nodes`` GPU servers of ``gpus_per_node`` GPUs.
@@ -114,6 +139,7 @@ _PRESETS = (
 )
 
 _TPU_RE = re.compile(r"^tpu-(v3|v4|v5e|v5p)-(\d+(?:x\d+)*)$")
+_PODS_RE = re.compile(r"^tpu-(v4|v5p)-(\d+)pods-(\d+(?:x\d+)*)$")
 _DGX_RE = re.compile(r"^dgx-(a100|h100|h200|b200)$")
 _CLUSTER_RE = re.compile(
     r"^(a100|h100|h200|b200)x(\d+)-nodes(\d+)(?:-(hdr|ndr|xdr))?$")
@@ -121,7 +147,9 @@ _CLUSTER_RE = re.compile(
 
 def list_topologies():
   """Names of the preset topologies.  Other sizes of the same families
-  (``tpu-v4-8x8x8``, ``h100x8-nodes32``, ``h100x8-nodes4-xdr``) also work."""
+  (``tpu-v4-8x8x8``, ``h100x8-nodes32``, ``h100x8-nodes4-xdr``, and pods
+  joined by the data-centre network, ``tpu-v4-2pods-12x16x16``) also
+  work."""
   return list(_PRESETS)
 
 
@@ -149,6 +177,10 @@ def get_topology(name_or_topology):
   if m:
     return tpu_slice(f"tpu-{m.group(1)}",
                      [int(s) for s in m.group(2).split("x")], name=name)
+  m = _PODS_RE.match(name)
+  if m:
+    return tpu_pods(f"tpu-{m.group(1)}", int(m.group(2)),
+                    [int(s) for s in m.group(3).split("x")], name=name)
   m = _DGX_RE.match(name)
   if m:
     return gpu_cluster(m.group(1), nodes=1, gpus_per_node=8, name=name)
@@ -159,7 +191,8 @@ def get_topology(name_or_topology):
                        name=name)
   raise TopologyError(
       f"unknown topology {name_or_topology!r}; use a preset "
-      f"({', '.join(_PRESETS)}), a name of the form tpu-v4-AxBxC, "
+      f"({', '.join(_PRESETS)}), a name of the form tpu-v4-AxBxC "
+      "(or tpu-v4-NpodsAxBxC's form tpu-v4-2pods-12x16x16), "
       "dgx-h100 or h100x8-nodesN[-ndr], a calibrated topology file "
       "(path ending in .json), or build one with tpu_slice(), "
       "gpu_cluster() or torus()")

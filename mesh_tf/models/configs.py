@@ -10,6 +10,9 @@ Real sizes (parameters as computed by ``config.num_parameters()``):
   (d_ff 262144, 256 heads of 128) that only fit with model parallelism.
 * ``gpt3_175b``: 96 layers, d_model 12288, 96 heads of 128, d_ff 49152,
   2048 tokens, batch 1536 -- about 175B, like GPT-3 (Brown et al., 2020).
+* ``palm_540b``: PaLM 540B's published sizes (118 layers, d_model 18432, 48
+  heads of 256, d_ff 73728) in the zoo block (multi-head, GELU, serial):
+  about 432B parameters.
 * ``moe_gpt2_small_64e``: GPT-2-small-sized with a 64-expert top-2 MoE FFN
   in every other layer.
 * ``conv3d_large``: 8 full-resolution 3-D conv layers on 256^3 volumes, with
@@ -43,6 +46,17 @@ PRESETS = {
     "gpt3_175b": TransformerConfig(
         layers=96, d_model=12288, heads=96, d_kv=128, d_ff=49152,
         vocab=50304, length=2048, batch=1536, activation="gelu"),
+    # PaLM 540B's published sizes (Chowdhery et al., 2022, table 1): 118
+    # layers, d_model 18432, 48 heads of 256, d_ff 73728, a 256k vocabulary
+    # (256000, padded to 256512 = 12 x 21376 = 2^9 x 501 so that it splits
+    # over PaLM's 12-way model axis), 2048 tokens, batch 2048.  The zoo
+    # block differs: full multi-head
+    # attention (PaLM: multi-query), a two-matrix GELU FFN (PaLM: SwiGLU,
+    # three matrices), serial attention then FFN (PaLM: parallel), with
+    # biases-free layer norms either way: about 432B parameters, not 540B.
+    "palm_540b": TransformerConfig(
+        layers=118, d_model=18432, heads=48, d_kv=256, d_ff=73728,
+        vocab=256512, length=2048, batch=2048, activation="gelu"),
     "moe_gpt2_small_64e": MoETransformerConfig(
         layers=12, d_model=768, heads=12, d_kv=64, d_ff=3072, vocab=50304,
         length=1024, batch=512, activation="gelu", experts=64, moe_every=2,

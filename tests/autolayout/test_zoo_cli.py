@@ -20,6 +20,11 @@ from mesh_tf import models
 # best layout (68 GiB a chip there), so it runs on a 1024-chip v5p pod.
 NATURAL = {
     "gpt3_175b": "tpu-v5p-8x8x16",
+    # The forward question keeps palm_540b's float32 weights unsharded over
+    # data (no ZeRO storage), about 1.7 TB: 24-way model parallel on
+    # 95-GB v5p chips fits, PaLM's own v4 pods only train it with sharded
+    # storage (benchmarks/anchors.py).
+    "palm_540b": "tpu-v5p-16x16x24",
     "transformer_tiny": "tpu-v5e-2x4",
     "mlp_tiny": "tpu-v5e-2x4",
     "moe_tiny": "tpu-v5e-2x4",

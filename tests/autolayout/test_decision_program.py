@@ -1,0 +1,127 @@
+"""The ZeRO stage and the recompute count as decision families of one CP-SAT
+program (autolayout.decision_program): on a small graph its optimum equals
+brute force over stages x recompute counts x microbatch counts x layout
+rules under several memory budgets, and its objective equals
+costmodels.evaluate of the chosen graph and rules (issue 13)."""
+
+import itertools
+import math
+
+import pytest
+
+import mesh_tf as mtf
+import costmodels
+from autolayout import decision_program, decisions
+from autolayout.errors import InfeasibleLayoutError, SolverError
+from mesh_tf import models
+
+MESH, TOPOLOGY = "x:8", "dgx-h100"
+DIMS = ("batch", "d_ff", "heads", "d_model_storage")
+CONFIG = models.get_config("transformer_tiny", layers=2, batch=16)
+KS = (1, 2)
+RECOMPUTES = decisions.recompute_choices(CONFIG.layers)
+
+
+def _forbid():
+  training = decisions.build_training(
+      CONFIG, decisions.TrainingDecisions("bfloat16", 3, 0, 1))
+  names = {d.name for t in training.graph.tensors for d in t.shape}
+  return [(d, "x") for d in sorted(names - set(DIMS))]
+
+
+@pytest.fixture(scope="module")
+def every():
+  """``(step, peak, decisions, rules)`` of every candidate x rules."""
+  out = []
+  for stage, rc, k in itertools.product((0, 1, 2, 3), RECOMPUTES, KS):
+    d = decisions.TrainingDecisions("bfloat16", stage, rc, k)
+    training = decisions.build_training(CONFIG, d)
+    present = [n for n in DIMS if any(
+        n in t.shape.dimension_names for t in training.graph.tensors)]
+    for combo in itertools.product((None, "x"), repeat=len(present)):
+      rules = ";".join(f"{n}:{a}" for n, a in zip(present, combo) if a)
+      try:
+        r = costmodels.evaluate(training.graph, MESH, rules, TOPOLOGY,
+                                microbatches=training.plan)
+      except mtf.LayoutError:
+        continue
+      out.append((r.step_time_s, r.peak_memory_bytes, d, rules))
+  return out
+
+
+def test_recompute_choices_are_even_steps_of_the_layers():
+  assert decisions.recompute_choices(96) == (0, 24, 48, 72, 96)
+  assert decisions.recompute_choices(2) == (0, 1, 2)
+  assert decisions.recompute_choices(0) == (0,)
+
+
+def test_program_equals_brute_force_over_decisions_and_rules(every):
+  peaks = sorted({p for _, p, _, _ in every})
+  fastest = min(every, key=lambda e: e[0])
+  # Budgets from no limit down to the smallest peak: each one moves the
+  # optimum to other decisions.
+  budgets = [None, fastest[1] - 1, peaks[len(peaks) // 2], peaks[2],
+             peaks[0]]
+  chosen = set()
+  for budget in budgets:
+    fits = [e for e in every if budget is None or e[1] <= budget]
+    best = min(e[0] for e in fits)
+    plan = decisions.search_training(CONFIG, MESH, TOPOLOGY, budget,
+                                     microbatch_choices=KS,
+                                     forbid=_forbid(), time_limit_s=60)
+    r = plan.result
+    assert r.status == "optimal"
+    assert math.isclose(r.report.step_time_s, best, rel_tol=1e-9), budget
+    assert math.isclose(r.objective_value, r.report.step_time_s,
+                        rel_tol=1e-9)
+    assert budget is None or r.report.peak_memory_bytes <= budget
+    assert r.decisions == plan.decisions
+    # The chosen graph re-evaluated from scratch gives the same step.
+    training = decisions.build_training(CONFIG, plan.decisions)
+    again = costmodels.evaluate(training.graph, MESH, r.rules, TOPOLOGY,
+                                microbatches=training.plan)
+    assert math.isclose(again.step_time_s, best, rel_tol=1e-9)
+    chosen.add(plan.decisions)
+  assert len(chosen) >= 3  # the budgets exercised several decisions
+
+
+def test_stage_and_recompute_are_program_variables():
+  cands = decisions.Candidates(CONFIG)
+  pairs = [decisions.TrainingDecisions("bfloat16", s, r, 1)
+           for s in (0, 3) for r in RECOMPUTES]
+  problems = [decision_program.Candidate(
+      d, cands.get(d)[1].problem(MESH, TOPOLOGY, 10**9)) for d in pairs]
+  program = decision_program.build_program(problems, 10**9)
+  assert sorted(program.stage) == [0, 3]
+  assert sorted(program.recompute) == list(RECOMPUTES)
+  assert len(program.chosen) == len(pairs)
+  with pytest.raises(SolverError, match="every \\(stage, recompute\\)"):
+    decision_program.build_program(problems[:-1], 10**9)
+
+
+def test_fixed_stage_stays_fixed_and_infeasible_names_the_peak():
+  plan = decisions.search_training(CONFIG, MESH, TOPOLOGY, None,
+                                   fixed={"zero_stage": 2},
+                                   microbatch_choices=(1,))
+  assert plan.decisions.zero_stage == 2
+  with pytest.raises(InfeasibleLayoutError, match="smallest peak"):
+    decisions.search_training(CONFIG, MESH, TOPOLOGY, memory_budget=1000,
+                              microbatch_choices=(1,))
+
+
+def test_train_without_a_mesh_searches_meshes_and_decisions():
+  # Item 2 of issue 13's follow-up: --train with no mesh searches mesh
+  # shapes (named after the physical dims) and the training decisions.
+  import json
+  from tests.autolayout.test_cli import run_cli
+  p = run_cli("solve", "-m", "transformer_tiny", "-t", "tpu-v5e-2x4",
+              "--train", "--workers", "2", "-f", "json", timeout=900)
+  assert p.returncode == 0, p.stderr
+  data = json.loads(p.stdout)
+  res = data["result"]
+  assert res["training"]["decisions"]["param_dtype"] == "bfloat16"
+  tried = data["meshes_tried"]
+  assert {r["mesh"] for r in tried} == {"xy:8", "x:2;y:4", "xy:4;y:2"}
+  assert res["step_time_s"] == min(r["step_time_s"] for r in tried)
+  assert res["mesh"] == tried[0]["mesh"]
+  assert {r["searched"] for r in tried} == {"screen", "decisions"}
