@@ -40,7 +40,7 @@ import time
 from typing import Any, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
-from autolayout.errors import InfeasibleLayoutError
+from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 
 __all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
            "build_training", "search_training"]
@@ -143,11 +143,22 @@ def _solve(config, decisions, mesh_shape, topology, memory_budget,
            time_limit_s, forbid, memory_reserve_fraction, overlap,
            candidates=None):
   candidates = candidates or Candidates(config, memory_reserve_fraction)
+  _time_left(time.perf_counter() + time_limit_s, "a training plan")
   training, search = candidates.get(decisions)
   result = search.solve(mesh_shape, topology, memory_budget,
                         time_limit_s=time_limit_s, forbid=forbid,
                         overlap=overlap)
   return training, dataclasses.replace(result, decisions=decisions)
+
+
+def _time_left(deadline, what):
+  """Seconds until ``deadline`` (a ``perf_counter`` value), or
+  TimeLimitError naming ``what`` was being built."""
+  left = deadline - time.perf_counter()
+  if left <= 0:
+    raise TimeLimitError(f"the time limit ran out while building {what}; "
+                         "raise the time limit")
+  return left
 
 
 def recompute_choices(layers, count=5):
@@ -175,16 +186,18 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
   """
   from autolayout import decision_program as dp
   from autolayout.solve import DEFAULT_NUM_WORKERS, DEFAULT_SEED
-  # As for one graph, building the candidates' tables is not counted in
-  # the solver's time limit.
+  # The time limit bounds building every candidate's graph and tables as
+  # well as the program's solve.
+  deadline = time.perf_counter() + time_limit_s
   cands = []
   for d in decision_list:
+    _time_left(deadline, f"the training graph {d.as_dict()}")
     _, search = candidates.get(d)
     problem = search.problem(mesh_shape, topology, memory_budget,
-                             overlap=overlap)
+                             overlap=overlap, deadline=deadline)
     cands.append(dp.Candidate(d, problem))
   program = dp.build_program(cands, memory_budget)
-  left = time_limit_s
+  left = _time_left(deadline, "the decision program")
   try:
     index, result = dp.solve_program(program, memory_budget, left,
                                      DEFAULT_NUM_WORKERS, DEFAULT_SEED,
@@ -193,9 +206,9 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
     # Every pair is over budget: the most memory-saving one says by how
     # much (its own search states the smallest peak and what dominates).
     lean = max(decision_list, key=lambda d: (d.zero_stage, d.recompute))
-    _solve(candidates.config, lean, mesh_shape, topology,
-           memory_budget, left, forbid, candidates.memory_reserve_fraction,
-           overlap, candidates)
+    _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
+           max(deadline - time.perf_counter(), 1e-3), forbid,
+           candidates.memory_reserve_fraction, overlap, candidates)
     raise
   return candidates.get(cands[index].decisions)[0], result
 
@@ -218,7 +231,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
                     progress=None, memory_reserve_fraction=None,
                     overlap=True, recompute_count=5, microbatch_choices=None,
-                    candidates=None, min_microbatches=1):
+                    candidates=None, min_microbatches=1, deadline=None):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   By default, for each microbatch count k (a phase: powers of two dividing
@@ -236,7 +249,11 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       every k up to 4 dividing the batch) instead of the decision program.
     param_dtype: the compute dtype unless fixed.
     max_microbatches: the largest k tried.
-    time_limit_s: CP-SAT limit per program (per candidate if exhaustive).
+    time_limit_s: bounds the whole search: every candidate's graph and
+      tables and every program.  When it runs out, the best plan found so
+      far is returned with status "feasible" (TimeLimitError if none).
+    deadline: a ``time.perf_counter()`` value that replaces
+      ``time_limit_s`` (a caller's whole-search deadline).
     forbid: ``(dim, axis)`` rules no candidate may use.
     progress: optional ``fn(decisions, step_time_s or None)`` per program
       (per candidate if exhaustive).
@@ -271,8 +288,24 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
   layers = config.layers
   if candidates is None:
     candidates = Candidates(config, memory_reserve_fraction)
+  if deadline is None:
+    deadline = time.perf_counter() + time_limit_s
   tried, best = [], None
   last_error = [None]
+  cut = [False]   # the time limit stopped the search before its end
+
+  def left():
+    """Seconds left, or None once the time is up (with a plan in hand;
+    without one, TimeLimitError)."""
+    now = deadline - time.perf_counter()
+    if now > 0:
+      return now
+    if best is None:
+      raise TimeLimitError(
+          f"the time limit of {time_limit_s:g} s ran out before any "
+          "training plan was found; raise the time limit")
+    cut[0] = True
+    return None
 
   def keep(training, result, elapsed):
     nonlocal best
@@ -306,12 +339,20 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     for s, r, k in itertools.product(stages, recs, ks):
       d = make(zero_stage=s, recompute=r, microbatches=k)
       t0 = time.perf_counter()
+      budget_s = left()
+      if budget_s is None:
+        break
       try:
         keep(*_solve(config, d, mesh_shape, topology, memory_budget,
-                     time_limit_s, forbid, memory_reserve_fraction, overlap,
+                     budget_s, forbid, memory_reserve_fraction, overlap,
                      candidates), time.perf_counter() - t0)
       except InfeasibleLayoutError as e:
         failed(d, e, time.perf_counter() - t0)
+      except TimeLimitError:
+        if best is None:
+          raise
+        cut[0] = True
+        break
   else:
     recs = ([fixed["recompute"]] if "recompute" in fixed
             else list(recompute_choices(layers, recompute_count)))
@@ -325,11 +366,19 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       pairs = [make(zero_stage=s, recompute=r, microbatches=k)
                for s in stages for r in recs]
       t0 = time.perf_counter()
+      budget_s = left()
+      if budget_s is None:
+        break
       try:
         candidates.trim(k, len(pairs) + 4)
         t = keep(*solve_decisions(candidates, pairs, mesh_shape, topology,
-                                  memory_budget, time_limit_s, forbid,
+                                  memory_budget, budget_s, forbid,
                                   overlap), time.perf_counter() - t0)
+      except TimeLimitError:
+        if best is None:
+          raise
+        cut[0] = True
+        break
       except InfeasibleLayoutError as e:
         failed(pairs[-1], e, time.perf_counter() - t0)
         if found is None or not walk:
@@ -342,4 +391,6 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     raise last_error[0] or InfeasibleLayoutError(
         "no training plan candidate was solved")
   training, result = best
+  if cut[0]:
+    result = dataclasses.replace(result, status="feasible")
   return TrainingPlan(training.decisions, result, training, tuple(tried))

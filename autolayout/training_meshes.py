@@ -72,9 +72,11 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     max_axes: most mesh axes.
     top: how many screened shapes get the whole decision program (None:
       every shape).
-    fixed, param_dtype, time_limit_s, forbid, overlap, recompute_count,
-    memory_reserve_fraction: as :func:`autolayout.decisions.search_training`
-      (``time_limit_s`` per program).
+    fixed, param_dtype, forbid, overlap, recompute_count,
+      memory_reserve_fraction: as :func:`autolayout.decisions.search_training`.
+    time_limit_s: bounds the whole search, every shape together; shapes
+      not reached are listed with status "time-limit", and the best plan so
+      far comes back with status "feasible" (TimeLimitError if none).
     progress: optional ``fn(mesh, stage, index, count)`` before each shape
       is searched, ``stage`` "screen" or "decisions".
 
@@ -104,14 +106,32 @@ def search_training_meshes(config, topology, memory_budget="hbm",
                 forbid=forbid, overlap=overlap,
                 memory_reserve_fraction=memory_reserve_fraction,
                 candidates=candidates)
-  screened, errors = {}, []
+  # The time limit bounds the whole search: every shape's screen and
+  # decision program.  Shapes not reached in time are listed as such, and
+  # the best plan so far is the answer (status "feasible").
+  deadline = time.perf_counter() + time_limit_s
+  common["deadline"] = deadline
+  screened, errors, cut = {}, [], False
   for i, mesh in enumerate(meshes):
+    if time.perf_counter() >= deadline:
+      cut = True
+      rows.append({"mesh": _name(mesh), "status": "time-limit",
+                   "step_time_s": None, "decisions": None, "searched": "",
+                   "note": f"not screened within {time_limit_s:g} s"})
+      continue
     if progress:
       progress(_name(mesh), "screen", i, len(meshes))
     try:
       screened[mesh] = decisions.search_training(
           config, mesh, topology, memory_budget, fixed=lean, **common)
-    except (InfeasibleLayoutError, TimeLimitError) as e:
+    except TimeLimitError as e:
+      cut = True
+      errors.append(e)
+      rows.append({"mesh": _name(mesh), "status": "time-limit",
+                   "step_time_s": None, "decisions": None,
+                   "searched": "screen",
+                   "note": f"not screened within {time_limit_s:g} s"})
+    except InfeasibleLayoutError as e:
       errors.append(e)
       rows.append({"mesh": _name(mesh), "status": "infeasible",
                    "step_time_s": None, "decisions": None,
@@ -120,6 +140,10 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     peaks = [e for e in errors if getattr(e, "min_peak_bytes", None)]
     if peaks:
       raise min(peaks, key=lambda e: e.min_peak_bytes)
+    if cut:
+      raise TimeLimitError(
+          f"the time limit of {time_limit_s:g} s ran out before any mesh "
+          "shape's training plan was found; raise the time limit")
     raise errors[0] if errors else InfeasibleLayoutError(
         f"no mesh shape of {num_devices} devices embeds in {topology.name}")
   order = sorted(screened, key=lambda m: (
@@ -128,6 +152,9 @@ def search_training_meshes(config, topology, memory_budget="hbm",
   plans = dict(screened)
   searched = {}
   for i, mesh in enumerate(full):
+    if time.perf_counter() >= deadline:
+      cut = True
+      break
     if progress:
       progress(_name(mesh), "decisions", i, len(full))
     t1 = time.perf_counter()
@@ -140,7 +167,10 @@ def search_training_meshes(config, topology, memory_budget="hbm",
           min_microbatches=min(d.microbatches for d, t, _ in
                                screened[mesh].tried if t is not None),
           **common)
-    except (InfeasibleLayoutError, TimeLimitError):
+    except TimeLimitError:
+      cut = True
+      continue   # the screen found a plan; keep it
+    except InfeasibleLayoutError:
       continue   # the screen found a plan; keep it
     searched[mesh] = time.perf_counter() - t1
     if plan.result.step_time_s <= plans[mesh].result.step_time_s:
@@ -159,4 +189,6 @@ def search_training_meshes(config, topology, memory_budget="hbm",
                  else float(r.step_time_s)) for r in table.itertuples())
   plan = plans[best]
   result = dataclasses.replace(plan.result, meshes_tried=tried)
+  if cut:
+    result = dataclasses.replace(result, status="feasible")
   return plan._replace(result=result), table
