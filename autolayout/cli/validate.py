@@ -122,6 +122,40 @@ def check_applicable(args):
           "per-token latency, or --objective time")
 
 
+# The training decisions' flags: N|auto, and the range of N.
+MAX_DECISION = 1_000_000
+DECISION_FLAGS = (("zero_stage", "--zero-stage", 0, 3, 3),
+                  ("recompute", "--recompute", 0, MAX_DECISION, 0),
+                  ("microbatches", "--microbatches", 1, MAX_DECISION, 2))
+
+
+def check_training_decisions(args):
+  """``--zero-stage``, ``--recompute``, ``--microbatches``: ``auto`` or an
+  integer in range, and only where a training plan is searched."""
+  given = []
+  for attr, option, low, high, example in DECISION_FLAGS:
+    text = getattr(args, attr, None)
+    if text is None or str(text).strip().lower() == "auto":
+      continue
+    given.append(option)
+    try:
+      value = int(str(text).strip())
+    except ValueError:
+      raise CliInputError(
+          f"{option} {cm_args.echo(text, 40)} is not an integer or auto",
+          hint=f"use e.g. {option} {example}, or {option} auto") from None
+    if not low <= value <= high:
+      raise CliInputError(
+          f"{option} {value} is out of range: it takes {low} to {high}",
+          hint=f"use e.g. {option} {example}, or {option} auto")
+  if given and (getattr(args, "layout_only", False)
+                or getattr(args, "train", True) is False):
+    raise CliInputError(
+        f"{given[0]} is a training decision, which --layout-only and "
+        "--forward do not search",
+        hint=f"drop {given[0]}, or drop --layout-only / --forward")
+
+
 def check_options(args):
   """Checks every parsed option; raises CliInputError (exit 2) for the
   first problem, naming the option and a valid value."""
@@ -135,6 +169,7 @@ def check_options(args):
   _int_range(args, "devices", "--devices", 1, api.MAX_DEVICES, 256)
   _int_range(args, "top", "--top", 1, MAX_TOP, 12)
   check_time_limit(args)
+  check_training_decisions(args)
   check_applicable(args)
   check_plot_path(args)
   check_output_file(args, "save", "--save", "plan.json")

@@ -199,6 +199,13 @@ CASES = [
     (2, ["solve", "-m", "decode:nope", *T]),
     (2, ["solve", "-m", "decode:transformer_tiny", *T, "--train"]),
     (3, ["solve", "-m", "gpt3_175b", "-t", "tpu-v5e-2x4", "-f", "json"]),
+    # #13's training-decision flags, checked at the edge.
+    (2, ["solve", *TINY, "--zero-stage", "7"]),
+    (2, ["solve", *TINY, "--zero-stage", "x", "-f", "json"]),
+    (2, ["solve", *TINY, "--microbatches", "0"]),
+    (2, ["solve", *TINY, "--recompute", "-1"]),
+    (2, ["solve", *TINY, "--recompute", "2", "--forward"]),
+    (2, ["solve", *TINY, "--zero-stage", "2", "--layout-only"]),
 ]
 
 

@@ -83,3 +83,16 @@ def test_pareto_keeps_the_points_found_in_time():
   with pytest.raises(TimeLimitError, match="before the fastest layout"):
     autolayout.pareto(BIG.graph, "data:2;model:4", None, "tpu-v5e-2x4",
                       time_limit_s=0.1)
+
+
+def test_training_search_is_bounded_by_the_time_limit():
+  """--train searches meshes and training decisions (many graphs): the
+  limit bounds all of it, and what was found in time is the answer."""
+  t = time.perf_counter()
+  r = cli_contract.run(["solve", "-m", "gpt3_175b", "-t", "a100x8-nodes128",
+                        "--train", "-f", "json", "--time-limit", "3"])
+  elapsed = time.perf_counter() - t
+  assert cli_contract.problems(r) == []
+  assert r.code in (0, 4)
+  # Building GPT-3's 96-layer step graph (about 1 s) is not searched.
+  assert elapsed < 3 + 2 * SLACK_S + 2
