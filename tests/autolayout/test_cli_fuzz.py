@@ -79,6 +79,11 @@ NUMBERS = {
     "--view": ["ops", "axes", "memory", "collectives", "variables", "nope"],
     "--objective": ["time", "latency", "comm", "memory", "speed"],
     "--format": ["table", "json", "csv", "xml"],
+    "--max-axes-per-dim": ["1", "2", "0", "-1", "99"],
+    "--memory-reserve": ["5%", "0", "0.5", "1", "-1", "x"],
+    "--zero-stage": ["auto", "0", "3", "7", "x"],
+    "--recompute": ["auto", "0", "2", "-1"],
+    "--microbatches": ["auto", "1", "2", "0"],
 }
 LAYOUTS = ["auto", "", "batch:data", "batch:data;d_ff:model", "batch",
            "zzz:data", "batch:nope", "batch:data;batch:data",
@@ -154,7 +159,8 @@ def argv(draw):
     args += ["--time-limit", "2"]
   options = draw(st.lists(st.sampled_from(
       sorted(NUMBERS) + ["--mesh", "--layout", "--set", "--train", "--plot",
-                         "--debug-free"]), max_size=4, unique=True))
+                         "--debug-free", "--forward", "--layout-only",
+                         "--no-overlap"]), max_size=4, unique=True))
   for opt in options:
     if opt in NUMBERS:
       args += [opt, draw(st.sampled_from(NUMBERS[opt]))]
@@ -166,10 +172,14 @@ def argv(draw):
       for item in draw(st.lists(st.sampled_from(SETS), min_size=1,
                                 max_size=2)):
         args += [opt, item]
-    elif opt == "--train":
+    elif opt in ("--train", "--forward", "--layout-only", "--no-overlap"):
       args += [opt]
     elif opt == "--plot":
       args += [opt, draw(st.sampled_from(PLOTS)).replace("{d}", DIR)]
+  if "--train" in options and "--time-limit" not in args:
+    # The training search (meshes x decisions) runs to its time limit on
+    # some tiny models; the fuzz checks the contract, not the default 60 s.
+    args += ["--time-limit", "2"]
   if command in ("compare", "report") and "--layout" not in options:
     if draw(st.booleans()):
       args += ["--layout", draw(st.sampled_from(LAYOUTS))]
