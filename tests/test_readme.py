@@ -30,6 +30,6 @@ def test_quick_start_commands_are_the_ci_commands():
   text = README.read_text(encoding="utf-8")
   ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
   test_cmd = ('pip install -e ".[test,interop]" && python -m pytest -q '
-              'tests')
+              '-n 2 tests')
   assert test_cmd in text and test_cmd in ci
   assert "pip install -e . && mtf-layout solve" in text
