@@ -65,7 +65,7 @@ from autolayout import formulation, solve
 from autolayout.errors import SolverError
 from autolayout.formulation import DimAxis, TableChoice
 from autolayout.result import LayoutResult, ModelSize
-from autolayout.validate import validate
+from autolayout.validate import bound_and_gap, check_agreement, validate
 
 __all__ = ["Candidate", "DecisionProgram", "build_program", "solve_program"]
 
@@ -241,18 +241,9 @@ def solve_program(program, memory_budget=None, time_limit_s=60.0,
   report = validate(problem, rules, memory_budget, "time")
   value = report.step_time_s
   unit = program.unit
-  tol = unit * (0.5 * (len(problem.form.tables)
-                       + problem.form.rounded_terms) + 1)
-  if abs(pr.value * unit - value) > tol:
-    raise SolverError(
-        f"the decision program's objective {pr.value} x {unit!r} s differs "
-        f"from the cost model's {value!r} s for {cand.decisions} and rules "
-        f"{rules} by more than rounding")
-  bound = pr.bound * unit
-  if pr.status == "optimal":
-    bound = min(bound, value)
-  gap = 0.0 if pr.status == "optimal" else max(
-      0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)
+  check_agreement(pr.value, unit, value, problem,
+                  f"{cand.decisions} and rules {rules}")
+  bound, gap = bound_and_gap(pr, unit, value)
   proto = model.proto
   size = ModelSize(
       variables=len(proto.variables), constraints=len(proto.constraints),

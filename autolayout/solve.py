@@ -29,7 +29,8 @@ from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
                                SolverError, TimeLimitError,
                                check_import_order)
 from autolayout.pricing import Pricer
-from autolayout.validate import table_values, validate  # noqa: F401  (public here too)
+from autolayout.validate import (bound_and_gap, check_agreement,  # noqa: F401
+                                 table_values, validate)
 from autolayout.result import LayoutResult, ModelSize
 from costmodels import arguments as cm_args
 
@@ -566,7 +567,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
                       solver_params, on_solution, hint_x)
   except InfeasibleLayoutError:
     infeasible.explain(search, mesh_shape, topology, memory_budget,
-                time_limit_s - (time.perf_counter() - t0), num_workers, seed)
+                       time_limit_s - (time.perf_counter() - t0),
+                       num_workers, seed)
   rules = rules_of(pr.x)
   unit = problem.form.units[objective]
   report = validate(problem, rules, memory_budget, objective,
@@ -574,21 +576,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
   value = {"time": report.step_time_s, "comm": report.comm_time_s,
            "memory": report.peak_memory_bytes}[objective]
   if objective != "memory":
-    # The solver's integer objective is the cost model's value up to the
-    # rounding of one coefficient per table.
-    tol = unit * (0.5 * (len(problem.form.tables)
-                         + problem.form.rounded_terms) + 1)
-    if abs(pr.value * unit - value) > tol:
-      raise SolverError(
-          f"CP-SAT's objective {pr.value} x {unit!r} s differs from the cost "
-          f"model's {value!r} s for rules {rules} by more than rounding")
-  bound = pr.bound * unit
-  if pr.status == "optimal":
-    # Proven optimal: the bound is the value (integer scaling may leave it a
-    # rounding error above the cost model's value).
-    bound = min(bound, value)
-  gap = 0.0 if pr.status == "optimal" else max(
-      0.0, (pr.value - pr.bound) / pr.value if pr.value else 0.0)
+    check_agreement(pr.value, unit, value, problem, f"rules {rules}")
+  bound, gap = bound_and_gap(pr, unit, value)
   result = LayoutResult(rules, problem.mesh_shape, report, objective, value,
                         pr.status, bound, gap, pr.solve_time_s,
                         problem.build_time_s, _model_size(problem),

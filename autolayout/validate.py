@@ -82,3 +82,29 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
     raise SolverError(f"the program's peak {value} differs from the cost "
                       f"model's {report.peak_memory_bytes} for rules {rules}")
   return report
+
+
+def check_agreement(solver_value, unit, value, problem, what):
+  """Raises SolverError unless the solver's integer objective
+  ``solver_value`` (in units of ``unit`` seconds) equals the cost model's
+  ``value`` seconds up to the rounding of one coefficient per table of
+  ``problem`` (``what`` names the answer in the message)."""
+  tol = unit * (0.5 * (len(problem.form.tables)
+                       + problem.form.rounded_terms) + 1)
+  if abs(solver_value * unit - value) > tol:
+    raise SolverError(
+        f"the solver's objective {solver_value} x {unit!r} s differs from "
+        f"the cost model's {value!r} s for {what} by more than rounding")
+
+
+def bound_and_gap(phase_result, unit, value):
+  """``(bound in objective units * unit, relative gap)`` of a solve: a
+  proven optimum's bound is its value (integer scaling may leave it a
+  rounding error above the cost model's), and its gap 0."""
+  pr = phase_result
+  bound = pr.bound * unit
+  if pr.status == "optimal":
+    return min(bound, value), 0.0
+  return bound, max(0.0, (pr.value - pr.bound) / pr.value if pr.value
+                    else 0.0)
+
