@@ -119,27 +119,32 @@ class PoolGradOperation(Operation):
     return (self.pool_op.signature,)
 
   def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    p = self.pool_op
     x, dy = self.inputs
-    others, perm, order = p._layout(x.shape)
-    dy_perm = _perm(dy.shape.dimension_names, order)
-    back = _perm(order, x.shape.dimension_names)
-    n_oth = len(others)
+    _lower_pool_grad(lowering, self, self.pool_op, x, dy)
 
-    def kernel(xs, dys):
-      xs = _transpose(xs, perm)
-      dys = _transpose(dys, dy_perm)
-      oth = [int(s) for s in xs.shape[:n_oth]]
-      with tf.GradientTape() as tape:
-        tape.watch(xs)
-        y = p._pool(xs, oth)
-      dx = tape.gradient(y, xs, output_gradients=dys)
-      return _transpose(dx, back)
-    laid_x = lowering.laid_out(x)
-    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
-        kernel, laid_x, lowering.laid_out(dy), shape=x.shape,
-        flops=2 * laid_x.slice_size))
+
+def _lower_pool_grad(lowering, op, pool, x, dy):
+  """Sets ``op``'s output to the gradient of the pooling ``pool`` (a
+  PoolOperation or a _PoolSpec) of ``x`` against ``dy``, slice by slice
+  (windows never cross slices, so it is local)."""
+  impl = lowering.mesh_impl(op)
+  others, perm, order = pool._layout(x.shape)  # pylint: disable=protected-access
+  dy_perm = _perm(dy.shape.dimension_names, order)
+  back = _perm(order, x.shape.dimension_names)
+  n_oth = len(others)
+
+  def kernel(xs, dys):
+    xs = _transpose(xs, perm)
+    dys = _transpose(dys, dy_perm)
+    oth = [int(s) for s in xs.shape[:n_oth]]
+    with tf.GradientTape() as tape:
+      tape.watch(xs)
+      y = pool._pool(xs, oth)  # pylint: disable=protected-access
+    return _transpose(tape.gradient(y, xs, output_gradients=dys), back)
+  laid_x = lowering.laid_out(x)
+  lowering.set_tensor_lowering(op.outputs[0], impl.slicewise(
+      kernel, laid_x, lowering.laid_out(dy), shape=x.shape,
+      flops=2 * laid_x.slice_size))
 
 
 class _PoolSpec:
@@ -193,26 +198,8 @@ class PoolBackPropOperation(Operation):
             tuple(self.spec.ksizes))
 
   def lower(self, lowering):
-    impl = lowering.mesh_impl(self)
-    p = self.spec
     x, _, dy = self.inputs
-    others, perm, order = p._layout(x.shape)  # pylint: disable=protected-access
-    dy_perm = _perm(dy.shape.dimension_names, order)
-    back = _perm(order, x.shape.dimension_names)
-    n_oth = len(others)
-
-    def kernel(xs, dys):
-      xs = _transpose(xs, perm)
-      dys = _transpose(dys, dy_perm)
-      oth = [int(s) for s in xs.shape[:n_oth]]
-      with tf.GradientTape() as tape:
-        tape.watch(xs)
-        y = p._pool(xs, oth)  # pylint: disable=protected-access
-      return _transpose(tape.gradient(y, xs, output_gradients=dys), back)
-    laid_x = lowering.laid_out(x)
-    lowering.set_tensor_lowering(self.outputs[0], impl.slicewise(
-        kernel, laid_x, lowering.laid_out(dy), shape=x.shape,
-        flops=2 * laid_x.slice_size))
+    _lower_pool_grad(lowering, self, self.spec, x, dy)
 
 
 def _poolnd(n, kind):
