@@ -126,6 +126,18 @@ def time_left(t0, time_limit_s, what):
   return left
 
 
+def deadline_left(deadline, what):
+  """Seconds until ``deadline`` (a ``perf_counter`` value, or None for no
+  limit); TimeLimitError naming ``what`` was being built once it passed."""
+  if deadline is None:
+    return math.inf
+  left = deadline - time.perf_counter()
+  if left <= 0:
+    raise TimeLimitError(f"the time limit ran out while building {what}; "
+                         "raise the time limit")
+  return left
+
+
 def is_training_graph(graph):
   """True if the graph updates trainable variables (a training step; a
   decoding step only writes its non-trainable caches)."""

@@ -40,6 +40,7 @@ import time
 from typing import Any, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
+from autolayout import arguments
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 
 __all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
@@ -143,22 +144,11 @@ def _solve(config, decisions, mesh_shape, topology, memory_budget,
            time_limit_s, forbid, memory_reserve_fraction, overlap,
            candidates=None):
   candidates = candidates or Candidates(config, memory_reserve_fraction)
-  _time_left(time.perf_counter() + time_limit_s, "a training plan")
   training, search = candidates.get(decisions)
   result = search.solve(mesh_shape, topology, memory_budget,
                         time_limit_s=time_limit_s, forbid=forbid,
                         overlap=overlap)
   return training, dataclasses.replace(result, decisions=decisions)
-
-
-def _time_left(deadline, what):
-  """Seconds until ``deadline`` (a ``perf_counter`` value), or
-  TimeLimitError naming ``what`` was being built."""
-  left = deadline - time.perf_counter()
-  if left <= 0:
-    raise TimeLimitError(f"the time limit ran out while building {what}; "
-                         "raise the time limit")
-  return left
 
 
 def recompute_choices(layers, count=5):
@@ -191,13 +181,13 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
   deadline = time.perf_counter() + time_limit_s
   cands = []
   for d in decision_list:
-    _time_left(deadline, f"the training graph {d.as_dict()}")
+    arguments.deadline_left(deadline, f"the training graph {d.as_dict()}")
     _, search = candidates.get(d)
     problem = search.problem(mesh_shape, topology, memory_budget,
                              overlap=overlap, deadline=deadline)
     cands.append(dp.Candidate(d, problem))
   program = dp.build_program(cands, memory_budget)
-  left = _time_left(deadline, "the decision program")
+  left = arguments.deadline_left(deadline, "the decision program")
   try:
     index, result = dp.solve_program(program, memory_budget, left,
                                      DEFAULT_NUM_WORKERS, DEFAULT_SEED,

@@ -167,9 +167,9 @@ class LayoutSearch:
     memory_bound = memory_budget is not None or need_peak
     ms = None
     if memory_bound:
-      _check_deadline(deadline, "the memory steps")
+      arguments.deadline_left(deadline, "the memory steps")
       live = self.liveness()
-      _check_deadline(deadline, "the memory steps")
+      arguments.deadline_left(deadline, "the memory steps")
       # The schedule's steps do not depend on the mesh: compressed once.
       steps = self._part("steps", None, None, lambda: memory_steps.compress(
           graph, list(outputs), liveness=live))
@@ -178,14 +178,14 @@ class LayoutSearch:
     hide = None
     buckets = cm_overlap.gradient_buckets(graph)
     if overlap and buckets.num_buckets:
-      _check_deadline(deadline, "the overlap terms")
+      arguments.deadline_left(deadline, "the overlap terms")
       placed = self._part("placements", mesh_shape, topo,
                           lambda: overlap_terms.placements(graph, gt,
                                                            buckets))
       hide = (placed, formulation.OverlapSpec(
           buckets.num_buckets,
           overlap_terms.efficiencies(gt.pricer.mapping, space.axes)))
-    _check_deadline(deadline, "the integer program")
+    arguments.deadline_left(deadline, "the integer program")
     problem = _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
                         memory_budget, need_peak, t0, hide)
     return problem._replace(
@@ -219,13 +219,6 @@ class LayoutSearch:
     left = arguments.time_left(t0, time_limit_s, "the smallest peak")
     pr = solve_phases(problem.form, ["memory"], left, num_workers, seed)
     return int(round(pr.value)), rules_of(pr.x), problem, pr.status
-
-
-def _check_deadline(deadline, what):
-  if deadline is not None and time.perf_counter() > deadline:
-    raise TimeLimitError(
-        f"the time limit ran out while building {what} of the program, "
-        "before CP-SAT could look for a layout; raise the time limit")
 
 
 def build_problem(graph, mesh_shape, outputs, topology, memory_budget=None,

@@ -19,14 +19,17 @@ PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 MAX_TOP = 100_000
 
 
-def _int_range(args, attr, option, low, high, example):
-  value = getattr(args, attr, None)
-  if value is None:
-    return
+def _in_range(value, option, low, high, hint):
   if not low <= value <= high:
     raise CliInputError(
         f"{option} {value} is out of range: it takes {low} to {high}",
-        hint=f"use e.g. {option} {example}")
+        hint=hint)
+
+
+def _int_range(args, attr, option, low, high, example):
+  value = getattr(args, attr, None)
+  if value is not None:
+    _in_range(value, option, low, high, f"use e.g. {option} {example}")
 
 
 def check_time_limit(args):
@@ -144,10 +147,8 @@ def check_training_decisions(args):
       raise CliInputError(
           f"{option} {cm_args.echo(text, 40)} is not an integer or auto",
           hint=f"use e.g. {option} {example}, or {option} auto") from None
-    if not low <= value <= high:
-      raise CliInputError(
-          f"{option} {value} is out of range: it takes {low} to {high}",
-          hint=f"use e.g. {option} {example}, or {option} auto")
+    _in_range(value, option, low, high,
+              f"use e.g. {option} {example}, or {option} auto")
   if given and (getattr(args, "layout_only", False)
                 or getattr(args, "train", True) is False):
     raise CliInputError(

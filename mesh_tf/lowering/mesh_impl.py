@@ -283,6 +283,16 @@ class MeshImpl:
   def _axes_str(self, axes):
     return "*".join(str(self.shape[a]) for a in axes)
 
+  def _split_group(self, x, mesh_axis, split_axis, what):
+    """The ordered axes of ``mesh_axis`` (empty: nothing to do), checking
+    that slice axis ``split_axis`` of ``x`` divides over their group."""
+    axes = self._ordered_axes(mesh_axis)
+    if axes and x.slice_shape[split_axis] % self._group_size(axes):
+      raise MtfError(f"{what}: slice axis {split_axis} of size "
+                     f"{x.slice_shape[split_axis]} is not divisible by mesh "
+                     f"axis {self._axes_str(axes)}")
+    return axes
+
   def _record(self, kind, x, axes, reduction=None, source_op=None):
     self.trace.collectives.append(CollectiveRecord(
         self._op_name, kind, tuple(self.shape[a].name for a in axes),
@@ -323,14 +333,9 @@ class MeshImpl:
     an all-reduce followed by an all-split, at half the all-reduce's cost.
     """
     x = x.to_laid_out_tensor()
-    axes = self._ordered_axes(mesh_axis)
+    axes = self._split_group(x, mesh_axis, split_axis, "reduce_scatter")
     if not axes:
       return x
-    n = self._group_size(axes)
-    if x.slice_shape[split_axis] % n:
-      raise MtfError(f"reduce_scatter: slice axis {split_axis} of size "
-                     f"{x.slice_shape[split_axis]} is not divisible by mesh "
-                     f"axis {self._axes_str(axes)}")
     self._record("reduce_scatter", x, axes, "SUM", source_op)
     return self._reduce_scatter(x, axes, split_axis)
 
@@ -338,16 +343,11 @@ class MeshImpl:
     """Keeps, on each processor, its part of tensor axis ``split_axis``
     according to its coordinate on ``mesh_axis``.  No communication."""
     x = x.to_laid_out_tensor()
-    axes = self._ordered_axes(mesh_axis)
+    axes = self._split_group(x, mesh_axis, split_axis, "allsplit")
     if not axes:
       return x
-    n = self._group_size(axes)
     shape = list(x.slice_shape)
-    if shape[split_axis] % n:
-      raise MtfError(f"allsplit: slice axis {split_axis} of size "
-                     f"{shape[split_axis]} is not divisible by mesh axis "
-                     f"{self._axes_str(axes)}")
-    shape[split_axis] //= n
+    shape[split_axis] //= self._group_size(axes)
     size = shape[split_axis]
 
     def fn(pnum, t):
@@ -362,14 +362,9 @@ class MeshImpl:
     the processor with coordinate j on ``mesh_axis``, and concatenates what
     arrives along ``concat_axis`` in source order."""
     x = x.to_laid_out_tensor()
-    axes = self._ordered_axes(mesh_axis)
+    axes = self._split_group(x, mesh_axis, split_axis, "alltoall")
     if not axes:
       return x
-    n = self._group_size(axes)
-    if x.slice_shape[split_axis] % n:
-      raise MtfError(f"alltoall: slice axis {split_axis} of size "
-                     f"{x.slice_shape[split_axis]} is not divisible by "
-                     f"mesh axis {self._axes_str(axes)}")
     self._record("alltoall", x, axes)
     return self._alltoall(x, axes, split_axis, concat_axis)
 

@@ -34,8 +34,9 @@ CLIENT_S = 150.0
 
 
 # --- what both the remote client and the local reference run -------------
-def make_step(devices, mesh_shape=MESH, layout=LAYOUT):
-  """A TrainStep of the zoo's tiny Transformer on ``devices``."""
+def make_step(devices, mesh_shape=MESH, layout=LAYOUT, seed=3):
+  """A TrainStep of the zoo's tiny Transformer (1 layer) on ``devices``, and
+  its inputs (random values of ``seed``)."""
   from mesh_tf import models, optimize, training
   model = models.build_model("transformer_tiny", layers=1)
   impl = mtf.PlacementMeshImpl(mesh_shape, layout, devices)
@@ -43,7 +44,7 @@ def make_step(devices, mesh_shape=MESH, layout=LAYOUT):
       model.graph, model.mesh, model.loss,
       [model.inputs["inputs"], model.inputs["targets"]], impl,
       optimize.SgdOptimizer(0.5))
-  values = model.random_values(seed=3)
+  values = model.random_values(seed=seed)
   return step, (values["inputs"], values["targets"])
 
 

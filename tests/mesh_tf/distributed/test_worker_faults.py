@@ -22,6 +22,7 @@ import numpy as np
 
 import mesh_tf as mtf
 from mesh_tf.distributed import local
+from tests.mesh_tf.distributed import test_distributed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -32,16 +33,8 @@ STEPS_BEFORE, STEPS_AFTER = 2, 2
 
 
 def make_step(devices, mesh_shape=MESH, layout=LAYOUT):
-  """A TrainStep of the tiny Transformer (1 layer) and its inputs."""
-  from mesh_tf import models, optimize, training
-  model = models.build_model("transformer_tiny", layers=1)
-  impl = mtf.PlacementMeshImpl(mesh_shape, layout, devices)
-  step = training.TrainStep(
-      model.graph, model.mesh, model.loss,
-      [model.inputs["inputs"], model.inputs["targets"]], impl,
-      optimize.SgdOptimizer(0.5))
-  values = model.random_values(seed=5)
-  return step, (values["inputs"], values["targets"])
+  """The distributed test's TrainStep, on this test's mesh and data."""
+  return test_distributed.make_step(devices, mesh_shape, layout, seed=5)
 
 
 # --- the client (a subprocess) ---------------------------------------------
