@@ -20,7 +20,6 @@ import math
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple, Union
 
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.errors import ShapeError
 from mesh_tf.core.layout import LayoutRules
 
 Option = Union[str, Tuple[str, ...]]
@@ -52,17 +51,22 @@ class DimSpace(NamedTuple):
 
   Attributes:
     mesh_shape: the mesh Shape.
-    sizes: dim name -> size.
+    sizes: dim name -> size (the largest, where ops such as pad, slice,
+      halo exchanges or local attention give one name several sizes).
     options: dim name -> tuple of options the dim may take: mesh-axis
       names, then tuples of several names (see the module docstring).
     conflicts: frozensets {a, b} of dim names that share some tensor.
     unsplittable: dim names some op cannot split.
+    all_sizes: dim name -> every size the name has in the graph (sorted);
+      an option must divide each, since one rule splits every tensor's
+      dim of that name.
   """
   mesh_shape: dims_lib.Shape
   sizes: Dict[str, int]
   options: Dict[str, Tuple[str, ...]]
   conflicts: FrozenSet[FrozenSet[str]]
   unsplittable: FrozenSet[str]
+  all_sizes: Optional[Dict[str, Tuple[int, ...]]] = None
 
   @property
   def dims(self):
@@ -85,36 +89,36 @@ def dim_space(graph, mesh_shape, max_axes_per_dim=1):
   a dim may also take every ordered (mesh-order) tuple of up to that many
   axes whose sizes' product divides it.
 
-  Raises:
-    ShapeError: if one dim name has two sizes in the graph.
+  A dim name may have several sizes (pad, slice, halo exchanges, local
+  attention, compress_mean ...): a layout rule is per name, so an option
+  must divide every one of them.
   """
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
-  sizes, where, unsplittable, conflicts = {}, {}, set(), set()
+  all_sizes, unsplittable, conflicts = {}, set(), set()
   for op in graph.operations:
     unsplittable |= set(op.unsplittable_dims)
     for t in list(op.inputs) + list(op.outputs):
       names = t.shape.dimension_names
       for d in t.shape:
-        if sizes.setdefault(d.name, d.size) != d.size:
-          raise ShapeError(
-              f"dim name {d.name!r} has size {sizes[d.name]} in "
-              f"{where[d.name]} and {d.size} in {t.name}; layout rules are "
-              "keyed by dim name, so give dims of different sizes different "
-              "names")
-        where.setdefault(d.name, t.name)
+        all_sizes.setdefault(d.name, set()).add(d.size)
       for a, b in itertools.combinations(sorted(names), 2):
         conflicts.add(frozenset((a, b)))
+  all_sizes = {n: tuple(sorted(s)) for n, s in all_sizes.items()}
+  sizes = {n: s[-1] for n, s in all_sizes.items()}
+  # Dividing every size is dividing their greatest common divisor.
+  common = {n: math.gcd(*s) for n, s in all_sizes.items()}
   axes = [a for a in mesh_shape if a.size > 1]
   tuples = [c for k in range(2, max(1, int(max_axes_per_dim)) + 1)
             for c in itertools.combinations(axes, k)]
   options = {
       n: tuple(a.name for a in axes
-               if n not in unsplittable and s % a.size == 0)
+               if n not in unsplittable and common[n] % a.size == 0)
       + tuple(tuple(a.name for a in c) for c in tuples
-              if n not in unsplittable and s % math.prod(a.size for a in c) == 0)
-      for n, s in sizes.items()}
+              if n not in unsplittable
+              and common[n] % math.prod(a.size for a in c) == 0)
+      for n in sizes}
   return DimSpace(mesh_shape, sizes, options, frozenset(conflicts),
-                  frozenset(unsplittable & set(sizes)))
+                  frozenset(unsplittable & set(sizes)), all_sizes)
 
 
 def local_assignments(space, scope):

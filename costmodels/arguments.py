@@ -132,7 +132,7 @@ def resolve_memory_budget(value, topology):
 
 def check_graph(graph, name="graph"):
   """Checks that ``graph`` is a non-empty mtf Graph whose tensors all have
-  sizes the cost model can count, and whose dim names each have one size.
+  sizes the cost model can count.
 
   Raises:
     InvalidArgumentError: for something else than a Graph (a ModelGraph:
@@ -151,15 +151,10 @@ def check_graph(graph, name="graph"):
   if not graph.operations:
     raise InvalidArgumentError(
         f"{name} has no operations; build the model into it first")
-  sizes = {}
   for t in graph.tensors:
     for d in t.shape.dims:
-      first = sizes.setdefault(d.name, (d.size, t.name))
-      if first[0] != d.size:
-        raise InvalidArgumentError(
-            f"dim name {d.name!r} has size {first[0]} in {first[1]} and "
-            f"{d.size} in {t.name}; layout rules are keyed by dim name, so "
-            "give dims of different sizes different names")
+      # One name may have several sizes (pad, slice, halo exchanges): a
+      # rule splits each of them, and each tensor is priced at its own.
       if d.size < 1:
         raise InvalidArgumentError(
             f"tensor {t.name} has dim {d.name}={d.size}, an empty tensor; "
