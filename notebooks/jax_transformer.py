@@ -21,9 +21,9 @@ def init_params(params_spec, seed=0):
   out = {}
   for name, p in params_spec.items():
     shape = tuple(p["shape"])
-    if name.endswith("/scale"):
+    if name.endswith(("/scale", "/layer_norm_scale")):
       out[name] = np.ones(shape, np.float32)
-    elif name.endswith("/bias"):
+    elif name.endswith(("/bias", "/layer_norm_bias")):
       out[name] = np.zeros(shape, np.float32)
     else:
       out[name] = (0.02 * rng.randn(*shape)).astype(np.float32)
@@ -38,8 +38,9 @@ def num_layers(params):
 def _norm(x, p, name):
   mean = jnp.mean(x, axis=-1, keepdims=True)
   var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-  return ((x - mean) * jax.lax.rsqrt(var + 1e-6) * p[f"{name}/scale"]
-          + p[f"{name}/bias"])
+  scope = f"{name}/layer_norm/layer_norm"  # Mesh TF's variable names
+  return ((x - mean) * jax.lax.rsqrt(var + 1e-6) * p[f"{scope}_scale"]
+          + p[f"{scope}_bias"])
 
 
 def forward(params, inputs, targets, constrain=None):

@@ -77,10 +77,31 @@ def get_activation(activation):
   return ACTIVATIONS[activation]
 
 
+def variable_dtype_of(variable_dtype, master_dtype, slice_dtype):
+  """The :class:`mesh_tf.VariableDType` of a layer's variables from Mesh
+  TF's three spellings: ``variable_dtype`` wins; a VariableDType given as
+  ``master_dtype`` is taken whole; else ``master_dtype`` with a
+  ``slice_dtype`` compute copy (None: the master dtype, no copy).  The
+  value the layer computes with is then cast to the input's dtype."""
+  if variable_dtype is None and isinstance(master_dtype,
+                                           dtypes_lib.VariableDType):
+    variable_dtype = master_dtype
+  if variable_dtype is not None:
+    if not isinstance(variable_dtype, dtypes_lib.VariableDType):
+      variable_dtype = dtypes_lib.VariableDType(variable_dtype)
+    return variable_dtype
+  master = dtypes_lib.as_dtype(master_dtype or "float32")
+  sl = master if slice_dtype is None else dtypes_lib.as_dtype(slice_dtype)
+  return dtypes_lib.VariableDType(master, sl, sl)
+
+
 def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
-          activation=None, master_dtype="float32", kernel_initializer=None,
-          bias_initializer=None, name=None):
+          activation=None, master_dtype="float32", slice_dtype=None,
+          variable_dtype=None, kernel_initializer=None, kernel_weights=None,
+          name=None, *, bias_initializer=None):
   """A dense (fully connected) layer: ``activation(x . W + b)``.
+
+  The parameters are Mesh TF 0.1.21's, in its order.
 
   Args:
     x: an mtf Tensor.
@@ -89,15 +110,26 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
       as ``_<name>``).
     reduced_dims: dims of ``x`` to contract (default: its last dim).
     expert_dims: dims of ``x`` that get separate weights (e.g. experts).
-    use_bias: add a bias over ``new_dims`` (and ``expert_dims``).
+    use_bias: add a bias over ``expert_dims + new_dims``.
     activation: None, a name such as "relu"/"gelu", or a function.
-    master_dtype: dtype of the variables; they are cast to ``x.dtype``.
-    kernel_initializer: default Normal(0, 1/sqrt(fan_in)), layout-invariant.
-    bias_initializer: default zeros.
+    master_dtype: dtype the variables are stored and updated in.
+    slice_dtype: dtype of the compute copy read from them (default: the
+      master dtype, no copy); see :class:`mesh_tf.VariableDType`.
+    variable_dtype: a :class:`mesh_tf.VariableDType`, instead of the two.
+    kernel_initializer: an initializer, or a :class:`DenseInitializer`
+      (called with the reduced and new dims); default Normal(0,
+      1/sqrt(fan_in)), layout-invariant.
+    kernel_weights: an existing kernel Tensor ``[expert_dims..., reduced
+      dims..., new dims...]`` (any order) to use instead of a variable.
     name: scope of the variables ``name/kernel`` and ``name/bias``.
+    bias_initializer: default zeros (keyword only; not in Mesh TF).
 
   Returns:
     Tensor of shape ``x.shape - reduced_dims + new_dims``.
+
+  Raises:
+    ShapeError: for a reduced or expert dim ``x`` lacks, a new dim ``x``
+      already has, or ``kernel_weights`` without the kernel's dims.
 
   Example:
     >>> y = dense(x, mtf.Dimension("d_ff", 2048), name="wi")   # doctest: +SKIP
@@ -121,16 +153,18 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
       raise ShapeError(f"dense: new dim {d} is already a dim of {x.name} "
                        f"{x.shape!r}; give the output dim another name")
   scope = _unique_scope(x.graph, name or "dense")
-  fan_in = math.prod(d.size for d in reduced_dims)
-  if isinstance(kernel_initializer, DenseInitializer):  # sees the dims
-    kernel_initializer = kernel_initializer(reduced_dims, new_dims)
-  if kernel_initializer is None:
-    kernel_initializer = var_lib.random_normal_initializer(
-        stddev=1.0 / math.sqrt(max(1, fan_in)))
-  w = var_lib.get_variable(x.mesh, f"{scope}/kernel",
-                           dims_lib.Shape(expert_dims + reduced_dims
-                                          + new_dims),
-                           master_dtype, kernel_initializer)
+  var_dtype = variable_dtype_of(variable_dtype, master_dtype, slice_dtype)
+  if kernel_weights is None:
+    w = _dense_kernel(x, scope, expert_dims, reduced_dims, new_dims,
+                      kernel_initializer, var_dtype)
+  else:
+    w = kernel_weights
+    wanted = set(expert_dims + reduced_dims + new_dims)
+    if set(w.shape.dims) != wanted:
+      raise ShapeError(
+          f"dense: kernel_weights {w.name} {w.shape!r} needs the dims "
+          f"{dims_lib.Shape(expert_dims + reduced_dims + new_dims)!r} "
+          "(expert, reduced and new dims)")
   w = _maybe_cast(w, x.dtype)
   out_shape = (x.shape - reduced_dims) + dims_lib.Shape(
       [d for d in new_dims])
@@ -138,11 +172,25 @@ def dense(x, new_dims, reduced_dims=None, expert_dims=None, use_bias=True,
   if use_bias:
     b = var_lib.get_variable(
         x.mesh, f"{scope}/bias", dims_lib.Shape(expert_dims + new_dims),
-        master_dtype, var_lib.zeros_initializer() if bias_initializer is None
+        var_dtype, var_lib.zeros_initializer() if bias_initializer is None
         else bias_initializer)
     y = ew.add(y, _maybe_cast(b, x.dtype), name=f"{scope}/bias_add")
   act = get_activation(activation)
   return act(y) if act is not None else y
+
+
+def _dense_kernel(x, scope, expert_dims, reduced_dims, new_dims, initializer,
+                  var_dtype):
+  fan_in = math.prod(d.size for d in reduced_dims)
+  if isinstance(initializer, DenseInitializer):  # sees the dims
+    initializer = initializer(reduced_dims, new_dims)
+  if initializer is None:
+    initializer = var_lib.random_normal_initializer(
+        stddev=1.0 / math.sqrt(max(1, fan_in)))
+  return var_lib.get_variable(
+      x.mesh, f"{scope}/kernel",
+      dims_lib.Shape(expert_dims + reduced_dims + new_dims), var_dtype,
+      initializer)
 
 
 def _norm_dim(x, dim, what):
@@ -151,33 +199,38 @@ def _norm_dim(x, dim, what):
   return _resolve(x, [dim], what)[0]
 
 
-def layer_norm(x, dim=None, epsilon=1e-6, use_bias=True, name=None):
+def layer_norm(x, dim=None, epsilon=1e-6, name="layer_prepostprocess", *,
+               use_bias=True):
   """Layer normalisation over ``dim`` with learned scale (and bias).
 
   ``y = (x - mean) * rsqrt(var + epsilon) * scale + bias``, with mean and
   variance over ``dim`` (default: the last dim).  One fused op each way
   (see :mod:`mesh_tf.layers.norm`); ``dim`` may be split across the mesh
-  (the statistics are all-reduced).
+  (the statistics are all-reduced).  The parameters and variable names
+  are Mesh TF 0.1.21's.
 
   Args:
     x: a float Tensor.
     dim: the normalised Dimension or its name (default: the last dim).
     epsilon: added to the variance.
-    use_bias: learn a bias too.
-    name: scope of ``name/scale`` and ``name/bias`` (shape ``[dim]``).
+    name: scope (made unique in the graph) of the variables
+      ``name/layer_norm/layer_norm_scale`` and ``.../layer_norm_bias``
+      (shape ``[dim]``, float32) and of the op ``name/norm``.
+    use_bias: learn a bias too (keyword only; not in Mesh TF).
 
   Returns:
     Tensor of the shape of ``x``.
   """
   from mesh_tf.layers.norm import NormOperation
   dim = _norm_dim(x, dim, "layer_norm")
-  scope = _unique_scope(x.graph, name or "layer_norm")
-  scale = var_lib.get_variable(x.mesh, f"{scope}/scale", [dim], "float32",
-                               var_lib.ones_initializer())
+  scope = _unique_scope(x.graph, name or "layer_prepostprocess")
+  scale = var_lib.get_variable(
+      x.mesh, f"{scope}/layer_norm/layer_norm_scale", [dim], "float32",
+      var_lib.ones_initializer())
   bias = None
   if use_bias:
     bias = _maybe_cast(var_lib.get_variable(
-        x.mesh, f"{scope}/bias", [dim], "float32",
+        x.mesh, f"{scope}/layer_norm/layer_norm_bias", [dim], "float32",
         var_lib.zeros_initializer()), x.dtype)
   return NormOperation(x, dim, _maybe_cast(scale, x.dtype), bias, epsilon,
                        name=f"{scope}/norm").outputs[0]
@@ -265,37 +318,48 @@ def dropout(x, rate=0.0, noise_shape=None, is_training=True, seed=None,
 _dense, _dropout = dense, dropout  # dense_relu_dense's args shadow them.
 
 
-def dense_relu_dense(x, hidden_channels, dropout_rate=0.0,
-                     dropout_broadcast_dims=None, activation="relu",
-                     master_dtype="float32", name=None, is_training=True,
-                     dropout=None):
+def dense_relu_dense(x, hidden_channels, is_training=True, dropout=0.0,
+                     dropout_broadcast_dims=None, master_dtype="float32",
+                     slice_dtype=None, name=None, *, activation="relu",
+                     dropout_rate=None):
   """The Transformer feed-forward block: ``dense(activation(dense(x)))``.
+
+  The parameters are Mesh TF 0.1.21's, in its order.
 
   Args:
     x: Tensor whose last dim is the io channel dim (e.g. ``d_model``).
     hidden_channels: the hidden Dimension (e.g. ``d_ff``).
-    dropout_rate: dropout on the hidden layer.
-    dropout_broadcast_dims: dims along which the dropout mask is shared.
-    activation: hidden activation ("relu", "gelu"...).
+    is_training: dropout applies only when training.
+    dropout: dropout rate on the hidden layer.
+    dropout_broadcast_dims: dims (or names) along which the dropout mask
+      is shared.
+    master_dtype, slice_dtype: the variables' dtypes, as in :func:`dense`
+      (``master_dtype`` may be a :class:`mesh_tf.VariableDType`).
     name: scope; variables are ``name/wi/kernel`` and ``name/wo/kernel``.
+    activation: hidden activation ("relu", "gelu"...; keyword only).
+    dropout_rate: the same as ``dropout`` (keyword only; mesh-tf's older
+      spelling).
 
   Returns:
     Tensor of the shape of ``x``.
   """
-  if dropout is not None:  # Mesh TF spelling: dropout=rate.
-    dropout_rate = dropout
+  if dropout_rate is not None:
+    dropout = dropout_rate
   io_channels = x.shape.dims[-1]
   scope = _unique_scope(x.graph, name or "dense_relu_dense")
   h = _dense(x, hidden_channels, use_bias=False,
              activation=activation, master_dtype=master_dtype,
-             name=f"{scope}/wi")
-  if dropout_rate:
+             slice_dtype=slice_dtype, name=f"{scope}/wi")
+  if dropout:
     noise = None
     if dropout_broadcast_dims:
-      noise = h.shape - _dims_list(dropout_broadcast_dims)
-    h = _dropout(h, dropout_rate, noise_shape=noise, is_training=is_training)
+      shared = dropout_broadcast_dims
+      if isinstance(shared, (str, dims_lib.Dimension)):
+        shared = [shared]
+      noise = h.shape - _resolve(h, list(shared), "dense_relu_dense")
+    h = _dropout(h, dropout, noise_shape=noise, is_training=is_training)
   return _dense(h, io_channels, use_bias=False, master_dtype=master_dtype,
-                name=f"{scope}/wo")
+                slice_dtype=slice_dtype, name=f"{scope}/wo")
 
 
 def softmax_cross_entropy_with_logits(logits, targets, vocab_dim, z_loss=0.0):

@@ -78,12 +78,10 @@ def conv3d_net(layers=2, batch=2, depth=8, height=8, width=8,
   for i in range(layers):
     x = L.conv3d(x, Dimension(names[i % 2], channels),
                  filter_size=filter_size, activation=activation,
-                 name=f"conv_{i}")
+                 use_bias=True, name=f"conv_{i}")
   c = Dimension("classes", classes)
-  # A 1x1x1 conv is a per-voxel dense layer over the channels.  Written as
-  # one, so that its kernel has no filter dims: those of a conv are named
-  # by the spatial dim (filter_depth...), and one name with sizes 3 and 1
-  # would make the graph impossible to lay out (rules are keyed by name).
+  # A 1x1x1 conv is a per-voxel dense layer over the channels: written as
+  # one, its kernel has no window dims of size 1.
   logits = L.dense(x, c, name="classifier")
   loss = reduce_lib.reduce_mean(
       L.softmax_cross_entropy_with_logits(logits, targets, c), name="loss")

@@ -156,6 +156,13 @@ class Variable(Operation):
                memory_category=None):
     super().__init__([], mesh=mesh, name=name)
     self.initializer = _as_initializer(initializer)
+    value = getattr(self.initializer, "value", None)
+    if isinstance(value, np.ndarray) and value.shape != tuple(
+        d.size for d in dims_lib.convert_to_shape(shape).dims):
+      raise ShapeError(
+          f"variable {self.name}: initial value of shape {value.shape} for "
+          f"the shape {dims_lib.convert_to_shape(shape)!r}; give a value of "
+          "that shape")
     self.trainable = trainable
     # What the memory model counts it as; see costmodels.memory.
     self.memory_category = memory_category or (

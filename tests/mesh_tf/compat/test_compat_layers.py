@@ -35,8 +35,9 @@ def test_conv1d_valid_padding():
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, xv, "b:2;l:10;c:4")
+    # The kernel is Mesh TF's height-1 2-d kernel [fh=1, fw=3, c, o].
     y = mtf.layers.conv1d(x, mtf.Dimension("o", 6), filter_size=3,
-                          padding="VALID", filter_initializer=w0,
+                          padding="VALID", filter_initializer=w0[None],
                           use_bias=False)
     return [y, mtf.gradients([mtf.reduce_sum(y)], [x])[0]]
   y_ref = sum(np.einsum("blc,co->blo", xv[:, k:k + 8], w0[k])

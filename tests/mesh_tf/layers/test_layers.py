@@ -106,7 +106,8 @@ def test_layer_norm_matches_numpy_with_split_d_model():
   def build(mesh):
     return L.layer_norm(_x(mesh) * 3.0 + 1.0, M, name="ln")
   w = variable_values(build)
-  ref = lambda: np_layer_norm(X * 3.0 + 1.0, w["ln/scale"], w["ln/bias"])
+  ref = lambda: np_layer_norm(X * 3.0 + 1.0, w["ln/layer_norm/layer_norm_scale"],
+                              w["ln/layer_norm/layer_norm_bias"])
   check_layouts(build, [B, M], ref, limit=4, rtol=1e-4, atol=1e-4)
 
 

@@ -202,7 +202,8 @@ def test_conv3d_layer_with_bias_and_relu_matches_tf():
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, x3, mtf.Shape([B, D, H, W, CI]))
-    return L.conv3d(x, CO, filter_size=3, activation="relu", name="c")
+    return L.conv3d(x, CO, filter_size=3, activation="relu", name="c",
+                    use_bias=True)  # Mesh TF's conv3d has no bias
   graph = mtf.Graph()
   build(mtf.Mesh(graph, "mesh"))
   k, b = [v.initial_value_numpy() for v in graph.all_variables]
