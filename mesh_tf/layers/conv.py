@@ -99,33 +99,11 @@ def _conv_layer(n, x, output_dim, filter_size, strides, padding,
   return act(y) if act is not None else y
 
 
-_EXTRAS = """
-  Keyword only (not in Mesh TF): ``use_bias`` (a ``name/bias`` over
-  ``output_dim``), ``activation`` (as in :func:`mesh_tf.layers.dense`),
-  ``master_dtype`` (without ``variable_dtype``), ``spatial_dims`` (names of
-  the spatial dims; default the {n} before the last dim).
-
-  Returns:
-    ``x``'s shape with the channel dim replaced by ``output_dim`` and the
-    spatial dims resized (same names).
-
-  Raises:
-    ShapeError: for bad sizes, an output dim ``x`` already has, or a dim
-      of ``x`` named like a window dim.
-"""
-
-
 def conv1d(x, output_dim, filter_size=3, stride=1, *, padding="SAME",
            filter_initializer=None, variable_dtype=None, name=None,
            use_bias=False, activation=None, master_dtype=None,
            spatial_dims=None, strides=None):
-  return _conv_layer(1, x, output_dim, filter_size,
-                     stride if strides is None else strides, padding,
-                     filter_initializer, use_bias, activation, master_dtype,
-                     spatial_dims, name, variable_dtype)
-
-
-conv1d.__doc__ = """A 1-d convolution over the dim before the channels.
+  """A 1-d convolution over the dim before the channels.
 
   Args:
     x: ``[batch..., width, in_channels]``.
@@ -137,19 +115,31 @@ conv1d.__doc__ = """A 1-d convolution over the dim before the channels.
       out]``; default TF's Glorot uniform.
     variable_dtype: a :class:`mesh_tf.VariableDType`.
     name: the kernel's scope (default ``conv2d``, as in Mesh TF).
-""" + _EXTRAS.format(n=1)
+
+  Keyword only (not in Mesh TF): ``use_bias`` (a ``name/bias`` over
+  ``output_dim``), ``activation`` (as in :func:`mesh_tf.layers.dense`),
+  ``master_dtype`` (without ``variable_dtype``), ``spatial_dims`` (names of
+  the spatial dims; default the 1 before the last dim).
+
+  Returns:
+    ``x``'s shape with the channel dim replaced by ``output_dim`` and the
+    spatial dims resized (same names).
+
+  Raises:
+    ShapeError: for bad sizes, an output dim ``x`` already has, or a dim
+      of ``x`` named like a window dim.
+  """
+  return _conv_layer(1, x, output_dim, filter_size,
+                     stride if strides is None else strides, padding,
+                     filter_initializer, use_bias, activation, master_dtype,
+                     spatial_dims, name, variable_dtype)
 
 
 def conv2d(x, output_dim, filter_size=(3, 3), strides=(1, 1),
            padding="SAME", filter_initializer=None, variable_dtype=None,
            name=None, *, use_bias=False, activation=None, master_dtype=None,
            spatial_dims=None):
-  return _conv_layer(2, x, output_dim, filter_size, strides, padding,
-                     filter_initializer, use_bias, activation, master_dtype,
-                     spatial_dims, name, variable_dtype)
-
-
-conv2d.__doc__ = """A 2-d convolution (Mesh TF's NHWC).
+  """A 2-d convolution (Mesh TF's NHWC).
 
   Args:
     x: ``[batch..., height, width, in_channels]``.
@@ -162,19 +152,30 @@ conv2d.__doc__ = """A 2-d convolution (Mesh TF's NHWC).
       out]``; default TF's Glorot uniform.
     variable_dtype: a :class:`mesh_tf.VariableDType`.
     name: the kernel's scope (default ``conv2d``).
-""" + _EXTRAS.format(n=2)
+
+  Keyword only (not in Mesh TF): ``use_bias`` (a ``name/bias`` over
+  ``output_dim``), ``activation`` (as in :func:`mesh_tf.layers.dense`),
+  ``master_dtype`` (without ``variable_dtype``), ``spatial_dims`` (names of
+  the spatial dims; default the 2 before the last dim).
+
+  Returns:
+    ``x``'s shape with the channel dim replaced by ``output_dim`` and the
+    spatial dims resized (same names).
+
+  Raises:
+    ShapeError: for bad sizes, an output dim ``x`` already has, or a dim
+      of ``x`` named like a window dim.
+  """
+  return _conv_layer(2, x, output_dim, filter_size, strides, padding,
+                     filter_initializer, use_bias, activation, master_dtype,
+                     spatial_dims, name, variable_dtype)
 
 
 def conv3d(x, output_dim, filter_size=(3, 3, 3), strides=(1, 1, 1),
            padding="SAME", filter_initializer=None, variable_dtype=None,
            name=None, *, use_bias=False, activation=None, master_dtype=None,
            spatial_dims=None):
-  return _conv_layer(3, x, output_dim, filter_size, strides, padding,
-                     filter_initializer, use_bias, activation, master_dtype,
-                     spatial_dims, name, variable_dtype)
-
-
-conv3d.__doc__ = """A 3-d convolution (Mesh TF's NDHWC).
+  """A 3-d convolution (Mesh TF's NDHWC).
 
   Args:
     x: ``[batch..., depth, height, width, in_channels]``.
@@ -186,7 +187,23 @@ conv3d.__doc__ = """A 3-d convolution (Mesh TF's NDHWC).
       out]``; default TF's Glorot uniform.
     variable_dtype: a :class:`mesh_tf.VariableDType`.
     name: the kernel's scope (default ``conv3d``).
-""" + _EXTRAS.format(n=3)
+
+  Keyword only (not in Mesh TF): ``use_bias`` (a ``name/bias`` over
+  ``output_dim``), ``activation`` (as in :func:`mesh_tf.layers.dense`),
+  ``master_dtype`` (without ``variable_dtype``), ``spatial_dims`` (names of
+  the spatial dims; default the 3 before the last dim).
+
+  Returns:
+    ``x``'s shape with the channel dim replaced by ``output_dim`` and the
+    spatial dims resized (same names).
+
+  Raises:
+    ShapeError: for bad sizes, an output dim ``x`` already has, or a dim
+      of ``x`` named like a window dim.
+  """
+  return _conv_layer(3, x, output_dim, filter_size, strides, padding,
+                     filter_initializer, use_bias, activation, master_dtype,
+                     spatial_dims, name, variable_dtype)
 
 
 max_pool1d, max_pool2d, max_pool3d = (pool_ops.max_pool1d, pool_ops.max_pool2d,
