@@ -83,6 +83,16 @@ def dense_variable_dtype(m, mesh, imp, init, tf):
       kernel_initializer=init(W), name="vd")
 
 
+def dense_bfloat16_slices(m, mesh, imp, init, tf):
+  n = _dims(m)
+  x = imp(mesh, X3, [n["b"], n["w"], n["c"]])
+  # float32 master, bfloat16 slices, float32 activations.
+  return m.layers.dense(
+      x, n["o"], reduced_dims=[n["c"]], use_bias=False,
+      variable_dtype=m.VariableDType(tf.float32, tf.bfloat16, tf.float32),
+      kernel_initializer=init(W), name="bf")
+
+
 def dense_experts(m, mesh, imp, init, tf):
   n = _dims(m)
   x = imp(mesh, XE, [n["b"], n["e"], n["w"], n["c"]])
@@ -114,5 +124,6 @@ def layer_norm_default_name(m, mesh, imp, init, tf):
 CASES = {f.__name__: f for f in [
     conv1d_positional, conv1d_valid, conv2d_positional, conv2d_strided,
     conv3d_positional, dense_positional, dense_kernel_weights,
-    dense_variable_dtype, dense_experts, dense_relu_dense_positional,
+    dense_variable_dtype, dense_bfloat16_slices, dense_experts,
+    dense_relu_dense_positional,
     layer_norm_positional, layer_norm_default_name]}

@@ -1,7 +1,7 @@
 """Runs tests/mesh_tf/compat/layer_cases.py on the original Mesh TF 0.1.21
 (one device, a tf.compat.v1 Session) and prints, per case, the output's
-shape and value and the variables' names, shapes and initial values, as
-JSON.  Run in a subprocess by test_compat_layer_calls.py when
+shape and value and the variables' names, shapes and initial slice values,
+as JSON.  Run in a subprocess by test_compat_layer_calls.py when
 ``mesh_tensorflow`` is installed (it needs benchmarks/mtf_port.py's shims)."""
 
 import importlib.util
@@ -40,12 +40,12 @@ def main():
       impl = mtfo.placement_mesh_impl.PlacementMeshImpl([], {}, [""])
       lowering = mtfo.Lowering(graph, {mesh: impl})
       y_tf = lowering.export_to_tf_tensor(y)
-      masters = [lowering.variables[v].laid_out_tensor.all_slices[0]
+      slices = [lowering.variables[v].laid_out_tensor.all_slices[0]
                  for v in graph.all_variables]
       with tf.Session() as sess:
         sess.run(tf.global_variables_initializer())
         sess.run(lowering.copy_masters_to_slices())
-        y_value, values = sess.run([y_tf, masters])
+        y_value, values = sess.run([y_tf, slices])
       out[name] = {
           "shape": [[d.name, d.size] for d in y.shape.dims],
           "value": y_value.tolist(),
