@@ -230,3 +230,17 @@ def test_the_original_makes_the_same_variables_and_outputs():
     (value,), _ = run(_build(case), "all:1", "")
     np.testing.assert_allclose(value, got["value"], rtol=1e-4, atol=1e-4,
                                err_msg=case)
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_a_stride_that_does_not_divide_sizes_the_output_as_tf(padding):
+  # h=5 with stride 2: TF gives ceil(5 / 2) = 3 (SAME) and ceil(3 / 2) = 2
+  # (VALID); 0.1.21 declared 2 and 1.
+  def build(mesh):
+    x = _imp(mesh, LC.X4, [mtf.Dimension("batch", 2), mtf.Dimension("h", 5),
+                           mtf.Dimension("w", 6), mtf.Dimension("c", 4)])
+    return mtf.layers.conv2d(x, mtf.Dimension("o", 5), (3, 3), (2, 2),
+                             padding, LC.K2B)
+  ref = tf.nn.convolution(LC.X4, LC.K2B, 2, padding).numpy()
+  check_layouts(build, ["batch:2", "c:4"], lambda: ref, meshes=["x:2"],
+                rtol=1e-4, atol=1e-4)
