@@ -122,3 +122,13 @@ def test_mesh_tf_auto_mtf_lays_out_a_local_attention_graph():
                                      outputs, "tpu-v5e-2x4")
   rules, shape = mtf.auto_mtf.layout_and_mesh_shape(g, 8, outputs)
   assert shape.size == 8
+
+
+def test_a_plan_of_such_a_graph_saves_and_loads(tmp_path):
+  g, _, outputs = build(pad_and_slice)
+  result = mtf.auto_layout(g, "rows:2;cols:4", outputs=outputs,
+                           topology="tpu-v5e-2x4")
+  path = str(tmp_path / "plan.json")
+  saved = result.save(path, name="pad_and_slice")
+  assert mtf.load_plan(path, g) == saved
+  assert saved.model.dim_sizes()["length"] == (8, 12)
