@@ -52,7 +52,31 @@ def main():
           "variables": [[v.name, [[d.name, d.size] for d in v.shape.dims],
                          value.tolist()]
                         for v, value in zip(graph.all_variables, values)]}
+  out["port_example"] = example_variables(original=True)
   print(json.dumps(out))
+
+
+def example_variables(original):
+  """[(name, [sizes])] of examples/port_from_mesh_tensorflow.py's 2-layer
+  model, sorted; on the original, only its import line is changed."""
+  import tensorflow.compat.v1 as tf  # pylint: disable=g-import-not-at-top
+  path = os.path.join(ROOT, "examples", "port_from_mesh_tensorflow.py")
+  source = open(path).read()
+  if original:
+    source = source.replace("import mesh_tf as mtf",
+                            "import mesh_tensorflow as mtf", 1)
+  example = {"__name__": "port_example", "__file__": path}
+  exec(compile(source, path, "exec"), example)  # pylint: disable=exec-used
+  hp = example["parse_args"](["--model_dir", "/nonexistent",
+                              "--num_layers", "2"])
+  mtf = example["mtf"]
+  with tf.Graph().as_default():
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "m")
+    tokens = tf.zeros([hp.batch, hp.length], tf.int32)
+    example["transformer_lm"](mesh, tokens, tokens, hp)
+    return sorted([v.name, [d.size for d in v.shape.dims]]
+                  for v in graph.all_variables)
 
 
 if __name__ == "__main__":

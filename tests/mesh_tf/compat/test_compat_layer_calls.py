@@ -209,6 +209,10 @@ def test_the_original_makes_the_same_variables_and_outputs():
       capture_output=True, text=True, timeout=300, env=env, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
   original = json.loads(proc.stdout.strip().splitlines()[-1])
+  # The ported example's variables are the original's: its checkpoints
+  # have the same names and shapes.
+  from tests.mesh_tf.compat.run_original_layers import example_variables
+  assert original.pop("port_example") == example_variables(original=False)
   assert sorted(original) == sorted(RECORDED)
   for case, got in original.items():
     text = lambda dims: ",".join(f"{n}:{s}" for n, s in dims)
