@@ -34,6 +34,9 @@ setup(
             # Architecture gates (tests/test_architecture.py).
             "ruff==0.17.6",
             "import-linter==2.17",
+            # The original Mesh TF, run beside ours by the compatibility
+            # tests (tests/mesh_tf/compat) and benchmarks/mtf_port.py.
+            "mesh-tensorflow==0.1.21",
         ],
         # Exported plans are proven in the real frameworks by the tests.
         "interop": ["jax[cpu]==0.10.2", "torch==2.13.0"],
