@@ -10,6 +10,7 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
+from autolayout.cli.validate import parse_zero_stage
 
 
 def _arguments(p):
@@ -23,7 +24,8 @@ def _arguments(p):
                  f"{DEFAULT_MAX_AXES})")
   d = p.add_argument_group(
       "training decisions (a zoo Transformer's training step)")
-  for flag, what in (("--zero-stage", "ZeRO stage 0-3"),
+  for flag, what in (("--zero-stage", "ZeRO stage 0-3, or one per "
+                      "variable group: ffn=3,attention=3,embedding=1,norm=0"),
                      ("--recompute", "blocks that recompute activations"),
                      ("--microbatches", "gradient-accumulation steps k")):
     d.add_argument(flag, default="auto", metavar="N|auto",
@@ -138,7 +140,8 @@ def _fixed(args):
     text = str(getattr(args, name))
     if text != "auto":
       try:
-        fixed[name] = int(text)
+        fixed[name] = (parse_zero_stage(text) if name == "zero_stage"
+                       else int(text))
       except ValueError:
         raise CliInputError(f"--{name.replace('_', '-')} {text!r} is not "
                             "an integer or auto",
