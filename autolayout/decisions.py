@@ -226,15 +226,16 @@ def _better(step, d, best_step, best_d):
 
 
 GROUP_STAGE_SEARCHES = ("descent", "uniform", "all")
-# Rounds of the descent over per-group stages (each changes one group).
+# Rounds of the descent over per-group stages (each moves one group's
+# stage one step).
 DESCENT_ROUNDS = 2
 
 
 def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
              topology, memory_budget, forbid, overlap):
   """Per-group stages by descent: from the best plan's decisions, a program
-  over the stage choices that change one group's stage (and the current
-  one), at the plan's k and its recompute count or the next lower one (a
+  over the stage choices that move one group's stage one step (and the
+  current one), at the plan's k and its recompute count or the next lower one (a
   group sharded further can free the memory of fewer recomputed blocks);
   again from its answer while it changes, at most DESCENT_ROUNDS times."""
   d = training.decisions
@@ -319,8 +320,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       variable; ``"all"``, every stage of every group in each program
       (``4 ** groups`` choices: small models); ``"descent"`` (default),
       the walk with uniform stages, then on the best k and recompute count
-      programs over the choices that change one group's stage, while they
-      find a faster plan.
+      programs over the choices that move one group's stage one step,
+      while they find a faster plan.
     stage_choices: the ``zero_stage`` choices to offer, every one of them
       (ints or per-group mappings); overrides ``group_stages``.
 

@@ -122,13 +122,14 @@ def vectors(groups, stages=storage.STAGES, per_group=True):
 
 
 def neighbours(zero_stage, groups, stages=storage.STAGES):
-  """The choices that differ from ``zero_stage`` in one group's stage (a
-  step of the search's descent over per-group stages), in a fixed
-  order."""
+  """The choices that move one group's stage of ``zero_stage`` one step up
+  or down (a step of the search's descent over per-group stages), in a
+  fixed order."""
   base = {g: stage_of(zero_stage, g) for g in groups}
   out = []
   for g in groups:
-    for t in stages:
-      if t != base[g]:
-        out.append(normalize(dict(base, **{g: t})))
+    i = stages.index(base[g]) if base[g] in stages else None
+    for j in ((i - 1, i + 1) if i is not None else ()):
+      if 0 <= j < len(stages):
+        out.append(normalize(dict(base, **{g: stages[j]})))
   return out
