@@ -101,7 +101,7 @@ def gradients(ys, xs, grad_ys=None, stop_gradients=()):
   if len(grad_ys) != len(ys):
     raise MtfError(f"gradients got {len(ys)} ys but {len(grad_ys)} grad_ys")
   start = len(graph.operations)
-  forward = list(graph.operations)
+  forward = _window(graph.operations, xs, ys)
 
   downstream = set(xs)
   for op in forward:
@@ -153,6 +153,29 @@ def gradients(ys, xs, grad_ys=None, stop_gradients=()):
     if r is not None and isinstance(x.operation, variable_ops.Variable):
       r.gradient_of = x
   return results
+
+
+def _window(operations, xs, ys):
+  """The ops that can lie on a path from ``xs`` to ``ys``: from the first
+  producer of an x to the last producer of a y (the graph's ops are in
+  creation order, a topological order).  A recompute block differentiates
+  its few ops this way without walking the whole graph once per block."""
+  ops = list(operations)
+  where = {}
+  wanted = {t.operation for t in list(xs) + list(ys)}
+  if len(wanted) > 32:
+    where = {op: i for i, op in enumerate(ops) if op in wanted}
+  else:
+    for op in wanted:
+      try:
+        where[op] = ops.index(op)
+      except ValueError:
+        pass
+  if any(t.operation not in where for t in list(xs) + list(ys)):
+    return ops   # a tensor made outside the list: walk everything
+  lo = min((where[x.operation] for x in xs), default=len(ops))
+  hi = max(where[y.operation] for y in ys)
+  return ops[lo:hi + 1]
 
 
 def _for_backward(op, rebuilt):
