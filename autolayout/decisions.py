@@ -278,7 +278,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                     progress=None, memory_reserve_fraction=None,
                     overlap=True, recompute_count=5, microbatch_choices=None,
                     candidates=None, min_microbatches=1, deadline=None,
-                    group_stages="descent", stage_choices=None):
+                    group_stages="descent", stage_choices=None,
+                    first_fit=False):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   By default, for each microbatch count k (a phase: powers of two dividing
@@ -324,6 +325,9 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       while they find a faster plan.
     stage_choices: the ``zero_stage`` choices to offer, every one of them
       (ints or per-group mappings); overrides ``group_stages``.
+    first_fit: stop the walk at the first k with a plan (a screen that
+      ranks mesh shapes), instead of walking on while the step gets
+      faster.
 
   Returns:
     A :class:`TrainingPlan`; ``tried`` has one row per k (the program's
@@ -453,7 +457,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
         if found is None or not walk:
           continue
         break
-      if walk and found is not None and t >= found:
+      if walk and (first_fit or (found is not None and t >= found)):
         break   # more microbatches stopped paying (repeated gathers)
       found = t if found is None else min(found, t)
     if (group_stages == "descent" and stage_choices is None

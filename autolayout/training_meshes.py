@@ -5,7 +5,8 @@ Every 1- and 2-axis mesh shape of the topology's chips that embeds (axes
 named after their physical dims, as :func:`autolayout.auto_layout` does
 without a mesh) is first **screened** with the most memory-saving stage
 and recompute count (ZeRO 3, every block recomputed; the microbatch walk
-and the layout rules are still searched).  The ``top`` fastest shapes then
+and the layout rules are still searched, the walk stopping at the first k
+that fits).  The ``top`` fastest shapes then
 get the whole decision program (stage and recompute as CP-SAT decision
 families, :mod:`autolayout.decision_program`), and the fastest plan of all
 wins.  Screening costs one graph per microbatch count on every shape; the
@@ -122,8 +123,11 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     if progress:
       progress(_name(mesh), "screen", i, len(meshes))
     try:
+      # The screen ranks shapes: the first k with a plan is enough (the
+      # decision program walks k again on the shapes it searches).
       screened[mesh] = decisions.search_training(
-          config, mesh, topology, memory_budget, fixed=lean, **common)
+          config, mesh, topology, memory_budget, fixed=lean,
+          first_fit=True, **common)
     except TimeLimitError as e:
       cut = True
       errors.append(e)
