@@ -126,6 +126,7 @@ class LayoutSearch:
     # The caller's {(mesh Shape, Topology): op outcomes} shared with the
     # searches of other graphs (see tables.GraphTables), or None.
     self._outcomes = outcomes
+    self._signatures = {}   # op -> its signature, for the tables of every mesh
 
   def _part(self, what, mesh_shape, topo, make):
     if len(self.graph.operations) != self._num_ops:
@@ -171,7 +172,7 @@ class LayoutSearch:
               else self._outcomes.setdefault((mesh_shape, topo), {}))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
-        self.microbatches, deadline, shared))
+        self.microbatches, deadline, shared, self._signatures))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None

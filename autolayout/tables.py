@@ -139,13 +139,16 @@ class GraphTables:
       one model): each op lowered under one local assignment and input
       states is priced once for all of them (keyed by the op's signature,
       which is all its lowering reads).  None: this graph's own.
+    signatures: a dict ``{op: op_signature(op)}`` the caller owns for this
+      graph, shared by its tables on every mesh (None: computed here).
 
   Attributes:
     factors: list of :class:`Factor`, in a deterministic order.
   """
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
-               microbatches=None, deadline=None, outcomes=None):
+               microbatches=None, deadline=None, outcomes=None,
+               signatures=None):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)
@@ -160,6 +163,7 @@ class GraphTables:
     self._outcomes: Dict[tuple, Outcome] = ({} if outcomes is None
                                             else outcomes)
     self._key_sig: Dict[int, object] = {}
+    self._signatures = {} if signatures is None else signatures
     self._key_scope: Dict[int, Tuple[str, ...]] = {}
     self._key_op: Dict[int, object] = {}
     self._key_inputs: Dict[int, tuple] = {}   # op key -> per-input (D, key)
@@ -207,7 +211,9 @@ class GraphTables:
       for i, t in enumerate(op.inputs):
         consumers.setdefault(t, []).append((op, i))
       ins = tuple(self.tensor_key.get(t) for t in op.inputs)
-      sig = op_signature(op)
+      sig = self._signatures.get(op)
+      if sig is None:
+        sig = self._signatures[op] = op_signature(op)
       key = self._key(("op", sig, ins))
       self.op_key[op] = key
       if key not in self._key_scope:
