@@ -99,6 +99,11 @@ def search_training_meshes(config, topology, memory_budget="hbm",
   memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
   fixed = dict(fixed or {})
   meshes, rows = _meshes(topology, num_devices, max_axes)
+  # Shapes whose largest axis cannot split the batch are screened last:
+  # they need many microbatches (a graph each) or model parallelism over a
+  # large axis, are rarely the fastest, and would eat a bounded search's
+  # time before the likely winners were screened.
+  meshes.sort(key=lambda m: config.batch % max(d.size for d in m) != 0)
   candidates = decisions.Candidates(config, memory_reserve_fraction)
   lean = dict(fixed)
   lean.setdefault("zero_stage", 3)
