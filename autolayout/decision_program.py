@@ -8,8 +8,12 @@ memory steps, the overlap placements).  This module joins those candidate
 programs into one, for one mesh and one microbatch count :math:`k`:
 
 Sets
-  * :math:`S`: ZeRO stages; :math:`R`: recompute counts (how many of the
-    :math:`L` blocks recompute; e.g. :math:`\{0, L/4, L/2, 3L/4, L\}`);
+  * :math:`G`: variable groups (attention, embedding, ffn, norm);
+    :math:`S`: ZeRO stage choices, each a stage :math:`s_g` per group
+    (uniform ones give every group the same stage;
+    :mod:`autolayout.stage_groups`); :math:`R`: recompute counts (how many
+    of the :math:`L` blocks recompute; e.g.
+    :math:`\{0, L/4, L/2, 3L/4, L\}`);
   * :math:`C = S \times R`: candidates, each with its own scope tables
     :math:`\mathcal{S}_c`, memory steps :math:`K_c` and overlap terms.
 
@@ -20,9 +24,12 @@ Variables
     :math:`x^c_{d,a} \le z_c` with :math:`x_{d,a} = \sum_c x^c_{d,a}` (the
     disjunctive hull: the LP relaxation keeps every candidate's links
     between its tables, which enforced rows on a shared :math:`x` lose);
-  * :math:`u_s`, :math:`v_r \in \{0,1\}`: the stage and the recompute
-    count, one of each (:math:`\sum_s u_s = \sum_r v_r = 1`);
-  * :math:`z_c = u_s \wedge v_r` for :math:`c = (s, r)`;
+  * :math:`z_c \in \{0,1\}`, :math:`\sum_c z_c = 1`: the chosen
+    candidate;
+  * :math:`u_s = \sum_{c = (s, \cdot)} z_c` and
+    :math:`v_r = \sum_{c = (\cdot, r)} z_c`: the stage choice and the
+    recompute count; :math:`u_{g,t} = \sum_{c:\, s_g(c) = t} z_c`: the
+    stage of group :math:`g` (one per group; repeated layers share it);
   * :math:`y^c_{S,\sigma}`: candidate :math:`c`'s table choices, with
     :math:`\sum_\sigma y^c_{S,\sigma} = z_c`: all zero unless :math:`c` is
     chosen.
@@ -44,7 +51,8 @@ Constraints
 Objective
   :math:`\min \sum_c \sum_{S,\sigma} \lfloor t^c_{S,\sigma}/u \rceil
   y^c_{S,\sigma} + \sum_c E_c`, one time unit :math:`u` for all; then the
-  simpler decisions (lower stage, then fewer recomputed blocks) among
+  simpler decisions (the lowest sum of the groups' stages, then fewer
+  recomputed blocks) among
   optima, then the fixed rule order.  Only the chosen candidate's terms
   are non-zero, so the optimum is that candidate's own program value, and
   :func:`autolayout.validate.validate` re-checks it against
@@ -61,7 +69,8 @@ from typing import Any, Dict, NamedTuple, Tuple
 
 from ortools.sat.python import cp_model
 
-from autolayout import formulation, solve
+from autolayout import formulation, solve, stage_groups
+from mesh_tf import storage
 from autolayout.errors import SolverError
 from autolayout.formulation import DimAxis, TableChoice
 from autolayout.result import LayoutResult, ModelSize
@@ -81,8 +90,9 @@ class DecisionProgram(NamedTuple):
   """The joint program of :func:`build_program`."""
   model: cp_model.CpModel
   x: Dict[DimAxis, Any]
-  stage: Dict[int, Any]        # u_s
+  stage: Dict[Any, Any]        # u_s, per stage choice (int or per group)
   recompute: Dict[int, Any]    # v_r
+  group_stage: Dict[Tuple[str, int], Any]   # u_{g,s}, per variable group
   chosen: Tuple[Any, ...]      # z_c, in candidate order
   candidates: Tuple[Candidate, ...]
   objective: Any
@@ -136,16 +146,27 @@ def build_program(candidates, memory_budget=None):
   t0 = time.perf_counter()
   candidates = tuple(candidates)
   model = cp_model.CpModel()
-  stages = sorted({c.decisions.zero_stage for c in candidates})
+  stages = sorted({c.decisions.zero_stage for c in candidates},
+                  key=lambda s: (stage_groups.rank(s),
+                                 stage_groups.describe(s)))
   recs = sorted({c.decisions.recompute for c in candidates})
   if len(candidates) != len(stages) * len(recs):
     raise SolverError(f"the decision program needs every (stage, "
                       f"recompute) pair of stages {stages} and recompute "
                       f"counts {recs}; got {len(candidates)} candidates")
-  u = {s: model.new_bool_var(f"zero_stage[{s}]") for s in stages}
+  # u_s per stage choice (an int or a per-group vector), and its per-group
+  # factorisation u_{g,s}; both are sums of the z_c, so exactly one
+  # candidate is chosen and every family reads it.
+  u = {s: model.new_bool_var(f"zero_stage[{stage_groups.describe(s)}]")
+       for s in stages}
   w = {r: model.new_bool_var(f"recompute[{r}]") for r in recs}
-  model.add_exactly_one(list(u.values()))
-  model.add_exactly_one(list(w.values()))
+  groups = sorted({g for c in candidates
+                   for g in _groups(c.decisions.zero_stage)})
+  per_group = {(g, st): model.new_bool_var(f"zero_stage[{g}={st}]")
+               for g in groups
+               for st in sorted({stage_groups.stage_of(c.decisions.zero_stage,
+                                                       g)
+                                 for c in candidates})}
   x = {}
   for c in candidates:
     space = c.problem.space
@@ -159,11 +180,8 @@ def build_program(candidates, memory_budget=None):
   copies = collections.defaultdict(list)   # DimAxis -> the x^c
   for c in candidates:
     d = c.decisions
-    z = model.new_bool_var(f"choose[{d.zero_stage},{d.recompute}]")
-    us, ws = u[d.zero_stage], w[d.recompute]
-    model.add_implication(z, us)
-    model.add_implication(z, ws)
-    model.add_bool_or([z, us.Not(), ws.Not()])
+    z = model.new_bool_var(f"choose[{stage_groups.describe(d.zero_stage)},"
+                           f"{d.recompute}]")
     chosen.append(z)
     space, problem = c.problem.space, c.problem
     # The candidate's own copy of the rules (the disjunctive hull: x is
@@ -174,8 +192,7 @@ def build_program(candidates, memory_budget=None):
       mine = []
       for a in space.options[dim]:
         k = DimAxis(dim, a)
-        v.x[k] = model.new_bool_var(f"x[{dim},{a}|{d.zero_stage},"
-                                    f"{d.recompute}]")
+        v.x[k] = model.new_bool_var(f"x[{dim},{a}|{len(chosen) - 1}]")
         copies[k].append(v.x[k])
         mine.append(v.x[k])
       if mine:
@@ -193,15 +210,37 @@ def build_program(candidates, memory_budget=None):
     terms.append(t + exposed if rounded else t)
   for k, var in x.items():
     model.add(var == sum(copies[k]))
+  model.add_exactly_one(chosen)
+  for s, var in u.items():
+    model.add(var == sum(z for c, z in zip(candidates, chosen)
+                         if c.decisions.zero_stage == s))
+  for r, var in w.items():
+    model.add(var == sum(z for c, z in zip(candidates, chosen)
+                         if c.decisions.recompute == r))
+  for (g, st), var in per_group.items():
+    model.add(var == sum(
+        z for c, z in zip(candidates, chosen)
+        if stage_groups.stage_of(c.decisions.zero_stage, g) == st))
   # Fixing a candidate first makes its tables propagate from x.
   model.add_decision_strategy(list(u.values()) + list(w.values()),
                               cp_model.CHOOSE_FIRST,
                               cp_model.SELECT_MAX_VALUE)
-  simplicity = (sum(len(recs) * i * u[s] for i, s in enumerate(stages))
-                + sum(i * w[r] for i, r in enumerate(recs)))
-  return DecisionProgram(model, x, u, w, tuple(chosen), candidates,
-                         sum(terms), simplicity, unit,
+  # Among equal times: the least sharding (the lowest sum of the groups'
+  # stages), then the fewest recomputed blocks.
+  simplicity = sum(
+      (len(recs) * stage_groups.rank(c.decisions.zero_stage)
+       + recs.index(c.decisions.recompute)) * z
+      for c, z in zip(candidates, chosen))
+  return DecisionProgram(model, x, u, w, per_group, tuple(chosen),
+                         candidates, sum(terms), simplicity, unit,
                          time.perf_counter() - t0)
+
+
+def _groups(zero_stage):
+  """The groups a stage choice names (a uniform stage: every group)."""
+  if isinstance(zero_stage, int):
+    return storage.GROUPS
+  return tuple(g for g, _ in zero_stage)
 
 
 def solve_program(program, memory_budget=None, time_limit_s=60.0,

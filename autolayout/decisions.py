@@ -5,10 +5,11 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
 
 * ``param_dtype``: the compute dtype of weights and activations (float32
   masters, see :class:`mesh_tf.VariableDType`);
-* ``zero_stage``: 0-3, how variables are stored (:mod:`mesh_tf.storage`);
-  *which* axes the storage splits is a layout decision of the CP-SAT
-  program itself (the rules for the ``*_storage`` dims), shared by all
-  repeated layers;
+* ``zero_stage``: 0-3, how variables are stored (:mod:`mesh_tf.storage`),
+  for every variable or per variable group (attention, embedding, ffn,
+  norm; :mod:`autolayout.stage_groups`); *which* axes the storage splits
+  is a layout decision of the CP-SAT program itself (the rules for the
+  ``*_storage`` dims), shared by all repeated layers;
 * ``recompute``: how many of the L blocks recompute their activations;
 * ``microbatches``: k, gradient accumulation (:mod:`mesh_tf.microbatch`).
 
@@ -40,7 +41,7 @@ import time
 from typing import Any, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
-from autolayout import arguments
+from autolayout import arguments, stage_groups
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 
 __all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
@@ -48,15 +49,20 @@ __all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
 
 
 class TrainingDecisions(NamedTuple):
-  """One choice of the non-layout decisions (a hashable value)."""
+  """One choice of the non-layout decisions (a hashable value).
+  ``zero_stage`` is an int (every variable) or a sorted tuple of
+  ``(group, stage)`` (:func:`autolayout.stage_groups.normalize`)."""
   param_dtype: str = "float32"
-  zero_stage: int = 0
+  zero_stage: Any = 0
   recompute: int = 0
   microbatches: int = 1
 
   def as_dict(self):
-    """The decisions as a plain mapping (for plan files and JSON)."""
-    return dict(self._asdict())
+    """The decisions as a plain mapping (for plan files and JSON); a
+    per-group stage is ``{group: stage}``."""
+    out = dict(self._asdict())
+    out["zero_stage"] = stage_groups.as_json(self.zero_stage)
+    return out
 
 
 class TrainingGraph(NamedTuple):
@@ -100,7 +106,8 @@ def build_training(config, decisions, learning_rate=1e-4):
       param_dtype=(None if decisions.param_dtype == config.master_dtype
                    else decisions.param_dtype))
   model = cfg.build()
-  storage.shard_storage(model.graph, decisions.zero_stage)
+  storage.shard_storage(model.graph,
+                        stage_groups.storage_plan(decisions.zero_stage))
   update = microbatched_update(
       model.graph, model.loss, model.graph.trainable_variables,
       optimize.AdamWeightDecayOptimizer(learning_rate), k)
@@ -119,6 +126,9 @@ class Candidates:
     self.config = config
     self.memory_reserve_fraction = memory_reserve_fraction
     self._built = {}
+    # Op outcomes per (mesh, topology), shared by every candidate's tables:
+    # the candidates repeat most of each other's ops.
+    self._outcomes = {}
 
   def get(self, decisions):
     """``(TrainingGraph, LayoutSearch)`` of ``decisions``."""
@@ -128,7 +138,8 @@ class Candidates:
       training = build_training(self.config, decisions)
       hit = self._built[decisions] = (training, LayoutSearch(
           training.graph, microbatches=training.plan,
-          memory_reserve_fraction=self.memory_reserve_fraction))
+          memory_reserve_fraction=self.memory_reserve_fraction,
+          outcomes=self._outcomes))
     return hit
 
   def trim(self, keep_microbatches, most=24):
@@ -195,7 +206,8 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
   except InfeasibleLayoutError:
     # Every pair is over budget: the most memory-saving one says by how
     # much (its own search states the smallest peak and what dominates).
-    lean = max(decision_list, key=lambda d: (d.zero_stage, d.recompute))
+    lean = max(decision_list, key=lambda d: (
+        stage_groups.rank(d.zero_stage), d.recompute))
     _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
            max(deadline - time.perf_counter(), 1e-3), forbid,
            candidates.memory_reserve_fraction, overlap, candidates)
@@ -208,8 +220,52 @@ def _better(step, d, best_step, best_d):
   stage, fewer recomputed blocks, fewer microbatches)."""
   if abs(step - best_step) > 1e-9 * max(step, best_step):
     return step < best_step
-  return (d.zero_stage, d.recompute, d.microbatches) < (
-      best_d.zero_stage, best_d.recompute, best_d.microbatches)
+  rank = stage_groups.rank
+  return (rank(d.zero_stage), d.recompute, d.microbatches) < (
+      rank(best_d.zero_stage), best_d.recompute, best_d.microbatches)
+
+
+GROUP_STAGE_SEARCHES = ("descent", "uniform", "all")
+# Rounds of the descent over per-group stages (each moves one group's
+# stage one step).
+DESCENT_ROUNDS = 2
+
+
+def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
+             topology, memory_budget, forbid, overlap):
+  """Per-group stages by descent: from the best plan's decisions, a program
+  over the stage choices that move one group's stage one step (and the
+  current one), at the plan's k and its recompute count or the next lower one (a
+  group sharded further can free the memory of fewer recomputed blocks);
+  again from its answer while it changes, at most DESCENT_ROUNDS times."""
+  d = training.decisions
+  groups = stage_groups.groups_of(training.graph)
+  if len(groups) < 2:
+    return
+  current = d.zero_stage
+  lower = [r for r in recs if r < d.recompute]
+  near = ([lower[-1]] if lower else []) + [d.recompute]
+  for _ in range(DESCENT_ROUNDS):
+    choices = [current] + stage_groups.neighbours(current, groups)
+    pairs = [make(zero_stage=s, recompute=r, microbatches=d.microbatches)
+             for s in choices for r in near]
+    t0 = time.perf_counter()
+    budget_s = left()
+    if budget_s is None:
+      return
+    try:
+      candidates.trim(d.microbatches, len(pairs) + 4)
+      tg, result = solve_decisions(candidates, pairs, mesh_shape, topology,
+                                   memory_budget, budget_s, forbid, overlap)
+    except TimeLimitError:
+      cut[0] = True
+      return
+    except InfeasibleLayoutError:
+      return   # cannot happen: the current plan is among the choices
+    keep(tg, result, time.perf_counter() - t0)
+    if tg.decisions.zero_stage == current:
+      return
+    current = tg.decisions.zero_stage
 
 
 def _divisors(n, most):
@@ -221,7 +277,9 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
                     progress=None, memory_reserve_fraction=None,
                     overlap=True, recompute_count=5, microbatch_choices=None,
-                    candidates=None, min_microbatches=1, deadline=None):
+                    candidates=None, min_microbatches=1, deadline=None,
+                    group_stages="descent", stage_choices=None,
+                    first_fit=False):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   By default, for each microbatch count k (a phase: powers of two dividing
@@ -258,6 +316,18 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       several meshes); None: a new one.
     min_microbatches: the walk's first k (e.g. the smallest k at which the
       most memory-saving decisions fit: no smaller k can fit).
+    group_stages: how the stage per variable group is searched
+      (:mod:`autolayout.stage_groups`): ``"uniform"``, one stage for every
+      variable; ``"all"``, every stage of every group in each program
+      (``4 ** groups`` choices: small models); ``"descent"`` (default),
+      the walk with uniform stages, then on the best k and recompute count
+      programs over the choices that move one group's stage one step,
+      while they find a faster plan.
+    stage_choices: the ``zero_stage`` choices to offer, every one of them
+      (ints or per-group mappings); overrides ``group_stages``.
+    first_fit: stop the walk at the first k with a plan (a screen that
+      ranks mesh shapes), instead of walking on while the step gets
+      faster.
 
   Returns:
     A :class:`TrainingPlan`; ``tried`` has one row per k (the program's
@@ -266,7 +336,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
   Raises:
     InfeasibleLayoutError: if no candidate fits ``memory_budget`` (the last
       one's error, which states its smallest peak).
-    MtfError: for an unknown decision name in ``fixed``.
+    MtfError: for an unknown decision name in ``fixed``, or an unknown
+      ``group_stages``.
   """
   from mesh_tf.storage import STAGES
   fixed = dict(fixed or {})
@@ -274,6 +345,11 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
   if bad:
     raise MtfError(f"unknown training decisions {bad}; use "
                    f"{list(TrainingDecisions._fields)}")
+  if group_stages not in GROUP_STAGE_SEARCHES:
+    raise MtfError(f"group_stages={group_stages!r} is not one of "
+                   f"{GROUP_STAGE_SEARCHES}")
+  if "zero_stage" in fixed:
+    fixed["zero_stage"] = stage_groups.normalize(fixed["zero_stage"])
   fixed.setdefault("param_dtype", param_dtype)
   layers = config.layers
   if candidates is None:
@@ -321,6 +397,13 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     return TrainingDecisions(**values)
 
   stages = [fixed["zero_stage"]] if "zero_stage" in fixed else list(STAGES)
+  if stage_choices is not None and "zero_stage" not in fixed:
+    stages = list(dict.fromkeys(stage_groups.normalize(s)
+                                for s in stage_choices))
+  elif group_stages == "all" and "zero_stage" not in fixed:
+    probe = candidates.get(make(zero_stage=0, recompute=0,
+                                microbatches=1))[0]
+    stages = stage_groups.vectors(stage_groups.groups_of(probe.graph))
   if exhaustive:
     recs = ([fixed["recompute"]] if "recompute" in fixed
             else list(range(layers + 1)))
@@ -374,9 +457,14 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
         if found is None or not walk:
           continue
         break
-      if walk and found is not None and t >= found:
+      if walk and (first_fit or (found is not None and t >= found)):
         break   # more microbatches stopped paying (repeated gathers)
       found = t if found is None else min(found, t)
+    if (group_stages == "descent" and stage_choices is None
+        and "zero_stage" not in fixed and best is not None
+        and not cut[0]):
+      _descend(best[0], recs, make, keep, left, cut, candidates,
+               mesh_shape, topology, memory_budget, forbid, overlap)
   if best is None:
     raise last_error[0] or InfeasibleLayoutError(
         "no training plan candidate was solved")

@@ -94,6 +94,9 @@ class LayoutSearch:
     graph: the mtf Graph.
     outputs: tensors whose values the step returns (kept live to the end);
       None: every tensor no op reads.
+    outcomes: a dict the caller owns, shared by the searches of graphs
+      that repeat each other's ops (training candidates): each op is
+      priced once per mesh for all of them; None: this search's own.
     max_axes_per_dim: the most mesh axes one dim may split over (1: one
       axis per dim; 2 on mesh ``x:16;y:16`` also lets ``batch`` take
       ``x+y``, data parallelism over the whole slice).  More options make
@@ -108,7 +111,8 @@ class LayoutSearch:
   """
 
   def __init__(self, graph, outputs=None, microbatches=None,
-               memory_reserve_fraction=None, max_axes_per_dim=1):
+               memory_reserve_fraction=None, max_axes_per_dim=1,
+               outcomes=None):
     self.graph = cm_args.check_graph(graph)
     self.max_axes_per_dim = arguments.check_count(
         max_axes_per_dim, "max_axes_per_dim", 1, 8, 1)
@@ -119,6 +123,10 @@ class LayoutSearch:
     self.memory_reserve_fraction = memory_reserve_fraction
     self._num_ops = len(graph.operations)
     self._built = {}  # (what, mesh Shape, Topology) -> tables, space, steps
+    # The caller's {(mesh Shape, Topology): op outcomes} shared with the
+    # searches of other graphs (see tables.GraphTables), or None.
+    self._outcomes = outcomes
+    self._signatures = {}   # op -> its signature, for the tables of every mesh
 
   def _part(self, what, mesh_shape, topo, make):
     if len(self.graph.operations) != self._num_ops:
@@ -160,9 +168,11 @@ class LayoutSearch:
     space = self._part("space", mesh_shape, topo,
                        lambda: assignments.dim_space(
                            graph, mesh_shape, self.max_axes_per_dim))
+    shared = (None if self._outcomes is None
+              else self._outcomes.setdefault((mesh_shape, topo), {}))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
-        self.microbatches, deadline))
+        self.microbatches, deadline, shared, self._signatures))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None

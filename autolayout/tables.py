@@ -134,13 +134,21 @@ class GraphTables:
       a factor's count is then the sum of its ops' repeats per step (an
       all-reduce repeats with the op that left the sum pending), as
       :func:`costmodels.evaluate` prices them.
+    outcomes: a dict the caller owns, shared by the tables of several
+      graphs on the same mesh and pricer (e.g. the training candidates of
+      one model): each op lowered under one local assignment and input
+      states is priced once for all of them (keyed by the op's signature,
+      which is all its lowering reads).  None: this graph's own.
+    signatures: a dict ``{op: op_signature(op)}`` the caller owns for this
+      graph, shared by its tables on every mesh (None: computed here).
 
   Attributes:
     factors: list of :class:`Factor`, in a deterministic order.
   """
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
-               microbatches=None, deadline=None):
+               microbatches=None, deadline=None, outcomes=None,
+               signatures=None):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)
@@ -152,6 +160,10 @@ class GraphTables:
                      f"{sorted(m.name for m in meshes)}")
     self._intern: Dict[object, int] = {}
     self._op_cache: Dict[tuple, Outcome] = {}
+    self._outcomes: Dict[tuple, Outcome] = ({} if outcomes is None
+                                            else outcomes)
+    self._key_sig: Dict[int, object] = {}
+    self._signatures = {} if signatures is None else signatures
     self._key_scope: Dict[int, Tuple[str, ...]] = {}
     self._key_op: Dict[int, object] = {}
     self._key_inputs: Dict[int, tuple] = {}   # op key -> per-input (D, key)
@@ -199,9 +211,13 @@ class GraphTables:
       for i, t in enumerate(op.inputs):
         consumers.setdefault(t, []).append((op, i))
       ins = tuple(self.tensor_key.get(t) for t in op.inputs)
-      key = self._key(("op", op_signature(op), ins))
+      sig = self._signatures.get(op)
+      if sig is None:
+        sig = self._signatures[op] = op_signature(op)
+      key = self._key(("op", sig, ins))
       self.op_key[op] = key
       if key not in self._key_scope:
+        self._key_sig[key] = sig
         scope = self._dims(op)
         for t in op.inputs:
           scope |= set(self.pend_scope.get(t, ()))
@@ -284,12 +300,12 @@ class GraphTables:
     states = tuple(states)
     dims = tuple(sorted(self._dims(op)))
     local = assignments.restrict(scope, sigma, dims)
-    ck = (key, local, states)
-    out = self._op_cache.get(ck)
+    ck = (self._key_sig[key], local, states)
+    out = self._outcomes.get(ck)
     if out is None:
       out = lower_op(op, self.mesh_shape, assignments.to_rules(dims, local),
                      states, self.pricer)
-      self._op_cache[ck] = out
+      self._outcomes[ck] = out
     return out
 
   def _state_scope(self, key):

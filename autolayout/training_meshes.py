@@ -5,7 +5,8 @@ Every 1- and 2-axis mesh shape of the topology's chips that embeds (axes
 named after their physical dims, as :func:`autolayout.auto_layout` does
 without a mesh) is first **screened** with the most memory-saving stage
 and recompute count (ZeRO 3, every block recomputed; the microbatch walk
-and the layout rules are still searched).  The ``top`` fastest shapes then
+and the layout rules are still searched, the walk stopping at the first k
+that fits).  The ``top`` fastest shapes then
 get the whole decision program (stage and recompute as CP-SAT decision
 families, :mod:`autolayout.decision_program`), and the fastest plan of all
 wins.  Screening costs one graph per microbatch count on every shape; the
@@ -98,6 +99,11 @@ def search_training_meshes(config, topology, memory_budget="hbm",
   memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
   fixed = dict(fixed or {})
   meshes, rows = _meshes(topology, num_devices, max_axes)
+  # Shapes whose largest axis cannot split the batch are screened last:
+  # they need many microbatches (a graph each) or model parallelism over a
+  # large axis, are rarely the fastest, and would eat a bounded search's
+  # time before the likely winners were screened.
+  meshes.sort(key=lambda m: config.batch % max(d.size for d in m) != 0)
   candidates = decisions.Candidates(config, memory_reserve_fraction)
   lean = dict(fixed)
   lean.setdefault("zero_stage", 3)
@@ -122,8 +128,11 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     if progress:
       progress(_name(mesh), "screen", i, len(meshes))
     try:
+      # The screen ranks shapes: the first k with a plan is enough (the
+      # decision program walks k again on the shapes it searches).
       screened[mesh] = decisions.search_training(
-          config, mesh, topology, memory_budget, fixed=lean, **common)
+          config, mesh, topology, memory_budget, fixed=lean,
+          first_fit=True, **common)
     except TimeLimitError as e:
       cut = True
       errors.append(e)

@@ -61,7 +61,7 @@ def gradient_function(op):
 
 
 # --- the backward pass --------------------------------------------------------
-def gradients(ys, xs, grad_ys=None, stop_gradients=()):
+def gradients(ys, xs, grad_ys=None, stop_gradients=(), within=None):
   """Gradients of ``sum(ys)`` with respect to each of ``xs``.
 
   Walks the ops that lie between ``xs`` and ``ys`` in reverse graph order,
@@ -77,6 +77,10 @@ def gradients(ys, xs, grad_ys=None, stop_gradients=()):
     stop_gradients: tensors not differentiated through (as in TF): their
       gradients are summed but not passed on to the ops that made them, so
       for ``xs`` among them the results are partial derivatives.
+    within: the ops that can lie on a path from ``xs`` to ``ys``, in graph
+      order (default: every op of the graph).  A recompute block passes
+      its own copies, so its gradient does not walk the whole graph once
+      per block.
 
   Returns:
     A list with, for each x, its gradient (same shape) or None when no y
@@ -101,7 +105,7 @@ def gradients(ys, xs, grad_ys=None, stop_gradients=()):
   if len(grad_ys) != len(ys):
     raise MtfError(f"gradients got {len(ys)} ys but {len(grad_ys)} grad_ys")
   start = len(graph.operations)
-  forward = list(graph.operations)
+  forward = list(graph.operations if within is None else within)
 
   downstream = set(xs)
   for op in forward:
@@ -272,6 +276,31 @@ def custom_gradient(fn, grad_fn, inputs, name=None):
   return op.outputs[0] if single else list(op.outputs)
 
 
+def _between(graph, begin, xs):
+  """The ops that can lie on a path from ``xs`` to the ops made since
+  ``begin`` (a recompute block's copies and the gathers they rebuild), in
+  graph order: those copies, and the older ops their inputs come from up
+  to ``xs`` (e.g. the forward cast a rebuilt ZeRO-3 gather reads).  The
+  block's gradient then walks these, not the whole graph once per block."""
+  ops = graph.operations
+  new = ops[begin:]
+  new_set, stop = set(new), set(xs)
+  older, seen = set(), set()
+  stack = [t for op in new for t in op.inputs]
+  while stack:
+    t = stack.pop()
+    if t in seen or (t in stop and all(o in stop
+                                        for o in t.operation.outputs)):
+      continue   # the walk skips an op whose outputs are all stopped
+    seen.add(t)
+    op = t.operation
+    if op in new_set or op in older:
+      continue
+    older.add(op)
+    stack.extend(op.inputs)
+  return sorted(older, key=ops.index) + new
+
+
 def _clone_ops(ops, mapping):
   """Re-creates ``ops`` reading remapped inputs; returns the new mapping.
 
@@ -332,15 +361,17 @@ def recompute_grad(fn, explicit_inputs, name=None):
         external.append(t)
 
   def grad_fn(forward_op, grad_ys):
+    begin = len(graph.operations)
     mapping = _clone_ops(inner, {})
     recomputed = mapping[output]
     float_ext = [t for t in external if _is_float(t)]
+    within = _between(graph, begin, float_ext)
     # Partial derivatives: the outer pass carries each input's gradient on
     # to whatever made it (without the stop, a block input computed from
     # another block's output would be differentiated through all earlier
     # blocks here too: exponential work in the depth).
     grads = gradients([recomputed], float_ext, [grad_ys[0]],
-                      stop_gradients=float_ext)
+                      stop_gradients=float_ext, within=within)
     by_tensor = dict(zip(float_ext, grads))
     return [by_tensor.get(t) for t in external]
 

@@ -28,6 +28,13 @@ Repeated layers share their storage dims, so one layout rule (one decision
 of the search) covers every layer; ``group_of`` gives groups of variables
 their own storage dims.
 
+**Stage per variable group.**  ``StoragePlan(stages=(("attention", 3),
+("embedding", 1)))`` gives each named group its own stage (groups it does
+not name take ``stage``); the groups are :func:`variable_group`'s unless
+``group_of`` says otherwise, and each group then has its own storage dims
+(``d_model_storage_ffn``), so storage and stage are both per group while
+every repeated layer of a group shares one decision.
+
 Call it on a graph that has no gradients yet (before ``mtf.gradients``, an
 optimizer or a ``TrainStep``).
 
@@ -47,18 +54,32 @@ from mesh_tf.core.dims import Dimension, Shape
 from mesh_tf.core.errors import MtfError
 from mesh_tf.ops.storage import StorageGatherOperation
 
-__all__ = ["StoragePlan", "layer_role", "shard_storage", "storage_dim_name",
-           "STAGES"]
+__all__ = ["GROUPS", "StoragePlan", "layer_role", "shard_storage",
+           "storage_dim_name", "variable_group", "STAGES"]
 
 STAGES = (0, 1, 2, 3)
 STORAGE_SUFFIX = "_storage"
+# The variable groups of a layered model (see variable_group).
+GROUPS = ("attention", "embedding", "ffn", "norm")
 
 
 class StoragePlan(NamedTuple):
-  """How variables are stored: the ZeRO ``stage`` (0: as they are) and the
-  dims that become storage dims (the first one a variable has)."""
+  """How variables are stored: the ZeRO ``stage`` (0: as they are), the
+  dims that become storage dims (the first one a variable has), and
+  ``stages``: ``((group, stage), ...)`` for groups with a stage of their
+  own (the others take ``stage``)."""
   stage: int = 0
   dims: Tuple[str, ...] = ("d_model",)
+  stages: Tuple[Tuple[str, int], ...] = ()
+
+  def stage_of(self, group):
+    """The stage of variable group ``group``."""
+    return dict(self.stages).get(group, self.stage)
+
+  @property
+  def all_stages(self):
+    """Every stage the plan uses."""
+    return {self.stage} | {s for _, s in self.stages}
 
 
 def storage_dim_name(dim_name, group=None):
@@ -73,6 +94,22 @@ def layer_role(variable):
   ``"embedding"``.  A ``group_of`` for :func:`shard_storage`."""
   name = re.sub(r"^layer_\d+/", "", variable.name)
   return re.sub(r"\W", "_", name.split("/")[0])
+
+
+def variable_group(variable):
+  """The group of a variable whose storage the search decides as one: one
+  of :data:`GROUPS`, the same in every repeated layer.  Layer norms
+  (scales, biases) are ``"norm"``; token and position embeddings and the
+  softmax weights ``"embedding"``; attention weights ``"attention"``;
+  everything else, feed-forward and expert weights, ``"ffn"``."""
+  role = layer_role(variable)
+  if "norm" in role:
+    return "norm"
+  if "embedding" in role or "softmax" in role:
+    return "embedding"
+  if "attention" in role:
+    return "attention"
+  return "ffn"
 
 
 def _routes_gradients(op, tensor):
@@ -101,7 +138,9 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
     graph: a forward mtf Graph (no gradients or optimizer yet).
     plan: a :class:`StoragePlan` (or a stage number).
     group_of: ``fn(variable) -> str or None``: variables of one group share
-      storage dims (and so one layout decision); default one group.
+      storage dims (and so one layout decision) and the plan's stage for
+      that group; default one group, or :func:`variable_group` when the
+      plan has per-group ``stages``.
 
   Returns:
     The list of StorageGatherOperations inserted (empty for stage 0).
@@ -111,9 +150,14 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
   """
   if not isinstance(plan, StoragePlan):
     plan = StoragePlan(stage=plan)
-  if plan.stage not in STAGES:
-    raise MtfError(f"unknown ZeRO stage {plan.stage!r}; use one of {STAGES}")
-  if plan.stage == 0:
+  for group, stage in (("", plan.stage),) + tuple(plan.stages):
+    if stage not in STAGES:
+      where = f" of variable group {group!r}" if group else ""
+      raise MtfError(f"unknown ZeRO stage {stage!r}{where}; use one of "
+                     f"{STAGES}")
+  if plan.stages and group_of is None:
+    group_of = variable_group
+  if plan.all_stages == {0}:
     return []
   if any(t.gradient_of is not None for op in graph.operations
          for t in op.outputs):
@@ -123,8 +167,10 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
   consumers = graph.consumers()
   inserted = []
   for v in list(graph.trainable_variables):
+    group = group_of(v) if group_of else None
+    stage = plan.stage_of(group)
     dim = next((d for d in v.shape if d.name in plan.dims), None)
-    if dim is None:
+    if dim is None or stage == 0:
       continue
     chain = _compute_head(v, consumers)
     last = chain[-1]
@@ -132,14 +178,14 @@ def shard_storage(graph, plan, group_of: Optional[Callable] = None):
     if not readers:
       continue
     compute_shape = last.shape
-    name = storage_dim_name(dim.name, group_of(v) if group_of else None)
+    name = storage_dim_name(dim.name, group)
     storage_shape = Shape([Dimension(name, d.size) if d.name == dim.name
                            else d for d in compute_shape])
     for t in chain:
       t.shape = storage_shape
     gather = StorageGatherOperation(
-        last, compute_shape, regather=plan.stage == 3,
-        reduce_scatter=plan.stage >= 2, name=f"{v.name}/gather")
+        last, compute_shape, regather=stage == 3,
+        reduce_scatter=stage >= 2, name=f"{v.name}/gather")
     # Place it right after the copy it reads, as if built there.
     graph.operations.remove(gather)
     graph.operations.insert(graph.operations.index(last.operation) + 1,

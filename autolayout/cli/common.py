@@ -146,7 +146,17 @@ def training_record(result, model, topology, tried=()):
 
 
 def show_decisions(ctx, result, model, topology):
-  rows = [(k, str(v)) for k, v in result.decisions.as_dict().items()]
+  from autolayout import stage_groups
+  from mesh_tf.storage import GROUPS
+  rows = []
+  for k, v in result.decisions._asdict().items():
+    if k != "zero_stage":
+      rows.append((k, str(v)))
+    elif isinstance(v, int):
+      rows.append((k, f"{v} (every variable group)"))
+    else:   # the stage of each variable group
+      rows += [(f"zero_stage {g}", str(stage_groups.stage_of(v, g)))
+               for g in GROUPS]
   mfu = model_flops_utilization(result, model, topology)
   if mfu is not None:
     rows.append(("model FLOPs utilization", f"{mfu:.1%}"))

@@ -1,6 +1,7 @@
 """``mtf-layout solve``: the optimal layout and its costs."""
 
 import dataclasses
+import time
 
 import pandas as pd
 
@@ -10,6 +11,8 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
+from autolayout.cli.validate import parse_zero_stage
+from autolayout.errors import InfeasibleLayoutError
 
 
 def _arguments(p):
@@ -23,7 +26,8 @@ def _arguments(p):
                  f"{DEFAULT_MAX_AXES})")
   d = p.add_argument_group(
       "training decisions (a zoo Transformer's training step)")
-  for flag, what in (("--zero-stage", "ZeRO stage 0-3"),
+  for flag, what in (("--zero-stage", "ZeRO stage 0-3, or one per "
+                      "variable group: ffn=3,attention=3,embedding=1,norm=0"),
                      ("--recompute", "blocks that recompute activations"),
                      ("--microbatches", "gradient-accumulation steps k")):
     d.add_argument(flag, default="auto", metavar="N|auto",
@@ -48,6 +52,7 @@ def _run(args, ctx):
   decisions_tried = ()
   hint = plans.read(args.hint) if args.hint else None
   tried = None   # the mesh shapes tried, when searching meshes
+  fell_back = False   # no layout of the step as built fits: decisions
   if args.devices is not None and args.mesh:
     raise CliInputError("give either --mesh or --devices, not both",
                         hint="--devices searches every mesh shape")
@@ -64,23 +69,39 @@ def _run(args, ctx):
                                                       topology, budget, n)
   elif args.mesh:
     mesh = common.mesh_of(args, topology)
-    result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
+    t0 = time.perf_counter()
+    try:
+      result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
+    except InfeasibleLayoutError:
+      if not _fall_back(args, model):
+        raise
+      fell_back = True
+      result, decisions_tried = _training_plan(
+          ctx, args, model, mesh, topology, budget, _left(args, t0))
   else:
     n = topology.num_chips if args.devices is None else args.devices
     inputs.check_devices(n, topology)
-    with ctx.progress(f"solving every mesh shape of {n} devices") as (
-        update):
-      results, tried = auto_mesh_and_layout(
-          model.graph, n, model.outputs, topology, budget,
-          args.objective, args.max_axes or DEFAULT_MAX_AXES,
-          args.time_limit, args.workers, args.seed, search=setup.search,
-          hint=hint, overlap=setup.overlap, physical_names=True,
-          progress=update.on_mesh)
-    result = results[0]
-    if (tried["status"] == "time-limit").any():
-      # Some mesh shapes were not reached in time: the best so far, not
-      # proven best over every mesh.
-      result = dataclasses.replace(result, status="feasible")
+    t0 = time.perf_counter()
+    try:
+      with ctx.progress(f"solving every mesh shape of {n} devices") as (
+          update):
+        results, tried = auto_mesh_and_layout(
+            model.graph, n, model.outputs, topology, budget,
+            args.objective, args.max_axes or DEFAULT_MAX_AXES,
+            args.time_limit, args.workers, args.seed, search=setup.search,
+            hint=hint, overlap=setup.overlap, physical_names=True,
+            progress=update.on_mesh)
+      result = results[0]
+      if (tried["status"] == "time-limit").any():
+        # Some mesh shapes were not reached in time: the best so far, not
+        # proven best over every mesh.
+        result = dataclasses.replace(result, status="feasible")
+    except InfeasibleLayoutError:
+      if not _fall_back(args, model):
+        raise
+      fell_back = True
+      result, decisions_tried, tried = _training_meshes(
+          ctx, args, model, topology, budget, n, _left(args, t0))
   report = result.report
   saved = plans.save(result, args, model) if args.save else None
 
@@ -92,6 +113,10 @@ def _run(args, ctx):
                   "memory budget "
                   f"{out.fmt_bytes(budget) if budget else 'none'}",
                   overlap=setup.overlap)
+    if fell_back:
+      ctx.line("no layout of the step as built fits the budget, so the "
+               "training decisions (precision, ZeRO stage, recompute, "
+               "microbatches) were searched too")
     if tried is not None:
       view = tried[["mesh", "step_time_s", "status"]].rename(
           columns={"step_time_s": "step"})
@@ -131,6 +156,20 @@ def _plan_search(args, model):
           and hasattr(config, "recompute"))
 
 
+def _fall_back(args, model):
+  """Whether a bare ``solve`` (the training step by default, neither
+  --train nor --forward nor --layout-only) whose step as built fits no
+  layout searches the training decisions instead of failing."""
+  config = model.config
+  return (args.train is None and not args.layout_only and model.train
+          and config is not None and hasattr(config, "recompute"))
+
+
+def _left(args, t0):
+  """The time limit left for the fallback search (at least 1 s)."""
+  return max(1.0, args.time_limit - (time.perf_counter() - t0))
+
+
 def _fixed(args):
   """The training decisions given on the command line (not ``auto``)."""
   fixed = {}
@@ -138,7 +177,8 @@ def _fixed(args):
     text = str(getattr(args, name))
     if text != "auto":
       try:
-        fixed[name] = int(text)
+        fixed[name] = (parse_zero_stage(text) if name == "zero_stage"
+                       else int(text))
       except ValueError:
         raise CliInputError(f"--{name.replace('_', '-')} {text!r} is not "
                             "an integer or auto",
@@ -146,7 +186,8 @@ def _fixed(args):
   return fixed
 
 
-def _training_meshes(ctx, args, model, topology, budget, n):
+def _training_meshes(ctx, args, model, topology, budget, n,
+                     time_limit=None):
   """The fastest mesh shape, training decisions and layout
   (autolayout.training_meshes)."""
   from autolayout.training_meshes import search_training_meshes
@@ -156,14 +197,16 @@ def _training_meshes(ctx, args, model, topology, budget, n):
         model.config, topology, budget, n,
         args.max_axes or DEFAULT_MAX_AXES, fixed=_fixed(args),
         param_dtype=model.overrides.get("param_dtype") or "bfloat16",
-        time_limit_s=args.time_limit, overlap=getattr(args, "overlap", True),
+        time_limit_s=time_limit or args.time_limit,
+        overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
         progress=lambda mesh, stage, i, count: update.on_mesh(
             f"{mesh} ({stage})", i, count, None))
   return plan.result, plan.tried, tried
 
 
-def _training_plan(ctx, args, model, mesh, topology, budget):
+def _training_plan(ctx, args, model, mesh, topology, budget,
+                   time_limit=None):
   """The fastest training decisions and layout (autolayout.decisions)."""
   from autolayout import decisions
   fixed = _fixed(args)
@@ -172,7 +215,7 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
                     f"{inputs.mesh_str(mesh)} ({topology.name})"):
     plan = decisions.search_training(
         model.config, mesh, topology, budget, fixed=fixed,
-        param_dtype=param_dtype, time_limit_s=args.time_limit,
+        param_dtype=param_dtype, time_limit_s=time_limit or args.time_limit,
         memory_reserve_fraction=inputs.memory_reserve(args),
         overlap=getattr(args, "overlap", True))
   return plan.result, plan.tried

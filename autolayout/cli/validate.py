@@ -132,15 +132,53 @@ DECISION_FLAGS = (("zero_stage", "--zero-stage", 0, 3, 3),
                   ("microbatches", "--microbatches", 1, MAX_DECISION, 2))
 
 
+def parse_zero_stage(text):
+  """``--zero-stage``: ``N`` (every variable group) or ``GROUP=N,...``
+  (e.g. ``ffn=3,attention=3,embedding=1,norm=0``; groups not named take
+  0).  Returns an int or ``{group: stage}``.
+
+  Raises:
+    CliInputError: naming the bad group or stage.
+  """
+  from mesh_tf.storage import GROUPS, STAGES
+  text = str(text).strip()
+  if "=" not in text:
+    return int(text)
+  out = {}
+  for part in text.split(","):
+    group, _, stage = part.partition("=")
+    group = group.strip()
+    if group not in GROUPS:
+      raise CliInputError(
+          f"--zero-stage names variable group {cm_args.echo(group, 40)}, "
+          f"which is not one of {', '.join(GROUPS)}",
+          hint="e.g. --zero-stage ffn=3,attention=3,embedding=1,norm=0")
+    try:
+      value = int(stage.strip())
+    except ValueError:
+      value = None
+    if value not in STAGES:
+      raise CliInputError(
+          f"--zero-stage gives group {group} stage "
+          f"{cm_args.echo(stage, 40)}, which is not a ZeRO stage 0-3",
+          hint=f"e.g. --zero-stage {group}=3")
+    out[group] = value
+  return out
+
+
 def check_training_decisions(args):
   """``--zero-stage``, ``--recompute``, ``--microbatches``: ``auto`` or an
-  integer in range, and only where a training plan is searched."""
+  integer in range (``--zero-stage`` also a stage per variable group), and
+  only where a training plan is searched."""
   given = []
   for attr, option, low, high, example in DECISION_FLAGS:
     text = getattr(args, attr, None)
     if text is None or str(text).strip().lower() == "auto":
       continue
     given.append(option)
+    if attr == "zero_stage" and "=" in str(text):
+      parse_zero_stage(text)
+      continue
     try:
       value = int(str(text).strip())
     except ValueError:

@@ -70,6 +70,10 @@ class MeshImpl:
     self.trace = CollectiveTrace()
     self._op_name = "<outside op>"
     self._strides = tuple(self._compute_strides())
+    # Shape -> (TensorLayout, slice sizes) under this impl's fixed rules:
+    # an op asks for the same few shapes many times (the search lowers
+    # each op under thousands of layouts, each on a fresh impl).
+    self._layouts = {}
 
   # --- geometry ---------------------------------------------------------
   @property
@@ -133,8 +137,18 @@ class MeshImpl:
     TensorLayout is returned as it is."""
     if isinstance(arg, TensorLayout):
       return arg
-    name = getattr(arg, "name", None)
     shape = getattr(arg, "shape", arg)
+    if isinstance(shape, dims_lib.Shape):
+      hit = self._layouts.get(shape)
+      if hit is None:
+        # Only valid layouts are kept; an invalid one raises (naming the
+        # tensor) every time it is asked for.
+        layout = self.layout_rules.tensor_layout(
+            shape, self.shape, getattr(arg, "name", None))
+        hit = self._layouts[shape] = (
+            layout, layout.slice_sizes(shape, self.shape))
+      return hit[0]
+    name = getattr(arg, "name", None)
     return self.layout_rules.tensor_layout(shape, self.shape, name)
 
   def tensor_dimension_to_mesh_axis(self, dim):
@@ -178,6 +192,10 @@ class MeshImpl:
   def slice_shape(self, arg):
     """Per-processor slice shape (tuple of ints) of a Tensor or Shape."""
     shape = getattr(arg, "shape", arg)
+    if isinstance(shape, dims_lib.Shape) and not isinstance(
+        arg, TensorLayout):
+      self.tensor_layout(shape if arg is shape else arg)
+      return self._layouts[shape][1]
     shape = dims_lib.convert_to_shape(shape)
     return self.tensor_layout(arg).slice_sizes(shape, self.shape)
 

@@ -126,6 +126,11 @@ class StorageScatterOperation(Operation):
     self.reduce_scatter = bool(reduce_scatter)
     self._outputs = [Tensor(self, storage_shape, g.dtype)]
 
+  def cost_params(self):
+    # Stage 1 all-reduces what stages 2 and 3 reduce-scatter: equal shapes,
+    # other collectives.
+    return (self.reduce_scatter,)
+
   def gradient(self, grad_ys):
     g = grad_ys[0]
     if g is None:

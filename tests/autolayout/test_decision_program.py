@@ -68,7 +68,8 @@ def test_program_equals_brute_force_over_decisions_and_rules(every):
     best = min(e[0] for e in fits)
     plan = decisions.search_training(CONFIG, MESH, TOPOLOGY, budget,
                                      microbatch_choices=KS,
-                                     forbid=_forbid(), time_limit_s=60)
+                                     forbid=_forbid(), time_limit_s=60,
+                                     group_stages="uniform")
     r = plan.result
     assert r.status == "optimal"
     assert math.isclose(r.report.step_time_s, best, rel_tol=1e-9), budget
@@ -125,3 +126,92 @@ def test_train_without_a_mesh_searches_meshes_and_decisions():
   assert res["step_time_s"] == min(r["step_time_s"] for r in tried)
   assert res["mesh"] == tried[0]["mesh"]
   assert {r["searched"] for r in tried} == {"screen", "decisions"}
+
+
+# --- the stage per variable group -----------------------------------------
+GROUP_CONFIG = models.get_config("transformer_tiny", layers=1, batch=16)
+GROUP_STAGES = (0, 1)
+
+
+def _group_choices():
+  from autolayout import stage_groups
+  probe = decisions.build_training(
+      GROUP_CONFIG, decisions.TrainingDecisions("bfloat16", 0, 0, 1))
+  return stage_groups.vectors(stage_groups.groups_of(probe.graph),
+                              GROUP_STAGES)
+
+
+def _storage_dims(graph):
+  return sorted({d.name for t in graph.tensors for d in t.shape
+                 if "_storage" in d.name})
+
+
+@pytest.fixture(scope="module")
+def every_group_choice():
+  """``(step, peak, decisions, rules)`` of every per-group stage choice x
+  recompute count x rules over ``batch`` and the storage dims."""
+  out = []
+  recs = decisions.recompute_choices(GROUP_CONFIG.layers)
+  for zs, rc in itertools.product(_group_choices(), recs):
+    d = decisions.TrainingDecisions("bfloat16", zs, rc, 1)
+    training = decisions.build_training(GROUP_CONFIG, d)
+    present = ["batch"] + _storage_dims(training.graph)
+    for combo in itertools.product((None, "x"), repeat=len(present)):
+      rules = ";".join(f"{n}:{a}" for n, a in zip(present, combo) if a)
+      r = costmodels.evaluate(training.graph, MESH, rules, TOPOLOGY,
+                              microbatches=training.plan)
+      out.append((r.step_time_s, r.peak_memory_bytes, d, rules))
+  return out
+
+
+def test_per_group_stages_equal_brute_force(every_group_choice):
+  """Stage 0 or 1 for each of the four groups (16 choices) x recompute x
+  rules: the program's optimum equals brute force under budgets, and some
+  budget's optimum gives the groups different stages."""
+  every = every_group_choice
+  choices = _group_choices()
+  assert len(choices) == 2 ** 4
+  training = decisions.build_training(
+      GROUP_CONFIG, decisions.TrainingDecisions("bfloat16", 3, 0, 1))
+  allowed = {"batch"} | set(_storage_dims(training.graph))
+  forbid = []
+  for zs in choices:
+    tg = decisions.build_training(
+        GROUP_CONFIG, decisions.TrainingDecisions("bfloat16", zs, 0, 1))
+    names = {d.name for t in tg.graph.tensors for d in t.shape}
+    forbid += [(n, "x") for n in names - allowed - set(_storage_dims(
+        tg.graph))]
+  forbid = sorted(set(forbid))
+  peaks = sorted({p for _, p, _, _ in every})
+  fastest = min(every, key=lambda e: e[0])
+  budgets = [None, fastest[1] - 1, peaks[len(peaks) // 3],
+             peaks[len(peaks) // 6], peaks[0]]
+  mixed = 0
+  for budget in budgets:
+    fits = [e for e in every if budget is None or e[1] <= budget]
+    best = min(e[0] for e in fits)
+    plan = decisions.search_training(
+        GROUP_CONFIG, MESH, TOPOLOGY, budget, microbatch_choices=(1,),
+        forbid=forbid, time_limit_s=60, stage_choices=choices)
+    r = plan.result
+    assert r.status == "optimal"
+    assert math.isclose(r.report.step_time_s, best, rel_tol=1e-9), budget
+    assert budget is None or r.report.peak_memory_bytes <= budget
+    mixed += not isinstance(plan.decisions.zero_stage, int)
+    # The brute-force optimum itself is a per-group choice here.
+    if not isinstance(plan.decisions.zero_stage, int):
+      assert isinstance(min(fits, key=lambda e: e[0])[2].zero_stage, tuple)
+  assert mixed >= 1
+
+
+def test_program_has_one_stage_per_group():
+  cands = decisions.Candidates(GROUP_CONFIG)
+  choices = _group_choices()[:4]
+  probs = [decision_program.Candidate(
+      decisions.TrainingDecisions("bfloat16", zs, 0, 1),
+      cands.get(decisions.TrainingDecisions("bfloat16", zs, 0, 1))[1]
+      .problem(MESH, TOPOLOGY, 10**9)) for zs in choices]
+  program = decision_program.build_program(probs, 10**9)
+  groups = {g for g, _ in program.group_stage}
+  assert groups == {"attention", "embedding", "ffn", "norm"}
+  assert {s for _, s in program.group_stage} == {0, 1}

@@ -185,3 +185,53 @@ def test_bf16_recompute_blocks_still_reduce_scatter_and_gather_bf16():
   # and all-reduces its gradient under bf16.
   assert counts["bfloat16"]["reduce_scatter"] >= \
       counts["float32"]["reduce_scatter"] - 1
+
+
+MIXED = storage.StoragePlan(0, stages=(("attention", 3), ("embedding", 1),
+                                       ("ffn", 2), ("norm", 0)))
+MIXED_SHARD = (";d_model_storage_attention:data;d_model_storage_ffn:data"
+               ";d_model_storage_embedding:data")
+
+
+def test_mixed_per_group_stages_equal_the_unsharded_step():
+  """Stage 3 for attention, 2 for the feed-forward, 1 for the embeddings,
+  0 for the norms, on 8 devices: the baseline's loss and weights, and the
+  collectives the cost model predicts."""
+  mesh, rules = MESHES[8]
+  rules = rules + MIXED_SHARD
+  model = models.build_model("transformer_tiny")
+  storage.shard_storage(model.graph, MIXED)
+  shapes = {v.name: {d.name for d in v.shape}
+            for v in model.graph.trainable_variables}
+  assert "d_model_storage_attention" in shapes["layer_0/attention/q"]
+  assert "d_model_storage_ffn" in shapes["layer_0/ffn/wi/kernel"]
+  assert shapes["layer_0/ffn_norm/scale"] == {"d_model"}
+  step = train_step_for_model(model, mesh, rules, mtf.logical_cpu_devices(8),
+                              optimize.AdamWeightDecayOptimizer(1e-2))
+  loss = float(step(**model.random_values()))
+  base_loss, base_w = _baseline(8)
+  assert loss == pytest.approx(base_loss, rel=1e-6)
+  for name, w in step.variable_values().items():
+    np.testing.assert_allclose(w, base_w[name], rtol=1e-6, atol=1e-7,
+                               err_msg=name)
+  predicted = costmodels.trace_graph(model.graph, mesh, rules)
+  assert sorted(c.key() for c in predicted.collectives) == sorted(
+      c.key() for c in step.mesh_impl.trace.collectives)
+  scatters = [c for c in step.mesh_impl.trace.collectives
+              if c.kind == "reduce_scatter"]
+  # Stages 2 and 3 (attention, feed-forward) reduce-scatter; stage 1 (the
+  # embeddings) all-reduces; stage 3 alone gathers again in backward.
+  assert scatters and all("attention" in c.source_op or "ffn" in c.source_op
+                          for c in scatters)
+  regathers = {c.source_op for c in step.mesh_impl.trace.collectives
+               if c.kind == "allconcat" and "backward" in c.source_op}
+  assert regathers and all("attention" in s for s in regathers)
+
+
+def test_per_group_stages_are_checked():
+  model = models.build_model("transformer_tiny")
+  with pytest.raises(mtf.MtfError, match="stage 5 of variable group 'ffn'"):
+    storage.shard_storage(model.graph,
+                          storage.StoragePlan(0, stages=(("ffn", 5),)))
+  assert storage.variable_group(model.graph.trainable_variables[0]) == \
+      "embedding"
