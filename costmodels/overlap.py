@@ -145,9 +145,13 @@ class GradientBuckets(NamedTuple):
 
 
 def _moves_gradient(op):
-  """A cast or storage scatter: an op of a gradient's tail."""
-  return (isinstance(op, StorageScatterOperation)
-          or getattr(op, "kind", None) == "cast") and len(op.inputs) == 1
+  """A cast, storage scatter or sum of contributions: an op of a
+  gradient's tail."""
+  if isinstance(op, StorageScatterOperation):
+    return True
+  kind = getattr(op, "kind", None)
+  return ((kind == "cast" and len(op.inputs) == 1)
+          or (kind == "add" and len(op.inputs) == 2))
 
 
 def _tails(graph, bucket_of):
@@ -160,18 +164,22 @@ def _tails(graph, bucket_of):
     if b is None:
       continue
     sources[op.name] = b
-    # Mixed precision casts a gradient to its master's dtype, ZeRO moves it
-    # onto the storage layout: the sum the backward pass left pending is
-    # forced there, and it is as much a sync as one forced by the
-    # optimizer (the lowering reduces it in the compute dtype).
-    while _moves_gradient(op):
-      if isinstance(op, StorageScatterOperation):
-        ops[op.name] = b
-      t = op.inputs[0]
-      if readers[t] != 1:
-        break
-      op = t.operation
-      sources.setdefault(op.name, b)
+    # Mixed precision casts a gradient to its master's dtype (each use's
+    # contribution, before they are added), ZeRO moves it onto the storage
+    # layout: the sum the backward pass left pending is forced there, and
+    # it is as much a sync as one forced by the optimizer (the lowering
+    # reduces it in the compute dtype).
+    stack = [op]
+    while stack:
+      o = stack.pop()
+      if not _moves_gradient(o):
+        continue
+      if isinstance(o, StorageScatterOperation):
+        ops.setdefault(o.name, b)
+      for t in o.inputs:
+        if readers[t] == 1 and t.operation.name not in sources:
+          sources[t.operation.name] = b
+          stack.append(t.operation)
   return sources, ops
 
 
