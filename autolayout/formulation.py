@@ -212,8 +212,8 @@ def build_tables(tables, space, extra_scopes=(), placements=None):
         t_sum += f.count * v[1] + plain * v[2]
         c_sum += plain * v[2]
         if pl is not None:
-          _overlap_terms(extra, pl, v, lambda f=f, sub=sub: _comm_by_axis(
-              tables, f, sub, memo))
+          _overlap_terms(extra, pl, v, lambda f=f, sub=sub, memo=memo:
+                         _comm_by_axis(tables, f, sub, memo))
       if ok:
         choices.append(sigma)
         times.append(t_sum)
@@ -308,18 +308,20 @@ def time_objective(v, tables, which="time", unit=None):
   return cp_model.LinearExpr.weighted_sum(ys, coeffs), unit
 
 
-def _linear(v, tables, key, unit, scale=1.0):
-  """``(ys, coefficients)`` of the term ``key`` in units."""
+def _linear(parts, key, unit, scale=1.0):
+  """``(ys, coefficients)`` of the term ``key`` in units, over ``parts``:
+  ``((Variables, tables), ...)``."""
   ys, coeffs = [], []
-  for tb in tables:
-    for k, col in tb.terms:
-      if k != key:
-        continue
-      for sigma, s in zip(tb.choices, col):
-        q = int(round(scale * s / unit))
-        if q:
-          ys.append(v.y[TableChoice(tb.scope, sigma)])
-          coeffs.append(q)
+  for v, tables in parts:
+    for tb in tables:
+      for k, col in tb.terms:
+        if k != key:
+          continue
+        for sigma, s in zip(tb.choices, col):
+          q = int(round(scale * s / unit))
+          if q:
+            ys.append(v.y[TableChoice(tb.scope, sigma)])
+            coeffs.append(q)
   return ys, coeffs
 
 
@@ -332,15 +334,15 @@ def _weighted(terms):
              if ys)
 
 
-def _exposed_sync(model, v, tables, spec, a, eta, unit):
+def _exposed_sync(model, parts, spec, a, eta, unit):
   r"""``(e_a or None, rounded)``: the suffix chain of one axis's syncs."""
   nb = spec.num_buckets
-  sync = {b: _linear(v, tables, ("sync", b, a), unit) for b in range(nb)}
+  sync = {b: _linear(parts, ("sync", b, a), unit) for b in range(nb)}
   if not any(ys for ys, _ in sync.values()):
     return None, 0
-  work = {s: _linear(v, tables, ("work", s), unit, eta)
+  work = {s: _linear(parts, ("work", s), unit, eta)
           for s in range(1, nb + 1)}
-  taken = {s: _linear(v, tables, ("taken", s, a), unit)
+  taken = {s: _linear(parts, ("taken", s, a), unit)
            for s in range(1, nb + 1)}
   coupled = any(ys for ys, _ in taken.values())
   hi = (_coefficient_sum(sync.values()) + _coefficient_sum(taken.values())
@@ -373,13 +375,13 @@ def _exposed_sync(model, v, tables, spec, a, eta, unit):
   return e, rounded
 
 
-def _exposed_prefetch(model, v, tables, spec, a, eta, unit):
+def _exposed_prefetch(model, parts, spec, a, eta, unit):
   r"""``(p_a or None, rounded)``: the prefix chain of one axis's gathers."""
   npf = spec.num_prefetch
-  gath = {b: _linear(v, tables, ("gather", b, a), unit) for b in range(npf)}
+  gath = {b: _linear(parts, ("gather", b, a), unit) for b in range(npf)}
   if not any(ys for ys, _ in gath.values()):
     return None, 0
-  win = {w: _linear(v, tables, ("window", w), unit, eta)
+  win = {w: _linear(parts, ("window", w), unit, eta)
          for w in range(npf)}
   hi = _coefficient_sum(gath.values()) + 1
   lo = -hi - _coefficient_sum(win.values())
@@ -430,6 +432,7 @@ def add_overlap_constraints(model, v, tables, spec, unit):
   the prefix of :mod:`costmodels.prefetch`, so :math:`p_a = P_a`.
   Returns ``(expr, number of rounded coefficients)``.
   """
+  parts = [(v, tables)]
   if spec is None or not (spec.num_buckets or spec.num_prefetch):
     return 0, 0
   axes = sorted({k[2] for tb in tables for k, _ in tb.terms
@@ -438,7 +441,7 @@ def add_overlap_constraints(model, v, tables, spec, unit):
   for a in axes:
     eta = spec.efficiency.get(a, 0.0)
     for build in (_exposed_sync, _exposed_prefetch):
-      var, r = build(model, v, tables, spec, a, eta, unit)
+      var, r = build(model, parts, spec, a, eta, unit)
       if var is not None:
         total.append(var)
         rounded += r
