@@ -9,9 +9,13 @@ order, the order in which :class:`mesh_tf.Lowering` runs the graph.
 **Which collectives overlap.**  A *gradient sync* is a lazy SUM all-reduce
 (recorded when a later op, or the export of an output, forces it) whose
 source op produces a gradient that :func:`mesh_tf.gradients` returned for a
-variable (``Tensor.gradient_of``).  Every other collective (tensor-parallel
-all-reduces, all-gathers, all-to-alls) is on the critical path and fully
-exposed.
+variable (``Tensor.gradient_of``), or one of that gradient's *tail*: under
+mixed precision each use's bf16 contribution is cast to the float32 master
+(the sum is forced, and reduced in bf16, by the cast), and under ZeRO a
+storage scatter moves the gradient onto the shard (its reduce-scatter is
+its own collective).  The all-gathers of sharded weights are prefetched
+(:mod:`costmodels.prefetch`).  Every other collective (tensor-parallel
+all-reduces, all-to-alls, ...) is on the critical path and fully exposed.
 
 **Buckets.**  As in PyTorch DDP, gradient syncs are launched in buckets:
 the gradient-producing ops, in graph order, are cut into at most
@@ -38,8 +42,14 @@ the :class:`~costmodels.hardware.LinkSpec` if set (calibration writes it),
 else :data:`DEFAULT_OVERLAP_EFFICIENCY` of the link kind; an axis spanning
 several kinds of link takes the smallest.
 
-The step time is then ``compute + exposed critical-path comm + sum_a E_a``;
-the hidden time is the rest of the syncs.  With ``enabled=False`` every
+Prefetched gathers due after release :math:`r_b` hold the same links
+under the same compute first (the step waits for them): their time
+:math:`T_{b,a}` is added to each suffix, and :math:`E_a` is then at most
+the syncs' total.
+
+The step time is then ``compute + exposed critical-path comm + sum_a (E_a +
+P_a)`` (:math:`P_a`: the exposed prefetch); the hidden time is the rest of
+the syncs and gathers.  With ``enabled=False`` every
 collective is exposed (the conservative figure, ``--no-overlap``).
 
 The layout search writes :math:`E_a` in CP-SAT as :math:`e_a \ge 0`,
