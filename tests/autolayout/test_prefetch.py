@@ -82,6 +82,11 @@ def test_prefetch_makes_the_search_shard_storage():
   assert on.rules.as_dict().get("d_model_storage") == "rows"
   assert "d_model_storage" not in off.rules.as_dict()
   assert on.report.hidden_comm_time_s > 0
+  # The CLI's JSON record splits each axis's overlappable communication.
+  from autolayout.cli import output
+  rec = output.layout_record(on.report, on)["overlap_by_axis_s"]["rows"]
+  assert rec["prefetch_time_s"] > rec["exposed_prefetch_time_s"] >= 0.0
+  assert rec["sync_time_s"] >= rec["exposed_sync_time_s"] >= 0.0
   off_with = costmodels.evaluate(g, mesh, off.rules, "dgx-h100",
                                  outputs=outs)
   assert on.step_time_s < off_with.step_time_s

@@ -94,6 +94,14 @@ def test_zero3_trace_equals_lowering_and_time_adds_up(kw):
   assert math.isclose(report.step_time_s,
                       report.compute_time_s + report.comm_time_s,
                       rel_tol=1e-12)
+  # The report's axes view carries the same split.
+  axes = report.to_dataframe("axes")
+  assert axes.loc["rows", "prefetch_time_s"] == rows.prefetch_s
+  assert axes.loc["rows", "exposed_prefetch_time_s"] == rows.exposed_prefetch_s
+  assert axes.loc["rows", "sync_time_s"] == rows.sync_s
+  assert math.isclose(axes["comm_time_s"].sum() + axes[
+      "hidden_comm_time_s"].sum(), axes["total_comm_time_s"].sum(),
+                      rel_tol=1e-12)
   full = cm.evaluate(model.graph, "rows:2;cols:4", ZERO3_RULES,
                      "tpu-v5e-2x4", outputs=outputs, overlap=False)
   assert full.step_time_s == math.fsum(c.time_s for c in full.op_costs)
