@@ -244,10 +244,10 @@ def exposed_sync_time(sync_s, work_s, efficiency, taken_s=None):
       is then at most the syncs' total.
 
   Example:
-    >>> exposed_sync_time([3.0, 1.0], [9.0, 1.0, 0.5], 1.0)   # 1 - 0.5
+    >>> exposed_sync_time([3.0, 1.0], [9.0, 1.0, 0.5], 1.0)   # 4 - 1.5
+    2.5
+    >>> exposed_sync_time([1.0], [0.0, 3.0], 1.0, [0.0, 2.5])  # 1 - 0.5
     0.5
-    >>> exposed_sync_time([3.0, 1.0], [9.0, 1.0, 0.5], 1.0, [0, 0, 0.5])
-    1.0
   """
   best = 0.0
   for b in range(len(sync_s)):
