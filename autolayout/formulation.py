@@ -57,6 +57,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 from ortools.sat.python import cp_model
 
 from costmodels import overlap as cm_overlap
+from costmodels import prefetch as cm_prefetch
 from autolayout import assignments
 
 TIME_UNITS_TOTAL = 10**12
@@ -86,8 +87,12 @@ class Table(NamedTuple):
   ``time_s`` and ``comm_s`` hold everything that is always exposed (all
   compute; every collective but the gradient syncs when overlap is on).
   ``terms`` holds the overlap terms, ``((key, per-choice seconds), ...)``
-  with ``key`` either ``("sync", bucket, axis)`` (gradient-sync seconds on
-  that axis) or ``("work", segment)`` (compute seconds in that segment).
+  with ``key`` one of ``("sync", bucket, axis)`` (gradient-sync seconds on
+  that axis), ``("work", segment)`` (compute seconds in that segment),
+  ``("gather", prefetch bucket, axis)`` (prefetched gather seconds),
+  ``("taken", segment, axis)`` (the same gathers by the sync segment of
+  their deadline) or ``("window", window)`` (compute seconds in that
+  prefetch window).
   """
   scope: Tuple[str, ...]
   choices: Tuple[Tuple[Optional[str], ...], ...]
@@ -97,10 +102,12 @@ class Table(NamedTuple):
 
 
 class OverlapSpec(NamedTuple):
-  r"""What the program needs of :mod:`costmodels.overlap`: the bucket count
-  and :math:`\eta_a` per mesh axis."""
+  r"""What the program needs of :mod:`costmodels.overlap`: the gradient
+  bucket count, :math:`\eta_a` per mesh axis and the prefetch bucket count
+  (:mod:`costmodels.prefetch`)."""
   num_buckets: int
   efficiency: Dict[str, float]
+  num_prefetch: int = 0
 
 
 class Variables:
@@ -143,22 +150,39 @@ def host_scopes(scopes):
   return host
 
 
-def _sync_by_axis(tables, f, sub, memo):
-  key = ("axes", f.key, sub)
+def _comm_by_axis(tables, f, sub, memo):
+  key = ("axes", f.kind, f.key, sub)
   hit = memo.get(key)
   if hit is None:
-    rec = tables.allreduce_record(f, sub)
-    hit = memo[key] = (() if rec is None else
-                       tuple(tables.pricer.collective_by_axis(rec).items()))
+    hit = memo[key] = tables.comm_by_axis(f, sub)
   return hit
+
+
+def _overlap_terms(extra, pl, v, by_axis):
+  """Adds one factor's overlap terms under one choice to ``extra``."""
+  if v[1]:
+    for seg, n in pl.segments:
+      if seg:
+        extra[("work", seg)] += n * v[1]
+    for w, n in pl.windows:
+      extra[("window", w)] += n * v[1]
+  if v[2] and (pl.sync_buckets or pl.gathers):
+    for a, t in by_axis():
+      for b, n in pl.sync_buckets:
+        extra[("sync", b, a)] += n * t
+      for b, seg, n in pl.gathers:
+        extra[("gather", b, a)] += n * t
+        if seg:
+          extra[("taken", seg, a)] += n * t
 
 
 def build_tables(tables, space, extra_scopes=(), placements=None):
   """Folds every factor of ``tables`` (a GraphTables) into scope tables.
 
   ``placements`` (from :func:`autolayout.overlap_terms.placements`) turns
-  overlap on: gradient syncs go to ``Table.terms`` instead of ``comm_s``,
-  and compute is also split by schedule segment.
+  overlap on: gradient syncs and prefetched gathers go to ``Table.terms``
+  instead of ``comm_s``, and compute is also split by schedule segment and
+  prefetch window.
 
   Returns ``(list of Table, host map scope -> table scope)``.  Local
   assignments under which some factor's lowering is invalid are dropped.
@@ -187,16 +211,9 @@ def build_tables(tables, space, extra_scopes=(), placements=None):
         plain = f.count if pl is None else pl.plain
         t_sum += f.count * v[1] + plain * v[2]
         c_sum += plain * v[2]
-        if pl is None:
-          continue
-        if v[1]:
-          for seg, n in pl.segments:
-            if seg:
-              extra[("work", seg)] += n * v[1]
-        if v[2] and pl.sync_buckets:
-          for a, t in _sync_by_axis(tables, f, sub, memo):
-            for b, n in pl.sync_buckets:
-              extra[("sync", b, a)] += n * t
+        if pl is not None:
+          _overlap_terms(extra, pl, v, lambda f=f, sub=sub, memo=memo:
+                         _comm_by_axis(tables, f, sub, memo))
       if ok:
         choices.append(sigma)
         times.append(t_sum)
@@ -269,7 +286,7 @@ def time_unit(tables, which="time"):
     if not c:
       continue
     top += max(c)
-    sync = [s for k, s in tb.terms if k[0] == "sync"]
+    sync = [s for k, s in tb.terms if k[0] in ("sync", "gather")]
     if sync:
       top += max(sum(col) for col in zip(*sync))
   return top / TIME_UNITS_TOTAL if top > 0 else 1.0
@@ -291,84 +308,166 @@ def time_objective(v, tables, which="time", unit=None):
   return cp_model.LinearExpr.weighted_sum(ys, coeffs), unit
 
 
-def _linear(v, tables, key, unit, scale=1.0):
-  """``(ys, coefficients)`` of the term ``key`` in units."""
+def _linear(parts, key, unit, scale=1.0):
+  """``(ys, coefficients)`` of the term ``key`` in units, over ``parts``:
+  ``((Variables, tables), ...)``."""
   ys, coeffs = [], []
-  for tb in tables:
-    for k, col in tb.terms:
-      if k != key:
-        continue
-      for sigma, s in zip(tb.choices, col):
-        q = int(round(scale * s / unit))
-        if q:
-          ys.append(v.y[TableChoice(tb.scope, sigma)])
-          coeffs.append(q)
+  for v, tables in parts:
+    for tb in tables:
+      for k, col in tb.terms:
+        if k != key:
+          continue
+        for sigma, s in zip(tb.choices, col):
+          q = int(round(scale * s / unit))
+          if q:
+            ys.append(v.y[TableChoice(tb.scope, sigma)])
+            coeffs.append(q)
   return ys, coeffs
 
 
+def _coefficient_sum(terms):
+  return sum(sum(c) for _, c in terms)
+
+
+def _weighted(terms):
+  return sum(cp_model.LinearExpr.weighted_sum(ys, c) for ys, c in terms
+             if ys)
+
+
+def _exposed_sync(model, parts, spec, a, eta, unit):
+  r"""``(e_a or None, rounded)``: the suffix chain of one axis's syncs."""
+  nb = spec.num_buckets
+  sync = {b: _linear(parts, ("sync", b, a), unit) for b in range(nb)}
+  if not any(ys for ys, _ in sync.values()):
+    return None, 0
+  work = {s: _linear(parts, ("work", s), unit, eta)
+          for s in range(1, nb + 1)}
+  taken = {s: _linear(parts, ("taken", s, a), unit)
+           for s in range(1, nb + 1)}
+  coupled = any(ys for ys, _ in taken.values())
+  hi = (_coefficient_sum(sync.values()) + _coefficient_sum(taken.values())
+        + 1)
+  lo = -hi - _coefficient_sum(work.values())
+  # Each suffix is a variable Z_b = Z_{b+1} + (terms of bucket b), and e
+  # is their max with 0 as an equality (tight whatever the objective,
+  # so later phases and rounding cannot leave slack in it).
+  zs, nxt, rounded = [], None, 0
+  for b in range(nb - 1, -1, -1):
+    parts = [sync[b], taken[b + 1]]
+    ys_w, c_w = work[b + 1]
+    rounded += sum(len(c) for _, c in parts) + len(c_w)
+    z = model.new_int_var(lo, hi, f"suffix[{a},{b}]")
+    expr = _weighted(parts) - cp_model.LinearExpr.weighted_sum(ys_w, c_w)
+    model.add(z == (expr + nxt if nxt is not None else expr))
+    zs.append(z)
+    nxt = z
+  e = model.new_int_var(0, hi, f"exposed_sync[{a}]")
+  if not coupled:
+    model.add_max_equality(e, [0] + zs)
+    return e, rounded
+  # Gathers due after a release take compute capacity first; the syncs
+  # exposed are then at most all of them.
+  m = model.new_int_var(0, hi, f"sync_queue[{a}]")
+  model.add_max_equality(m, [0] + zs)
+  total = model.new_int_var(0, hi, f"sync_total[{a}]")
+  model.add(total == _weighted(sync.values()))
+  model.add_min_equality(e, [m, total])
+  return e, rounded
+
+
+def _exposed_prefetch(model, parts, spec, a, eta, unit):
+  r"""``(p_a or None, rounded)``: the prefix chain of one axis's gathers."""
+  npf = spec.num_prefetch
+  gath = {b: _linear(parts, ("gather", b, a), unit) for b in range(npf)}
+  if not any(ys for ys, _ in gath.values()):
+    return None, 0
+  win = {w: _linear(parts, ("window", w), unit, eta)
+         for w in range(npf)}
+  hi = _coefficient_sum(gath.values()) + 1
+  lo = -hi - _coefficient_sum(win.values())
+  # Q_b = Q_{b-1} + g_b - eta C_b; a bucket without gathers on this axis
+  # never holds the max, so its window joins the next variable's terms.
+  qs, prev, pending, rounded = [], None, [], 0
+  for b in range(npf):
+    pending.append(win[b])
+    if not gath[b][0]:
+      continue
+    rounded += len(gath[b][1]) + sum(len(c) for _, c in pending)
+    q = model.new_int_var(lo, hi, f"prefix[{a},{b}]")
+    expr = _weighted([gath[b]]) - _weighted(pending)
+    model.add(q == (expr + prev if prev is not None else expr))
+    qs.append(q)
+    prev, pending = q, []
+  p = model.new_int_var(0, hi, f"exposed_prefetch[{a}]")
+  model.add_max_equality(p, [0] + qs)
+  return p, rounded
+
+
 def add_overlap_constraints(model, v, tables, spec, unit):
-  r"""The exposed gradient-sync time :math:`\sum_a e_a` (in units).
+  r"""The exposed gradient-sync and prefetch time :math:`\sum_a (e_a +
+  p_a)` (in units).
 
   For each axis :math:`a` with syncs and bucket :math:`b = B-1 \dots 0`:
 
   .. math::
      Z_{b,a} = Z_{b+1,a} + \sum_{S,\sigma} \lfloor c_{S,\sigma,b,a}/u
      \rceil y_{S,\sigma} - \sum_{S,\sigma} \lfloor \eta_a
-     w_{S,\sigma,b+1}/u \rceil y_{S,\sigma}, \quad Z_{B,a} = 0,
+     w_{S,\sigma,b+1}/u \rceil y_{S,\sigma} + \sum_{S,\sigma} \lfloor
+     t_{S,\sigma,b+1,a}/u \rceil y_{S,\sigma}, \quad Z_{B,a} = 0,
      \qquad e_a = \max(0, Z_{0,a}, \dots, Z_{B-1,a}):
 
   :math:`Z_{b,a}` is the suffix :math:`\sum_{b' \ge b} c_{b',a} -
-  \eta_a W_b` of :mod:`costmodels.overlap`, so :math:`e_a = E_a`.  Returns ``(expr, number of rounded coefficients)``.
+  \eta_a W_b + T_{b,a}` of :mod:`costmodels.overlap` (:math:`t`: the
+  prefetched gathers due in a segment; with any, :math:`e_a` is also at
+  most the syncs' total :math:`\sum_b c_{b,a}`), so :math:`e_a = E_a`.
+  For each axis with prefetched gathers and prefetch bucket :math:`b = 0
+  \dots B'-1`:
+
+  .. math::
+     Q_{b,a} = Q_{b-1,a} + \sum_{S,\sigma} \lfloor g_{S,\sigma,b,a}/u
+     \rceil y_{S,\sigma} - \sum_{S,\sigma} \lfloor \eta_a
+     C_{S,\sigma,b}/u \rceil y_{S,\sigma}, \quad Q_{-1,a} = 0,
+     \qquad p_a = \max(0, Q_{0,a}, \dots):
+
+  the prefix of :mod:`costmodels.prefetch`, so :math:`p_a = P_a`.
+  Returns ``(expr, number of rounded coefficients)``.
   """
-  if spec is None or not spec.num_buckets:
+  parts = [(v, tables)]
+  if spec is None or not (spec.num_buckets or spec.num_prefetch):
     return 0, 0
-  nb = spec.num_buckets
   axes = sorted({k[2] for tb in tables for k, _ in tb.terms
-                 if k[0] == "sync"})
+                 if k[0] in ("sync", "gather")})
   total, rounded = [], 0
   for a in axes:
     eta = spec.efficiency.get(a, 0.0)
-    sync = {b: _linear(v, tables, ("sync", b, a), unit) for b in range(nb)}
-    if not any(ys for ys, _ in sync.values()):
-      continue
-    hi = sum(sum(c) for _, c in sync.values()) + 1
-    e = model.new_int_var(0, hi, f"exposed_sync[{a}]")
-    # Each suffix is a variable Z_b = Z_{b+1} + (terms of bucket b), and e
-    # is their max with 0 as an equality (tight whatever the objective,
-    # so later phases and rounding cannot leave slack in it).
-    zs, nxt = [], None
-    lo = -hi - sum(sum(c) for _, c in (
-        _linear(v, tables, ("work", s), unit, eta) for s in range(1, nb + 1)))
-    for b in range(nb - 1, -1, -1):
-      ys_s, c_s = sync[b]
-      ys_w, c_w = _linear(v, tables, ("work", b + 1), unit, eta)
-      rounded += len(c_s) + len(c_w)
-      z = model.new_int_var(lo, hi, f"suffix[{a},{b}]")
-      expr = (cp_model.LinearExpr.weighted_sum(ys_s, c_s)
-              - cp_model.LinearExpr.weighted_sum(ys_w, c_w))
-      model.add(z == (expr + nxt if nxt is not None else expr))
-      zs.append(z)
-      nxt = z
-    model.add_max_equality(e, [0] + zs)
-    total.append(e)
+    for build in (_exposed_sync, _exposed_prefetch):
+      var, r = build(model, parts, spec, a, eta, unit)
+      if var is not None:
+        total.append(var)
+        rounded += r
   if not total:
     return 0, 0
   return sum(total), rounded
 
 
 def exposed_sync_value(spec, terms):
-  r""":math:`\sum_a E_a` in seconds from the summed ``Table.terms`` of one
-  layout (``{key: seconds}``), by the cost model's own formula; 0.0 without
-  overlap."""
+  r""":math:`\sum_a (E_a + P_a)` in seconds from the summed ``Table.terms``
+  of one layout (``{key: seconds}``), by the cost model's own formulas;
+  0.0 without overlap."""
   if spec is None:
     return 0.0
-  work = [0.0] + [terms.get(("work", s), 0.0)
-                  for s in range(1, spec.num_buckets + 1)]
+  nb, npf = spec.num_buckets, spec.num_prefetch
+  work = [0.0] + [terms.get(("work", s), 0.0) for s in range(1, nb + 1)]
+  window = [terms.get(("window", w), 0.0) for w in range(npf)]
   total = 0.0
-  for a in sorted({k[2] for k in terms if k[0] == "sync"}):
-    sync = [terms.get(("sync", b, a), 0.0) for b in range(spec.num_buckets)]
-    total += cm_overlap.exposed_sync_time(sync, work,
-                                          spec.efficiency.get(a, 0.0))
+  for a in sorted({k[2] for k in terms if k[0] in ("sync", "gather")}):
+    eta = spec.efficiency.get(a, 0.0)
+    sync = [terms.get(("sync", b, a), 0.0) for b in range(nb)]
+    taken = [0.0] + [terms.get(("taken", s, a), 0.0)
+                     for s in range(1, nb + 1)]
+    gather = [terms.get(("gather", b, a), 0.0) for b in range(npf)]
+    total += cm_overlap.exposed_sync_time(sync, work, eta, taken)
+    total += cm_prefetch.exposed_prefetch_time(gather, window, eta)
   return total
 
 

@@ -17,7 +17,6 @@ from ortools.sat.python import cp_model
 
 import costmodels
 from costmodels import memory as cm_memory
-from costmodels import overlap as cm_overlap
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import InvalidArgumentError
 from mesh_tf.core.layout import LayoutRules
@@ -186,15 +185,11 @@ class LayoutSearch:
       ms = self._part("memory", mesh_shape, topo,
                       lambda: memory_steps.prune_by_layouts(steps, space))
     hide = None
-    buckets = cm_overlap.gradient_buckets(graph)
-    if overlap and buckets.num_buckets:
+    if overlap:
       arguments.deadline_left(deadline, "the overlap terms")
-      placed = self._part("placements", mesh_shape, topo,
-                          lambda: overlap_terms.placements(graph, gt,
-                                                           buckets))
-      hide = (placed, formulation.OverlapSpec(
-          buckets.num_buckets,
-          overlap_terms.efficiencies(gt.pricer.mapping, space.axes)))
+      hide = self._part("overlap", mesh_shape, topo,
+                        lambda: overlap_terms.overlap_terms(graph, gt,
+                                                            space.axes))
     arguments.deadline_left(deadline, "the integer program")
     problem = _assemble(graph, mesh_shape, outputs, topo, space, gt, ms,
                         memory_budget, need_peak, t0, hide)

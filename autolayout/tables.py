@@ -35,6 +35,7 @@ from mesh_tf.lowering.laid_out import LaidOutTensor, LazyAllreduceSum
 from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.lowering.trace import CollectiveRecord
+from mesh_tf.ops.storage import StorageGatherOperation, StorageScatterOperation
 from autolayout import assignments
 from autolayout.errors import TimeLimitError
 from autolayout.view import op_signature
@@ -56,6 +57,9 @@ class Outcome(NamedTuple):
   out_states: Tuple[PendingState, ...]
   forced: FrozenSet[int]  # positions of inputs whose pending sum it forced
   error: str = ""
+  # ((axis, seconds), ...) of comm_s, for ops whose collectives overlap
+  # (storage gathers and scatters; see autolayout.overlap_terms).
+  comm_by_axis: Tuple[Tuple[str, float], ...] = ()
 
 
 class Factor(NamedTuple):
@@ -65,6 +69,12 @@ class Factor(NamedTuple):
   scope: Tuple[str, ...]
   count: int
   example: str       # an op or tensor name it stands for
+
+
+def _overlaps(op):
+  """Whether ``op``'s own collectives can overlap compute (so its table
+  needs them by mesh axis)."""
+  return isinstance(op, (StorageGatherOperation, StorageScatterOperation))
 
 
 def lower_op(op, mesh_shape, rules, input_states, pricer):
@@ -92,11 +102,15 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   except MtfError as e:
     return Outcome(False, 0.0, 0.0, (), frozenset(), str(e))
   forced, comm = set(), 0.0
+  by_axis = {} if _overlaps(op) else None
   for rec in lowered.trace.collectives:
     if rec.source_op in sources:
       forced.add(sources[rec.source_op])
       continue
     comm += pricer.collective_s(rec)
+    if by_axis is not None:
+      for a, t in pricer.collective_by_axis(rec).items():
+        by_axis[a] = by_axis.get(a, 0.0) + t
   compute = sum(pricer.compute_s(rec) for rec in lowered.trace.compute)
   outs = []
   for v in lowered.outputs:
@@ -104,7 +118,8 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
       outs.append((tuple(v.mesh_axes), v.laid_out_input.slice_bytes))
     else:
       outs.append(None)
-  return Outcome(True, compute, comm, tuple(outs), frozenset(forced))
+  return Outcome(True, compute, comm, tuple(outs), frozenset(forced),
+                 comm_by_axis=tuple(sorted((by_axis or {}).items())))
 
 
 def pending_allreduce_record(mesh_shape, state):
@@ -386,6 +401,16 @@ class GraphTables:
     if rec is None:
       return True, 0.0, 0.0
     return True, 0.0, self.pricer.collective_s(rec)
+
+  def comm_by_axis(self, factor, sigma):
+    """``((mesh axis, seconds), ...)`` of one instance's collectives under
+    ``sigma`` (op factors of storage gathers and scatters, and all-reduce
+    factors; ``()`` for other ops)."""
+    if factor.kind == "op":
+      return self._table(factor.key)[sigma].comm_by_axis
+    rec = self.allreduce_record(factor, sigma)
+    return (() if rec is None else
+            tuple(self.pricer.collective_by_axis(rec).items()))
 
   def allreduce_record(self, factor, sigma):
     """The CollectiveRecord one instance of the all-reduce ``factor`` makes

@@ -11,12 +11,15 @@ roofline of :mod:`costmodels.compute`, collectives by the alpha-beta
 formulas of :mod:`costmodels.collectives` on the links
 :func:`costmodels.map_mesh` assigns to their mesh axes.  Collectives on the
 critical path are exposed in full; gradient syncs run under the rest of the
-backward pass, and only the part compute does not hide is exposed
-(:mod:`costmodels.overlap`, from the lowering's op order).  So
+backward pass and sharded parameters' all-gathers are prefetched under the
+compute before their readers, and only the part compute does not hide is
+exposed (:mod:`costmodels.overlap` and :mod:`costmodels.prefetch`, from the
+lowering's op order).  So
 
     ``step_time_s == compute_time_s + comm_time_s``  (exposed comm)
 
-and, with ``overlap=False`` or a graph without gradient syncs,
+and, with ``overlap=False`` or a graph without gradient syncs or sharded
+weights,
 ``step_time_s == math.fsum(c.time_s for c in op_costs(trace, mapping))``
 exactly.  The layout optimizer reproduces both exactly.
 """
@@ -35,6 +38,7 @@ from costmodels import compute as compute_lib
 from costmodels import hardware
 from costmodels import memory as memory_lib
 from costmodels import overlap as overlap_lib
+from costmodels import prefetch as prefetch_lib
 from costmodels.report import CostReport
 from costmodels.topology import get_topology, map_mesh
 
@@ -238,8 +242,9 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
       ``k`` times; memory is that of one microbatch plus the
       accumulators).
     overlap: hide gradient syncs under the rest of the backward pass
-      (:mod:`costmodels.overlap`); False: every collective is exposed (the
-      conservative figure).
+      (:mod:`costmodels.overlap`) and prefetch the all-gathers of sharded
+      weights (:mod:`costmodels.prefetch`); False: every collective is
+      exposed (the conservative figure).
 
   Returns:
     A :class:`costmodels.CostReport`.
@@ -274,7 +279,8 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
   profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,
                                       outputs, liveness)
   hidden = overlap_lib.overlap(costs, overlap_lib.gradient_buckets(graph),
-                               mapping, enabled=overlap)
+                               mapping, enabled=overlap,
+                               prefetch=prefetch_lib.prefetch_buckets(graph))
   return CostReport(graph=graph, mesh_shape=mesh_shape, layout_rules=rules,
                     topology=topology, mapping=mapping, trace=trace,
                     op_costs=costs, memory=profile,

@@ -9,9 +9,13 @@ order, the order in which :class:`mesh_tf.Lowering` runs the graph.
 **Which collectives overlap.**  A *gradient sync* is a lazy SUM all-reduce
 (recorded when a later op, or the export of an output, forces it) whose
 source op produces a gradient that :func:`mesh_tf.gradients` returned for a
-variable (``Tensor.gradient_of``).  Every other collective (tensor-parallel
-all-reduces, all-gathers, all-to-alls) is on the critical path and fully
-exposed.
+variable (``Tensor.gradient_of``), or one of that gradient's *tail*: under
+mixed precision each use's bf16 contribution is cast to the float32 master
+(the sum is forced, and reduced in bf16, by the cast), and under ZeRO a
+storage scatter moves the gradient onto the shard (its reduce-scatter is
+its own collective).  The all-gathers of sharded weights are prefetched
+(:mod:`costmodels.prefetch`).  Every other collective (tensor-parallel
+all-reduces, all-to-alls, ...) is on the critical path and fully exposed.
 
 **Buckets.**  As in PyTorch DDP, gradient syncs are launched in buckets:
 the gradient-producing ops, in graph order, are cut into at most
@@ -38,8 +42,14 @@ the :class:`~costmodels.hardware.LinkSpec` if set (calibration writes it),
 else :data:`DEFAULT_OVERLAP_EFFICIENCY` of the link kind; an axis spanning
 several kinds of link takes the smallest.
 
-The step time is then ``compute + exposed critical-path comm + sum_a E_a``;
-the hidden time is the rest of the syncs.  With ``enabled=False`` every
+Prefetched gathers due after release :math:`r_b` hold the same links
+under the same compute first (the step waits for them): their time
+:math:`T_{b,a}` is added to each suffix, and :math:`E_a` is then at most
+the syncs' total.
+
+The step time is then ``compute + exposed critical-path comm + sum_a (E_a +
+P_a)`` (:math:`P_a`: the exposed prefetch); the hidden time is the rest of
+the syncs and gathers.  With ``enabled=False`` every
 collective is exposed (the conservative figure, ``--no-overlap``).
 
 The layout search writes :math:`E_a` in CP-SAT as :math:`e_a \ge 0`,
@@ -48,8 +58,12 @@ The layout search writes :math:`E_a` in CP-SAT as :math:`e_a \ge 0`,
 """
 
 import bisect
+import collections
 import math
 from typing import Dict, NamedTuple, Tuple
+
+from mesh_tf.ops.storage import StorageScatterOperation
+from costmodels import prefetch as prefetch_lib
 
 #: Seconds of a link's communication that one second of concurrent compute
 #: hides, by link kind.  These are modelling assumptions with the evidence
@@ -105,10 +119,19 @@ class GradientBuckets(NamedTuple):
     positions: op name -> position in graph (= lowering) order.
     bucket_of: name of each gradient-producing op -> its bucket.
     releases: position :math:`r_b` of each bucket (ascending).
+    sync_sources: op name -> bucket, for the ops whose pending SUM is a
+      gradient sync when forced: each gradient producer, and up its
+      *tail* (the casts and storage scatters that move a gradient to its
+      variable's dtype and storage layout) each op whose only reader is
+      the tail.
+    sync_ops: storage scatters of a tail -> bucket: their own collectives
+      (the reduce-scatter onto the shard and its relayout) are syncs.
   """
   positions: Dict[str, int]
   bucket_of: Dict[str, int]
   releases: Tuple[int, ...]
+  sync_sources: Dict[str, int] = {}
+  sync_ops: Dict[str, int] = {}
 
   def segment(self, position):
     """Number of buckets released strictly before ``position``: compute at
@@ -118,6 +141,56 @@ class GradientBuckets(NamedTuple):
   @property
   def num_buckets(self):
     return len(self.releases)
+
+  def sync_bucket(self, cost):
+    """The bucket of a priced collective that is a gradient sync, else
+    None (see :func:`is_gradient_sync`)."""
+    if cost.category != "comm":
+      return None
+    if cost.source_op == cost.op_name:
+      return self.sync_ops.get(cost.op_name)
+    if cost.kind == "allreduce" and cost.reduction == "SUM":
+      return self.sync_sources.get(cost.source_op)
+    return None
+
+
+def _moves_gradient(op):
+  """A cast, storage scatter or sum of contributions: an op of a
+  gradient's tail."""
+  if isinstance(op, StorageScatterOperation):
+    return True
+  kind = getattr(op, "kind", None)
+  return ((kind == "cast" and len(op.inputs) == 1)
+          or (kind == "add" and len(op.inputs) == 2))
+
+
+def _tails(graph, bucket_of):
+  """``(sync_sources, sync_ops)`` of :class:`GradientBuckets`."""
+  readers = collections.Counter(t for op in graph.operations
+                                for t in op.inputs)
+  sources, ops = {}, {}
+  for op in graph.operations:
+    b = bucket_of.get(op.name)
+    if b is None:
+      continue
+    sources[op.name] = b
+    # Mixed precision casts a gradient to its master's dtype (each use's
+    # contribution, before they are added), ZeRO moves it onto the storage
+    # layout: the sum the backward pass left pending is forced there, and
+    # it is as much a sync as one forced by the optimizer (the lowering
+    # reduces it in the compute dtype).
+    stack = [op]
+    while stack:
+      o = stack.pop()
+      if not _moves_gradient(o):
+        continue
+      if isinstance(o, StorageScatterOperation):
+        ops.setdefault(o.name, b)
+      for t in o.inputs:
+        if readers[t] == 1 and t.operation.name not in sources:
+          sources[t.operation.name] = b
+          stack.append(t.operation)
+  return sources, ops
 
 
 def gradient_buckets(graph, max_buckets=MAX_GRADIENT_BUCKETS):
@@ -145,18 +218,18 @@ def gradient_buckets(graph, max_buckets=MAX_GRADIENT_BUCKETS):
     for name, _ in part:
       bucket_of[name] = b
     releases.append(part[-1][1])
-  return GradientBuckets(positions, bucket_of, tuple(releases))
+  return GradientBuckets(positions, bucket_of, tuple(releases),
+                         *_tails(graph, bucket_of))
 
 
 def is_gradient_sync(cost, buckets):
   """True for a priced collective (an ``OpCost``) that overlaps: a lazy
-  SUM all-reduce of a gradient (see the module docstring)."""
-  return (cost.category == "comm" and cost.kind == "allreduce"
-          and cost.reduction == "SUM" and cost.source_op != cost.op_name
-          and cost.source_op in buckets.bucket_of)
+  SUM all-reduce of a gradient, or a storage scatter's reduce-scatter of
+  one (see the module docstring)."""
+  return buckets.sync_bucket(cost) is not None
 
 
-def exposed_sync_time(sync_s, work_s, efficiency):
+def exposed_sync_time(sync_s, work_s, efficiency, taken_s=None):
   """:math:`E_a` of one axis.
 
   Args:
@@ -164,17 +237,28 @@ def exposed_sync_time(sync_s, work_s, efficiency):
     work_s: per segment ``0 .. B``, the compute seconds of the ops in it
       (segment ``s`` holds the ops after ``s`` bucket releases).
     efficiency: :math:`\\eta_a`.
+    taken_s: per segment, the seconds of prefetched gathers on this axis
+      due in it (:mod:`costmodels.prefetch`): they hold the same links
+      under the same compute first, as the step waits for them, so they
+      take that much of the compute's capacity to hide syncs.  The result
+      is then at most the syncs' total.
 
   Example:
-    >>> exposed_sync_time([3.0, 1.0], [9.0, 1.0, 0.5], 1.0)   # 1 - 0.5
+    >>> exposed_sync_time([3.0, 1.0], [9.0, 1.0, 0.5], 1.0)   # 4 - 1.5
+    2.5
+    >>> exposed_sync_time([1.0], [0.0, 3.0], 1.0, [0.0, 2.5])  # 1 - 0.5
     0.5
   """
   best = 0.0
   for b in range(len(sync_s)):
     # fsum of each suffix (B is small): with nothing hidden, E_a is then
     # exactly the fsum of the syncs, and hidden time exactly 0.
-    best = max(best, math.fsum(sync_s[b:])
-               - efficiency * math.fsum(work_s[b + 1:]))
+    z = math.fsum(sync_s[b:]) - efficiency * math.fsum(work_s[b + 1:])
+    if taken_s is not None:
+      z += math.fsum(taken_s[b + 1:])
+    best = max(best, z)
+  if taken_s is not None:
+    best = min(best, math.fsum(sync_s))
   return best
 
 
@@ -189,6 +273,9 @@ class AxisOverlap(NamedTuple):
   hidden_s: float
   sync_s: float        # of the total, gradient syncs (overlappable)
   efficiency: float
+  prefetch_s: float = 0.0   # of the total, prefetchable parameter gathers
+  exposed_sync_s: float = 0.0      # E_a
+  exposed_prefetch_s: float = 0.0  # P_a
 
 
 class Overlap(NamedTuple):
@@ -210,7 +297,7 @@ class Overlap(NamedTuple):
     return math.fsum(a.total_s for a in self.by_axis)
 
 
-def overlap(op_costs, buckets, mapping, enabled=True):
+def overlap(op_costs, buckets, mapping, enabled=True, prefetch=None):
   """Splits the collectives of ``op_costs`` into exposed and hidden time.
 
   Args:
@@ -218,47 +305,75 @@ def overlap(op_costs, buckets, mapping, enabled=True):
     buckets: the graph's :class:`GradientBuckets`.
     mapping: the :class:`~costmodels.MeshMapping` (for :math:`\\eta_a`).
     enabled: False to expose everything.
+    prefetch: the graph's :class:`~costmodels.prefetch.PrefetchBuckets`
+      (None: parameter gathers are exposed).
 
   Returns:
     An :class:`Overlap`.  Its ``exposed_parts`` are the times of the
-    critical-path collectives followed by each axis's :math:`E_a`, so that
-    with nothing to overlap their ``math.fsum`` is exactly the sum of all
-    collective times.
+    critical-path collectives followed by each axis's :math:`E_a` and
+    :math:`P_a`, so that with nothing to overlap their ``math.fsum`` is
+    exactly the sum of all collective times.
   """
   axes = [a.name for a in mapping.mesh_shape.dims]
   nb = buckets.num_buckets
+  npf = prefetch.num_buckets if (enabled and prefetch is not None) else 0
   sync = {a: [[] for _ in range(nb)] for a in axes}
+  gath = {a: [[] for _ in range(npf)] for a in axes}
+  taken = {a: [[] for _ in range(nb + 1)] for a in axes}
   work = [[] for _ in range(nb + 1)]
+  window = [[] for _ in range(npf)]
   plain, plain_axis, total_axis = [], {a: [] for a in axes}, {
       a: [] for a in axes}
-  any_sync = False
+  any_sync = any_pf = False
   for c in op_costs:
     if c.category == "compute":
+      p = buckets.positions[c.op_name]
       if nb:
-        work[buckets.segment(buckets.positions[c.op_name])].append(c.time_s)
+        work[buckets.segment(p)].append(c.time_s)
+      w = prefetch.window(p) if npf else npf
+      if w < npf:
+        window[w].append(c.time_s)
       continue
     for a, t in c.time_by_axis:
       total_axis.setdefault(a, []).append(t)
-    if enabled and is_gradient_sync(c, buckets):
+    b = buckets.sync_bucket(c) if enabled else None
+    if b is not None:
       any_sync = True
-      b = buckets.bucket_of[c.source_op]
       for a, t in c.time_by_axis:
         sync[a][b].append(t)
+    elif npf and prefetch_lib.is_prefetch(c, prefetch):
+      any_pf = True
+      b = prefetch.bucket_of[c.op_name]
+      seg = buckets.segment(prefetch.need[c.op_name])
+      for a, t in c.time_by_axis:
+        gath[a][b].append(t)
+        taken[a][seg].append(t)
     else:
       plain.append(c.time_s)
       for a, t in c.time_by_axis:
         plain_axis.setdefault(a, []).append(t)
   work_s = [math.fsum(w) for w in work]
+  window_s = [math.fsum(w) for w in window]
   parts, by_axis = list(plain), []
   for a in axes:
     total = math.fsum(total_axis.get(a, ()))
     exposed_plain = math.fsum(plain_axis.get(a, ()))
     eta = axis_efficiency(mapping, a)
     sync_s = [math.fsum(s) for s in sync[a]]
-    e = exposed_sync_time(sync_s, work_s, eta) if any_sync else 0.0
+    gather_s = [math.fsum(s) for s in gath[a]]
+    taken_s = ([math.fsum(s) for s in taken[a]] if any(gather_s)
+               else None)
+    e = (exposed_sync_time(sync_s, work_s, eta, taken_s) if any_sync
+         else 0.0)
+    p = (prefetch_lib.exposed_prefetch_time(gather_s, window_s, eta)
+         if any_pf else 0.0)
     if any_sync:
       parts.append(e)
-    sync_total = math.fsum(sync_s)
-    by_axis.append(AxisOverlap(a, total, exposed_plain + e,
-                               max(0.0, sync_total - e), sync_total, eta))
+    if any_pf:
+      parts.append(p)
+    sync_total, gather_total = math.fsum(sync_s), math.fsum(gather_s)
+    by_axis.append(AxisOverlap(
+        a, total, exposed_plain + e + p,
+        max(0.0, sync_total - e) + max(0.0, gather_total - p), sync_total,
+        eta, gather_total, e, p))
   return Overlap(bool(enabled), tuple(by_axis), tuple(parts))

@@ -20,13 +20,15 @@ class CostReport:
   Attributes:
     step_time_s: compute time plus *exposed* communication time: every
       collective on the critical path, and the part of the gradient syncs
-      that compute does not hide (:mod:`costmodels.overlap`).  With overlap
+      and of the prefetched parameter all-gathers that compute does not
+      hide (:mod:`costmodels.overlap`, :mod:`costmodels.prefetch`).  With overlap
       off (or nothing to overlap) it is the ``math.fsum`` of every record.
     compute_time_s: roofline time of the slicewise compute.
     comm_time_s: exposed communication time.
     total_comm_time_s: time of every collective; ``comm_time_s +
       hidden_comm_time_s`` equals it up to rounding.
-    hidden_comm_time_s: gradient-sync time hidden under compute.
+    hidden_comm_time_s: gradient-sync and prefetched-gather time hidden
+      under compute.
     comm_time_by_axis: ``{mesh axis: exposed seconds}`` for every mesh axis;
       a collective over several axes is split by the phases of its
       algorithm (see :class:`costmodels.evaluate.OpCost`).  Sums to
@@ -99,7 +101,8 @@ class CostReport:
 
   @property
   def hidden_comm_time_s(self):
-    """Gradient syncs hidden under compute (see :mod:`costmodels.overlap`)."""
+    """Gradient syncs and parameter prefetch hidden under compute (see
+    :mod:`costmodels.overlap`)."""
     if self.overlap is None:
       return 0.0
     return self.overlap.hidden_comm_s
@@ -124,6 +127,17 @@ class CostReport:
     if self.overlap is None:
       return {a: 0.0 for a in self.total_comm_time_by_axis}
     return {a.axis: a.hidden_s for a in self.overlap.by_axis}
+
+  def _overlap_split(self, axis):
+    """The overlappable parts of one axis's communication: gradient syncs
+    and prefetched gathers, each total and exposed (seconds)."""
+    mine = [a for a in (self.overlap.by_axis if self.overlap else ())
+            if a.axis == axis]
+    a = mine[0] if mine else None
+    return {"sync_time_s": a.sync_s if a else 0.0,
+            "exposed_sync_time_s": a.exposed_sync_s if a else 0.0,
+            "prefetch_time_s": a.prefetch_s if a else 0.0,
+            "exposed_prefetch_time_s": a.exposed_prefetch_s if a else 0.0}
 
   @functools.cached_property
   def flops_per_device(self):
@@ -250,7 +264,8 @@ class CostReport:
                      "hidden_comm_time_s": self.hidden_comm_time_by_axis.get(
                          a.axis, 0.0),
                      "total_comm_time_s": self.total_comm_time_by_axis.get(
-                         a.axis, 0.0)})
+                         a.axis, 0.0),
+                     **self._overlap_split(a.axis)})
       return pd.DataFrame(rows).set_index("axis")
     if view == "memory":
       rows = [{"category": k, "bytes_per_device": v}

@@ -183,7 +183,9 @@ def show_axes(ctx, report):
   out.render(ctx.console, df, "Communication per mesh axis",
              formats={"bandwidth": out.fmt_rate, "exposed": out.fmt_time,
                       "hidden": out.fmt_time},
-             caption="hidden: gradient syncs under the backward pass")
+             caption=("hidden: gradient syncs under the backward pass, "
+                      "parameter all-gathers prefetched under earlier "
+                      "compute"))
 
 
 def show_times(ctx, report, result=None):

@@ -36,8 +36,9 @@ class MeshBackend(MeshImpl, abc.ABC):
     """All-to-all over an ordered tuple of mesh-axis indices."""
 
   @abc.abstractmethod
-  def _receive(self, x, mesh_axis, source_pcoord):
-    """Point-to-point: coordinate c gets coordinate source_pcoord[c]'s slice."""
+  def _receive(self, x, mesh_axes, source_pcoord):
+    """Point-to-point over an ordered tuple of mesh-axis indices: block
+    index c of the group gets block source_pcoord[c]'s slice."""
 
   @abc.abstractmethod
   def _slicewise(self, fn, inputs, outputs, with_pnum):

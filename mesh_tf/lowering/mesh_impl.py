@@ -387,19 +387,25 @@ class MeshImpl:
     return self._alltoall(x, axes, split_axis, concat_axis)
 
   def receive(self, x, mesh_axis, source_pcoord):
-    """Each processor with coordinate c on ``mesh_axis`` gets the slice of
-    the processor with coordinate ``source_pcoord[c]`` (zeros if None)."""
+    """Each processor at position c along ``mesh_axis`` gets the slice of
+    the processor at position ``source_pcoord[c]`` (zeros if None).
+
+    ``mesh_axis`` is an axis, or one dim's ordered axes (major first):
+    position c is then the block index c of a dim split over them, in the
+    group of processors that vary only along those axes.
+    """
     x = x.to_laid_out_tensor()
-    a = self.mesh_axis_index(mesh_axis)
+    axes = self._ordered_axes(mesh_axis)
     source_pcoord = tuple(source_pcoord)
-    if source_pcoord == tuple(range(self.shape[a].size)):
+    if not axes or source_pcoord == tuple(range(self._group_size(axes))):
       return x
-    self._record("receive", x, (a,))
-    return self._receive(x, a, source_pcoord)
+    self._record("receive", x, axes)
+    return self._receive(x, axes, source_pcoord)
 
   def shift_by_n_processors(self, x, mesh_axis, offset, wrap):
-    """Moves each slice ``offset`` processors along ``mesh_axis``."""
-    n = self.shape[self.mesh_axis_index(mesh_axis)].size
+    """Moves each slice ``offset`` positions along ``mesh_axis`` (an axis,
+    or one dim's ordered axes: along the dim's blocks)."""
+    n = self._group_size(self._ordered_axes(mesh_axis))
     source = []
     for c in range(n):
       s = c - offset
@@ -570,7 +576,7 @@ class MeshImpl:
   def _alltoall(self, x, mesh_axis, split_axis, concat_axis):
     raise self._no_backend("alltoall")
 
-  def _receive(self, x, mesh_axis, source_pcoord):
+  def _receive(self, x, mesh_axes, source_pcoord):
     raise self._no_backend("receive")
 
   def _slicewise(self, fn, inputs, outputs, with_pnum):

@@ -163,9 +163,9 @@ class PlacementMeshImpl(MeshBackend):
     shape[concat_axis] *= n
     return LaidOutTensor(shape, x.dtype, out)
 
-  def _receive(self, x, mesh_axis, source_pcoord):
+  def _receive(self, x, mesh_axes, source_pcoord):
     out = [None] * self.size
-    for group, ts in self._group_lists(x, (mesh_axis,)):
+    for group, ts in self._group_lists(x, mesh_axes, ordered=True):
       for c, p in enumerate(group):
         src = source_pcoord[c]
         with self._on(p):

@@ -32,7 +32,7 @@ class ShapeMeshImpl(MeshBackend):
     shape[concat_axis] *= n
     return LaidOutTensor(shape, x.dtype)
 
-  def _receive(self, x, mesh_axis, source_pcoord):
+  def _receive(self, x, mesh_axes, source_pcoord):
     return LaidOutTensor(x.slice_shape, x.dtype)
 
   def _slicewise(self, fn, inputs, outputs, with_pnum):

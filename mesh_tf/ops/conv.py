@@ -118,13 +118,14 @@ class _ConvGeometry:
     for i, d in enumerate(self.spatial):
       ax = x_shape.index(d.name)
       b, a = self.pads[i]
-      mesh_axis = impl.tensor_dimension_to_mesh_axis(d)
-      if mesh_axis is not None and impl.shape[mesh_axis].size > 1:
+      mesh_axis = impl.dim_axes(d)   # one axis or several, major first
+      if mesh_axis is not None:
         block = laid.slice_shape[ax]
         if max(b, a) > block:
+          where = " * ".join(str(impl.shape[m]) for m in mesh_axis)
           raise LayoutError(
               f"operation {op.name}: splitting spatial dim {d} over mesh "
-              f"axis {impl.shape[mesh_axis]} gives blocks of {block}, "
+              f"axis {where} gives blocks of {block}, "
               f"smaller than the halo {max(b, a)} of its window "
               f"{self.ksizes[i]}; split it over fewer processors")
         laid = _halo(impl, laid, ax, mesh_axis, b, a)
@@ -241,10 +242,10 @@ class ConvOperation(Operation):
             w_slice[w.shape.index(self.contract_name)])
     y = impl.slicewise(kernel, laid_x, laid_w, slice_shape=out_slice,
                        dtype=out.dtype, flops=flops, matmul="conv")
-    axis = impl.tensor_dimension_to_mesh_axis(
-        x.shape.get_dim_by_name(self.contract_name))
-    if axis is not None and impl.shape[axis].size > 1:
-      lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, [axis]))
+    axes = impl.split_axes([x.shape.get_dim_by_name(self.contract_name)])
+    if axes:
+      lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y,
+                                                         list(axes)))
     else:
       lowering.set_tensor_lowering(out, y)
 
@@ -331,11 +332,8 @@ class ConvFilterGradOperation(Operation):
         w_local[:nsp]) * w_local[nsp]
     y = impl.slicewise(kernel, laid_x, laid_dy, slice_shape=out_slice,
                        dtype=out.dtype, flops=flops, matmul="conv_filter")
-    axes = set()
-    for n in batch + c.spatial_names:
-      a = impl.tensor_dimension_to_mesh_axis(x.shape.get_dim_by_name(n))
-      if a is not None and impl.shape[a].size > 1:
-        axes.add(a)
+    axes = set(impl.split_axes([x.shape.get_dim_by_name(n)
+                                for n in batch + c.spatial_names]))
     if axes:
       lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, axes))
     else:

@@ -113,9 +113,7 @@ class _Conv2or3dKernelOp(Operation):
   def _finish(self, lowering, laid, contracted):
     """Leaves a lazy SUM all-reduce over the mesh axes of ``contracted``."""
     impl = lowering.mesh_impl(self)
-    axes = sorted({a for d in contracted
-                   for a in [impl.tensor_dimension_to_mesh_axis(d)]
-                   if a is not None and impl.shape[a].size > 1})
+    axes = list(impl.split_axes(contracted))
     out = self.outputs[0]
     lowering.set_tensor_lowering(
         out, LazyAllreduceSum(impl, laid, axes) if axes else laid)

@@ -112,12 +112,10 @@ class GenericGradOperation(Operation):
       grads = self._tape_gradients(lower_operation, impl, laid_x, laid_dy)
     # Along a mesh axis that splits an output but not input x, each
     # processor's slice of x got only its own outputs' part: sum them.
-    out_axes = {a for i in self._given for d in fwd.outputs[i].shape
-                for a in [impl.tensor_dimension_to_mesh_axis(d)]
-                if a is not None and impl.shape[a].size > 1}
+    out_axes = set(impl.split_axes([d for i in self._given
+                                    for d in fwd.outputs[i].shape]))
     for x, out, g in zip(fwd.inputs, self.outputs, grads):
-      axes = out_axes - {impl.tensor_dimension_to_mesh_axis(d)
-                         for d in x.shape}
+      axes = out_axes - set(impl.split_axes(list(x.shape)))
       lowering.set_tensor_lowering(
           out, LazyAllreduceSum(impl, g, sorted(axes)) if axes else g)
 

@@ -88,8 +88,9 @@ class ShiftOperation(Operation):
     laid = lowering.laid_out(x)
     n, axis, wrap = self.dim.size, self.axis, self.wrap
     offset = self.offset % n if (wrap and n) else self.offset
-    a = impl.tensor_dimension_to_mesh_axis(self.dim)
-    if a is None or impl.shape[a].size == 1 or (not wrap and abs(offset) >= n):
+    # One mesh axis or several (major first): the dim's blocks in order.
+    a = impl.dim_axes(self.dim)
+    if a is None or (not wrap and abs(offset) >= n):
       y = impl.slicewise(lambda t: _local_shift(t, offset, axis, n, wrap),
                          laid, shape=out.shape, flops=0)
       lowering.set_tensor_lowering(out, y)

@@ -201,3 +201,21 @@ def test_hints_diffs_and_explain_name_multi_axis_rules():
   [r] = table.to_dict("records")
   assert r["axis"] == "rows+cols"
   assert r["runner_up_axis"] in ("rows", "cols", None)
+
+
+def test_shift_and_conv_over_several_axes_are_in_the_space():
+  # A shift and a convolution's halo exchange move block edges along a
+  # dim split over several axes; the search prices those layouts like
+  # any other and its answer is the brute-force optimum.
+  from mesh_tf.ops import conv as conv_ops
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  h, ci, co = (mtf.Dimension("h", 64), mtf.Dimension("ci", 8),
+               mtf.Dimension("co", 8))
+  x = mtf.import_tf_tensor(mesh, None, mtf.Shape([h, ci]))
+  w = mtf.import_tf_tensor(mesh, None, mtf.Shape(
+      [mtf.Dimension("f0", 3), ci, co]))
+  y = conv_ops.conv1d(mtf.shift(x, 1, h, wrap=True), w)
+  out = mtf.reduce_sum(y * y)
+  res, every = _check(g, "rows:2;cols:4", [out])
+  assert any("h:rows+cols" in r for _, r in every)

@@ -10,7 +10,8 @@ MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
            "costmodels.collectives", "costmodels.compute",
            "costmodels.memory", "costmodels.evaluate",
            "costmodels.collective_fits", "costmodels.calibrate.fit",
-           "costmodels.calibrate.topology_file"]
+           "costmodels.calibrate.topology_file", "costmodels.overlap",
+           "costmodels.prefetch"]
 
 
 @pytest.mark.parametrize("name", MODULES)

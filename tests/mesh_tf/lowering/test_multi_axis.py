@@ -282,9 +282,39 @@ def test_topk_cumsum_slicing_and_gather_over_a_multi_axis_dim():
   check_multi_axis(build, [B, K, V, kd], limit=8)
 
 
-def test_unsupported_ops_refuse_a_multi_axis_dim_with_a_typed_error():
+def test_shift_over_a_multi_axis_dim_equals_one_device():
+  # The dim's blocks are in the axes' order (major first) across the whole
+  # spanning group: a shift moves block edges along that order, wrapping
+  # or not, by less or more than a block (two receives), both ways.
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, XV, mtf.Shape([B, K]))
-    return mtf.shift(x, 1, B, wrap=True)
-  with pytest.raises(mtf.MultiAxisDimError, match=r"b=8.*rows\+cols"):
-    run(build, "rows:2;cols:4", "b:rows+cols")
+    return [mtf.shift(x, 1, B, wrap=True), mtf.shift(x, -3, B, wrap=False),
+            mtf.shift(x, 5, B, wrap=True), mtf.shift(x, 2, K, wrap=False),
+            mtf.shift(x, -1, K, wrap=True)]
+  check_multi_axis(build, [B, K], limit=8)
+
+
+def test_conv_halo_over_a_multi_axis_dim_equals_one_device():
+  # A split spatial dim exchanges halos with the neighbouring blocks of
+  # the spanning group; the gradients (input and filter) do the same.
+  from mesh_tf.gradients import gradients
+  from mesh_tf.ops import conv as conv_ops
+  h, ci, co = (mtf.Dimension("h", 8), mtf.Dimension("ci", 2),
+               mtf.Dimension("co", 3))
+  xv = RNG.randn(2, 8, 2).astype(np.float32)
+  wv = RNG.randn(3, 2, 3).astype(np.float32)
+  rv = RNG.randn(2, 8, 3).astype(np.float32)
+  bb = mtf.Dimension("bb", 2)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, xv, mtf.Shape([bb, h, ci]))
+    w = mtf.import_tf_tensor(mesh, wv, mtf.Shape(
+        [mtf.Dimension("f0", 3), ci, co]))
+    r = mtf.import_tf_tensor(mesh, rv, mtf.Shape([bb, h, co]))
+    y = conv_ops.conv1d(x, w)
+    return [y] + list(gradients([mtf.reduce_sum(y * r)], [x, w]))
+  check_multi_axis(build, [h, co], meshes=["rows:2;cols:2", "rows:2;cols:4"],
+                   limit=6, rtol=1e-4, atol=1e-4)
+  _, trace = run(build, "rows:2;cols:4", "h:rows+cols")
+  recv = {c.mesh_axes for c in trace.collectives if c.kind == "receive"}
+  assert recv == {("rows", "cols")}
