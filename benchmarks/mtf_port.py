@@ -234,7 +234,7 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
   else:
     mtf.set_logical_cpu_devices(8)
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
-  steppers = {}
+  steppers, first_s = {}, {}
   for path in paths:
     t0 = time.perf_counter()
     if path == "trainstep":
@@ -260,8 +260,9 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
                                         path == "original")
     first = time.perf_counter()
     steppers[path]()
+    first_s[path] = time.perf_counter() - first
     print(f"# {path}: built in {first - t0:.1f} s, first step "
-          f"{time.perf_counter() - first:.1f} s", file=sys.stderr)
+          f"{first_s[path]:.1f} s", file=sys.stderr)
   times = {p: [] for p in paths}
   cpu = {p: [] for p in paths}  # the process's CPU time: less load-bound
   for _ in range(steps):
@@ -271,7 +272,8 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
       times[path].append(time.perf_counter() - t1)
       cpu[path].append(time.process_time() - c1)
   return {"wall": {p: 1000 * statistics.median(ts) for p, ts in times.items()},
-          "cpu": {p: 1000 * statistics.median(ts) for p, ts in cpu.items()}}
+          "cpu": {p: 1000 * statistics.median(ts) for p, ts in cpu.items()},
+          "first_s": first_s}
 
 
 def _worker(path, layers, steps, session_threads=False):
@@ -350,6 +352,8 @@ def main(argv=None):
           ratios = "  ".join(f"session/{p} {t['session'] / t[p]:.2f}x"
                              for p in t if p != "session")
           print(f"{layers:>6} layers, {label}, {kind}: {cells}  |  {ratios}")
+        print(f"{layers:>6} layers, {label}, first step s: " + "  ".join(
+            f"{p} {v:.1f}" for p, v in r["first_s"].items()))
     return
   print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
         f"{'steady ms':>10} {'peak MiB':>9}  losses")
