@@ -24,6 +24,15 @@ shared machine the separate runs vary by 2x): once in TF2 with the v1
 graphs built under ``tf.Graph().as_default()`` (TrainStep included), once
 after ``tf.disable_v2_behavior()`` as Mesh TF programs run (no TrainStep).
 
+``--session-threads`` sizes TF's process-wide intra-op thread pool from the
+Sessions' own ``ConfigProto`` (1 thread) before anything is lowered.  TF
+makes that pool once, with the first CPU device of the process; mesh-tf's
+fused segments are traced as ``tf.function``s, which start TF's eager
+runtime and so make the pool with one thread per core before the program's
+Session exists.  Without the flag every path of an interleaved run shares
+that pool (the original, lowered second, included); in separate processes
+only the original gets the one thread it asked for.
+
 Reproduce:
   python benchmarks/mtf_port.py                  # 1, 8 and 32 layers
   python benchmarks/mtf_port.py --layers 1 --steps 10
@@ -81,6 +90,14 @@ def _shim_original():
         tensor_conversion_registry.register_tensor_conversion_function)
 
 
+def _match_session_threads():
+  """Makes TF's process-wide intra-op pool the Sessions' 1 thread, as if
+  the program had made its Session before lowering (see the module doc)."""
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  tf.config.threading.set_intra_op_parallelism_threads(1)
+  tf.config.threading.set_inter_op_parallelism_threads(2)
+
+
 def _load_example(original):
   """The example as a module, on mesh_tf or on the original."""
   source = open(EXAMPLE).read()
@@ -98,7 +115,12 @@ def _hparams(example, layers):
                              str(layers), "--optimizer", "sgd"])
 
 
-def run_session(layers, steps, original=False, fuse=True):
+def run_session(layers, steps, original=False, fuse=True,
+                session_threads=False):
+  if not original:
+    import mesh_tf  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+  if session_threads:
+    _match_session_threads()
   example = _load_example(original)
   tf = example.tf
   tf.disable_v2_behavior()
@@ -129,8 +151,10 @@ def run_session(layers, steps, original=False, fuse=True):
               losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
 
 
-def run_trainstep(layers, steps):
+def run_trainstep(layers, steps, session_threads=False):
   import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  if session_threads:
+    _match_session_threads()
   mtf.set_logical_cpu_devices(8)
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
   example = _load_example(False)
@@ -197,10 +221,12 @@ def _session_stepper(example, hp, original):
   return lambda: sess.run(fetches, feed_dict=feed)[0]
 
 
-def run_interleaved(layers, steps, paths, v1=False):
+def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
   """All ``paths`` in ONE process, their steps taken in turn, so that every
   path sees the same machine load; returns per-path medians."""
   import mesh_tf as mtf  # pylint: disable=import-outside-toplevel
+  if session_threads:
+    _match_session_threads()
   if v1:  # as Mesh TF programs run: TF1 behaviour, no eager TrainStep
     import tensorflow.compat.v1 as tf1  # pylint: disable=import-outside-toplevel
     tf1.disable_v2_behavior()
@@ -208,7 +234,7 @@ def run_interleaved(layers, steps, paths, v1=False):
   else:
     mtf.set_logical_cpu_devices(8)
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
-  steppers = {}
+  steppers, first_s = {}, {}
   for path in paths:
     t0 = time.perf_counter()
     if path == "trainstep":
@@ -234,28 +260,36 @@ def run_interleaved(layers, steps, paths, v1=False):
                                         path == "original")
     first = time.perf_counter()
     steppers[path]()
+    first_s[path] = time.perf_counter() - first
     print(f"# {path}: built in {first - t0:.1f} s, first step "
-          f"{time.perf_counter() - first:.1f} s", file=sys.stderr)
+          f"{first_s[path]:.1f} s", file=sys.stderr)
   times = {p: [] for p in paths}
+  cpu = {p: [] for p in paths}  # the process's CPU time: less load-bound
   for _ in range(steps):
     for path in paths:
-      t1 = time.perf_counter()
+      c1, t1 = time.process_time(), time.perf_counter()
       steppers[path]()
       times[path].append(time.perf_counter() - t1)
-  return {p: 1000 * statistics.median(ts) for p, ts in times.items()}
+      cpu[path].append(time.process_time() - c1)
+  return {"wall": {p: 1000 * statistics.median(ts) for p, ts in times.items()},
+          "cpu": {p: 1000 * statistics.median(ts) for p, ts in cpu.items()},
+          "first_s": first_s}
 
 
-def _worker(path, layers, steps):
+def _worker(path, layers, steps, session_threads=False):
   if path == "trainstep":
-    return run_trainstep(layers, steps)
+    return run_trainstep(layers, steps, session_threads)
   return run_session(layers, steps, original=path == "original",
-                     fuse=path != "session_unfused")
+                     fuse=path != "session_unfused",
+                     session_threads=session_threads)
 
 
-def _spawn(path, layers, steps, paths=()):
+def _spawn(path, layers, steps, paths=(), session_threads=False):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   extra = ["--paths", *paths] if paths else []
+  if session_threads:
+    extra.append("--session-threads")
   proc = subprocess.run(
       [sys.executable, __file__, "--worker", path, "--layers", str(layers),
        "--steps", str(steps), *extra], capture_output=True, text=True,
@@ -282,14 +316,20 @@ def main(argv=None):
                       help="run the session, trainstep (and original) steps "
                       "in turn in one process per layer count, so that the "
                       "steady-step ratios share the machine's load")
+  parser.add_argument("--session-threads", action="store_true",
+                      help="size TF's process-wide intra-op pool from the "
+                      "Sessions' config (1 thread) before lowering, as the "
+                      "original gets it (see the module doc)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.worker in ("interleaved", "interleaved_v1"):
     print(json.dumps(run_interleaved(args.layers[0], args.steps, args.paths,
-                                     v1=args.worker == "interleaved_v1")))
+                                     v1=args.worker == "interleaved_v1",
+                                     session_threads=args.session_threads)))
     return
   if args.worker:
-    print(json.dumps(_worker(args.worker, args.layers[0], args.steps)))
+    print(json.dumps(_worker(args.worker, args.layers[0], args.steps,
+                             args.session_threads)))
     return
   paths = list(args.paths)
   if "original" in paths and not _original_available():
@@ -297,25 +337,31 @@ def main(argv=None):
           "(pip install --no-deps mesh-tensorflow==0.1.21)")
     paths.remove("original")
   if args.interleaved:
-    print("steady step (median ms), steps taken in turn in one process")
+    print("steady step (median ms of wall and of process CPU time), steps "
+          "taken in turn in one process")
     for layers in args.layers:
       for mode in ("interleaved", "interleaved_v1"):
-        r = _spawn(mode, layers, args.steps, paths)
+        r = _spawn(mode, layers, args.steps, paths, args.session_threads)
         if "error" in r:
           print(f"{layers:>6} {mode} failed: {r['error']}")
           continue
-        cells = "  ".join(f"{p} {v:.1f}" for p, v in r.items())
-        ratios = "  ".join(f"session/{p} {r['session'] / r[p]:.2f}x"
-                           for p in r if p != "session")
         label = "TF2 graph" if mode == "interleaved" else "disable_v2"
-        print(f"{layers:>6} layers, {label}: {cells}  |  {ratios}")
+        for kind in ("wall", "cpu"):
+          t = r[kind]
+          cells = "  ".join(f"{p} {v:.1f}" for p, v in t.items())
+          ratios = "  ".join(f"session/{p} {t['session'] / t[p]:.2f}x"
+                             for p in t if p != "session")
+          print(f"{layers:>6} layers, {label}, {kind}: {cells}  |  {ratios}")
+        print(f"{layers:>6} layers, {label}, first step s: " + "  ".join(
+            f"{p} {v:.1f}" for p, v in r["first_s"].items()))
     return
   print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
         f"{'steady ms':>10} {'peak MiB':>9}  losses")
   for layers in args.layers:
     results = {}
     for path in paths:
-      r = results[path] = _spawn(path, layers, args.steps)
+      r = results[path] = _spawn(path, layers, args.steps,
+                                 session_threads=args.session_threads)
       if "error" in r:
         print(f"{layers:>6} {path:<16} failed: {r['error']}")
         continue

@@ -150,6 +150,36 @@ def matmul_plan(eq):
   return None
 
 
+def reduction_plan(eq):
+  """How the one-operand ``eq`` is a sum over some letters, or None.
+
+  Returns:
+    ``(axes, perm)``: the input axes summed out, and the permutation of the
+    kept axes into the output's order (None if they are in order already).
+  """
+  ins, out = _parse(eq)
+  if len(ins) != 1:
+    return None
+  (x,) = ins
+  if len(set(x)) != len(x) or len(set(out)) != len(out) or not set(
+      out) <= set(x):
+    return None
+  axes = tuple(i for i, c in enumerate(x) if c not in out)
+  kept = [c for c in x if c in out]
+  perm = tuple(kept.index(c) for c in out)
+  return axes, (None if perm == tuple(range(len(perm))) else perm)
+
+
+def _reduction_kernel(plan):
+  axes, perm = plan
+
+  def kernel(t):
+    if axes:
+      t = tf.reduce_sum(t, axes)
+    return tf.transpose(t, perm) if perm is not None else t
+  return kernel
+
+
 def _matrix(shape, n_free, contracted_first):
   """The 2-D shape of a slice whose free letters are its first or last
   ``n_free`` ones, and those letters' sizes."""
@@ -200,7 +230,8 @@ def einsum_kernel(eq, slice_shapes=None):
     eq: the slice-level equation.
     slice_shapes: the inputs' static slice shapes; with them, in a
       ``tf.compat.v1`` graph, an equation that is one matrix product runs
-      as ``tf.matmul``.
+      as ``tf.matmul``.  There a one-operand sum runs as
+      ``tf.reduce_sum`` (shapes or not).
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
@@ -208,6 +239,9 @@ def einsum_kernel(eq, slice_shapes=None):
   plan = matmul_plan(eq) if slice_shapes is not None else None
   if plan is not None and _in_session_graph():
     return _matmul_kernel(eq, plan, slice_shapes)
+  reduction = reduction_plan(eq)
+  if reduction is not None and _in_session_graph():
+    return _reduction_kernel(reduction)
   if not is_broadcast_product(eq):
     return lambda *ts: tf.einsum(eq, *ts)
   ins, out = _parse(eq)

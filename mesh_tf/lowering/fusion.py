@@ -257,12 +257,15 @@ class SlicewiseFuser:
     # In a plain (Session) graph TF optimises the whole step graph once,
     # before the first run, so calls there may be inlined: the step then
     # runs as unfused (no call per segment and device: 12-16% faster steady
-    # steps at 1 and 8 layers in benchmarks/mtf_port.py), while lowering
-    # still builds each segment once.  Inlined ops cost that first run
-    # about 1 ms each (8 layers: 17.5 s against 8.7 s; 32 layers fully
-    # inlined: 70 s against 18 s), so only the first
-    # MAX_INLINED_OPS_PER_GRAPH ops of a graph are.  Inside a tf.function
-    # (TrainStep) calls stay uninlined; see the module doc.
+    # steps at 1 and 8 layers in benchmarks/mtf_port.py; at 32 layers
+    # 632 against 971 ms, 0.54x against 0.83x the original's, in one
+    # interleaved run), while lowering still builds each segment once.
+    # Inlined ops cost that first run about 1-2 ms each (32 layers: 185 s
+    # against 36 s uninlined and the original's 217 s in that run), as the
+    # original's whole graph, which has more nodes, costs it; only past
+    # MAX_INLINED_OPS_PER_GRAPH ops of a graph do calls stay uninlined.
+    # Inside a tf.function (TrainStep) calls stay uninlined; see the
+    # module doc.
     inline = (not graph.building_function and self._inlined.get(graph, 0)
               < self.MAX_INLINED_OPS_PER_GRAPH)
     key = key + (inline,)
@@ -321,9 +324,10 @@ class SlicewiseFuser:
   # A segment of at most this many TF ops runs directly on each device: a
   # function call costs as much to build as one op and more to run.
   MAX_DIRECT_OPS = 1
-  # Ops of fused calls (over all devices) a Session graph may inline; the
-  # 8-layer benchmark model has about 12,400 (1 layer: 3,600; see flush).
-  MAX_INLINED_OPS_PER_GRAPH = 13000
+  # Ops of fused calls (over all devices) a Session graph may inline (see
+  # flush): the benchmark model has 3,600 at 1 layer, 20,300 at 8 and
+  # 77,500 at 32; past this bound a first run would take many minutes.
+  MAX_INLINED_OPS_PER_GRAPH = 200_000
 
   def _trace(self, order, wiring, specs, inline=False):
     """Traces the segment once; returns (function, executor type), or

@@ -92,3 +92,32 @@ def test_eager_and_tf_function_steps_keep_tf_einsum():
   graph = traced.get_concrete_function(a, b).graph
   assert "Einsum" in {op.type for op in graph.get_operations()}
   np.testing.assert_array_equal(eager(a, b), tf.einsum("abc,cd->abd", a, b))
+
+
+SUMS = ["abc->c", "abc->ac", "abc->", "abc->ca", "abc->cba", "ab->ab",
+        "abcd->db"]
+NOT_SUMS = ["aab->b", "abc,bc->a", "ab->abc"]
+
+
+@pytest.mark.parametrize("eq", SUMS)
+def test_one_operand_sums_run_as_reduce_sum_and_match_einsum(eq):
+  assert einsum_kernels.reduction_plan(eq) is not None
+  word = eq.split("->")[0]
+  rng = np.random.default_rng(5)
+  t = tf.constant(_value(word, rng))
+  kernel = _session_kernel(eq, [t.shape.as_list()])
+  graph = tf.function(kernel).get_concrete_function(t).graph
+  assert "Einsum" not in {op.type for op in graph.get_operations()}
+  np.testing.assert_allclose(kernel(t), np.einsum(eq, t.numpy()),
+                             rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("eq", NOT_SUMS)
+def test_other_equations_are_not_sums(eq):
+  assert einsum_kernels.reduction_plan(eq) is None
+
+
+def test_eager_sums_keep_tf_einsum():
+  t = tf.constant(_value("abc", np.random.default_rng(6)))
+  np.testing.assert_array_equal(einsum_kernels.einsum_kernel("abc->c")(t),
+                                tf.einsum("abc->c", t))
