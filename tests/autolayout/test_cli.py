@@ -373,16 +373,19 @@ def test_model_file_errors(model_file, tmp_path, capsys):
 
 
 def test_infeasible_error_states_the_smallest_feasible_memory(capsys):
-  rc = cli.main(["solve", *TINY, "--memory-budget", "2KiB"])
+  # --layout-only: the step as built, without the fallback to training
+  # decisions that a bare solve takes when nothing fits.
+  one = [*TINY, "--layout-only"]
+  rc = cli.main(["solve", *one, "--memory-budget", "2KiB"])
   err = capsys.readouterr().err
   assert rc == 3
   peak = int(re.search(r"\((\d+) bytes\)", err).group(1))
   # That budget is feasible, one byte less is not.
-  assert cli.main(["solve", *TINY, "--memory-budget", str(peak),
+  assert cli.main(["solve", *one, "--memory-budget", str(peak),
                    "-f", "json"]) == 0
   assert json.loads(capsys.readouterr().out)["result"]["memory"][
       "peak_bytes"] == peak
-  assert cli.main(["solve", *TINY, "--memory-budget", str(peak - 1)]) == 3
+  assert cli.main(["solve", *one, "--memory-budget", str(peak - 1)]) == 3
 
 
 # --- small pure helpers -------------------------------------------------------

@@ -205,7 +205,7 @@ def test_mixed_per_group_stages_equal_the_unsharded_step():
             for v in model.graph.trainable_variables}
   assert "d_model_storage_attention" in shapes["layer_0/attention/q"]
   assert "d_model_storage_ffn" in shapes["layer_0/ffn/wi/kernel"]
-  assert shapes["layer_0/ffn_norm/scale"] == {"d_model"}
+  assert shapes["layer_0/ffn_norm/layer_norm/layer_norm_scale"] == {"d_model"}
   step = train_step_for_model(model, mesh, rules, mtf.logical_cpu_devices(8),
                               optimize.AdamWeightDecayOptimizer(1e-2))
   loss = float(step(**model.random_values()))
