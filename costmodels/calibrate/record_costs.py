@@ -58,7 +58,7 @@ from costmodels.calibrate.fit import CalibrationError
 #: How strongly each class's cost is pulled towards the common cost per
 #: record (a relative deviation of 1 costs as much as ``sqrt(RIDGE)`` of
 #: one step's relative residual).  Weak: the steps decide where they can.
-RIDGE = 0.05
+RIDGE = 1e-4
 
 
 class RecordCosts(NamedTuple):
