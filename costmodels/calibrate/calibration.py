@@ -179,7 +179,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   # The collectives' shape-restoring kernels ran in the probes' chains, at
   # the chained kernels' launch cost: take that off, not a step record's.
   coll = _collective_only(samples, chip)
-  chip, record_rows = _with_record_costs(samples, chip)
+  chip, record_rows, message_s = _with_record_costs(samples, chip,
+                                                    len(procs) == 1)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
            cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
@@ -199,6 +200,9 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
            for f in chip.compute_fits]
   local_fits, table = _link_fits(coll, "device")
   rows += table
+  # A message of a collective in a step costs at least what the steps say.
+  local_fits = tuple(f._replace(latency_s=max(f.latency_s, message_s))
+                     for f in local_fits)
   dims = []
   per_task = n // max(1, len(procs))
   if len(procs) > 1:
@@ -217,14 +221,17 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   return topology, rows
 
 
-def _with_record_costs(samples, chip):
+def _with_record_costs(samples, chip, one_process):
   """``chip`` with the fixed cost per record fitted on the ``model_step``
   timings (:mod:`costmodels.calibrate.record_costs`), if any, as its
   ``launch_overhead_s`` (the elementwise record's) and its class fits'
-  ``latency_s`` (the excess of each class over it); and the fit's rows."""
+  ``latency_s`` (the excess of each class over it); on ``one_process``
+  (the steps' messages all on the one ``device`` link), the
+  cost of a message in a step, which each of the link's collective fits'
+  ``latency_s`` is raised to (else 0); and the fit's rows."""
   rc = record_costs.fit_record_costs(samples, chip.compute_fit)
   if rc is None:
-    return chip, []
+    return chip, [], 0.0
   launch = rc.costs.get("elementwise", rc.common_s)
   fits = tuple(f._replace(latency_s=max(rc.costs[f.pattern] - launch, 0.0))
                if f.pattern in rc.costs else f for f in chip.compute_fits)
@@ -233,7 +240,14 @@ def _with_record_costs(samples, chip):
   rows = [("record in a step", "chip", f"fixed cost per compute record, "
            f"fitted on {rc.samples} model steps: {detail} (common "
            f"{rc.common_s * 1e6:.3g} us)", launch, 0.0, "", rc.rel_residual)]
-  return chip._replace(launch_overhead_s=launch, compute_fits=fits), rows
+  chip = chip._replace(launch_overhead_s=launch, compute_fits=fits)
+  if not (one_process and rc.message_s > 0):
+    return chip, rows, 0.0
+  rows.append(("message in a step", "device", "fixed cost per slice a "
+               "device receives in a collective, fitted on the model steps "
+               "with collectives (each fit's latency at least this)",
+               rc.message_s, 0.0, "", rc.rel_residual))
+  return chip, rows, rc.message_s
 
 
 def _allsplit_check(samples, chip):

@@ -61,6 +61,8 @@ class Sample(NamedTuple):
       model, its compute negligible): ``((class, count, flops, bytes),
       ...)``, its compute records per pricing class (the record's pattern,
       or ``"elementwise"``), with their FLOPs and bytes per device summed.
+    messages: of a ``model_step`` timing: ``sum(group_size - 1)`` over the
+      step's collectives (the slices each device receives).
 
   ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
   all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
@@ -77,6 +79,7 @@ class Sample(NamedTuple):
   companion_bytes: int = 0
   pattern: str = ""
   records: tuple = ()
+  messages: int = 0
 
 
 def sample_from_dict(d):

@@ -68,7 +68,8 @@ class Plan(NamedTuple):
                     * len(self.overlap_compute_reps))
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
-            + len(self.dtypes) - 1 + 3 + len(self.model_steps))
+            + len(self.dtypes) - 1 + 3 + len(self.model_steps)
+            * len(probes_lib.MODEL_STEP_LAYOUTS))
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):

@@ -434,27 +434,40 @@ def record_classes(trace):
   return tuple((c,) + v for c, v in sorted(out.items()))
 
 
-def model_step_probes(devices, names=tuple(MODEL_STEPS)):
+#: The layouts of each ``model_step`` probe on mesh ``x:n``: replicated
+#: (every device runs every record, as the cost of a record assumes) and
+#: data parallel (the same records and the gradients' all-reduces: the
+#: cost of a collective's messages in a step).
+MODEL_STEP_LAYOUTS = ("", "batch:x")
+
+
+def model_step_probes(devices, names=tuple(MODEL_STEPS),
+                      layouts=MODEL_STEP_LAYOUTS):
   """Probes ``model_step``: one SGD training step of each small zoo model
-  of ``names``, replicated on every device (so that every device runs
-  every record, as the cost of a record assumes), warmed up; ``pattern``
-  names the model and ``records`` counts its records per class."""
+  of ``names`` under each of ``layouts`` on every device, warmed up;
+  ``pattern`` names the model, ``records`` counts its records per class
+  and ``messages`` its collectives' slices received per device."""
   import costmodels  # pylint: disable=import-outside-toplevel
   from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
   n = len(devices)
+  mesh = f"x:{n}"
   out = []
   for name in names:
-    model = _zoo_model(name)
-    step = training.train_step_for_model(model, f"x:{n}", "", devices,
-                                         optimize.SgdOptimizer(0.01))
-    feeds = model.random_values(seed=1)
-    step(**feeds).numpy()
-    records = record_classes(costmodels.trace_graph(step.graph, f"x:{n}",
-                                                    ""))
-    total = sum(r[1] for r in records)
-    out.append(Probe(f"{name} model step, {total} records",
-                     Sample("model_step", "", n, 0, float(total), 0.0,
-                            pattern=name, records=records),
-                     [lambda step=step, f=feeds: step(**f).numpy()], 1,
-                     lambda _: None))
+    for rules in layouts:
+      model = _zoo_model(name)
+      step = training.train_step_for_model(model, mesh, rules, devices,
+                                           optimize.SgdOptimizer(0.01))
+      feeds = model.random_values(seed=1)
+      step(**feeds).numpy()
+      trace = costmodels.trace_graph(step.graph, mesh, rules)
+      records = record_classes(trace)
+      total = sum(r[1] for r in records)
+      messages = sum(c.group_size - 1 for c in trace.collectives)
+      out.append(Probe(
+          f"{name} model step {rules or 'replicated'}, {total} records",
+          Sample("model_step", "", n, 0, float(total), 0.0,
+                 pattern=f"{name} {rules}".strip(), records=records,
+                 messages=messages),
+          [lambda step=step, f=feeds: step(**f).numpy()], 1,
+          lambda _: None))
   return out

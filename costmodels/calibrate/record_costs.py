@@ -17,10 +17,18 @@ prediction of ``benchmarks/cost_model_truth.py`` came out about 2x too fast.
 The fit: each ``model_step`` :class:`~costmodels.calibrate.fit.Sample` is
 one training step of a small model with its compute records counted per
 pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
-the key :func:`costmodels.compute.compute_time` prices it by).  Its time,
-less the FLOP and byte terms the class fits already price, is
+the key :func:`costmodels.compute.compute_time` prices it by), replicated
+or data parallel.  Its time, less the FLOP and byte terms the class fits
+already price, is
 
-    ``T - work = sum_c n_c * F_c``
+    ``T - work = sum_c n_c * F_c + m * F_msg``
+
+with ``m`` the messages of its collectives (``sum(group_size - 1)``: the
+slices each device receives; 0 replicated).  The same holds for the
+collectives as for the records: a chained all-reduce probe repeats one
+collective hot, while each slice a device receives in a step is a
+send/receive pair among hundreds of other ops (about 50-120 us a message
+in steps, against 2-30 us in the chains, measured as above).
 
 with ``F_c >= 0`` the fixed seconds of one record of class ``c``: non-
 negative least squares on relative residuals, with a weak ridge that pulls
@@ -33,8 +41,10 @@ records and the layout search prices records, not steps, so it is spread
 over the records.
 
 In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise`` and
-each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)``:
-data, as before, with the same pricing formula.
+each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)``;
+on one process, each collective fit's ``latency_s`` (seconds per step of
+its law) becomes at least ``F_msg``: data, as before, with the same
+pricing formulas.
 
 Example:
   >>> from costmodels.calibrate.fit import Sample
@@ -69,11 +79,15 @@ class RecordCosts(NamedTuple):
     common_s: the common cost per record (every class alike).
     rel_residual: RMS relative residual of the steps' times.
     samples: steps it was fitted on.
+    message_s: fixed seconds per message of a collective in a step (each
+      slice a device receives), where steps with collectives were timed;
+      else 0.
   """
   costs: Dict[str, float]
   common_s: float
   rel_residual: float
   samples: int
+  message_s: float = 0.0
 
 
 def _work_s(cls, count, flops, nbytes, class_fit):
@@ -139,16 +153,25 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE):
     # a noisy one cannot go negative.
     ys.append(max(s.seconds - work, 0.1 * s.seconds))
     xs.append([float(counts[c]) for c in classes])
-  common = sum(ys) / sum(sum(x) for x in xs)
+  msgs = [float(s.messages) for s in steps]
+  # The common cost per record, from the steps without collectives if any.
+  plain = [i for i, m in enumerate(msgs) if not m] or range(len(steps))
+  common = sum(ys[i] for i in plain) / sum(sum(xs[i]) for i in plain)
+  with_msgs = any(msgs)
+  if with_msgs:
+    xs = [x + [m] for x, m in zip(xs, msgs)]
   x = np.array(xs) / np.array(ys)[:, None]
   y = np.ones(len(ys))
   if ridge > 0 and len(classes) > 1:
     w = math.sqrt(ridge)
-    x = np.vstack([x, w * np.eye(len(classes)) / common])
+    pull = np.hstack([w * np.eye(len(classes)) / common,
+                      np.zeros((len(classes), int(with_msgs)))])
+    x = np.vstack([x, pull])
     y = np.concatenate([y, w * np.ones(len(classes))])
   coef = _nnls(x, y)
   pred = np.array(xs) @ np.array(coef)
   res = float(np.sqrt(np.mean(np.square((pred - np.array(ys))
                                         / np.array(ys)))))
   return RecordCosts({c: float(f) for c, f in zip(classes, coef)},
-                     float(common), res, len(steps))
+                     float(common), res, len(steps),
+                     float(coef[-1]) if with_msgs else 0.0)

@@ -175,3 +175,32 @@ def test_record_classes_counts_a_trace_per_pricing_class():
   assert got["matmul"][0] == 1 and got["matmul"][1] == 2 * 2 * 8 * 16
   assert sum(n for n, _, _ in got.values()) == len(trace.compute)
   assert "elementwise" in got
+
+
+def test_messages_of_data_parallel_steps_price_a_message_in_a_step():
+  per_msg = 8e-5
+  steps = _samples() + [
+      s._replace(pattern=s.pattern + " batch:x", messages=m,
+                 seconds=s.seconds + m * per_msg)
+      for s, m in zip(_samples(), (70, 175, 49, 301))]
+  got = fit_record_costs(steps, FITS.get, ridge=0.0)
+  assert got.message_s == pytest.approx(per_msg, rel=1e-6)
+  for cls, want in TRUTH.items():
+    assert got.costs[cls] == pytest.approx(want, rel=1e-6), cls
+  assert fit_record_costs(_samples(), FITS.get).message_s == 0.0
+  # In the topology: every collective fit of the one link costs at least
+  # that per step of its law.
+  info = {"devices": [f"/device:CPU:{i}" for i in range(8)],
+          "device_types": ["CPU"]}
+  base, _ = calibration.fit_topology(_measured_like(), info, "base")
+  steps = [s._replace(seconds=sum(r[1] * TRUTH[r[0]] + _work(base.chip, r)
+                                  for r in s.records)
+                      + s.messages * per_msg) for s in steps]
+  topo, rows = calibration.fit_topology(_measured_like() + steps, info, "x")
+  (ar,) = topo.chip.link.collectives
+  (ar0,) = base.chip.link.collectives
+  assert ar0.latency_s < per_msg / 2
+  assert ar.latency_s == pytest.approx(per_msg, rel=0.35)
+  assert ar.bandwidth_bytes_per_s == ar0.bandwidth_bytes_per_s
+  assert topo.dims[-1].link == topo.chip.link
+  assert any(r[0] == "message in a step" for r in rows)
