@@ -58,7 +58,7 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   write rows (as ``cost_model_truth.run_model`` does in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
-  from benchmarks.cost_model_truth import _training_graph
+  from benchmarks.cost_model_truth import _statistic, _training_graph
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
   from mesh_tf import distributed as dist
@@ -95,8 +95,9 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
         steps[i][5].append(time.perf_counter() - t0)
       else:
         probe_times[i - len(steps)].append(probes[i - len(steps)].once())
-  # The mean, as the single-process part (see cost_model_truth.run_model).
-  samples = [p.measured(t, "mean") for p, t in zip(probes, probe_times)]
+  # As the single-process part (see cost_model_truth.run_model).
+  samples = [p.measured(t, _statistic(p, "mean"))
+             for p, t in zip(probes, probe_times)]
   info = {"devices": list(devices), "device_types": ["CPU"]}
   fitted, _ = cal_mod.fit_topology(samples, info, "cluster-interleaved")
   inter_path = topo_path[:-5] + "-interleaved.json"
