@@ -30,10 +30,13 @@ Targets (issue 15): Spearman >= 0.9 per model, median error <= 25%, auto
 within 1.05x of the best measured layout.
 
 ``--cluster`` adds one model on a 2-process mesh ``hosts:2;local:4`` (two
-``mtf-worker``s on 127.0.0.1, calibrated on their own).
+``mtf-worker``s on 127.0.0.1, calibrated on their own for the auto layout,
+then predicted from calibration probes timed in the same rounds as its
+steps, as above).
 
 Reproduce:
-  python benchmarks/cost_model_truth.py                 # full, ~6 min idle
+  python benchmarks/cost_model_truth.py                 # full, ~6-8 min idle
+                                                        # (11 min at load 9)
   python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
 """
 
