@@ -61,6 +61,7 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   from benchmarks.cost_model_truth import _statistic, _training_graph
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
+  from costmodels.calibrate.fit import CalibrationError
   from mesh_tf import distributed as dist
   from mesh_tf import optimize, training
   topology = costmodels.get_topology(topo_path)
@@ -99,17 +100,24 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   samples = [p.measured(t, _statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
   info = {"devices": list(devices), "device_types": ["CPU"]}
-  fitted, _ = cal_mod.fit_topology(samples, info, "cluster-interleaved")
-  inter_path = topo_path[:-5] + "-interleaved.json"
-  topology_file.write_topology(inter_path, fitted, cal_mod.json_safe(
-      {"interleaved_with": "mlp", "rounds": rounds, "devices": info,
-       "samples": [x._asdict() for x in samples]}))
-  interleaved = costmodels.get_topology(inter_path)
+  fallback = None
+  try:
+    fitted, _ = cal_mod.fit_topology(samples, info, "cluster-interleaved")
+    inter_path = topo_path[:-5] + "-interleaved.json"
+    topology_file.write_topology(inter_path, fitted, cal_mod.json_safe(
+        {"interleaved_with": "mlp", "rounds": rounds, "devices": info,
+         "samples": [x._asdict() for x in samples]}))
+    interleaved = costmodels.get_topology(inter_path)
+  except CalibrationError as e:
+    # A loaded machine can leave the interleaved timings unfittable (e.g.
+    # a larger einsum no slower than a smaller one): say so and predict
+    # from the up-front file instead of losing the run.
+    fallback, interleaved = str(e), topology
   rows = [(s[0], MESH, s[1], costmodels.evaluate(
       _training_graph(_build).graph, MESH, s[1], interleaved).step_time_s,
            statistics.median(s[5]), min(s[5]), s[2]) for s in steps]
   with open(out_path, "w", encoding="utf-8") as f:
-    json.dump(rows, f)
+    json.dump({"rows": rows, "fallback": fallback}, f)
 
 
 def run(rounds, quick, console):
@@ -140,7 +148,12 @@ def run(rounds, quick, console):
       raise RuntimeError("the cluster client failed:\n"
                          + client.stderr[-3000:])
     with open(out, encoding="utf-8") as f:
-      rows = [tuple(r) for r in json.load(f)]
+      got = json.load(f)
+    rows = [tuple(r) for r in got["rows"]]
+    if got["fallback"]:
+      console.print(f"[yellow]{MESH}: the interleaved probes could not be "
+                    f"fitted ({got['fallback']}); predicted from the "
+                    "up-front calibration[/yellow]")
     return f"mlp@{MESH}", rows
   finally:
     local.stop(procs)
