@@ -30,10 +30,13 @@ Targets (issue 15): Spearman >= 0.9 per model, median error <= 25%, auto
 within 1.05x of the best measured layout.
 
 ``--cluster`` adds one model on a 2-process mesh ``hosts:2;local:4`` (two
-``mtf-worker``s on 127.0.0.1, calibrated on their own).
+``mtf-worker``s on 127.0.0.1, calibrated on their own for the auto layout,
+then predicted from calibration probes timed in the same rounds as its
+steps, as above).
 
 Reproduce:
-  python benchmarks/cost_model_truth.py                 # full, ~6 min idle
+  python benchmarks/cost_model_truth.py                 # full, ~6-8 min idle
+                                                        # (11 min at load 9)
   python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
 """
 
@@ -224,7 +227,11 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   them, and on a machine time-shared with other work the median of short
   calls picks the calls no other process interrupted, while every long
   step is interrupted in proportion to the load; the mean of the short
-  calls carries the interruptions in the same proportion.
+  calls carries the interruptions in the same proportion.  Probes that
+  are whole training steps (``step``, ``model_step``: 2-40 ms, as long as
+  the layouts' steps) are summarised as the steps are, by the median: their
+  mean carried the bursts of a loaded machine that the steps' medians
+  leave out, and priced every layout 30% too slow at a load ratio of 3.8.
   """
   import costmodels
   from costmodels.calibrate import calibration as cal_mod
@@ -254,7 +261,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
       else:
         k = i - len(steps)
         probe_times[k].append(probes[k].once())
-  samples = [p.measured(t, probe_statistic)
+  samples = [p.measured(t, _statistic(p, probe_statistic))
              for p, t in zip(probes, probe_times)]
   fitted, fit_rows = cal_mod.fit_topology(samples, calibration["devices"],
                                           os.path.basename(topo_path)[:-5])
@@ -262,7 +269,8 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
       "interleaved_with": name, "rounds": rounds,
       "devices": calibration["devices"],
       "fits": [dict(zip(cal_mod.FIT_COLUMNS, r)) for r in fit_rows],
-      "samples": [s._asdict() for s in samples]}))
+      "samples": [s._asdict() for s in samples],
+      "probe_times": {p.label: t for p, t in zip(probes, probe_times)}}))
   interleaved = costmodels.get_topology(topo_path)
   rows = []
   for label, mesh, rules, _, times in steps:
@@ -278,6 +286,11 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   console.print(f"[dim]{name}: {len(rows)} layouts and {len(probes)} "
                 f"calibration probes x {rounds} rounds -> {topo_path}[/dim]")
   return rows, load
+
+
+def _statistic(probe, default):
+  """How ``probe``'s interleaved timings are summarised (see run_model)."""
+  return "median" if probe.sample.what in ("step", "model_step") else default
 
 
 def summarize(name, rows, load=None):

@@ -2,10 +2,13 @@
 
 Starts two real ``mtf-worker`` processes on 127.0.0.1 (4 logical CPU devices
 each), calibrates them (``costmodels.calibrate`` with ``cluster=``, so the
-cross-process axis gets its own measured collectives), then, in a client
-subprocess connected to them, times the MLP's training step under at least
-12 layouts and the solver's auto layout.  Every process started here is
-killed before :func:`run` returns.
+cross-process axis gets its own measured collectives; the solver's auto
+layout is chosen with that file), then, in a client subprocess connected to
+them, times the MLP's training step under at least 12 layouts and the auto
+layout, in shuffled rounds with every calibration probe, and predicts from
+the probes' fit, as the single-process part does (the up-front file's
+prediction is kept beside it).  Every process started here is killed
+before :func:`run` returns.
 
 Reproduce (through the main benchmark):
   python benchmarks/cost_model_truth.py --cluster --models mlp
@@ -49,11 +52,16 @@ def _env():
   return local.worker_env(ROOT)
 
 
-def _client(addresses, topo_path, rounds, out_path):
-  """Runs in the client subprocess: connect, lower, time, write rows."""
+def _client(addresses, topo_path, rounds, out_path, quick=False):
+  """Runs in the client subprocess: connect, lower, time the steps and
+  every calibration probe in the same shuffled rounds, fit the probes,
+  write rows (as ``cost_model_truth.run_model`` does in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
-  from benchmarks.cost_model_truth import _training_graph
+  from benchmarks.cost_model_truth import _statistic, _training_graph
+  from costmodels.calibrate import calibration as cal_mod
+  from costmodels.calibrate import measure, topology_file
+  from costmodels.calibrate.fit import CalibrationError
   from mesh_tf import distributed as dist
   from mesh_tf import optimize, training
   topology = costmodels.get_topology(topo_path)
@@ -73,18 +81,43 @@ def _client(addresses, topo_path, rounds, out_path):
     for _ in range(2):
       step(**feeds).numpy()
     steps.append([label, rules, pred, step, feeds, []])
-  order = list(range(len(steps)))
+  probes = measure.prepare(measure.make_plan((MESH,), quick), devices)
+  for p in probes:
+    p.warm()
+  probe_times = [[] for _ in probes]
+  order = list(range(len(steps) + len(probes)))
   rng = random.Random(0)
   for _ in range(rounds):
     rng.shuffle(order)
     for i in order:
-      t0 = time.perf_counter()
-      steps[i][3](**steps[i][4]).numpy()
-      steps[i][5].append(time.perf_counter() - t0)
-  rows = [(s[0], MESH, s[1], s[2], statistics.median(s[5]), min(s[5]))
-          for s in steps]
+      if i < len(steps):
+        t0 = time.perf_counter()
+        steps[i][3](**steps[i][4]).numpy()
+        steps[i][5].append(time.perf_counter() - t0)
+      else:
+        probe_times[i - len(steps)].append(probes[i - len(steps)].once())
+  # As the single-process part (see cost_model_truth.run_model).
+  samples = [p.measured(t, _statistic(p, "mean"))
+             for p, t in zip(probes, probe_times)]
+  info = {"devices": list(devices), "device_types": ["CPU"]}
+  fallback = None
+  try:
+    fitted, _ = cal_mod.fit_topology(samples, info, "cluster-interleaved")
+    inter_path = topo_path[:-5] + "-interleaved.json"
+    topology_file.write_topology(inter_path, fitted, cal_mod.json_safe(
+        {"interleaved_with": "mlp", "rounds": rounds, "devices": info,
+         "samples": [x._asdict() for x in samples]}))
+    interleaved = costmodels.get_topology(inter_path)
+  except CalibrationError as e:
+    # A loaded machine can leave the interleaved timings unfittable (e.g.
+    # a larger einsum no slower than a smaller one): say so and predict
+    # from the up-front file instead of losing the run.
+    fallback, interleaved = str(e), topology
+  rows = [(s[0], MESH, s[1], costmodels.evaluate(
+      _training_graph(_build).graph, MESH, s[1], interleaved).step_time_s,
+           statistics.median(s[5]), min(s[5]), s[2]) for s in steps]
   with open(out_path, "w", encoding="utf-8") as f:
-    json.dump(rows, f)
+    json.dump({"rows": rows, "fallback": fallback}, f)
 
 
 def run(rounds, quick, console):
@@ -108,22 +141,29 @@ def run(rounds, quick, console):
     out = os.path.join(tmp, "rows.json")
     client = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--client", addresses,
-         topo_path, str(rounds), out], cwd=ROOT, env=_env(),
+         topo_path, str(rounds), out] + (["--quick"] if quick else []),
+        cwd=ROOT, env=_env(),
         capture_output=True, text=True, timeout=1200)
     if client.returncode != 0 or not os.path.exists(out):
       raise RuntimeError("the cluster client failed:\n"
                          + client.stderr[-3000:])
     with open(out, encoding="utf-8") as f:
-      rows = [tuple(r) for r in json.load(f)]
+      got = json.load(f)
+    rows = [tuple(r) for r in got["rows"]]
+    if got["fallback"]:
+      console.print(f"[yellow]{MESH}: the interleaved probes could not be "
+                    f"fitted ({got['fallback']}); predicted from the "
+                    "up-front calibration[/yellow]")
     return f"mlp@{MESH}", rows
   finally:
     local.stop(procs)
 
 
 if __name__ == "__main__":
-  if len(sys.argv) == 6 and sys.argv[1] == "--client":
+  if len(sys.argv) in (6, 7) and sys.argv[1] == "--client":
     sys.path.insert(0, ROOT)
-    _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
+    _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5],
+            quick=sys.argv[6:] == ["--quick"])
     # Remote eager contexts can take seconds to tear down; rows are written.
     os._exit(0)  # pylint: disable=protected-access
   sys.exit(__doc__)

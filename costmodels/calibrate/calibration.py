@@ -36,6 +36,7 @@ from typing import NamedTuple, Tuple
 from costmodels import hardware
 from mesh_tf.core import dims as dims_lib
 from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import record_costs
 from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import CalibrationError, Sample
 from costmodels.topology.types import PhysicalDim, Topology
@@ -175,7 +176,11 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
           samples, dtype, cf.peak_flops_per_s),
       compute_fits=fit_lib.fit_patterns(samples, dtype, n,
                                         cf.launch_overhead_s))
+  # The collectives' shape-restoring kernels ran in the probes' chains, at
+  # the chained kernels' launch cost: take that off, not a step record's.
   coll = _collective_only(samples, chip)
+  chip, record_rows, message_s = _with_record_costs(samples, chip,
+                                                    len(procs) == 1)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
            cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
@@ -187,6 +192,7 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
           ("shared compute", "chip", f"slow-down when all {n} devices "
            "compute", 0.0, cf.shared_compute_factor, "x",
            res["compute, all devices"])]
+  rows += record_rows
   rows += [(f"einsum {f.pattern}", "chip", f"{dtype}, all {n} devices "
             f"(+{f.latency_s * 1e6:.3g} us, bytes at "
             f"{f.bandwidth_bytes_per_s / 1e9:.3g} GB/s)", f.latency_s,
@@ -194,6 +200,9 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
            for f in chip.compute_fits]
   local_fits, table = _link_fits(coll, "device")
   rows += table
+  # A message of a collective in a step costs at least what the steps say.
+  local_fits = tuple(f._replace(latency_s=max(f.latency_s, message_s))
+                     for f in local_fits)
   dims = []
   per_task = n // max(1, len(procs))
   if len(procs) > 1:
@@ -210,6 +219,35 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   topology = Topology(name, chip, tuple(dims))
   rows += _allsplit_check(samples, chip)
   return topology, rows
+
+
+def _with_record_costs(samples, chip, one_process):
+  """``chip`` with the fixed cost per record fitted on the ``model_step``
+  timings (:mod:`costmodels.calibrate.record_costs`), if any, as its
+  ``launch_overhead_s`` (the elementwise record's) and its class fits'
+  ``latency_s`` (the excess of each class over it); on ``one_process``
+  (the steps' messages all on the one ``device`` link), the
+  cost of a message in a step, which each of the link's collective fits'
+  ``latency_s`` is raised to (else 0); and the fit's rows."""
+  rc = record_costs.fit_record_costs(samples, chip.compute_fit)
+  if rc is None:
+    return chip, [], 0.0
+  launch = rc.costs.get("elementwise", rc.common_s)
+  fits = tuple(f._replace(latency_s=max(rc.costs[f.pattern] - launch, 0.0))
+               if f.pattern in rc.costs else f for f in chip.compute_fits)
+  detail = ", ".join(f"{c} {t * 1e6:.3g} us" for c, t in
+                     sorted(rc.costs.items()))
+  rows = [("record in a step", "chip", f"fixed cost per compute record, "
+           f"fitted on {rc.samples} model steps: {detail} (common "
+           f"{rc.common_s * 1e6:.3g} us)", launch, 0.0, "", rc.rel_residual)]
+  chip = chip._replace(launch_overhead_s=launch, compute_fits=fits)
+  if not (one_process and rc.message_s > 0):
+    return chip, rows, 0.0
+  rows.append(("message in a step", "device", "fixed cost per slice a "
+               "device receives in a collective, fitted on the model steps "
+               "with collectives (each fit's latency at least this)",
+               rc.message_s, 0.0, "", rc.rel_residual))
+  return chip, rows, rc.message_s
 
 
 def _allsplit_check(samples, chip):
@@ -384,7 +422,7 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
   info = {k: v for k, v in info.items() if k != "event"}
   info.setdefault("memory_bytes_per_device", _host_memory_bytes()
                   // max(1, len(info["devices"])))
-  samples = tuple(Sample(**{k: v for k, v in e.items() if k != "event"})
+  samples = tuple(fit_lib.sample_from_dict(e)
                   for e in events if e["event"] == "sample")
   seconds = next(e for e in events if e["event"] == "done")["seconds"]
   if name is None:

@@ -55,7 +55,14 @@ class Sample(NamedTuple):
     companion_bytes: bytes read + written by the rep's shape-restoring
       kernel (collectives).
     pattern: the contraction pattern of a ``matmul`` timing (see
-      :mod:`costmodels.compute_fits`), or ``""``.
+      :mod:`costmodels.compute_fits`), the model of a ``model_step``
+      timing, or ``""``.
+    records: of a ``model_step`` timing (one training step of a small
+      model, its compute negligible): ``((class, count, flops, bytes),
+      ...)``, its compute records per pricing class (the record's pattern,
+      or ``"elementwise"``), with their FLOPs and bytes per device summed.
+    messages: of a ``model_step`` timing: ``sum(group_size - 1)`` over the
+      step's collectives (the slices each device receives).
 
   ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
   all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
@@ -71,6 +78,17 @@ class Sample(NamedTuple):
   link: str = ""
   companion_bytes: int = 0
   pattern: str = ""
+  records: tuple = ()
+  messages: int = 0
+
+
+def sample_from_dict(d):
+  """The :class:`Sample` of a dict as JSON gives it back (``records`` as
+  lists), with tuples again; keys that are not fields (``event``) are
+  dropped."""
+  d = {k: v for k, v in d.items() if k in Sample._fields}
+  d["records"] = tuple(tuple(r) for r in d.get("records", ()))
+  return Sample(**d)
 
 
 def nonneg_lstsq(xs, ys, relative=True):
@@ -261,10 +279,15 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
   models run: the patterns contend for shared cores and memory unlike
   each other, e.g. transposes are memory-bound).
 
-  Model: ``T - launch_s = latency + F / flops_per_s + B / bandwidth``
-  (``B`` read + written), non-negative least squares on
-  relative residuals; a pattern timed at fewer than two sizes fits its
-  FLOP rate alone.
+  Model: ``T = launch_s + latency + F / flops_per_s + B / bandwidth``
+  (``B`` read + written), non-negative least squares on relative
+  residuals of the whole timing ``T``, with one fixed term ``c`` whose
+  excess over the chip's ``launch_s`` is the pattern's ``latency``
+  (``max(c - launch_s, 0)``); a pattern timed at fewer than two sizes
+  fits its FLOP rate alone.  (Subtracting ``launch_s`` from each timing
+  before fitting, as this once did, left the smallest timings near zero,
+  and their relative residuals then decided the fit: the elementwise
+  bandwidth came out at 220 GB/s per device where every timing said 4-8.)
 
   Returns:
     A tuple of fits, sorted by pattern.
@@ -288,8 +311,10 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
       by.setdefault("elementwise", []).append(s)
   out = []
   for pattern, rows in sorted(by.items()):
-    ys = [max(s.seconds - launch_s, 0.02 * s.seconds) for s in rows]
     fixed = 1.0 if len(rows) >= 2 else 0.0
+    # Fits through the origin price the time beyond the launch.
+    net = [max(s.seconds - launch_s, 0.02 * s.seconds) for s in rows]
+    ys = [s.seconds for s in rows] if fixed else net
     if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
       xs = [[fixed, 0.0, s.nbytes] for s in rows]
     elif len(rows) >= 3:
@@ -309,10 +334,13 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
       xs = [[0.0, 0.0, 0.0] for _ in rows]
       for x, s in zip(xs, rows):
         x[col] = s.nbytes if col == 2 else s.flops
-      (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
+      fixed = 0.0
+      (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, net)
     if inv_peak <= 0 and inv_bw <= 0:
       raise CalibrationError(f"the {pattern} timings cannot be fitted to "
                              "their size; measure larger sizes")
+    if fixed:
+      lat = max(float(lat) - launch_s, 0.0)
     out.append(ComputeClassFit(pattern, float(lat),
                                1.0 / inv_peak if inv_peak > 0 else math.inf,
                                1.0 / inv_bw if inv_bw > 0 else math.inf,

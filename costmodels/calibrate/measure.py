@@ -45,6 +45,8 @@ class Plan(NamedTuple):
       convolution probes (``conv`` and ``conv_filter``).
     overlap_bytes: all-reduce sizes of the overlap probes.
     overlap_compute_reps: einsum chain lengths run beside them.
+    model_steps: small zoo models whose training steps price the fixed
+      cost of a record in a step (:data:`probes_lib.MODEL_STEPS`).
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -55,6 +57,7 @@ class Plan(NamedTuple):
   convs: tuple = ()
   overlap_bytes: Tuple[int, ...] = ()
   overlap_compute_reps: Tuple[int, ...] = ()
+  model_steps: Tuple[str, ...] = ()
 
   @property
   def num_benchmarks(self):
@@ -65,13 +68,15 @@ class Plan(NamedTuple):
                     * len(self.overlap_compute_reps))
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
-            + len(self.dtypes) - 1 + 3)
+            + len(self.dtypes) - 1 + 3 + len(self.model_steps)
+            * len(probes_lib.MODEL_STEP_LAYOUTS))
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan: about 60 s on 8 logical CPU devices of a 2-core
   machine, ``quick`` about 20 s (sizes straddle the all-reduce's switch
-  from per-device sums to reduce + broadcast at 256 KiB)."""
+  from per-device sums to reduce + broadcast at 256 KiB; ``quick`` times
+  the training steps of two of the small models, the full plan all four)."""
   # Forms the zoo's dense layers, attention and their gradients issue.
   matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
             for k in (64, 128, 256)] + [
@@ -91,12 +96,12 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
     return Plan(tuple(meshes), (4096, 131072, 524288, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::2]),
-                (1048576,), (2,))
+                (1048576,), (2,), ("transformer", "conv3d"))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
               tuple(convs),
-              (262144, 1048576), (1, 3))
+              (262144, 1048576), (1, 3), tuple(probes_lib.MODEL_STEPS))
 
 
 def _tf():
@@ -163,6 +168,7 @@ def prepare(plan, devices, sync=None):
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices)
+  out += probes_lib.model_step_probes(devices, plan.model_steps)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:
@@ -188,7 +194,8 @@ def run(plan, devices, emit, sync=None):
   probes = prepare(plan, devices, sync)
   for i, p in enumerate(probes):
     p.warm()
-    calls = plan.calls * (3 if p.sample.what == "step" else 1)
+    calls = plan.calls * (3 if p.sample.what in ("step", "model_step")
+                          else 1)
     samples.append(p.measured([p.once() for _ in range(calls)]))
     emit({"event": "progress", "done": i + 1, "total": len(probes),
           "label": p.label})

@@ -397,3 +397,77 @@ def step_probes(devices, depths=(1, 4, 8), width=8):
                      [lambda step=step, x=x: step(x).numpy()], 1,
                      lambda _: None))
   return out
+
+
+#: The small models of the ``model_step`` probes: the zoo's layers (dense,
+#: layer norm, attention, embedding, mixture of experts, 3-D convolution,
+#: softmax cross-entropy) at sizes where compute is negligible beside the
+#: fixed cost of their records (see :mod:`costmodels.calibrate.record_costs`).
+MODEL_STEPS = {
+    "mlp": dict(layers=4, batch=8, d_model=8, d_ff=8, classes=8),
+    "transformer": dict(layers=2, d_model=8, heads=2, d_kv=4, d_ff=8,
+                        vocab=16, length=4, batch=8),
+    "moe": dict(layers=2, d_model=8, heads=2, d_kv=4, d_ff=8, vocab=16,
+                length=4, batch=8, experts=8),
+    "conv3d": dict(layers=2, batch=8, depth=4, height=4, width=4, channels=4,
+                   classes=4),
+}
+
+
+def _zoo_model(name):
+  from mesh_tf import models  # pylint: disable=import-outside-toplevel
+  build = {"mlp": models.mlp, "transformer": models.transformer_lm,
+           "moe": models.moe_transformer_lm, "conv3d": models.conv3d_net}
+  return build[name](**MODEL_STEPS[name])
+
+
+def record_classes(trace):
+  """``((class, count, flops, bytes), ...)`` of a trace's compute records,
+  per the class :func:`costmodels.compute.compute_time` prices them by
+  (the pattern of a contraction, else ``elementwise``), sorted."""
+  out = {}
+  for r in trace.compute:
+    cls = r.pattern if r.matmul else "elementwise"
+    n, f, b = out.get(cls, (0, 0, 0))
+    out[cls] = (n + 1, f + r.flops_per_device,
+                b + r.output_bytes_per_device + r.input_bytes_per_device)
+  return tuple((c,) + v for c, v in sorted(out.items()))
+
+
+#: The layouts of each ``model_step`` probe on mesh ``x:n``: replicated
+#: (every device runs every record, as the cost of a record assumes) and
+#: data parallel (the same records and the gradients' all-reduces: the
+#: cost of a collective's messages in a step).
+MODEL_STEP_LAYOUTS = ("", "batch:x")
+
+
+def model_step_probes(devices, names=tuple(MODEL_STEPS),
+                      layouts=MODEL_STEP_LAYOUTS):
+  """Probes ``model_step``: one SGD training step of each small zoo model
+  of ``names`` under each of ``layouts`` on every device, warmed up;
+  ``pattern`` names the model, ``records`` counts its records per class
+  and ``messages`` its collectives' slices received per device."""
+  import costmodels  # pylint: disable=import-outside-toplevel
+  from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
+  n = len(devices)
+  mesh = f"x:{n}"
+  out = []
+  for name in names:
+    for rules in layouts:
+      model = _zoo_model(name)
+      step = training.train_step_for_model(model, mesh, rules, devices,
+                                           optimize.SgdOptimizer(0.01))
+      feeds = model.random_values(seed=1)
+      step(**feeds).numpy()
+      trace = costmodels.trace_graph(step.graph, mesh, rules)
+      records = record_classes(trace)
+      total = sum(r[1] for r in records)
+      messages = sum(c.group_size - 1 for c in trace.collectives)
+      out.append(Probe(
+          f"{name} model step {rules or 'replicated'}, {total} records",
+          Sample("model_step", "", n, 0, float(total), 0.0,
+                 pattern=f"{name} {rules}".strip(), records=records,
+                 messages=messages),
+          [lambda step=step, f=feeds: step(**f).numpy()], 1,
+          lambda _: None))
+  return out

@@ -296,6 +296,14 @@ def test_quick_calibration_end_to_end(tmp_path):
   assert meta["meshes"] == ["x:8", "a:2;b:4"] and meta["samples"]
   assert {"x", "a", "b"} <= {s["axis"] for s in meta["samples"]}
   assert set(c.frame().columns) == set(calibration.FIT_COLUMNS)
+  # The fixed cost of a record inside a lowered step, from the small
+  # models' training steps (that of a message is fitted only where the
+  # data-parallel steps ran slower, which noise may hide in a quick run).
+  assert "record in a step" in {r[0] for r in c.fits}
+  steps = [s for s in meta["samples"] if s["what"] == "model_step"]
+  assert {s["pattern"] for s in steps} == {
+      "transformer", "transformer batch:x", "conv3d", "conv3d batch:x"}
+  assert all(s["records"] for s in steps)
   from mesh_tf import models
   model = models.build_model("mlp_tiny")
   r = costmodels.evaluate(model.graph, "a:2;b:4", "batch:a", str(out))

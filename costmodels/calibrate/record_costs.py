@@ -1,0 +1,177 @@
+"""The fixed cost of a compute record inside a lowered training step, per
+pricing class, fitted on whole steps of small models.
+
+Why: the micro-benchmarks (:mod:`costmodels.calibrate.probes`) time one
+kernel repeated in a chain, so after its first repetition the kernel runs
+with warm caches, a warm executor and one TF op per record.  A lowered step
+is different: one record of a layer norm, a softmax or an SGD update is
+several TF ops (about 2.4 per record in the zoo's Transformer and MLP, 1.2
+in the reference MLP of :func:`~costmodels.calibrate.probes.reference_step`),
+and every op of a step of hundreds of different ops starts cold.  Measured
+on 8 logical CPU devices of a 2-core machine, a training step of the zoo's
+models at sizes where compute is negligible costs 60-180 us per record
+(450 us per record of a 3-D conv net), against the 15-30 us per record of
+the reference MLP and 6-20 us per chained kernel; priced at the latter, every
+prediction of ``benchmarks/cost_model_truth.py`` came out about 2x too fast.
+
+The fit: each ``model_step`` :class:`~costmodels.calibrate.fit.Sample` is
+one training step of a small model with its compute records counted per
+pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
+the key :func:`costmodels.compute.compute_time` prices it by), replicated
+or data parallel.  Its time, less the FLOP and byte terms the class fits
+already price, is
+
+    ``T - work = sum_c n_c * F_c + m * F_msg``
+
+with ``m`` the messages of its collectives (``sum(group_size - 1)``: the
+slices each device receives; 0 replicated).  The same holds for the
+collectives as for the records: a chained all-reduce probe repeats one
+collective hot, while each slice a device receives in a step is a
+send/receive pair among hundreds of other ops (about 50-120 us a message
+in steps, against 2-30 us in the chains, measured as above).
+
+with ``F_c >= 0`` the fixed seconds of one record of class ``c``: non-
+negative least squares on relative residuals, with a weak ridge that pulls
+each ``F_c`` towards the common ``F = sum(T - work) / sum(n)``, so that a
+class the steps cannot tell apart from another (a convolution and its
+filter gradient always come together) shares their cost instead of taking
+all or none of it.  The intercept (a fixed cost per step: the call and its
+arguments) is not fitted: it is small beside these steps' hundreds of
+records and the layout search prices records, not steps, so it is spread
+over the records.
+
+In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise`` and
+each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)``;
+on one process, each collective fit's ``latency_s`` (seconds per step of
+its law) becomes at least ``F_msg``: data, as before, with the same
+pricing formulas.
+
+Example:
+  >>> from costmodels.calibrate.fit import Sample
+  >>> steps = [Sample("model_step", "", 8, 0, 0.0, 10 * 1e-4 + 2 * 5e-4,
+  ...                 records=(("elementwise", 10, 0, 0), ("conv", 2, 0, 0))),
+  ...          Sample("model_step", "", 8, 0, 0.0, 30 * 1e-4,
+  ...                 records=(("elementwise", 30, 0, 0),))]
+  >>> got = fit_record_costs(steps, lambda c: None, ridge=0.0)
+  >>> {c: round(f * 1e6, 3) for c, f in got.costs.items()}
+  {'conv': 500.0, 'elementwise': 100.0}
+"""
+
+import itertools
+import math
+from typing import Dict, NamedTuple
+
+import numpy as np
+
+from costmodels.calibrate.fit import CalibrationError
+
+#: How strongly each class's cost is pulled towards the common cost per
+#: record (a relative deviation of 1 costs as much as ``sqrt(RIDGE)`` of
+#: one step's relative residual).  Weak: the steps decide where they can.
+RIDGE = 1e-4
+
+
+class RecordCosts(NamedTuple):
+  """Fixed seconds per compute record in a lowered step, per class.
+
+  Attributes:
+    costs: ``{class: seconds}`` for every class the steps contain.
+    common_s: the common cost per record (every class alike).
+    rel_residual: RMS relative residual of the steps' times.
+    samples: steps it was fitted on.
+    message_s: fixed seconds per message of a collective in a step (each
+      slice a device receives), where steps with collectives were timed;
+      else 0.
+  """
+  costs: Dict[str, float]
+  common_s: float
+  rel_residual: float
+  samples: int
+  message_s: float = 0.0
+
+
+def _work_s(cls, count, flops, nbytes, class_fit):
+  """Seconds of the FLOP and byte terms of ``count`` records of ``cls``
+  (their fixed costs excluded), by the class's fit if it has one."""
+  fit = class_fit(cls)
+  if fit is None:
+    return 0.0
+  return (flops / fit.flops_per_s if math.isfinite(fit.flops_per_s) else 0.0
+          ) + (nbytes / fit.bandwidth_bytes_per_s
+               if math.isfinite(fit.bandwidth_bytes_per_s) else 0.0)
+
+
+def _nnls(a, y):
+  """``argmin |a @ c - y|`` over ``c >= 0``: the best non-negative
+  least-squares solution over every subset of free coefficients (exact
+  for the few classes a step has)."""
+  k = a.shape[1]
+  best = (np.zeros(k), float(y @ y))
+  for r in range(k, 0, -1):
+    for cols in itertools.combinations(range(k), r):
+      sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
+      if np.any(sol < 0):
+        continue
+      c = np.zeros(k)
+      c[list(cols)] = sol
+      err = float(np.sum((a @ c - y) ** 2))
+      if err < best[1] - 1e-18:
+        best = (c, err)
+  return best[0]
+
+
+def fit_record_costs(samples, class_fit, ridge=RIDGE):
+  """Fits the fixed cost of one record of each class (module docstring).
+
+  Args:
+    samples: timings; the ``model_step`` ones are used.
+    class_fit: ``class -> ComputeClassFit or None`` (e.g.
+      ``ChipSpec.compute_fit``): what prices the FLOPs and bytes.
+    ridge: the pull towards the common cost (:data:`RIDGE`).
+
+  Returns:
+    A :class:`RecordCosts`, or None without ``model_step`` timings.
+
+  Raises:
+    CalibrationError: if a step has no records.
+  """
+  steps = [s for s in samples if s.what == "model_step"]
+  if not steps:
+    return None
+  classes = sorted({r[0] for s in steps for r in s.records if r[1] > 0})
+  if not classes:
+    raise CalibrationError("the model steps have no compute records; "
+                           "measure steps of models with compute")
+  xs, ys = [], []
+  for s in steps:
+    counts = {c: 0 for c in classes}
+    work = 0.0
+    for cls, count, flops, nbytes in s.records:
+      counts[cls] = counts.get(cls, 0) + count
+      work += _work_s(cls, count, flops, nbytes, class_fit)
+    # A step is mostly fixed costs by construction; keep a floor so that
+    # a noisy one cannot go negative.
+    ys.append(max(s.seconds - work, 0.1 * s.seconds))
+    xs.append([float(counts[c]) for c in classes])
+  msgs = [float(s.messages) for s in steps]
+  # The common cost per record, from the steps without collectives if any.
+  plain = [i for i, m in enumerate(msgs) if not m] or range(len(steps))
+  common = sum(ys[i] for i in plain) / sum(sum(xs[i]) for i in plain)
+  with_msgs = any(msgs)
+  if with_msgs:
+    xs = [x + [m] for x, m in zip(xs, msgs)]
+  x = np.array(xs) / np.array(ys)[:, None]
+  y = np.ones(len(ys))
+  if ridge > 0 and len(classes) > 1:
+    w = math.sqrt(ridge)
+    pull = np.hstack([w * np.eye(len(classes)) / common,
+                      np.zeros((len(classes), int(with_msgs)))])
+    x = np.vstack([x, pull])
+    y = np.concatenate([y, w * np.ones(len(classes))])
+  coef = _nnls(x, y)
+  pred = np.array(xs) @ np.array(coef)
+  res = float(np.sqrt(np.mean(np.square((pred - np.array(ys))
+                                        / np.array(ys)))))
+  return RecordCosts({c: float(f) for c, f in zip(classes, coef)},
+                     float(common), res, len(steps),
+                     float(coef[-1]) if with_msgs else 0.0)
