@@ -194,7 +194,7 @@ class MeshImpl:
     shape = getattr(arg, "shape", arg)
     if isinstance(shape, dims_lib.Shape) and not isinstance(
         arg, TensorLayout):
-      self.tensor_layout(shape if arg is shape else arg)
+      self.tensor_layout(arg)  # fills the entry (or raises, naming arg)
       return self._layouts[shape][1]
     shape = dims_lib.convert_to_shape(shape)
     return self.tensor_layout(arg).slice_sizes(shape, self.shape)

@@ -1,6 +1,7 @@
 """Small graphs and an independent brute force for the layout-search tests."""
 
 import itertools
+import math
 
 import numpy as np
 
@@ -121,3 +122,48 @@ def build_random_training(spec):
 
 def as_numpy_reference(values):
   return [np.asarray(v) for v in values]
+
+
+def decision_candidates(config, dims, mesh, topology, stages, recomputes,
+                        ks):
+  """``[(report, decisions, rules)]`` of every training candidate (bf16,
+  ``stages`` x ``recomputes`` x ``ks``) under every map of ``dims`` (those
+  its graph has) to mesh axis ``x`` or nothing, that the cost model
+  accepts: the brute force the decision searches are checked against."""
+  from autolayout import decisions  # pylint: disable=g-import-not-at-top
+  out = []
+  for stage, rc, k in itertools.product(stages, recomputes, ks):
+    d = decisions.TrainingDecisions("bfloat16", stage, rc, k)
+    training = decisions.build_training(config, d)
+    present = [n for n in dims if any(
+        n in t.shape.dimension_names for t in training.graph.tensors)]
+    for combo in itertools.product((None, "x"), repeat=len(present)):
+      rules = ";".join(f"{n}:{a}" for n, a in zip(present, combo) if a)
+      try:
+        r = costmodels.evaluate(training.graph, mesh, rules, topology,
+                                microbatches=training.plan)
+      except mtf.LayoutError:
+        continue
+      out.append((r, d, rules))
+  return out
+
+
+def assert_solver_matches_brute_force(graph, mesh, outputs, objective,
+                                      overlap, topology=TOPOLOGY):
+  """The search's optimum under ``objective`` ("time" or "comm") and
+  ``overlap`` equals the best of every layout priced by the cost model, and
+  its objective value equals the cost model's; returns the search result."""
+  import autolayout  # pylint: disable=g-import-not-at-top
+  res = autolayout.auto_layout(graph, mesh, outputs, topology,
+                               objective=objective, overlap=overlap)
+  assert res.status == "optimal"
+  key = {"time": lambda r: r.step_time_s, "comm": lambda r: r.comm_time_s}
+  best = math.inf
+  for rules in autolayout.assignments.all_layouts(graph, mesh):
+    r = costmodels.evaluate(graph, mesh, rules, topology, outputs=outputs,
+                            overlap=overlap)
+    best = min(best, key[objective](r))
+  mine = key[objective](res.report)
+  assert math.isclose(mine, best, rel_tol=1e-9, abs_tol=1e-15)
+  assert math.isclose(res.objective_value, mine, rel_tol=1e-12)
+  return res

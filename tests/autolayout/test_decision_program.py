@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-import mesh_tf as mtf
 import costmodels
 from autolayout import decision_program, decisions
 from autolayout.errors import InfeasibleLayoutError, SolverError
 from mesh_tf import models
+from tests.autolayout import graphs
 
 MESH, TOPOLOGY = "x:8", "dgx-h100"
 DIMS = ("batch", "d_ff", "heads", "d_model_storage")
@@ -32,21 +32,9 @@ def _forbid():
 @pytest.fixture(scope="module")
 def every():
   """``(step, peak, decisions, rules)`` of every candidate x rules."""
-  out = []
-  for stage, rc, k in itertools.product((0, 1, 2, 3), RECOMPUTES, KS):
-    d = decisions.TrainingDecisions("bfloat16", stage, rc, k)
-    training = decisions.build_training(CONFIG, d)
-    present = [n for n in DIMS if any(
-        n in t.shape.dimension_names for t in training.graph.tensors)]
-    for combo in itertools.product((None, "x"), repeat=len(present)):
-      rules = ";".join(f"{n}:{a}" for n, a in zip(present, combo) if a)
-      try:
-        r = costmodels.evaluate(training.graph, MESH, rules, TOPOLOGY,
-                                microbatches=training.plan)
-      except mtf.LayoutError:
-        continue
-      out.append((r.step_time_s, r.peak_memory_bytes, d, rules))
-  return out
+  return [(r.step_time_s, r.peak_memory_bytes, d, rules)
+          for r, d, rules in graphs.decision_candidates(
+              CONFIG, DIMS, MESH, TOPOLOGY, (0, 1, 2, 3), RECOMPUTES, KS)]
 
 
 def test_recompute_choices_are_even_steps_of_the_layers():

@@ -3,7 +3,6 @@ searched around the layout program: on a small graph the exhaustive search
 equals brute force over decisions and layout rules (issue 13), and the
 decisions reach the result and the CLI."""
 
-import itertools
 import json
 import math
 import re
@@ -15,6 +14,7 @@ import costmodels
 from autolayout import decisions
 from autolayout.errors import InfeasibleLayoutError
 from mesh_tf import models
+from tests.autolayout import graphs
 from tests.autolayout.test_cli import run_cli
 
 MESH, TOPOLOGY = "x:8", "dgx-h100"
@@ -30,22 +30,10 @@ def _forbid(training):
 
 def _brute_force(budget):
   """``(step time, decisions, rules)`` of every candidate x rules that fits."""
-  out = []
-  for stage, rc, k in itertools.product((0, 1, 2, 3), (0, 1), (1, 2)):
-    d = decisions.TrainingDecisions("bfloat16", stage, rc, k)
-    training = decisions.build_training(CONFIG, d)
-    present = [n for n in DIMS if any(
-        n in t.shape.dimension_names for t in training.graph.tensors)]
-    for combo in itertools.product((None, "x"), repeat=len(present)):
-      rules = ";".join(f"{n}:{a}" for n, a in zip(present, combo) if a)
-      try:
-        r = costmodels.evaluate(training.graph, MESH, rules, TOPOLOGY,
-                                microbatches=training.plan)
-      except mtf.LayoutError:
-        continue
-      if r.peak_memory_bytes <= budget:
-        out.append((r.step_time_s, d, rules))
-  return out
+  return [(r.step_time_s, d, rules)
+          for r, d, rules in graphs.decision_candidates(
+              CONFIG, DIMS, MESH, TOPOLOGY, (0, 1, 2, 3), (0, 1), (1, 2))
+          if r.peak_memory_bytes <= budget]
 
 
 @pytest.fixture(scope="module")

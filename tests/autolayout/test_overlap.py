@@ -53,18 +53,8 @@ def test_program_values_every_layout_like_the_cost_model(mesh, topology):
 def test_training_graph_matches_brute_force(overlap, objective):
   g, outs = _training_mlp()
   mesh = "rows:2;cols:4"
-  res = autolayout.auto_layout(g, mesh, outs, graphs.TOPOLOGY,
-                               objective=objective, overlap=overlap)
-  assert res.status == "optimal"
-  key = {"time": lambda r: r.step_time_s, "comm": lambda r: r.comm_time_s}
-  best = math.inf
-  for rules in autolayout.assignments.all_layouts(g, mesh):
-    r = costmodels.evaluate(g, mesh, rules, graphs.TOPOLOGY, outputs=outs,
-                            overlap=overlap)
-    best = min(best, key[objective](r))
-  mine = key[objective](res.report)
-  assert math.isclose(mine, best, rel_tol=1e-9, abs_tol=1e-15)
-  assert math.isclose(res.objective_value, mine, rel_tol=1e-12)
+  res = graphs.assert_solver_matches_brute_force(g, mesh, outs, objective,
+                                                 overlap)
   assert (res.report.hidden_comm_time_s == 0.0) or overlap
 
 
