@@ -119,7 +119,23 @@ class _Conv2or3dKernelOp(Operation):
         out, LazyAllreduceSum(impl, laid, axes) if axes else laid)
 
 
-class Conv2or3dBackpropInputOperation(_Conv2or3dKernelOp):
+class _Conv2or3dBackpropOp(_Conv2or3dKernelOp):
+  """What both backprop ops check: the filter's rank, and its (in, out)
+  channels as the forward op saw them (swapped when it was transposed)."""
+
+  def _filter_channels(self, n, filter_shape, what, is_transpose):
+    self._is_transpose = bool(is_transpose)
+    if filter_shape.ndims != n + 2:
+      raise ShapeError(f"{self.name}: {what} {filter_shape!r} needs "
+                       f"{n} spatial dims and two channel dims")
+    f_in, f_out = filter_shape.dims[n:]
+    return (f_out, f_in) if is_transpose else (f_in, f_out)
+
+  def cost_params(self):
+    return super().cost_params() + (self._is_transpose,)
+
+
+class Conv2or3dBackpropInputOperation(_Conv2or3dBackpropOp):
   """The input gradient of a 2-d/3-d convolution (Mesh TF's class, like
   ``tf.nn.conv2d_backprop_input``); with ``is_transpose``, the input
   gradient of a transposed convolution, which is a convolution of ``dy``.
@@ -143,17 +159,12 @@ class Conv2or3dBackpropInputOperation(_Conv2or3dKernelOp):
     trans = "_trans" if is_transpose else ""
     super().__init__([dy, conv_filter],
                      name=name or f"conv{n}d{trans}_backprop")
-    self._is_transpose = bool(is_transpose)
     input_shape = dims_lib.convert_to_shape(input_shape)
     batch, spatial, channel = _split_shape(input_shape, n, self.name,
                                            "input_shape")
     self._setup(n, strides, padding, spatial, conv_filter.shape)
-    if conv_filter.shape.ndims != n + 2:
-      raise ShapeError(f"{self.name}: filter {conv_filter.shape!r} needs "
-                       f"{n} spatial dims and two channel dims")
-    f_in, f_out = conv_filter.shape.dims[n:]
-    if is_transpose:
-      f_in, f_out = f_out, f_in
+    f_in, f_out = self._filter_channels(n, conv_filter.shape, "filter",
+                                        is_transpose)
     dy_batch, dy_spatial, dy_channel = _split_shape(dy.shape, n, self.name,
                                                     "dy")
     if channel != f_in or dy_channel != f_out or [
@@ -164,9 +175,6 @@ class Conv2or3dBackpropInputOperation(_Conv2or3dKernelOp):
           f"input's channels must be the filter's {f_in}, dy's its {f_out}, "
           "and dy's other dims the input's names in the same order")
     self._outputs = [Tensor(self, input_shape, dy.dtype)]
-
-  def cost_params(self):
-    return super().cost_params() + (self._is_transpose,)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
@@ -201,7 +209,7 @@ class Conv2or3dBackpropInputOperation(_Conv2or3dKernelOp):
     self._finish(lowering, laid, [dy.shape.dims[-1]])
 
 
-class Conv2or3dBackpropFilterOperation(_Conv2or3dKernelOp):
+class Conv2or3dBackpropFilterOperation(_Conv2or3dBackpropOp):
   """The filter gradient of a 2-d/3-d convolution (Mesh TF's class, like
   ``tf.nn.conv2d_backprop_filter``), or of a transposed one
   (``is_transpose``); summed over the batch dims (lazily where split).
@@ -224,17 +232,12 @@ class Conv2or3dBackpropFilterOperation(_Conv2or3dKernelOp):
     trans = "_trans" if is_transpose else ""
     super().__init__([conv_input, dy],
                      name=name or f"conv{n}d{trans}_backprop_filter")
-    self._is_transpose = bool(is_transpose)
     filter_shape = dims_lib.convert_to_shape(filter_shape)
     batch, spatial, channel = _split_shape(conv_input.shape, n, self.name,
                                            "conv_input")
     self._setup(n, strides, padding, spatial, filter_shape)
-    if filter_shape.ndims != n + 2:
-      raise ShapeError(f"{self.name}: filter_shape {filter_shape!r} needs "
-                       f"{n} spatial dims and two channel dims")
-    f_in, f_out = filter_shape.dims[n:]
-    if is_transpose:
-      f_in, f_out = f_out, f_in
+    f_in, f_out = self._filter_channels(n, filter_shape, "filter_shape",
+                                        is_transpose)
     dy_batch, _, dy_channel = _split_shape(dy.shape, n, self.name, "dy")
     if channel != f_in or dy_channel != f_out or dy_batch != batch:
       raise ShapeError(
@@ -242,9 +245,6 @@ class Conv2or3dBackpropFilterOperation(_Conv2or3dKernelOp):
           f"{filter_shape!r} and dy {dy.shape!r} do not fit: the input's "
           f"channels must be the filter's {f_in}, dy's its {f_out}")
     self._outputs = [Tensor(self, filter_shape, dy.dtype)]
-
-  def cost_params(self):
-    return super().cost_params() + (self._is_transpose,)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
