@@ -29,6 +29,11 @@ that is given (an upper bound), else as ONE trip (a lower bound);
 :attr:`WhileLoopOperation.trip_count` is then None and
 :attr:`WhileLoopOperation.priced_iterations` says what was priced.
 
+Memory (``costmodels.memory``): the loop's outputs are its carried values,
+live through the loop; the condition's and the body's tensors peak on top
+of them once per iteration, not once per trip.  :attr:`inner_tensors`,
+:attr:`body_outputs` and :attr:`accumulator_sums` are what it reads.
+
 Gradients do not flow through the loop, as in Mesh TensorFlow: call
 ``mtf.gradients`` inside ``body_fn`` and sum the gradients with
 accumulators instead.
