@@ -332,3 +332,21 @@ def test_a_dim_named_like_a_transposed_window_dim_is_named():
   with pytest.raises(mtf.ShapeError, match="output dim c=5 is already"):
     mtf.layers.conv2d_transpose(mtf.zeros(mesh, "b:2;h:3;w:4;c:5"),
                                 mtf.Dimension("c", 5))
+
+
+@pytest.mark.parametrize("kernel,window", [(LC.KT2, (2, 2)),
+                                           (LC.KT2B, (3, 3))])
+def test_the_layers_kernel_is_the_ops_filter(kernel, window):
+  # One layout end to end: the layer's [fh, fw, out, in] kernel is the
+  # filter of the ops-level conv2d_transpose (Conv2dTransposeOperation).
+  def build(mesh):
+    x = _imp(mesh, LC.X4, [mtf.Dimension("batch", 2), mtf.Dimension("h", 5),
+                           mtf.Dimension("w", 6), mtf.Dimension("c", 4)])
+    layer = mtf.layers.conv2d_transpose(x, mtf.Dimension("o", 5), window,
+                                        2, "SAME", kernel)
+    (w,) = mesh.graph.all_variables
+    return [layer, mtf.conv2d_transpose(x, w.outputs[0], [1, 2, 2, 1],
+                                        "SAME")]
+  from tests.layout_harness import run
+  (layer, op), _ = run(build, "all:1", "")
+  np.testing.assert_allclose(layer, op, rtol=1e-4, atol=1e-4)
