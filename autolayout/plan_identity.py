@@ -152,7 +152,11 @@ def model_identity(graph, name, outputs=(), source=None):
     outputs: the step's outputs (they are among the named activations).
     source: optional JSON-able dict saying how to rebuild the model.
   """
-  dims = sorted({(d.name, d.size) for t in graph.tensors
+  # A while loop's body and condition dims are the model's too (a plan may
+  # split them).
+  dims = sorted({(d.name, d.size) for op in graph.operations
+                 for t in list(op.outputs) + list(
+                     getattr(op, "inner_tensors", ()))
                  for d in t.shape.dims})
   variables = tuple(_entry(v.outputs[0], v.name, bool(v.trainable))
                     for v in graph.all_variables)

@@ -200,7 +200,7 @@ def test_auto_layout_prices_the_body_peak_as_the_cost_model():
     mtf.auto_layout(g, "x:8", topology="dgx-h100", memory_budget=2048)
 
 
-def test_auto_layout_splits_a_dim_only_the_body_has():
+def test_auto_layout_splits_a_dim_only_the_body_has(tmp_path):
   # z exists only inside the body: its [b, p, z] temporaries dominate, and
   # only splitting z fits half of the replicated peak.
   g = mtf.Graph()
@@ -224,3 +224,8 @@ def test_auto_layout_splits_a_dim_only_the_body_has():
   assert fit.report.peak_memory_bytes == cm.evaluate(
       g, "x:8", "z:x", "dgx-h100").peak_memory_bytes
   assert fit.report.peak_memory_bytes <= replicated.peak_memory_bytes // 2
+  # The plan keeps the body's dims: it saves and loads against the graph.
+  from autolayout import plan_file  # pylint: disable=import-outside-toplevel
+  fit.save(tmp_path / "plan.json")
+  assert str(plan_file.load_plan(tmp_path / "plan.json", graph=g).rules) == (
+      "z:x")
