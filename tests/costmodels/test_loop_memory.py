@@ -229,3 +229,19 @@ def test_auto_layout_splits_a_dim_only_the_body_has(tmp_path):
   fit.save(tmp_path / "plan.json")
   assert str(plan_file.load_plan(tmp_path / "plan.json", graph=g).rules) == (
       "z:x")
+
+
+def test_a_plan_tells_loops_with_other_bodies_apart():
+  from autolayout import plan_identity  # pylint: disable=import-outside-toplevel
+
+  def build(fn):
+    g = mtf.Graph()
+    mesh = mtf.Mesh(g, "m")
+    x0 = mtf.zeros(mesh, "b:2;d:16")
+    i0 = mtf.constant(mesh, 0, dtype="int32")
+    mtf.while_loop(lambda i, x: mtf.less(i, 4),
+                   lambda i, x: [i + 1, fn(x)], [i0, x0])
+    return g
+  fp = [plan_identity.fingerprint(build(f))
+        for f in (mtf.tanh, mtf.tanh, mtf.relu)]
+  assert fp[0] == fp[1] != fp[2]
