@@ -97,7 +97,9 @@ def dim_space(graph, mesh_shape, max_axes_per_dim=1):
   all_sizes, unsplittable, conflicts = {}, set(), set()
   for op in graph.operations:
     unsplittable |= set(op.unsplittable_dims)
-    for t in list(op.inputs) + list(op.outputs):
+    # A while loop's body and condition are priced with the loop.
+    for t in list(op.inputs) + list(op.outputs) + list(
+        getattr(op, "inner_tensors", ())):
       names = t.shape.dimension_names
       for d in t.shape:
         all_sizes.setdefault(d.name, set()).add(d.size)

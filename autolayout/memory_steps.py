@@ -38,7 +38,6 @@ def compress(graph, outputs=None, schedule_ops=None, liveness=None):
     liveness = cm_memory.liveness(graph, outputs, schedule_ops)
   else:
     liveness.check_current(graph)
-  schedule_ops = liveness.schedule
   index = {}
   starts = collections.defaultdict(list)
   ends = collections.defaultdict(list)
@@ -48,7 +47,7 @@ def compress(graph, outputs=None, schedule_ops=None, liveness=None):
     nbytes = cm_memory.full_bytes(t)
     starts[a].append((j, nbytes))
     ends[b + 1].append((j, nbytes))
-  n = len(schedule_ops)
+  n = len(liveness.step_ops)   # memory steps (a while loop has several)
   cur = np.zeros(len(index), dtype=np.int64)
   seen, rows, steps = set(), [], []
   for i in range(n):

@@ -7,7 +7,8 @@ layer_0/w``), so that a stale plan is never applied silently.
 
 The fingerprint is a SHA-256 of the graph's structure only: per op in build
 order, its class (and ``kind``, e.g. ``relu``), which earlier outputs it reads, and its output shapes and
-dtypes; plus every variable's name.  Other op names are left out, so that
+dtypes; plus every variable's name, and for a while loop its condition's
+and body's ops (their signatures).  Other op names are left out, so that
 renaming a scope that holds no variable keeps the fingerprint.
 """
 
@@ -133,12 +134,17 @@ def fingerprint(graph):
     for j, t in enumerate(op.outputs):
       where[id(t)] = (i, j)
     kind = getattr(op, "kind", None)
-    records.append([
+    record = [
         type(op).__name__ + (f":{kind}" if isinstance(kind, str) else ""),
         [list(where.get(id(t), (-1, -1))) for t in op.inputs],
         [[[d.name, d.size] for d in t.shape.dims] + [str(t.dtype)]
          for t in op.outputs],
-        op.name if id(op) in variables else None])
+        op.name if id(op) in variables else None]
+    if hasattr(op, "body_operations"):
+      # A while loop: another body is another model (its signature names no
+      # op, only the sub-graphs' op kinds, shapes and parameters).
+      record.append(repr(op.signature))
+    records.append(record)
   text = json.dumps(records, separators=(",", ":"), sort_keys=True)
   return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -152,7 +158,11 @@ def model_identity(graph, name, outputs=(), source=None):
     outputs: the step's outputs (they are among the named activations).
     source: optional JSON-able dict saying how to rebuild the model.
   """
-  dims = sorted({(d.name, d.size) for t in graph.tensors
+  # A while loop's body and condition dims are the model's too (a plan may
+  # split them).
+  dims = sorted({(d.name, d.size) for op in graph.operations
+                 for t in list(op.outputs) + list(
+                     getattr(op, "inner_tensors", ()))
                  for d in t.shape.dims})
   variables = tuple(_entry(v.outputs[0], v.name, bool(v.trainable))
                     for v in graph.all_variables)

@@ -210,7 +210,9 @@ class GraphTables:
   @staticmethod
   def _dims(op):
     names = set()
-    for t in list(op.inputs) + list(op.outputs):
+    # A while loop lowers its body and condition: their dims are its own.
+    for t in list(op.inputs) + list(op.outputs) + list(
+        getattr(op, "inner_tensors", ())):
       names |= set(t.shape.dimension_names)
     return names
 

@@ -4,11 +4,29 @@ The model, which the layout optimizer reproduces exactly:
 
 * **Schedule.** :func:`schedule` orders the graph's operations once, for
   every layout, so that memory stays low (see its docstring).
-* **Liveness.** Step ``i`` runs ``schedule[i]``.  A tensor is live from the
-  step that produces it through the last step that reads it; a tensor nobody
-  reads is live at its own step only.  Graph outputs stay live until the
-  last step.  Variables are live at every step (they are resident before
-  the program starts and after it ends).
+* **Liveness.** Each operation of the schedule runs at one memory step,
+  except a ``while_loop`` (below).  A tensor is live from the step that
+  produces it through the last step that reads it; a tensor nobody reads is
+  live at its own step only.  Graph outputs stay live until the last step.
+  Variables are live at every step (they are resident before the program
+  starts and after it ends).
+* **While loops.** A :class:`~mesh_tf.ops.while_loop.WhileLoopOperation`
+  takes one step per op of its condition, then one per op of its body (in
+  build order, as it lowers; a nested loop expands alike), then, with
+  accumulators, one step where the new sums are made (else at least one
+  step).  Those steps are one iteration: iterations reuse the same memory,
+  so the body's temporaries peak once, whatever the trip count.  The
+  loop's outputs are its carried tensors (the loop values, then the
+  accumulators' sums): they are live through all of the loop's steps.  An
+  initial value that only the loop reads becomes the first iteration's
+  carried value, so it dies just before the loop; one read later (or a
+  variable, or a graph output) keeps its own buffer.  Outer tensors the
+  sub-graphs read stay live through the loop.  Inside, a tensor lives from
+  its op's step to its last reader's; the condition's result until the
+  condition ends, and what the body returns (next values, accumulator
+  terms) until the iteration ends; at the accumulate step the new sums
+  (:attr:`~mesh_tf.ops.while_loop.WhileLoopOperation.accumulator_sums`)
+  are live too.
 * **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
   slice under the layout rules (the size of the slice the lowering creates).
 * **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
@@ -41,6 +59,7 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import convert_to_layout_rules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from mesh_tf.ops.variables import Variable
+from mesh_tf.ops.while_loop import WhileLoopOperation
 
 CATEGORIES = ("params", "gradients", "optimizer", "activations")
 #: Categories that a breakdown lists only when the graph has such tensors.
@@ -143,9 +162,10 @@ def schedule(graph, outputs=None):
 
 
 def _whole_peak(graph, order, outputs):
-  steps = len(order)
+  step_ops, intervals = _step_intervals(graph, order, outputs)
+  steps = len(step_ops)
   diff = np.zeros(steps + 1, dtype=np.int64)
-  for t, (a, b) in live_intervals(graph, order, outputs).items():
+  for t, (a, b) in intervals.items():
     n = full_bytes(t)
     diff[a] += n
     diff[b + 1] -= n
@@ -225,29 +245,92 @@ def _greedy_schedule(graph, outputs):
 def live_intervals(graph, schedule_ops, outputs=None):
   """``{tensor: (first_step, last_step)}`` under ``schedule_ops`` (inclusive).
 
-  See the module docstring for the rules.  Every output of every scheduled
-  operation appears.
+  See the module docstring for the rules: steps are memory steps (one per
+  operation, several per while loop, see :func:`memory_steps`).  Every
+  output of every scheduled operation appears, and inside while loops every
+  output of their condition and body ops, and the accumulators' new sums.
   """
-  step = {op: i for i, op in enumerate(schedule_ops)}
-  last = len(schedule_ops) - 1
+  return _step_intervals(graph, schedule_ops, outputs)[1]
+
+
+def memory_steps(schedule_ops):
+  """The operation that runs at each memory step of ``schedule_ops``: the
+  operation itself, except that a while loop is its condition's ops, its
+  body's ops and, with accumulators (or when it has no inner op), the loop
+  itself (see the module docstring)."""
+  return _lay_out(schedule_ops)[0]
+
+
+def _lay_out(schedule_ops):
+  """``(step_ops, spans, cond_ends)``: each op's ``(first, last)`` memory
+  step, and each loop's last condition step."""
+  step_ops, spans, cond_ends = [], {}, {}
+
+  def visit(ops):
+    for op in ops:
+      first = len(step_ops)
+      if isinstance(op, WhileLoopOperation):
+        visit(op.cond_operations)
+        cond_ends[op] = len(step_ops) - 1
+        visit(op.body_operations)
+        if op.accumulator_sums or len(step_ops) == first:
+          step_ops.append(op)
+        spans[op] = (first, len(step_ops) - 1)
+      else:
+        step_ops.append(op)
+        spans[op] = (first, first)
+  visit(schedule_ops)
+  return step_ops, spans, cond_ends
+
+
+def _inner_reads(loop):
+  """Every tensor the loop's sub-graphs (nested ones too) read or return."""
+  out = {loop.cond_output, *loop.body_outputs}
+  for op in loop.cond_operations + loop.body_operations:
+    out.update(op.inputs)
+    if isinstance(op, WhileLoopOperation):
+      out |= _inner_reads(op)
+  return out
+
+
+def _step_intervals(graph, schedule_ops, outputs):
+  """``(step_ops, {tensor: (first, last)})`` (see :func:`live_intervals`)."""
+  step_ops, spans, cond_ends = _lay_out(schedule_ops)
+  last = len(step_ops) - 1
   keep = set(default_outputs(graph) if outputs is None else outputs)
   variables = {t for v in _variable_ops(graph) for t in v.outputs}
+  until = {}
+
+  def read(t, step):
+    if until.get(t, -1) < step:
+      until[t] = step
+  for op, (a, b) in spans.items():
+    if not isinstance(op, WhileLoopOperation):
+      for t in op.inputs:
+        read(t, b)
+      continue
+    inner = _inner_reads(op)
+    for i, t in enumerate(op.inputs):
+      # An initial value only the loop reads is the first iteration's
+      # carried value (counted as the loop's output) from the loop's start.
+      carried = i < op.num_loop_vars and t not in inner
+      read(t, a - 1 if carried else b)
+    read(op.cond_output, max(cond_ends[op], a))
+    for t in op.body_outputs:
+      read(t, b)
   out = {}
-  for op in schedule_ops:
+  for op, (a, b) in sorted(spans.items(), key=lambda kv: kv[1]):
     for t in op.outputs:
-      out[t] = [step[op], step[op]]
-  for op in schedule_ops:
-    s = step[op]
-    for t in op.inputs:
-      iv = out.get(t)
-      if iv is not None and s > iv[1]:
-        iv[1] = s
-  for t, iv in out.items():
+      out[t] = (a, max(b, until.get(t, -1)))
+    if isinstance(op, WhileLoopOperation):
+      for t in op.accumulator_sums:
+        out[t] = (b, b)
+  for t, (a, _) in out.items():
     if t in variables:
-      iv[0], iv[1] = 0, last
+      out[t] = (0, last)
     elif t in keep:
-      iv[1] = last
-  return {t: (a, b) for t, (a, b) in out.items()}
+      out[t] = (a, last)
+  return step_ops, out
 
 
 def live_sets(graph, schedule_ops, outputs=None):
@@ -256,8 +339,8 @@ def live_sets(graph, schedule_ops, outputs=None):
   ``O(steps x live tensors)``; :func:`peak_memory` uses
   :func:`live_intervals` and a sweep instead.
   """
-  intervals = live_intervals(graph, schedule_ops, outputs)
-  sets = [[] for _ in schedule_ops]
+  step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
+  sets = [[] for _ in step_ops]
   for t, (a, b) in intervals.items():
     for i in range(a, b + 1):
       sets[i].append(t)
@@ -308,13 +391,17 @@ class Liveness:
 
   Attributes:
     schedule: the operations in execution order.
-    intervals: ``((tensor, first_step, last_step), ...)``, inclusive.
+    intervals: ``((tensor, first_step, last_step), ...)``, inclusive, over
+      memory steps.
     num_operations: ``len(graph.operations)`` when it was built (graphs only
       grow; a plan of fewer operations is out of date).
+    step_ops: the operation run at each memory step (:func:`memory_steps`:
+      ``schedule`` itself unless the graph has while loops).
   """
   schedule: Tuple[object, ...]
   intervals: Tuple[Tuple[object, int, int], ...]
   num_operations: int
+  step_ops: Tuple[object, ...]
 
   def check_current(self, graph):
     """Raises MtfError if ``graph`` has grown since this was built."""
@@ -331,10 +418,10 @@ def liveness(graph, outputs=None, schedule_ops=None):
   (default: unread tensors) kept live to the end."""
   if schedule_ops is None:
     schedule_ops = schedule(graph, outputs)
-  intervals = live_intervals(graph, schedule_ops, outputs)
+  step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),
-                  len(graph.operations))
+                  len(graph.operations), tuple(step_ops))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -343,8 +430,9 @@ class MemoryProfile:
 
   Attributes:
     peak_bytes: the largest per-device total over the steps.
-    peak_step: the first step where it is reached.
-    peak_op: the operation run at that step (None for an empty graph).
+    peak_step: the first memory step where it is reached.
+    peak_op: the operation run at that step (inside a while loop, the
+      condition or body op; None for an empty graph).
     breakdown: bytes per category at the peak step.
     bytes_by_step: numpy int64 array of the per-device total at each step.
     tensor_bytes: ``{tensor: bytes per device}``.
@@ -382,8 +470,8 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
     liveness_plan = liveness(graph, outputs, schedule_ops)
   else:
     liveness_plan.check_current(graph)
-  schedule_ops = liveness_plan.schedule
-  steps = len(schedule_ops)
+  step_ops = liveness_plan.step_ops
+  steps = len(step_ops)
   tensor_bytes, by_shape = {}, {}
   cats = list(CATEGORIES) + sorted(
       {v.memory_category for v in graph.all_variables} - set(CATEGORIES),
@@ -406,7 +494,7 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
   peak_step = int(np.argmax(total))
   breakdown = {c: int(per_cat[c][peak_step]) for c in cats}
   return MemoryProfile(int(total[peak_step]), peak_step,
-                       schedule_ops[peak_step], breakdown, total, tensor_bytes)
+                       step_ops[peak_step], breakdown, total, tensor_bytes)
 
 
 def peak_memory(graph, mesh_shape, layout_rules, schedule=None, outputs=None):

@@ -36,7 +36,9 @@ class CostReport:
       ``total_comm_time_by_axis`` give the other two figures.
     overlap: the :class:`costmodels.overlap.Overlap` (None: not computed).
     peak_memory_bytes: peak per-device bytes (see :mod:`costmodels.memory`).
-    peak_step, peak_op: where the peak is reached in the schedule.
+    peak_step, peak_op: where the peak is reached (a memory step of
+      :func:`costmodels.memory.memory_steps`; inside a while loop, the
+      condition or body op).
     memory_by_category: ``{"params", "gradients", "optimizer",
       "activations": bytes}`` at the peak step.
     memory_by_step: per-step totals (numpy array).

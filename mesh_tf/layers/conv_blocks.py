@@ -10,14 +10,15 @@ image), a spatial dim without a blocks dim is zero-padded, and the
 convolution then runs per block with VALID padding.  The result equals the
 convolution of the whole image with SAME padding.
 
-As in the original these layers have a kernel and no bias.  Their kernels
-are ``name/kernel`` with dims ``filter_<spatial>..., in, out``, like
-:func:`mesh_tf.layers.conv2d`'s.
+As in the original these layers have a kernel and no bias: ``name/kernel``
+``[fh, fw, in, out]`` (``[fd, fh, fw, in, out]``) like
+:func:`mesh_tf.layers.conv2d`'s, and for the transposes ``[fh, fw, out,
+in]`` (``[fd, fh, fw, out, in]``, default scope ``conv2d_transpose`` /
+``conv3d_transpose``) like :func:`mesh_tf.layers.conv2d_transpose`'s.
 """
 
 import math
 
-from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers import conv_transpose as transpose_lib
 from mesh_tf.layers.compat_layers import VarianceScalingInitializer
@@ -133,25 +134,18 @@ def _transpose_with_blocks(n, x, output_dim, filter_size, strides, padding,
                            blocks_dims, filter_initializer, variable_dtype,
                            name):
   what = f"conv{n}d_transpose_with_blocks"
-  filter_size = _sizes(filter_size, n, what)
-  strides = _sizes(strides, n, what)
+  filter_size = transpose_lib.sizes(filter_size, n, what, "filter_size")
+  strides = transpose_lib.sizes(strides, n, what, "strides")
   blocks = _blocks_of(x, blocks_dims, what) + [None] * (n - len(blocks_dims))
-  output_dim = dims_lib.convert_to_dimension(output_dim)
   if filter_size == strides or all(b is None for b in blocks):
-    if filter_size == strides:  # windows do not overlap: no halo
-      return transpose_lib._conv_transpose(  # pylint: disable=protected-access
-          n, x, output_dim, filter_size, strides, padding,
-          filter_initializer, variable_dtype, name)
-    w, scope = transpose_lib.make_transpose_kernel(
-        x, n, output_dim, filter_size, filter_initializer, variable_dtype,
-        name)
-    return transpose_lib.conv_transpose_general(
-        x, w, x.shape.dims[-1 - n:-1], x.shape.dims[-1], output_dim, strides,
-        padding, name=f"{scope}/conv")
+    # Windows that do not overlap need no halo; no blocks, no halo either.
+    return transpose_lib.conv_transpose(n, x, output_dim, filter_size,
+                                        strides, padding, filter_initializer,
+                                        variable_dtype, name)
   if str(padding).upper() != "SAME":
     raise ShapeError(f"{what}: padding {padding!r} is not supported with "
                      "blocks; use SAME")
-  w, scope = transpose_lib.make_transpose_kernel(
+  w, scope, output_dim = transpose_lib.make_transpose_kernel(
       x, n, output_dim, filter_size, filter_initializer, variable_dtype, name)
   spatial = x.shape.dims[-1 - n:-1]
   crops = []
@@ -181,9 +175,9 @@ def conv2d_transpose_with_blocks(x, output_dim, filter_size=(2, 2),
 
   Args:
     x: ``[batch..., h_blocks, w_blocks, h, w, in_channels]``.
-    filter_initializer: for ``name/kernel`` ``[filter_h, filter_w, in,
-      out]``, or (``filter_size == strides``) the kernel of
-      :func:`mesh_tf.layers.conv2d_transpose`.
+    filter_initializer: for ``name/kernel`` ``[fh, fw, out, in]`` (TF's
+      transposed layout, as :func:`mesh_tf.layers.conv2d_transpose`; the
+      default scope is ``conv2d_transpose``, as in the original).
     Others as in :func:`conv2d_with_blocks`.
   """
   return _transpose_with_blocks(2, x, output_dim, filter_size, strides,

@@ -1,26 +1,30 @@
-"""Mesh TensorFlow's ``conv2d_transpose`` and ``conv3d_transpose`` for the
-case its defaults use: the filter as large as the stride (``filter_size ==
-strides``, e.g. 2x2 upsampling).
+"""Mesh TensorFlow's ``conv2d_transpose`` and ``conv3d_transpose`` layers.
 
-The windows then do not overlap, so the transposed convolution is one einsum
-(each input position times the filter gives a ``filter_size`` block of
-outputs) and a reshape that interleaves those blocks with the spatial dims.
-Both are ordinary mtf ops: every dim may be split, and the gradient comes
-from them.
+They take 0.1.21's parameters and make its variable: one kernel
+``name/kernel`` (default scope ``conv2d_transpose`` / ``conv3d_transpose``)
+in TF's transposed-convolution layout ``[fh, fw, out, in]`` (3-d: ``[fd,
+fh, fw, out, in]``), with TF's Glorot-uniform default initialiser, so a
+checkpoint of the original restores unchanged.
+
+When the filter is as large as the stride (``filter_size == strides``, the
+original's default 2x2 upsampling) the windows do not overlap: the
+transposed convolution is one einsum (each input position times the filter
+gives a ``filter_size`` block of outputs) and a reshape that interleaves
+those blocks with the spatial dims.  Both are ordinary mtf ops: every dim
+may be split, and the gradient comes from them.
 
 Other filter sizes (overlapping or gapped windows) are
 :func:`conv_transpose_general`: the input is dilated by the stride (an einsum
 with a one-hot and a reshape), then convolved at stride 1 with the mirrored
-filter, so a split spatial dim gets a halo exchange (SAME padding).  The
-``*_with_blocks`` layers use it; ``conv2d_transpose`` itself keeps the
-original's tested case.
+filter, so a split spatial dim gets a halo exchange (SAME padding).  Output
+sizes are TF's: ``size * stride`` for SAME, ``size * stride + max(k - s,
+0)`` for VALID.
 """
-
-import math
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
-from mesh_tf.layers.core import _maybe_cast, _unique_scope
+from mesh_tf.layers.conv import FILTER_DIM_NAMES, glorot_uniform
+from mesh_tf.layers.core import _maybe_cast, _unique_scope, variable_dtype_of
 from mesh_tf.ops import conv as conv_ops
 from mesh_tf.ops import creation
 from mesh_tf.ops import einsum as einsum_ops
@@ -29,84 +33,142 @@ from mesh_tf.ops import reshape as reshape_ops
 from mesh_tf.ops import variables as var_lib
 
 __all__ = ["conv2d_transpose", "conv3d_transpose", "conv_transpose_general",
-           "transpose_padding"]
+           "make_transpose_kernel", "transpose_padding"]
 
 
-def _conv_transpose(n, x, output_dim, filter_size, strides, padding,
-                    filter_initializer, variable_dtype, name):
-  filter_size = [filter_size] * n if isinstance(filter_size, int) else list(
-      filter_size)
-  strides = [strides] * n if isinstance(strides, int) else list(strides)
-  if str(padding).upper() not in ("SAME", "VALID"):
-    raise ShapeError(f"conv{n}d_transpose: unknown padding {padding!r}")
-  spatial = x.shape.dims[-1 - n:-1]
+def sizes(v, n, what, arg):
+  """``v`` (an int or n ints) as a list of n positive ints."""
+  v = [v] * n if isinstance(v, int) else list(v)
+  if len(v) != n or not all(isinstance(k, int) and k >= 1 for k in v):
+    raise ShapeError(f"{what}: {arg} {v!r} needs {n} positive integers")
+  return v
+
+
+def make_transpose_kernel(x, n, output_dim, filter_size, filter_initializer,
+                          variable_dtype, name):
+  """The ``name/kernel`` variable ``[fh, fw, out, in]`` (``[fd, fh, fw, out,
+  in]``) of a transposed convolution of ``x`` (cast to ``x``'s dtype), its
+  scope and ``output_dim`` as a Dimension.
+
+  Raises:
+    ShapeError: for an output dim ``x`` already has, or a dim of ``x``
+      named like a window dim.
+  """
+  what = f"conv{n}d_transpose"
   in_dim = x.shape.dims[-1]
   output_dim = dims_lib.convert_to_dimension(output_dim)
   if output_dim.name in x.shape:
-    raise ShapeError(f"conv{n}d_transpose: output dim {output_dim} is already "
-                     f"a dim of {x.name} {x.shape!r}; give it another name")
-  if filter_size != strides:
-    # Overlapping (or gapped) windows: the general transposed convolution,
-    # with TF's kernel layout [filter..., in, out].
-    scope = _unique_scope(x.graph, name or f"conv{n}d_transpose")
-    fdims = [dims_lib.Dimension(f"{d.name}_filter", k)
-             for d, k in zip(spatial, filter_size)]
-    kernel = var_lib.get_variable(
-        x.mesh, f"{scope}/kernel",
-        dims_lib.Shape(fdims + [in_dim, output_dim]),
-        variable_dtype or "float32",
-        filter_initializer if filter_initializer is not None
-        else var_lib.random_normal_initializer(
-            stddev=1.0 / math.sqrt(in_dim.size * math.prod(filter_size))))
-    return conv_transpose_general(x, _maybe_cast(kernel, x.dtype), spatial,
-                                  in_dim, output_dim, strides, padding,
-                                  name=f"{scope}/conv")
-  blocks = [dims_lib.Dimension(f"_{d.name}_block", k)
-            for d, k in zip(spatial, filter_size)]
-  scope = _unique_scope(x.graph, name or f"conv{n}d_transpose")
-  fan_in = in_dim.size
+    raise ShapeError(f"{what}: output dim {output_dim} is already a dim of "
+                     f"{x.name} {x.shape!r}; give it another name")
+  fnames = FILTER_DIM_NAMES[n]
+  clash = [f for f in fnames if f in x.shape]
+  if clash:
+    raise ShapeError(f"{what}: {x.name} {x.shape!r} has a dim named "
+                     f"{clash[0]!r}, the name of the kernel's window dim; "
+                     "rename it")
+  fdims = [dims_lib.Dimension(f, k) for f, k in zip(fnames, filter_size)]
+  scope = _unique_scope(x.graph, name or what)
   w = var_lib.get_variable(
-      x.mesh, f"{scope}/kernel", dims_lib.Shape(blocks + [in_dim, output_dim]),
-      variable_dtype or "float32",
+      x.mesh, f"{scope}/kernel",
+      dims_lib.Shape(fdims + [output_dim, in_dim]),
+      variable_dtype_of(variable_dtype, None, None),
       filter_initializer if filter_initializer is not None
-      else var_lib.random_normal_initializer(stddev=1.0 / math.sqrt(fan_in)))
+      else glorot_uniform(filter_size, in_dim.size, output_dim.size))
+  return _maybe_cast(w, x.dtype), scope, output_dim
+
+
+def conv_transpose(n, x, output_dim, filter_size, strides, padding,
+                   filter_initializer, variable_dtype, name):
+  """The layer of :func:`conv2d_transpose` (``n = 2``) and
+  :func:`conv3d_transpose` (``n = 3``)."""
+  what = f"conv{n}d_transpose"
+  filter_size = sizes(filter_size, n, what, "filter_size")
+  strides = sizes(strides, n, what, "strides")
+  if str(padding).upper() not in ("SAME", "VALID"):
+    raise ShapeError(f"{what}: padding {padding!r} must be 'SAME' or "
+                     "'VALID'")
+  if x.shape.ndims < n + 1:
+    raise ShapeError(f"{what}: {x.name} {x.shape!r} needs {n} spatial dims "
+                     "and a channel dim")
+  w, scope, output_dim = make_transpose_kernel(
+      x, n, output_dim, filter_size, filter_initializer, variable_dtype, name)
+  spatial = x.shape.dims[-1 - n:-1]
+  if filter_size != strides:
+    return conv_transpose_general(x, w, spatial, x.shape.dims[-1],
+                                  output_dim, strides, padding,
+                                  name=f"{scope}/conv")
+  # Non-overlapping windows: out[i * s + j] = x[i] . w[j], an einsum whose
+  # window dims interleave with the spatial dims, then one reshape.
   batch = x.shape.dims[:-1 - n]
   interleaved = list(batch)
-  for d, b in zip(spatial, blocks):
-    interleaved += [d, b]
-  y = einsum_ops.einsum([x, _maybe_cast(w, x.dtype)],
-                        output_shape=dims_lib.Shape(interleaved
-                                                    + [output_dim]))
+  for d, f in zip(spatial, w.shape.dims[:n]):
+    interleaved += [d, f]
+  y = einsum_ops.einsum(
+      [x, w], output_shape=dims_lib.Shape(interleaved + [output_dim]),
+      name=f"{scope}/einsum")
   out = list(batch) + [dims_lib.Dimension(d.name, d.size * k)
                        for d, k in zip(spatial, filter_size)] + [output_dim]
-  return reshape_ops.reshape(y, dims_lib.Shape(out))
+  return reshape_ops.reshape(y, dims_lib.Shape(out), name=f"{scope}/reshape")
 
 
 def conv2d_transpose(x, output_dim, filter_size=(2, 2), strides=(2, 2),
                      padding="SAME", filter_initializer=None,
                      variable_dtype=None, name=None):
-  """2-d transposed convolution of ``[batch..., h, w, in]``; the output has
-  ``h * sh`` and ``w * sw`` and ``output_dim`` last.
+  """2-d transposed convolution (Mesh TF's NHWC, TF's
+  ``tf.nn.conv2d_transpose``).
 
-  Any window and stride: ``filter_size == strides`` (the default) is one
-  einsum and a reshape, so every dim may be split; other windows are TF's
-  transposed convolution (a dilated input and a mirrored filter), whose
-  kernel is ``name/kernel`` ``[filter..., in, out]``.
+  Args:
+    x: ``[batch..., height, width, in_channels]``.
+    output_dim: the output channel Dimension (a new name).
+    filter_size: ``(fh, fw)`` (an integer: both); any window.
+    strides: ``(stride_h, stride_w)`` (an integer: both).
+    padding: "SAME" (output ``h * sh, w * sw``) or "VALID" (TF's sizes, see
+      :func:`transpose_padding`).
+    filter_initializer: initialiser of ``name/kernel`` ``[fh, fw, out,
+      in]`` (TF's transposed layout); default TF's Glorot uniform.
+    variable_dtype: a :class:`mesh_tf.VariableDType`.
+    name: the kernel's scope (default ``conv2d_transpose``).
+
+  Returns:
+    ``x``'s shape with each spatial dim resized (same names) and the channel
+    dim replaced by ``output_dim``.  With ``filter_size == strides`` every
+    dim may be split; otherwise a split spatial dim needs SAME padding (a
+    halo exchange).
+
+  Raises:
+    ShapeError: for bad sizes or padding, an output dim ``x`` already has,
+      or a dim of ``x`` named like a window dim (``fh``, ``fw``).
   """
-  return _conv_transpose(2, x, output_dim, filter_size, strides, padding,
-                         filter_initializer, variable_dtype, name)
+  return conv_transpose(2, x, output_dim, filter_size, strides, padding,
+                        filter_initializer, variable_dtype, name)
 
 
 def conv3d_transpose(x, output_dim, filter_size=(2, 2, 2),
                      strides=(2, 2, 2), padding="SAME",
                      filter_initializer=None, variable_dtype=None,
                      name=None):
-  """3-d transposed convolution of ``[batch..., d, h, w, in]`` (see
-  :func:`conv2d_transpose`)."""
-  return _conv_transpose(3, x, output_dim, filter_size, strides, padding,
-                         filter_initializer, variable_dtype, name)
+  """3-d transposed convolution (Mesh TF's NDHWC, TF's
+  ``tf.nn.conv3d_transpose``).
 
+  Args:
+    x: ``[batch..., depth, height, width, in_channels]``.
+    output_dim: the output channel Dimension (a new name).
+    filter_size: ``(fd, fh, fw)`` (an integer: all three); any window.
+    strides: ``(stride_d, stride_h, stride_w)`` (an integer: all three).
+    padding: "SAME" or "VALID" (see :func:`conv2d_transpose`).
+    filter_initializer: initialiser of ``name/kernel`` ``[fd, fh, fw, out,
+      in]``; default TF's Glorot uniform.
+    variable_dtype: a :class:`mesh_tf.VariableDType`.
+    name: the kernel's scope (default ``conv3d_transpose``).
 
+  Returns:
+    As :func:`conv2d_transpose`.
+
+  Raises:
+    ShapeError: as :func:`conv2d_transpose` (window dims ``fd, fh, fw``).
+  """
+  return conv_transpose(3, x, output_dim, filter_size, strides, padding,
+                        filter_initializer, variable_dtype, name)
 
 
 def transpose_padding(size, k, s, padding):
@@ -159,8 +221,9 @@ def conv_transpose_general(x, kernel, spatial, in_dim, output_dim, strides,
   Args:
     x: ``[batch..., spatial..., in_dim]`` (spatial dims named in
       ``spatial``).
-    kernel: ``[filter dims (one per spatial dim, in order), in_dim,
-      output_dim]``.
+    kernel: the filter dims (one per spatial dim, in order) and the two
+      channel dims ``output_dim`` and ``in_dim``, in any order (the layers
+      pass TF's transposed layout ``[filter..., out, in]``).
     spatial: the spatial Dimensions of ``x``.
     strides: one per spatial dim.
     padding: "SAME" (output ``size * stride``) or "VALID".
@@ -181,21 +244,3 @@ def conv_transpose_general(x, kernel, spatial, in_dim, output_dim, strides,
   return conv_ops.conv(x, kernel, [d.name for d in spatial],
                        in_dim=in_dim.name, out_dim=output_dim.name,
                        padding=pads, name=name)
-
-
-def make_transpose_kernel(x, n, output_dim, filter_size, filter_initializer,
-                          variable_dtype, name):
-  """The ``name/kernel`` variable ``[filter_<spatial>..., in, out]`` of a
-  general transposed convolution layer, and its scope."""
-  spatial = x.shape.dims[-1 - n:-1]
-  in_dim = x.shape.dims[-1]
-  scope = _unique_scope(x.graph, name or f"conv{n}d_transpose")
-  fdims = [dims_lib.Dimension(f"filter_{d.name}", k)
-           for d, k in zip(spatial, filter_size)]
-  w = var_lib.get_variable(
-      x.mesh, f"{scope}/kernel", dims_lib.Shape(fdims + [in_dim, output_dim]),
-      variable_dtype or "float32",
-      filter_initializer if filter_initializer is not None
-      else var_lib.random_normal_initializer(
-          stddev=1.0 / math.sqrt(in_dim.size)))
-  return _maybe_cast(w, x.dtype), scope

@@ -29,6 +29,11 @@ that is given (an upper bound), else as ONE trip (a lower bound);
 :attr:`WhileLoopOperation.trip_count` is then None and
 :attr:`WhileLoopOperation.priced_iterations` says what was priced.
 
+Memory (``costmodels.memory``): the loop's outputs are its carried values,
+live through the loop; the condition's and the body's tensors peak on top
+of them once per iteration, not once per trip.  :attr:`inner_tensors`,
+:attr:`body_outputs` and :attr:`accumulator_sums` are what it reads.
+
 Gradients do not flow through the loop, as in Mesh TensorFlow: call
 ``mtf.gradients`` inside ``body_fn`` and sum the gradients with
 accumulators instead.
@@ -121,6 +126,11 @@ class WhileLoopOperation(Operation):
       raise
     self._cond_output = cond_out
     self._body_outputs = list(body_out)
+    # Each iteration adds the body's accumulator outputs to the sums into
+    # new tensors; these stand for them in the memory model.
+    self._new_sums = [Tensor(self, t.shape, t.dtype,
+                             name=f"{self.name}/new_sum:{i}")
+                      for i, t in enumerate(self._body_outputs[self._n:])]
     # New variables belong to the graph, before the loop (as in Mesh TF).
     variables = [op for op in body_ops + self._cond_ops
                  if isinstance(op, Variable)]
@@ -211,6 +221,36 @@ class WhileLoopOperation(Operation):
   @property
   def num_loop_vars(self):
     return self._n
+
+  @property
+  def cond_output(self):
+    """The condition's scalar bool Tensor."""
+    return self._cond_output
+
+  @property
+  def body_outputs(self):
+    """What ``body_fn`` returned: the next loop values, then the
+    accumulators' per-iteration terms."""
+    return list(self._body_outputs)
+
+  @property
+  def inner_tensors(self):
+    """Every tensor the condition's and the body's ops read or make (those
+    of nested loops too), in build order, each once.  The layout search
+    reads their dims: the loop's cost and memory depend on them."""
+    out = {}
+    for op in self._cond_ops + self._body_ops:
+      for t in list(op.inputs) + list(op.outputs) + list(
+          getattr(op, "inner_tensors", ())):
+        out.setdefault(t, None)
+    return list(out)
+
+  @property
+  def accumulator_sums(self):
+    """Stand-ins (not graph tensors) for the new sums each iteration
+    computes (old sum + term), one per accumulator; the memory model counts
+    them at the end of every iteration."""
+    return list(self._new_sums)
 
   @property
   def unsplittable_dims(self):

@@ -1,4 +1,4 @@
-"""The first-wave layers called as Mesh TF 0.1.21's docs allow, written
+"""The first-wave layers (and the transposed convolutions) called as Mesh TF 0.1.21's docs allow, written
 once for either library (``m`` is ``mesh_tf`` or ``mesh_tensorflow``), with
 the variables Mesh TF made for each call recorded (test_compat_layer_calls
 checks ours against the record, and against the original when installed).
@@ -17,6 +17,12 @@ K2B = RNG.randn(3, 3, 4, 5).astype(np.float32)
 K3 = RNG.randn(3, 1, 2, 4, 5).astype(np.float32)
 W = RNG.randn(4, 5).astype(np.float32)
 WE = RNG.randn(3, 4, 5).astype(np.float32)
+# Transposed kernels are TF's [fh, fw, out, in] ([fd, fh, fw, out, in]).
+KT2 = RNG.randn(2, 2, 5, 4).astype(np.float32)
+KT2B = RNG.randn(3, 3, 5, 4).astype(np.float32)
+KT3 = RNG.randn(2, 2, 2, 5, 4).astype(np.float32)
+XB = RNG.randn(2, 2, 1, 3, 3, 4).astype(np.float32)      # b, hb, wb, h, w, c
+XB3 = RNG.randn(2, 2, 1, 2, 2, 3, 4).astype(np.float32)  # b, db, hb, d, h, w, c
 
 
 def _dims(m):
@@ -57,6 +63,46 @@ def conv3d_positional(m, mesh, imp, init, tf):
   n = _dims(m)
   x = imp(mesh, X5, [n["b"], n["d"], n["h"], n["w"], n["c"]])
   return m.layers.conv3d(x, n["o"], (3, 1, 2), (1, 1, 1), "SAME", init(K3))
+
+
+def conv2d_transpose_default(m, mesh, imp, init, tf):
+  n = _dims(m)
+  x = imp(mesh, X4, [n["b"], n["h"], n["w"], n["c"]])
+  return m.layers.conv2d_transpose(x, n["o"], filter_initializer=init(KT2))
+
+
+def conv2d_transpose_overlapping(m, mesh, imp, init, tf):
+  n = _dims(m)
+  x = imp(mesh, X4, [n["b"], n["h"], n["w"], n["c"]])
+  return m.layers.conv2d_transpose(x, n["o"], (3, 3), (2, 2), "SAME",
+                                   init(KT2B), None, "tt")
+
+
+def conv3d_transpose_positional(m, mesh, imp, init, tf):
+  n = _dims(m)
+  x = imp(mesh, X5, [n["b"], n["d"], n["h"], n["w"], n["c"]])
+  return m.layers.conv3d_transpose(x, n["o"], (2, 2, 2), (2, 2, 2), "SAME",
+                                   init(KT3))
+
+
+def conv2d_transpose_blocks(m, mesh, imp, init, tf):
+  d = m.Dimension
+  n = _dims(m)
+  hb, wb = d("hb", 2), d("wb", 1)
+  x = imp(mesh, XB, [n["b"], hb, wb, d("h", 3), d("w", 3), n["c"]])
+  return m.layers.conv2d_transpose_with_blocks(
+      x, n["o"], (2, 2), (2, 2), "SAME", hb, wb, init(KT2))
+
+
+def conv3d_transpose_blocks(m, mesh, imp, init, tf):
+  d = m.Dimension
+  n = _dims(m)
+  db, hb = d("db", 2), d("hb", 1)
+  x = imp(mesh, XB3, [n["b"], db, hb, d("d", 2), d("h", 2), d("w", 3),
+                      n["c"]])
+  return m.layers.conv3d_transpose_with_blocks(
+      x, n["o"], d_blocks_dim=db, h_blocks_dim=hb,
+      filter_initializer=init(KT3), name="t3")
 
 
 def dense_positional(m, mesh, imp, init, tf):
@@ -123,7 +169,9 @@ def layer_norm_default_name(m, mesh, imp, init, tf):
 
 CASES = {f.__name__: f for f in [
     conv1d_positional, conv1d_valid, conv2d_positional, conv2d_strided,
-    conv3d_positional, dense_positional, dense_kernel_weights,
+    conv3d_positional, conv2d_transpose_default, conv2d_transpose_overlapping,
+    conv3d_transpose_positional, conv2d_transpose_blocks,
+    conv3d_transpose_blocks, dense_positional, dense_kernel_weights,
     dense_variable_dtype, dense_bfloat16_slices, dense_experts,
     dense_relu_dense_positional,
     layer_norm_positional, layer_norm_default_name]}

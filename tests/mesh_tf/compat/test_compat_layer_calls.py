@@ -1,5 +1,6 @@
 """mtf.layers' first-wave layers (conv1d/2d/3d, dense, dense_relu_dense,
-layer_norm) take Mesh TF 0.1.21's parameters, in its order, and make its
+layer_norm) and the transposed convolutions (conv2d/3d_transpose and their
+``_with_blocks`` forms, kernels ``[f..., out, in]``) take Mesh TF 0.1.21's parameters, in its order, and make its
 variables: the signatures and variables below were recorded from the
 original; each call's values equal a TF/NumPy reference under several
 layouts; and where mesh_tensorflow is installed, the original run on the
@@ -27,6 +28,12 @@ ORIGINAL_SIGNATURES = {
                "filter_initializer", "variable_dtype", "name"],
     "conv3d": ["x", "output_dim", "filter_size", "strides", "padding",
                "filter_initializer", "variable_dtype", "name"],
+    "conv2d_transpose": ["x", "output_dim", "filter_size", "strides",
+                         "padding", "filter_initializer", "variable_dtype",
+                         "name"],
+    "conv3d_transpose": ["x", "output_dim", "filter_size", "strides",
+                         "padding", "filter_initializer", "variable_dtype",
+                         "name"],
     "dense": ["x", "new_dims", "reduced_dims", "expert_dims", "use_bias",
               "activation", "master_dtype", "slice_dtype", "variable_dtype",
               "kernel_initializer", "kernel_weights", "name"],
@@ -49,6 +56,20 @@ RECORDED = {
                        [("conv2d/kernel", "fh:3,fw:3,c:4,o:5")]),
     "conv3d_positional": ("batch:2,d:3,h:5,w:6,o:5",
                           [("conv3d/kernel", "fd:3,fh:1,fw:2,c:4,o:5")]),
+    "conv2d_transpose_default": (
+        "batch:2,h:10,w:12,o:5",
+        [("conv2d_transpose/kernel", "fh:2,fw:2,o:5,c:4")]),
+    "conv2d_transpose_overlapping": ("batch:2,h:10,w:12,o:5",
+                                     [("tt/kernel", "fh:3,fw:3,o:5,c:4")]),
+    "conv3d_transpose_positional": (
+        "batch:2,d:6,h:10,w:12,o:5",
+        [("conv3d_transpose/kernel", "fd:2,fh:2,fw:2,o:5,c:4")]),
+    "conv2d_transpose_blocks": (
+        "batch:2,hb:2,wb:1,h:6,w:6,o:5",
+        [("conv2d_transpose/kernel", "fh:2,fw:2,o:5,c:4")]),
+    "conv3d_transpose_blocks": (
+        "batch:2,db:2,hb:1,d:4,h:4,w:6,o:5",
+        [("t3/kernel", "fd:2,fh:2,fw:2,o:5,c:4")]),
     "dense_positional": ("batch:2,w:6,o:5",
                          [("d/kernel", "c:4,o:5"), ("d/bias", "o:5")]),
     "dense_kernel_weights": ("batch:2,w:6,o:5",
@@ -93,6 +114,22 @@ def _ln(x, eps):
   return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps)
 
 
+def _per_block(xb, n, fn):
+  """``fn`` of every block of ``xb`` ``[b, blocks x n, spatial x n, c]``
+  on its own (windows as large as the stride need no halo)."""
+  lead, tail = xb.shape[:1 + n], xb.shape[1 + n:]
+  y = fn(xb.reshape((-1,) + tail))
+  return y.reshape(lead + y.shape[1:])
+
+
+def _transposed(x, k, s):
+  """TF's SAME transposed convolution of ``x`` by ``k`` [..., out, in]."""
+  n = x.ndim - 2
+  out = [x.shape[0]] + [d * s for d in x.shape[1:-1]] + [k.shape[-2]]
+  fn = tf.nn.conv2d_transpose if n == 2 else tf.nn.conv3d_transpose
+  return fn(x, k, out, s, "SAME").numpy()
+
+
 def _reference(case, w):
   """The case's output from its inputs and weights ``w`` (by name)."""
   conv = lambda x, k, s, p: tf.nn.convolution(x, k, s, p).numpy()
@@ -103,6 +140,13 @@ def _reference(case, w):
       "conv2d_positional": lambda: conv(LC.X4, LC.K2, 1, "VALID"),
       "conv2d_strided": lambda: conv(LC.X4, LC.K2B, [1, 2], "SAME"),
       "conv3d_positional": lambda: conv(LC.X5, LC.K3, 1, "SAME"),
+      "conv2d_transpose_default": lambda: _transposed(LC.X4, LC.KT2, 2),
+      "conv2d_transpose_overlapping": lambda: _transposed(LC.X4, LC.KT2B, 2),
+      "conv3d_transpose_positional": lambda: _transposed(LC.X5, LC.KT3, 2),
+      "conv2d_transpose_blocks": lambda: _per_block(
+          LC.XB, 2, lambda x: _transposed(x, LC.KT2, 2)),
+      "conv3d_transpose_blocks": lambda: _per_block(
+          LC.XB3, 2, lambda x: _transposed(x, LC.KT3, 2)),
       "dense_positional": lambda: relu(LC.X3 @ LC.W),
       "dense_kernel_weights": lambda: LC.X3 @ LC.W,
       "dense_variable_dtype": lambda: LC.X3 @ LC.W,
@@ -122,6 +166,13 @@ SPLIT = {"conv1d_positional": ["batch:2", "c:4"],
          "conv2d_positional": ["batch:2", "c:4"],
          "conv2d_strided": ["batch:2", "c:4"],
          "conv3d_positional": ["batch:2", "c:4", "w:6"],
+         # Every dim of a transposed convolution whose windows do not
+         # overlap splits; overlapping ones halo-exchange a split spatial dim.
+         "conv2d_transpose_default": ["batch:2", "w:6", "c:4"],
+         "conv2d_transpose_overlapping": ["batch:2", "w:6", "c:4"],
+         "conv3d_transpose_positional": ["batch:2", "d:3", "w:6", "c:4"],
+         "conv2d_transpose_blocks": ["batch:2", "hb:2", "c:4"],
+         "conv3d_transpose_blocks": ["batch:2", "db:2", "c:4"],
          "dense_relu_dense_positional": ["batch:2", "w:6", "c:4"],
          "layer_norm_positional": ["batch:2", "w:6", "c:4"]}
 
@@ -154,6 +205,8 @@ def test_variables_and_output_shape_are_the_originals(case):
 def test_values_equal_the_reference_under_layouts(case):
   _, w = _variables(case)
   meshes = ["x:2", "rows:2;cols:2"] if case in SPLIT else []
+  if "transpose" in case:  # 1, 2, 4 and 8 devices
+    meshes = meshes + ["rows:2;cols:4"]
   check_layouts(_build(case), SPLIT.get(case, ["batch:2"]),
                 lambda: _reference(case, w), meshes=meshes, limit=4,
                 rtol=1e-4, atol=1e-4)
@@ -248,3 +301,52 @@ def test_a_stride_that_does_not_divide_sizes_the_output_as_tf(padding):
   ref = tf.nn.convolution(LC.X4, LC.K2B, 2, padding).numpy()
   check_layouts(build, ["batch:2", "c:4"], lambda: ref, meshes=["x:2"],
                 rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,window", [(2, (3, 2)), (3, (2, 2, 2))])
+def test_transposed_kernels_default_to_glorot_uniform_as_the_original(
+    n, window):
+  # TF's default for a [window..., out, in] kernel: uniform in
+  # +-sqrt(6 / (prod(window) * (in + out))), the original's too.
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  x = mtf.zeros(mesh, "b:2;d:3;h:4;w:4;c:16"[(4 if n == 2 else 0):])
+  layer = mtf.layers.conv2d_transpose if n == 2 else (
+      mtf.layers.conv3d_transpose)
+  layer(x, mtf.Dimension("o", 24), window, 2)
+  (kernel,) = graph.all_variables
+  assert kernel.name == f"conv{n}d_transpose/kernel"
+  assert kernel.shape.dimension_names[-2:] == ["o", "c"]
+  w = kernel.initial_value_numpy()
+  limit = np.sqrt(6.0 / (np.prod(window) * (16 + 24)))
+  assert np.abs(w).max() <= limit
+  np.testing.assert_allclose(w.std(), limit / np.sqrt(3), rtol=0.1)
+
+
+def test_a_dim_named_like_a_transposed_window_dim_is_named():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  x = mtf.zeros(mesh, "b:2;fh:3;w:4;c:5")
+  with pytest.raises(mtf.ShapeError, match="has a dim named 'fh'"):
+    mtf.layers.conv2d_transpose(x, mtf.Dimension("o", 5))
+  with pytest.raises(mtf.ShapeError, match="output dim c=5 is already"):
+    mtf.layers.conv2d_transpose(mtf.zeros(mesh, "b:2;h:3;w:4;c:5"),
+                                mtf.Dimension("c", 5))
+
+
+@pytest.mark.parametrize("kernel,window", [(LC.KT2, (2, 2)),
+                                           (LC.KT2B, (3, 3))])
+def test_the_layers_kernel_is_the_ops_filter(kernel, window):
+  # One layout end to end: the layer's [fh, fw, out, in] kernel is the
+  # filter of the ops-level conv2d_transpose (Conv2dTransposeOperation).
+  def build(mesh):
+    x = _imp(mesh, LC.X4, [mtf.Dimension("batch", 2), mtf.Dimension("h", 5),
+                           mtf.Dimension("w", 6), mtf.Dimension("c", 4)])
+    layer = mtf.layers.conv2d_transpose(x, mtf.Dimension("o", 5), window,
+                                        2, "SAME", kernel)
+    (w,) = mesh.graph.all_variables
+    return [layer, mtf.conv2d_transpose(x, w.outputs[0], [1, 2, 2, 1],
+                                        "SAME")]
+  from tests.layout_harness import run
+  (layer, op), _ = run(build, "all:1", "")
+  np.testing.assert_allclose(layer, op, rtol=1e-4, atol=1e-4)

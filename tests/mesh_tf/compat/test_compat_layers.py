@@ -199,14 +199,17 @@ def test_conv2d_transpose_matches_tf():
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   xv = RNG.randn(2, 3, 4, 5).astype(np.float32)
   w0 = RNG.randn(2, 2, 5, 6).astype(np.float32)   # fh, fw, in, out
+  # The kernel is TF's transposed filter [fh, fw, out, in], as in Mesh TF.
+  wt = np.transpose(w0, (0, 1, 3, 2))
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, xv, "b:2;h:3;w:4;c:5")
     y = mtf.layers.conv2d_transpose(x, mtf.Dimension("o", 6),
-                                    filter_initializer=w0)
+                                    filter_initializer=wt)
+    assert mesh.graph.all_variables[0].shape == mtf.convert_to_shape(
+        "fh:2;fw:2;o:6;c:5")
     return [y, mtf.gradients([mtf.reduce_sum(y * y)], [x])[0]]
-  # TF's filter is [fh, fw, out, in].
-  tf_w = tf.constant(np.transpose(w0, (0, 1, 3, 2)))
+  tf_w = tf.constant(wt)
   xt = tf.constant(xv)
   with tf.GradientTape() as tape:
     tape.watch(xt)
@@ -230,7 +233,7 @@ def test_conv2d_transpose_with_overlapping_windows_matches_tf():
     x = mtf.import_tf_tensor(mesh, xv, "b:2;h:3;w:4;c:5")
     y = mtf.layers.conv2d_transpose(
         x, mtf.Dimension("o", 6), filter_size=3, strides=2,
-        filter_initializer=w0)
+        filter_initializer=np.transpose(w0, (0, 1, 3, 2)))
     return [y, mtf.gradients([mtf.reduce_sum(y * y)], [x])[0]]
   xt = tf.constant(xv)
   with tf.GradientTape() as tape:

@@ -99,9 +99,14 @@ def test_conv3d_with_blocks_equals_conv_of_the_whole_volume():
                 rtol=1e-4, atol=1e-4)
 
 
+def out_in(w0):
+  """A random [fh, fw, in, out] kernel as TF's (and Mesh TF's) transposed
+  filter [fh, fw, out, in], the layout of the transposed layers' kernel."""
+  return np.transpose(w0, (0, 1, 3, 2))
+
+
 def tf_transpose2d(w0, s, padding):
-  # Our kernel is [fh, fw, in, out]; TF's transposed filter [fh, fw, out, in].
-  wt = np.transpose(w0, (0, 1, 3, 2))
+  wt = out_in(w0)
 
   def fn(t):
     b, h, w, _ = t.shape
@@ -121,7 +126,8 @@ def test_general_conv2d_transpose_matches_tf(k, padding):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, xv, "b:2;h:4;w:3;c:3")
     y = L.conv2d_transpose_with_blocks(x, mtf.Dimension("o", 2), (k, k),
-                                       padding=padding, filter_initializer=w0)
+                                       padding=padding,
+                                       filter_initializer=out_in(w0))
     return with_grad(x, y)
   y, gx = tf_value_and_grad(tf_transpose2d(w0, 2, padding), xv)
   dims = ["b:2", "o:2"] + (["h:4"] if padding == "SAME" else [])
@@ -138,7 +144,7 @@ def test_conv2d_transpose_with_blocks_equals_the_whole_image(k):
     x = mtf.import_tf_tensor(mesh, xv, "b:1;hb:2;wb:2;h:2;w:3;c:2")
     y = L.conv2d_transpose_with_blocks(x, mtf.Dimension("o", 3), (k, k),
                                        h_blocks_dim="hb", w_blocks_dim="wb",
-                                       filter_initializer=w0)
+                                       filter_initializer=out_in(w0))
     assert y.shape == mtf.convert_to_shape("b:1;hb:2;wb:2;h:4;w:6;o:3")
     return with_grad(x, y)
   y, gx = tf_value_and_grad(tf_transpose2d(w0, 2, "SAME"), to_image(xv))
@@ -155,7 +161,8 @@ def test_conv3d_transpose_with_blocks_equals_the_whole_volume():
     x = mtf.import_tf_tensor(mesh, xv, "b:1;db:2;hb:1;d:2;h:2;w:2;c:2")
     return L.conv3d_transpose_with_blocks(x, mtf.Dimension("o", 2), 3,
                                           d_blocks_dim="db",
-                                          filter_initializer=w0)
+                                          filter_initializer=np.transpose(
+                                              w0, (0, 1, 2, 4, 3)))
   vol = xv.reshape(1, 4, 2, 2, 2)
   ref = tf.nn.conv3d_transpose(vol, np.transpose(w0, (0, 1, 2, 4, 3)),
                                [1, 8, 4, 4, 2], 2, "SAME").numpy()
