@@ -198,3 +198,25 @@ def test_graph_function_with_control_flow_v2_in_its_body():
   public, _, _ = _session_run(False, kernel)
   np.testing.assert_array_equal(private, public)
   assert calls[0].endswith("_fused_inline")
+
+
+def test_a_graph_function_joins_every_graph_it_is_called_in():
+  # The fuser keeps functions per backend, not per graph: a second Session
+  # graph lowered by the same backend gets the definition too.
+  impl = PlacementMeshImpl("rows:2;cols:4", "", mtf.logical_cpu_devices(8))
+  got = []
+  for offset in (0.0, 5.0):
+    with tf.Graph().as_default() as g:
+      v = tf.compat.v1.placeholder(tf.float32, shape=[3])
+      x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+      y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
+                         slice_shape=(3,))
+      total = tf.add_n(y.tensor_list)
+      with tf.compat.v1.Session(graph=g) as sess:
+        got.append(sess.run(total, {v: np.array([1.0, 2.0, 3.0],
+                                                np.float32) + offset}))
+  assert impl.fuser.stats["functions"] == 1
+  for offset, value in zip((0.0, 5.0), got):
+    np.testing.assert_allclose(value, sum(
+        np.maximum(np.array([1.0, 2, 3]) + offset + p - 2.0, 0) * 3
+        for p in range(8)))
