@@ -16,7 +16,12 @@ optimise the whole expanded graph again); the price is a call per segment
 and device, which made steady steps 10-20% slower on logical CPU devices
 (1 to 32 layers).  In a plain ``tf.compat.v1`` graph, which a Session
 optimises once as a whole anyway, TF may inline them, so Session steps run
-as unfused while lowering still builds each segment once.
+as unfused while lowering still builds each segment once.  There the
+functions are defined in the graph's own library (TF's v1 function
+machinery, :func:`~mesh_tf.lowering.tf_private.graph_function`), not as
+``tf.function``s: tracing those would start TF's eager runtime, and with it
+the process-wide intra-op thread pool, before the program's Session could
+size it from its ``ConfigProto``.
 ``PlacementMeshImpl(fuse=False)`` lowers unfused.
 
 How: :meth:`SlicewiseFuser.defer` records a kernel instead of running it;
