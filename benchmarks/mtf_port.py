@@ -9,33 +9,45 @@ logical CPU devices.  Its source is loaded unchanged; for the original,
 only its ``import mesh_tf as mtf`` line is replaced by ``import
 mesh_tensorflow as mtf`` (``pip install --no-deps mesh-tensorflow==0.1.21``).
 
-Paths, each in a fresh subprocess (peak RSS and TF state are its own):
+Paths:
   * ``session``: ``mtf.Lowering`` in a v1 graph, ``sess.run([loss,
     train_op], feed_dict)`` per step -- what the original ran;
-  * ``session_unfused``: the same with ``PlacementMeshImpl(fuse=False)``;
-  * ``trainstep``: ``mesh_tf.training.TrainStep`` (one ``tf.function``);
-  * ``original``: the session path on mesh_tensorflow, if importable.
-Reported: lowering (building the TF graph), first step, steady step (median
-of the later steps), peak RSS, and steady-step ratios.
+  * ``original``: the session path on mesh_tensorflow, if importable;
+  * ``trainstep``: ``mesh_tf.training.TrainStep`` (one ``tf.function``),
+    with TF's pools set to the Sessions' 1 intra-op and 2 inter-op threads;
+  * ``session_unfused``: the session path with
+    ``PlacementMeshImpl(fuse=False)`` (not run unless asked for).
+Reported per run: lowering (building the TF graph), first step, steady step
+(median wall and process-CPU time of the later steps), peak RSS, whether
+TF's eager runtime had started before the Session was made (``eager``), and
+the load average; then per path the medians, and the steady-step ratios of
+``session`` to every other path, per round and their median.
+
+The default mode runs every path in its OWN process (a program of its own,
+as a user runs it: its own TF runtime, thread pools and peak RSS),
+``--rounds`` times in turn, the order rotating each round, so that each
+round's ratio compares runs made close together on a shared machine.  A
+Session program's ``ConfigProto`` (``intra_op_parallelism_threads=1``) sizes
+TF's process-wide intra-op pool only if nothing has started TF's eager
+runtime before the Session: mesh-tf lowering defines its fused segments in
+the graph's own function library (``tf_private.graph_function``), so it
+does not, and ``eager`` reads False for both Session paths.
 
 ``--interleaved`` runs the paths' steps in turn in ONE process per layer
-count, so that their steady-step ratios share the machine's load (on a
-shared machine the separate runs vary by 2x): once in TF2 with the v1
-graphs built under ``tf.Graph().as_default()`` (TrainStep included), once
-after ``tf.disable_v2_behavior()`` as Mesh TF programs run (no TrainStep).
-
-``--session-threads`` sizes TF's process-wide intra-op thread pool from the
-Sessions' own ``ConfigProto`` (1 thread) before anything is lowered.  TF
-makes that pool once, with the first CPU device of the process; mesh-tf's
-fused segments are traced as ``tf.function``s, which start TF's eager
-runtime and so make the pool with one thread per core before the program's
-Session exists.  Without the flag every path of an interleaved run shares
-that pool (the original, lowered second, included); in separate processes
-only the original gets the one thread it asked for.
+count instead: once in TF2 with the v1 graphs built under
+``tf.Graph().as_default()`` (TrainStep included), once after
+``tf.disable_v2_behavior()`` as Mesh TF programs run (no TrainStep).  Its
+ratios share the machine's load step by step, but its paths also share one
+TF runtime: its thread pools are sized by whatever path starts them first
+(TrainStep's eager runtime: one intra-op thread per core), so it does not
+compare the programs as their own users run them.  ``--session-threads``
+sizes TF's process-wide pools as the Sessions ask (1 intra-op, 2 inter-op
+threads) before anything else, in every process.
 
 Reproduce:
   python benchmarks/mtf_port.py                  # 1, 8 and 32 layers
-  python benchmarks/mtf_port.py --layers 1 --steps 10
+  python benchmarks/mtf_port.py --layers 1 8 --rounds 5 --steps 20
+  python benchmarks/mtf_port.py --layers 32 --rounds 2 --steps 6
   python benchmarks/mtf_port.py --interleaved --layers 1 8 --steps 20
 """
 
@@ -56,6 +68,43 @@ IMPORT_LINE = "import mesh_tf as mtf"
 
 def _peak_rss_mib():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _eager_started():
+  """Whether TF's eager runtime (and with it the process-wide intra-op
+  pool, one thread per core) has started; None if this TF cannot say."""
+  try:
+    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+    return bool(context.context()._initialized)  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return None
+
+
+def _threads():
+  try:
+    return len(os.listdir("/proc/self/task"))
+  except OSError:
+    return None
+
+
+def _timed_steps(step, steps):
+  """Runs ``step`` ``steps`` times; returns (wall s, process CPU s, losses)
+  per step."""
+  times, cpu, losses = [], [], []
+  for _ in range(steps):
+    c1, t1 = time.process_time(), time.perf_counter()
+    losses.append(float(step()))
+    times.append(time.perf_counter() - t1)
+    cpu.append(time.process_time() - c1)
+  return times, cpu, losses
+
+
+def _summary(lowering_s, times, cpu, losses, eager_at_session):
+  return dict(lowering_s=lowering_s, first_s=times[0],
+              steady_ms=1000 * statistics.median(times[1:]),
+              cpu_ms=1000 * statistics.median(cpu[1:]),
+              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib(),
+              eager_at_session=eager_at_session, threads=_threads())
 
 
 def _shim_original():
@@ -136,19 +185,15 @@ def run_session(layers, steps, original=False, fuse=True,
   config = tf.ConfigProto(device_count={"CPU": hp.num_devices},
                           inter_op_parallelism_threads=2,
                           intra_op_parallelism_threads=1)
+  eager_at_session = _eager_started()
   with tf.Session(config=config) as sess:
     sess.run(tf.global_variables_initializer())
     sess.run(tf.local_variables_initializer())
     sess.run(model["lowering"].copy_masters_to_slices())
-    times, losses = [], []
-    for _ in range(steps):
-      t1 = time.perf_counter()
-      loss, _ = sess.run([model["loss"], model["train_op"]], feed_dict=feed)
-      times.append(time.perf_counter() - t1)
-      losses.append(float(loss))
-  return dict(lowering_s=lowering_s, first_s=times[0],
-              steady_ms=1000 * statistics.median(times[1:]),
-              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
+    fetches = [model["loss"], model["train_op"]]
+    times, cpu, losses = _timed_steps(
+        lambda: sess.run(fetches, feed_dict=feed)[0], steps)
+  return _summary(lowering_s, times, cpu, losses, eager_at_session)
 
 
 def run_trainstep(layers, steps, session_threads=False):
@@ -176,14 +221,8 @@ def run_trainstep(layers, steps, session_threads=False):
                             mtf.optimize.SgdOptimizer(hp.learning_rate))
   step.concrete_function()
   lowering_s = time.perf_counter() - t0
-  times, losses = [], []
-  for _ in range(steps):
-    t1 = time.perf_counter()
-    losses.append(float(step(inputs, targets)))
-    times.append(time.perf_counter() - t1)
-  return dict(lowering_s=lowering_s, first_s=times[0],
-              steady_ms=1000 * statistics.median(times[1:]),
-              losses=losses[:3] + losses[-1:], peak_rss_mib=_peak_rss_mib())
+  times, cpu, losses = _timed_steps(lambda: step(inputs, targets), steps)
+  return _summary(lowering_s, times, cpu, losses, None)
 
 
 def _unfused(example):
@@ -309,9 +348,12 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--layers", type=int, nargs="+", default=[1, 8, 32])
   parser.add_argument("--steps", type=int, default=12)
+  parser.add_argument("--rounds", type=int, default=3,
+                      help="default mode: runs of each path, each in its own "
+                      "process, taken in turn")
   parser.add_argument("--paths", nargs="+",
-                      default=["session", "session_unfused", "trainstep",
-                               "original"])
+                      default=["session", "original", "trainstep"],
+                      help="session, original, trainstep, session_unfused")
   parser.add_argument("--interleaved", action="store_true",
                       help="run the session, trainstep (and original) steps "
                       "in turn in one process per layer count, so that the "
@@ -355,27 +397,66 @@ def main(argv=None):
         print(f"{layers:>6} layers, {label}, first step s: " + "  ".join(
             f"{p} {v:.1f}" for p, v in r["first_s"].items()))
     return
-  print(f"{'layers':>6} {'path':<16} {'lowering s':>10} {'first s':>8} "
-        f"{'steady ms':>10} {'peak MiB':>9}  losses")
   for layers in args.layers:
-    results = {}
-    for path in paths:
-      r = results[path] = _spawn(path, layers, args.steps,
-                                 session_threads=args.session_threads)
+    _alternate(layers, args.steps, args.rounds, paths, args.session_threads)
+
+
+def _uptime():
+  try:
+    return open("/proc/loadavg").read().split()[0]
+  except OSError:
+    return "?"
+
+
+def _alternate(layers, steps, rounds, paths, session_threads):
+  """The default mode: every path in its own process, ``rounds`` times,
+  in turn (the order rotating each round); prints every run, then per
+  path the medians and per round the steady-step ratios of ``session``
+  to each other path, with their median."""
+  print(f"{'layers':>6} {'round':>5} {'path':<16} {'lowering s':>10} "
+        f"{'first s':>8} {'steady ms':>10} {'cpu ms':>8} {'peak MiB':>9} "
+        f"{'eager':>5} {'load':>5}  losses")
+  runs = {p: [] for p in paths}
+  ratios = {p: {"wall": [], "cpu": []} for p in paths if p != "session"}
+  for k in range(rounds):
+    order = paths[k % len(paths):] + paths[:k % len(paths)]
+    this = {}
+    for path in order:
+      # TrainStep has no Session to size TF's pools: it gets the Sessions'
+      # 1 intra-op and 2 inter-op threads, so that all paths run alike.
+      r = _spawn(path, layers, steps,
+                 session_threads=session_threads or path == "trainstep")
       if "error" in r:
-        print(f"{layers:>6} {path:<16} failed: {r['error']}")
+        print(f"{layers:>6} {k:>5} {path:<16} failed: {r['error']}")
         continue
-      print(f"{layers:>6} {path:<16} {r['lowering_s']:>10.2f} "
+      this[path] = r
+      runs[path].append(r)
+      print(f"{layers:>6} {k:>5} {path:<16} {r['lowering_s']:>10.2f} "
             f"{r['first_s']:>8.2f} {r['steady_ms']:>10.1f} "
-            f"{r['peak_rss_mib']:>9.0f}  "
-            + " ".join(f"{v:.3f}" for v in r["losses"]))
-    ok = {p: r for p, r in results.items() if "error" not in r}
-    base = ok.get("session")
-    if base:
-      for other in ("trainstep", "session_unfused", "original"):
-        if other in ok:
-          print(f"{'':>6} steady step session / {other}: "
-                f"{base['steady_ms'] / ok[other]['steady_ms']:.2f}x")
+            f"{r['cpu_ms']:>8.1f} {r['peak_rss_mib']:>9.0f} "
+            f"{str(r['eager_at_session'])[:5]:>5} {_uptime():>5}  "
+            + " ".join(f"{v:.3f}" for v in r["losses"]), flush=True)
+    if "session" in this:
+      for other, r in this.items():
+        if other != "session":
+          for kind, field in (("wall", "steady_ms"), ("cpu", "cpu_ms")):
+            ratios[other][kind].append(this["session"][field] / r[field])
+  med = statistics.median
+  for path, rs in runs.items():
+    if rs:
+      print(f"{layers:>6} median {path:<16} lowering "
+            f"{med(r['lowering_s'] for r in rs):.2f} s, first "
+            f"{med(r['first_s'] for r in rs):.2f} s, steady "
+            f"{med(r['steady_ms'] for r in rs):.1f} ms (cpu "
+            f"{med(r['cpu_ms'] for r in rs):.1f}), peak "
+            f"{max(r['peak_rss_mib'] for r in rs):.0f} MiB ({len(rs)} runs)")
+  for other, rs in ratios.items():
+    if rs["wall"]:
+      print(f"{layers:>6} steady step session / {other}: wall "
+            f"{med(rs['wall']):.2f}x (rounds "
+            + " ".join(f"{v:.2f}" for v in rs["wall"]) + "), cpu "
+            f"{med(rs['cpu']):.2f}x (rounds "
+            + " ".join(f"{v:.2f}" for v in rs["cpu"]) + ")", flush=True)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,12 @@ optimise the whole expanded graph again); the price is a call per segment
 and device, which made steady steps 10-20% slower on logical CPU devices
 (1 to 32 layers).  In a plain ``tf.compat.v1`` graph, which a Session
 optimises once as a whole anyway, TF may inline them, so Session steps run
-as unfused while lowering still builds each segment once.
+as unfused while lowering still builds each segment once.  There the
+functions are defined in the graph's own library (TF's v1 function
+machinery, :func:`~mesh_tf.lowering.tf_private.graph_function`), not as
+``tf.function``s: tracing those would start TF's eager runtime, and with it
+the process-wide intra-op thread pool, before the program's Session could
+size it from its ``ConfigProto``.
 ``PlacementMeshImpl(fuse=False)`` lowers unfused.
 
 How: :meth:`SlicewiseFuser.defer` records a kernel instead of running it;
@@ -36,6 +41,7 @@ Closure cells are copied when a kernel is deferred, so a kernel made in a
 loop sees the loop variable's value of its own iteration.
 """
 
+import contextlib
 import types
 import weakref
 
@@ -266,13 +272,15 @@ class SlicewiseFuser:
     # MAX_INLINED_OPS_PER_GRAPH ops of a graph do calls stay uninlined.
     # Inside a tf.function (TrainStep) calls stay uninlined; see the
     # module doc.
-    inline = (not graph.building_function and self._inlined.get(graph, 0)
-              < self.MAX_INLINED_OPS_PER_GRAPH)
-    key = key + (inline,)
+    plain = not graph.building_function
+    inline = plain and (self._inlined.get(graph, 0)
+                        < self.MAX_INLINED_OPS_PER_GRAPH)
+    key = key + (plain, inline)
     with graph.as_default(), graph.device(None), \
         graph.control_dependencies(None):
       if key not in self._functions:
-        self._functions[key] = self._trace(order, wiring, specs, inline)
+        self._functions[key] = self._trace(order, wiring, specs, inline,
+                                           plain)
         self.stats["functions"] += 1
       fn, executor = self._functions[key]
       results = []
@@ -282,7 +290,8 @@ class SlicewiseFuser:
             results.append(self._run(order, wiring,
                                      [ts[p] for ts in ext_lists]))
       else:
-        with self.call_options.scope(executor_type=executor):
+        with (self.call_options.scope(executor_type=executor)
+              if executor is not None else _no_scope()):
           for p in range(self.impl.size):
             with self.impl._on(p):  # pylint: disable=protected-access
               results.append(fn.call(*[ts[p] for ts in ext_lists]))
@@ -329,12 +338,27 @@ class SlicewiseFuser:
   # 77,500 at 32; past this bound a first run would take many minutes.
   MAX_INLINED_OPS_PER_GRAPH = 200_000
 
-  def _trace(self, order, wiring, specs, inline=False):
+  def _trace(self, order, wiring, specs, inline=False, plain=False):
     """Traces the segment once; returns (function, executor type), or
-    (None, None) when the segment is small enough to run unfused."""
+    (None, None) when the segment is small enough to run unfused.
+
+    In a plain graph (``plain``) the function goes into the graph's own
+    library, without starting TF's eager runtime, so that the program's
+    Session sizes TF's intra-op thread pool as its ``ConfigProto`` says
+    (see :func:`~mesh_tf.lowering.tf_private.graph_function`).
+    """
     def body(*ext):
       return self._run(order, wiring, ext)
     signature = [tf.TensorSpec(s, d) for s, d in specs]
+    if plain:
+      fn = tf_private.graph_function(body, signature, "segment",
+                                     inline=inline, private=self.private_tf)
+      if fn is not None:
+        work = [n for n in fn.definition.node_def
+                if n.op not in ("Identity", "Const", "NoOp")]
+        if len(work) <= self.MAX_DIRECT_OPS:
+          return None, None
+        return fn, None
     concrete = tf.function(body, autograph=False).get_concrete_function(
         *signature)
     if concrete.captured_inputs:
@@ -353,6 +377,12 @@ class SlicewiseFuser:
     return tf_private.uninlined_function(body, signature, concrete,
                                          private=self.private_tf,
                                          inline=inline), executor
+
+
+def _no_scope():
+  # A graph function's calls take no call options (and reading them would
+  # start TF's eager runtime).
+  return contextlib.nullcontext()
 
 
 def step_call_options():

@@ -18,17 +18,24 @@ The uses:
   :mod:`mesh_tf.lowering.fusion`).  Public route: the ``_noinline``
   attribute through ``tf.function(experimental_attributes=...)``, which
   cannot stop grappler specialising call sites (a slower first call).
+* :func:`graph_function` -- a segment defined in a plain ``tf.compat.v1``
+  graph's own function library through TF's v1 function machinery, so that
+  building a Session graph never starts TF's eager runtime (which would
+  make the process-wide intra-op thread pool before the program's Session,
+  ignoring its ``ConfigProto``).  Public route: None (the caller traces a
+  ``tf.function`` instead: same results, eager runtime started).
 * :class:`CallOptions` -- the per-thread options TF function calls are made
   with (executor type, grappler on or off).  Public route: TF's defaults
   (slower steps).
 """
 
 import contextlib
+import weakref
 
 from mesh_tf.import_order import import_tensorflow
 
-__all__ = ["CallOptions", "FusedFunction", "skip_autograph",
-           "uninlined_function"]
+__all__ = ["CallOptions", "FusedFunction", "graph_function",
+           "skip_autograph", "uninlined_function"]
 
 # What a moved private API raises when we reach for it.
 _MOVED = (ImportError, AttributeError, TypeError)
@@ -77,6 +84,101 @@ class FusedFunction:
     """Calls the function (creates a call op in a graph); returns the list
     of its output tensors."""
     return list(self._call(*tensors))
+
+
+class GraphFunction(FusedFunction):
+  """A function in plain TF graphs' own libraries (see
+  :func:`graph_function`): each graph it is called in gets its definition
+  once, and calls are ops of the function's own type.
+
+  Attributes:
+    output_shapes: the static shapes of its outputs (TF does not infer
+      shapes through these call ops), set on every call's outputs.
+  """
+  __slots__ = ("output_shapes", "_defined", "_children", "_graphs")
+
+  def __init__(self, defined, children, output_shapes):
+    super().__init__(defined.definition, None, private=True)
+    self.output_shapes = output_shapes
+    self._defined = defined
+    self._children = children
+    self._graphs = weakref.WeakSet()  # graphs holding the definition
+
+  def call(self, *tensors):
+    from tensorflow.python.framework import function as v1_function  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    tf = import_tensorflow()
+    graph = tf.compat.v1.get_default_graph()
+    if graph not in self._graphs:
+      graph._add_function_recursive(self._defined)  # pylint: disable=protected-access
+      for child in self._children:
+        graph._add_function_recursive(child)  # pylint: disable=protected-access
+      self._graphs.add(graph)
+    out, op = v1_function._call(  # pylint: disable=protected-access
+        self.definition.signature, *tensors)
+    del out
+    for t, shape in zip(op.outputs, self.output_shapes):
+      t.set_shape(shape)
+    return list(op.outputs)
+
+
+def graph_function(body, signature, name, inline=True, private=True):
+  """``body`` as a function of the current plain (non-function) TF graph,
+  made without TF's eager runtime; None on the public route.
+
+  ``tf.function`` binds every traced function to the eager context and so
+  starts it, and with it TF's process-wide intra-op thread pool, sized for
+  every core, before a Session program's ``ConfigProto`` can size it.  The
+  v1 function machinery defines the function in the graph's own library
+  instead, as Mesh TensorFlow's programs' graphs were built.
+
+  Args:
+    body: the Python function (flat tensors in, list of tensors out).
+    signature: its ``tf.TensorSpec`` list (static shapes are set on the
+      arguments before ``body`` runs).
+    name: a prefix of the function's name; a hash of the body and
+      ``_fused_inline`` (or ``_fused``) follow it.
+    inline: leave TF free to inline the calls (else ``_noinline``).
+    private: False: return None (there is no public route).
+
+  Returns:
+    A :class:`GraphFunction`, or None (public route, or the private API
+    moved).  Raises whatever ``body`` raises.
+  """
+  if not private:
+    return None
+  try:
+    from tensorflow.python.framework import function as v1_function  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+    defined_cls = v1_function._DefinedFunction  # pylint: disable=protected-access
+    from_definition = v1_function._from_definition  # pylint: disable=protected-access
+  except _MOVED:
+    return None
+  shapes = []
+
+  def traced(*args):
+    for t, spec in zip(args, signature):
+      t.set_shape(spec.shape)
+    outputs = list(body(*args))
+    shapes.extend(t.shape for t in outputs)
+    return outputs
+  traced.__name__ = name
+  try:
+    defined = defined_cls(traced, [], [s.dtype for s in signature])
+    fdef = defined.definition  # traces body (in graph mode)
+  except _MOVED:
+    return None
+  if defined.captured_inputs:
+    raise AssertionError("a fused kernel captured a tensor; kernel_key "
+                         "should have refused it")
+  fdef.signature.name += "_fused_inline" if inline else "_fused"
+  if not inline:
+    fdef.attr["_noinline"].b = True
+  fdef.attr["_nospecialize"].b = True
+  try:
+    renamed = from_definition(fdef)
+    children = list(defined._sub_functions.values())  # pylint: disable=protected-access
+  except _MOVED:
+    return None
+  return GraphFunction(renamed, children, tuple(shapes))
 
 
 def uninlined_function(body, signature, concrete, private=True,

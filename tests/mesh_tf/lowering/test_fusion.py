@@ -230,7 +230,9 @@ def test_v1_graph_with_an_unknown_shape_placeholder():
     y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
                        slice_shape=(3,))
     total = tf.add_n(y.tensor_list)
-    assert "PartitionedCall" in [op.type for op in g.get_operations()]
+    # A call of a fused function of the graph's own library (see
+    # test_session_graph_functions_do_not_start_the_eager_runtime).
+    assert set(_fused_defs(g)) & {op.type for op in g.get_operations()}
     with tf.compat.v1.Session(graph=g) as sess:
       got = sess.run(total, {v: np.array([1.0, 2.0, 3.0], np.float32)})
   want = sum(np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3
@@ -295,3 +297,47 @@ def test_a_session_graph_inlines_only_up_to_its_budget(monkeypatch):
   ys = [np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3 for p in range(8)]
   np.testing.assert_allclose(a, sum(ys))
   np.testing.assert_allclose(b, sum(np.maximum(y + 1.0, 0) * 2 for y in ys))
+
+
+_FRESH_PROCESS = """
+import mesh_tf as mtf
+import numpy as np
+import tensorflow.compat.v1 as tf
+from tensorflow.python.eager import context
+from mesh_tf.lowering.laid_out import LaidOutTensor
+tf.disable_v2_behavior()
+impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+    "x:8", "", ["/cpu:%d" % i for i in range(8)])
+v = tf.placeholder(tf.float32, shape=[3])
+x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x, slice_shape=(3,))
+total = tf.add_n(y.tensor_list)
+assert impl.fuser.stats["segments"] == 1
+print("eager started before the Session:", context.context()._initialized)
+config = tf.ConfigProto(device_count={"CPU": 8},
+                        intra_op_parallelism_threads=1)
+with tf.Session(config=config) as sess:
+  print(sess.run(total, {v: np.array([1.0, 2.0, 3.0], np.float32)}).tolist())
+"""
+
+
+def test_session_graph_functions_do_not_start_the_eager_runtime():
+  # The eager runtime, once started, has made TF's process-wide intra-op
+  # pool (one thread per core) and the Session's ConfigProto can no longer
+  # size it; only a fresh process can show it was not started.
+  import os  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__)))))
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+  proc = subprocess.run([sys.executable, "-c", _FRESH_PROCESS],
+                        capture_output=True, text=True, env=env, timeout=300,
+                        check=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  lines = proc.stdout.splitlines()
+  assert "eager started before the Session: False" in lines
+  want = sum(np.maximum(np.array([1.0, 2, 3]) + p - 2.0, 0) * 3
+             for p in range(8))
+  np.testing.assert_allclose(eval(lines[-1]), want)  # pylint: disable=eval-used

@@ -140,3 +140,83 @@ def test_import_order_rule_holds_in_this_process():
   assert not import_order.tensorflow_loaded_first()
   assert import_order.import_cp_sat_first()
   assert import_order.import_tensorflow() is tf
+
+
+def _session_run(private_tf, kernel=None):
+  """A two-segment fused lowering in a plain tf.Graph, run by a Session;
+  returns the result and the graph's fused call op types."""
+  kernel = kernel or (lambda t: tf.nn.relu(t - 2.0) * 3.0)
+  impl = PlacementMeshImpl("rows:2;cols:4", "", mtf.logical_cpu_devices(8))
+  impl.fuser = SlicewiseFuser(impl, private_tf=private_tf)
+  with tf.Graph().as_default() as g:
+    v = tf.compat.v1.placeholder(tf.float32, shape=[3])
+    x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+    y = impl.slicewise(kernel, x, slice_shape=(3,))
+    z = impl.slicewise(lambda t, u: t * u + 1.0, y, x, slice_shape=(3,))
+    total = tf.stack(z.tensor_list)
+    assert total.shape == (8, 3)  # call outputs keep their static shapes
+    library = {f.signature.name for f in g.as_graph_def().library.function}
+    calls = sorted({op.type for op in g.get_operations()
+                    if op.type in library or op.type.endswith("Call")})
+    with tf.compat.v1.Session(graph=g) as sess:
+      got = sess.run(total, {v: np.array([1.0, 2.0, 3.0], np.float32)})
+  return got, calls, impl.fuser
+
+
+def test_graph_function_public_route_gives_the_same_results():
+  # Private: segments defined in the graph's own library (no eager
+  # runtime); public: traced tf.functions called by PartitionedCall.
+  private, private_calls, fp = _session_run(True)
+  public, public_calls, fq = _session_run(False)
+  np.testing.assert_array_equal(private, public)
+  assert len(private_calls) == 1 and private_calls[0].endswith(
+      "_fused_inline")
+  assert public_calls == ["PartitionedCall"]
+  assert [type(fn) for fn, _ in fp._functions.values()] == [  # pylint: disable=protected-access
+      tf_private.GraphFunction]
+  assert fq.stats["functions"] == fp.stats["functions"] == 1
+  x = np.array([1.0, 2, 3]) + np.arange(8)[:, None]
+  np.testing.assert_allclose(private, np.maximum(x - 2, 0) * 3 * x + 1)
+  assert tf_private.graph_function(_segment_body, [], "s",
+                                   private=False) is None
+
+
+def test_graph_function_falls_back_when_tf_v1_functions_move(monkeypatch):
+  from tensorflow.python.framework import function as v1_function  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  monkeypatch.delattr(v1_function, "_DefinedFunction")
+  moved, calls, _ = _session_run(True)
+  assert calls == ["PartitionedCall"]  # the tf.function route
+  monkeypatch.undo()
+  np.testing.assert_array_equal(moved, _session_run(True)[0])
+
+
+def test_graph_function_with_control_flow_v2_in_its_body():
+  # tf.cond in a TF2 graph makes branch functions: they join the graph too.
+  def kernel(t):
+    return tf.cond(tf.reduce_sum(t) > 10.0, lambda: t * 0.0, lambda: t)
+  private, calls, _ = _session_run(True, kernel)
+  public, _, _ = _session_run(False, kernel)
+  np.testing.assert_array_equal(private, public)
+  assert calls[0].endswith("_fused_inline")
+
+
+def test_a_graph_function_joins_every_graph_it_is_called_in():
+  # The fuser keeps functions per backend, not per graph: a second Session
+  # graph lowered by the same backend gets the definition too.
+  impl = PlacementMeshImpl("rows:2;cols:4", "", mtf.logical_cpu_devices(8))
+  got = []
+  for offset in (0.0, 5.0):
+    with tf.Graph().as_default() as g:
+      v = tf.compat.v1.placeholder(tf.float32, shape=[3])
+      x = LaidOutTensor((3,), "float32", [v + float(p) for p in range(8)])
+      y = impl.slicewise(lambda t: tf.nn.relu(t - 2.0) * 3.0, x,
+                         slice_shape=(3,))
+      total = tf.add_n(y.tensor_list)
+      with tf.compat.v1.Session(graph=g) as sess:
+        got.append(sess.run(total, {v: np.array([1.0, 2.0, 3.0],
+                                                np.float32) + offset}))
+  assert impl.fuser.stats["functions"] == 1
+  for offset, value in zip((0.0, 5.0), got):
+    np.testing.assert_allclose(value, sum(
+        np.maximum(np.array([1.0, 2, 3]) + offset + p - 2.0, 0) * 3
+        for p in range(8)))
