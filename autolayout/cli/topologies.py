@@ -81,16 +81,18 @@ def _run(args, ctx):
 
   def table(ctx):
     view = df.drop(columns=["chip"]).rename(columns={
-        "hbm_bytes": "HBM", "bf16_flops_per_s": "TFLOP/s",
-        "achievable_bf16_flops_per_s": "achievable",
-        "link_bytes_per_s": "link"})
+        "hbm_bytes": "HBM", "link_bytes_per_s": "link"})
+    # One column for both rates keeps the table within 80 characters.
+    view.insert(list(view.columns).index("bf16_flops_per_s"), "TFLOP/s", [
+        f"{p / 1e12:.4g} ({a / 1e12:.4g})" for p, a in zip(
+            view["bf16_flops_per_s"], view["achievable_bf16_flops_per_s"])])
+    view = view.drop(columns=["bf16_flops_per_s",
+                              "achievable_bf16_flops_per_s"])
     out.render(ctx.console, view, "Topologies: presets, then files "
-               "(TFLOP/s: datasheet bf16 peak; achievable: what the cost "
-               "model prices large bf16 matmuls at; link: the chip's own "
+               "(TFLOP/s: datasheet bf16 peak, and in brackets the rate "
+               "large bf16 matmuls are priced at; link: the chip's own "
                "link, per direction)",
                formats={"HBM": lambda b: f"{b / 1e9:.3g} GB",
-                        "TFLOP/s": lambda f: f"{f / 1e12:.4g}",
-                        "achievable": lambda f: f"{f / 1e12:.4g}",
                         "link": out.fmt_rate},
                caption="other sizes of these families also work, e.g. "
                "tpu-v4-8x8x8, h100x8-nodes32, h100x8-nodes4-xdr")
