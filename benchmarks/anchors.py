@@ -108,9 +108,13 @@ def main():
   for name in ([args.only] if args.only else sorted(ANCHORS)):
     a = ANCHORS[name]
     config, topology, (report, d) = published(name)
+    chip = topology.chip
     print(f"== {name}: {a['model']} ({config.num_parameters() / 1e9:.0f}B "
           f"params) on {topology.name} ({topology.num_chips} x "
-          f"{topology.chip.name}); published: {a['published']}")
+          f"{chip.name}; MFU over the {chip.peak_bf16_flops_per_s / 1e12:g} "
+          f"TFLOP/s bf16 peak, matmuls priced at "
+          f"{chip.achievable_flops_per_s('bfloat16') / 1e12:.4g}); "
+          f"published: {a['published']}")
     _line(f"published layout ({a['rules']})", config, topology, report, d)
     if args.no_search:
       continue

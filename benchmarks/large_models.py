@@ -6,7 +6,8 @@ microbatches as phases; :mod:`autolayout.training_meshes`) and the layout
 rules under the chip's usable memory, as ``mtf-layout solve --train``
 does, and prints the plan and its decisions, per-device memory by
 category, communication per mesh axis, step time, model-FLOPs utilisation
-(6 * params * tokens / (step * chips * bf16 peak)), the chosen program's
+(6 * params * tokens / (step * chips * datasheet bf16 peak); matmuls
+are priced at the chip's achievable fraction of it), the chosen program's
 build and solve time, every k phase's program and the wall time.
 ``--mesh`` fixes the mesh instead.
 
@@ -52,9 +53,12 @@ def run(name, topology_name, time_limit_s, mesh=None):
   mfu = (6 * config.num_parameters() * tokens
          / (r.step_time_s * topology.num_chips
             * topology.chip.peak_bf16_flops_per_s))
+  chip = topology.chip
   print(f"== {name} ({config.num_parameters() / 1e9:.3g}B params, "
         f"{tokens} tokens/step) on {topology_name} ({topology.num_chips} x "
-        f"{topology.chip.name}), mesh {mesh}")
+        f"{chip.name}, bf16 peak {chip.peak_bf16_flops_per_s / 1e12:g} "
+        f"TFLOP/s, matmuls priced at "
+        f"{chip.achievable_flops_per_s('bfloat16') / 1e12:.4g}), mesh {mesh}")
   print(f"  decisions: {plan.decisions.as_dict()}")
   print(f"  rules:     {plan.result.rules}")
   print(f"  step {r.step_time_s:.3f} s = compute {r.compute_time_s:.3f} s + "

@@ -8,15 +8,20 @@ computes its whole slice.
 
 Time per record is the roofline
 
-    ``t = max(flops / peak(record), bytes / hbm_bandwidth_bytes_per_s)``
+    ``t = max(flops / rate(record), bytes / hbm_bandwidth_bytes_per_s)``
 
 with ``bytes`` the bytes the kernel reads (its input slices, weights
 included) plus the bytes it writes.  Counting reads matters for
 memory-bound work such as one-token decoding, whose time is reading the
-weights and the cache.  ``peak(record)`` is the chip's dense matmul peak
-for the record's dtype when it is a contraction, else its vector peak (see
-:func:`costmodels.precision.record_peak_flops_per_s`): a float32 einsum
-on an A100 runs at the TF32 156 TFLOP/s, not the bf16 312.
+weights and the cache.  ``rate(record)`` is, for a contraction, the chip's
+*achievable* dense matmul rate for the record's dtype -- the datasheet
+peak times the fraction large matmuls measure on it
+(``ChipSpec.matmul_efficiency``: 85.9% on an A100, 80.1% on an H100) --
+else its vector peak (see
+:func:`costmodels.precision.record_flops_per_s`): a float32 einsum
+on an A100 runs at the TF32 156 TFLOP/s (times that fraction), not the
+bf16 312.  Model-FLOPs utilisation, by its definition, still divides by
+the datasheet peak.
 
 A record whose ``pattern`` (how its contraction runs: plain matmul,
 batched, with transposes, convolution; ``elementwise`` for every record
@@ -40,21 +45,21 @@ from costmodels import precision
 
 
 def roofline_time(flops, nbytes, chip, dtype="bfloat16", matmul=True):
-  """``max(flops / peak, nbytes / hbm_bandwidth)`` seconds on ``chip``.
+  """``max(flops / rate, nbytes / hbm_bandwidth)`` seconds on ``chip``.
 
-  ``peak`` is the matmul peak of ``dtype`` (or the vector peak when
-  ``matmul`` is False).
+  ``rate`` is the achievable matmul rate of ``dtype`` (datasheet peak
+  times ``chip.matmul_efficiency(dtype)``), or the vector peak when
+  ``matmul`` is False.
 
   Example:
-    >>> chip = hardware.CHIPS["tpu-v4"]
-    >>> roofline_time(275e12, 0, chip)
+    >>> round(roofline_time(267.9e12, 0, "a100"), 9)  # 85.9% of 312e12
     1.0
-    >>> roofline_time(156e12, 0, "a100", "float32")   # TF32 tensor cores
+    >>> roofline_time(19.5e12, 0, "a100", "float32", matmul=False)
     1.0
   """
   chip = hardware.get_chip(chip)
-  peak = precision.peak_flops_per_s(chip, dtype, matmul)
-  return max(flops / peak, nbytes / chip.hbm_bandwidth_bytes_per_s)
+  rate = precision.achievable_flops_per_s(chip, dtype, matmul)
+  return max(flops / rate, nbytes / chip.hbm_bandwidth_bytes_per_s)
 
 
 def compute_time(record, chip):

@@ -7,7 +7,11 @@ the name says otherwise; FLOP/s are dense (no structured sparsity).
 Each chip carries its dense matmul peak **per dtype** (``bfloat16``,
 ``float32`` and, on GPUs that have it, ``tf32``) and the peak of its vector
 units (elementwise work); :mod:`costmodels.precision` says which one a
-computation runs at.  ``hbm_bytes`` is the memory the chip *exposes* to a
+computation runs at.  The datasheet peak is not what a matmul reaches: each
+preset also carries the *achievable* fraction of it that large dense
+matmuls measure (``matmul_efficiency_by_dtype``, with its source), and the
+roofline prices matmuls at ``peak * fraction``.  Model-FLOPs utilisation
+keeps the datasheet peak as its denominator (that is its definition).  ``hbm_bytes`` is the memory the chip *exposes* to a
 program (what ``nvidia-smi`` reports as total, or the TPU runtime's
 capacity), not the marketing "80 GB"; a configurable reserve for the runtime
 and fragmentation is taken off it by :func:`usable_memory_bytes`.
@@ -30,6 +34,8 @@ Example:
   79.6474609375
   >>> CHIPS["a100"].peak_flops_per_s("float32") / 1e12   # TF32 tensor cores
   156.0
+  >>> round(CHIPS["a100"].achievable_flops_per_s("bfloat16") / 1e12, 1)
+  267.9
 """
 
 from typing import NamedTuple, Optional, Tuple
@@ -106,6 +112,15 @@ class ChipSpec(NamedTuple):
       contraction pattern (from calibration); a record whose pattern has
       one is priced by it instead of the roofline.  ``()`` for every
       preset.
+    matmul_efficiency_by_dtype: ``((dtype, fraction), ...)``: the fraction
+      of the dense matmul peak of each dtype that large, well-shaped
+      matmuls achieve (measured GEMM throughput over the datasheet peak),
+      in ``(0, 1]``.  Keys are those of ``matmul_flops_by_dtype``; a dtype
+      not listed takes the ``"bfloat16"`` entry, and ``()`` means 1 for
+      every dtype -- what a calibrated topology has, since calibration
+      measures the achieved throughput itself.  The roofline prices a
+      matmul at ``peak * fraction``
+      (:meth:`achievable_flops_per_s`); MFU divides by the datasheet peak.
   """
   name: str
   kind: str
@@ -120,6 +135,7 @@ class ChipSpec(NamedTuple):
   launch_overhead_s: float = 0.0
   shared_compute_factor: float = 1.0
   compute_fits: tuple = ()
+  matmul_efficiency_by_dtype: Tuple[Tuple[str, float], ...] = ()
 
   def compute_fit(self, pattern):
     """The :class:`~costmodels.compute_fits.ComputeClassFit` of
@@ -146,6 +162,31 @@ class ChipSpec(NamedTuple):
       dtype = "bfloat16"
     return table.get(dtype, self.peak_bf16_flops_per_s)
 
+  def matmul_efficiency(self, dtype="bfloat16"):
+    """The achievable fraction of :meth:`peak_flops_per_s` of ``dtype``
+    for large dense matmuls (1 where the chip lists none).
+
+    ``dtype`` resolves as in :meth:`peak_flops_per_s` (``"float32"`` is
+    TF32 where the chip has it); a dtype without an entry takes the
+    ``"bfloat16"`` one.
+    """
+    table = dict(self.matmul_efficiency_by_dtype)
+    if not table:
+      return 1.0
+    flops = dict(self.matmul_flops_by_dtype)
+    if dtype == "float32" and "tf32" in flops:
+      dtype = "tf32"
+    elif dtype == "fp32_strict":
+      dtype = "float32"
+    elif dtype == "float16" and "float16" not in flops:
+      dtype = "bfloat16"
+    return table.get(dtype, table.get("bfloat16", 1.0))
+
+  def achievable_flops_per_s(self, dtype="bfloat16"):
+    """Dense matmul FLOP/s of ``dtype`` that large matmuls reach: the
+    datasheet peak times :meth:`matmul_efficiency`."""
+    return self.peak_flops_per_s(dtype) * self.matmul_efficiency(dtype)
+
   @property
   def peak_vector_flops_per_s(self):
     """FLOP/s of elementwise (non-matmul) work."""
@@ -155,8 +196,11 @@ class ChipSpec(NamedTuple):
                                                 self.peak_bf16_flops_per_s)
 
   def __repr__(self):
+    eff = self.matmul_efficiency("bfloat16")
+    achievable = "" if eff == 1.0 else f" ({eff:.1%} achievable)"
     return (f"ChipSpec({self.name}: {self.peak_bf16_flops_per_s / 1e12:g} "
-            f"TFLOP/s bf16, {self.peak_flops_per_s('float32') / 1e12:g} "
+            f"TFLOP/s bf16{achievable}, "
+            f"{self.peak_flops_per_s('float32') / 1e12:g} "
             f"float32, {self.hbm_bytes / 2**30:.1f} GiB HBM at "
             f"{self.hbm_bandwidth_bytes_per_s / 1e9:g} GB/s, {self.link!r})")
 
@@ -206,6 +250,35 @@ def _tpu_flops(bf16):
   return (("bfloat16", bf16), ("float32", bf16 / _TPU_FP32_PASSES))
 
 
+# --- Achievable fraction of the matmul peak (measured large GEMMs) ----------
+# What the roofline prices matmuls at, as a fraction of the datasheet peak.
+# GPUs: the best bf16 ``torch.matmul`` throughput over a brute-force search
+# of shapes, over the datasheet dense peak ("Maximum Achievable Matmul
+# FLOPS", S. Bekman, *Machine Learning Engineering*, compute/accelerator
+# chapter, measured with CUDA 12.1 unless noted): A100 SXM 267.9 of 312
+# TFLOP/s; H100 SXM 792.1 of 989 (GH200, the same GPU at a higher power
+# limit, 821.0); B200 SXM 1745.0 of 2250 (same book, guide "When Is It Worth
+# Upgrading GPUs?", where H100/H200 measure 794.5).  float16 runs on the same
+# tensor-core paths at the same peak; TF32 and CUDA-core fp32 have no
+# published measurement of this kind, so they take the bf16 fraction (the
+# rule of ``ChipSpec.matmul_efficiency``).
+_A100_MATMUL_EFFICIENCY = 267.9 / 312
+_H100_MATMUL_EFFICIENCY = 792.1 / 989
+_B200_MATMUL_EFFICIENCY = 1745.0 / 2250
+# TPUs: a large bf16 matmul of a Transformer's feed-forward block
+# (bf16[32,1024,8192] x bf16[8192,32768] on 8 TPU v2 cores) profiled at 96
+# ms against 95.6 ms at the datasheet peak (Austin et al., "How to Scale
+# Your Model", 2025, chapter "How to Profile TPU Programs").  That is a
+# TPU v2 measurement; no per-generation public figure of this kind was
+# found for v3-v5p, whose MXUs are the same 128x128 systolic arrays driven
+# by XLA, so they take it too.
+_TPU_MATMUL_EFFICIENCY = 95.6 / 96
+
+
+def _efficiency(fraction):
+  return (("bfloat16", fraction),)
+
+
 CHIPS = {
     # TPU v3 (Cloud TPU docs, "TPU v3": 123 TFLOP/s bf16 per chip, 32 GiB HBM2
     # at 900 GB/s, 2D torus).  ICI: 4 links of 656 Gbit/s (Jouppi et al.,
@@ -216,7 +289,8 @@ CHIPS = {
         "tpu-v3", "tpu", peak_bf16_flops_per_s=123e12, hbm_bytes=32 * _GIB,
         hbm_bandwidth_bytes_per_s=900 * _GB,
         link=LinkSpec("ici-v3", "ici", 656e9 / 8 / 2, _ICI_LATENCY_S),
-        ici_links_per_chip=4, matmul_flops_by_dtype=_tpu_flops(123e12)),
+        ici_links_per_chip=4, matmul_flops_by_dtype=_tpu_flops(123e12),
+        matmul_efficiency_by_dtype=_efficiency(_TPU_MATMUL_EFFICIENCY)),
     # TPU v4 (Cloud TPU docs, "TPU v4": 275 TFLOP/s bf16, 32 GiB HBM2 at
     # 1200 GB/s, 3D torus of 6 links per chip).  ICI one-way bandwidth per
     # link 4.5e10 B/s (Austin et al., "How to Scale Your Model", TPU chapter).
@@ -225,7 +299,8 @@ CHIPS = {
         "tpu-v4", "tpu", peak_bf16_flops_per_s=275e12, hbm_bytes=32 * _GIB,
         hbm_bandwidth_bytes_per_s=1200 * _GB,
         link=LinkSpec("ici-v4", "ici", 45 * _GB, _ICI_LATENCY_S),
-        ici_links_per_chip=6, matmul_flops_by_dtype=_tpu_flops(275e12)),
+        ici_links_per_chip=6, matmul_flops_by_dtype=_tpu_flops(275e12),
+        matmul_efficiency_by_dtype=_efficiency(_TPU_MATMUL_EFFICIENCY)),
     # TPU v5e (Cloud TPU docs, "TPU v5e": 197 TFLOP/s bf16, 16 GB HBM2 at
     # 819 GB/s, 400 GB/s bidirectional ICI per chip over 4 ports, 2D torus):
     # 400 / 4 ports / 2 directions = 50 GB/s per link each way.
@@ -233,7 +308,8 @@ CHIPS = {
         "tpu-v5e", "tpu", peak_bf16_flops_per_s=197e12, hbm_bytes=16 * 10**9,
         hbm_bandwidth_bytes_per_s=819 * _GB,
         link=LinkSpec("ici-v5e", "ici", 400 * _GB / 4 / 2, _ICI_LATENCY_S),
-        ici_links_per_chip=4, matmul_flops_by_dtype=_tpu_flops(197e12)),
+        ici_links_per_chip=4, matmul_flops_by_dtype=_tpu_flops(197e12),
+        matmul_efficiency_by_dtype=_efficiency(_TPU_MATMUL_EFFICIENCY)),
     # TPU v5p (Cloud TPU docs, "TPU v5p": 459 TFLOP/s bf16, 95 GiB HBM2e at
     # 2765 GB/s, 1200 GB/s bidirectional ICI per chip, 3D torus of 6 links):
     # 1200 / 6 / 2 = 100 GB/s per link each way.
@@ -241,7 +317,8 @@ CHIPS = {
         "tpu-v5p", "tpu", peak_bf16_flops_per_s=459e12, hbm_bytes=95 * _GIB,
         hbm_bandwidth_bytes_per_s=2765 * _GB,
         link=LinkSpec("ici-v5p", "ici", 1200 * _GB / 6 / 2, _ICI_LATENCY_S),
-        ici_links_per_chip=6, matmul_flops_by_dtype=_tpu_flops(459e12)),
+        ici_links_per_chip=6, matmul_flops_by_dtype=_tpu_flops(459e12),
+        matmul_efficiency_by_dtype=_efficiency(_TPU_MATMUL_EFFICIENCY)),
     # A100 SXM4 80GB (NVIDIA A100 datasheet, dense: 312 TFLOP/s bf16/fp16,
     # 156 TFLOP/s TF32, 19.5 TFLOP/s fp32 on CUDA cores; 2039 GB/s HBM2e;
     # NVLink3 600 GB/s total = 300 GB/s each way).  Memory: nvidia-smi
@@ -254,7 +331,8 @@ CHIPS = {
         default_network="hdr",
         matmul_flops_by_dtype=(("bfloat16", 312e12), ("float16", 312e12),
                                ("tf32", 156e12), ("float32", 19.5e12)),
-        vector_flops_per_s=19.5e12),
+        vector_flops_per_s=19.5e12,
+        matmul_efficiency_by_dtype=_efficiency(_A100_MATMUL_EFFICIENCY)),
     # H100 SXM5 (NVIDIA H100 datasheet, dense = half the sparse figures:
     # 989 TFLOP/s bf16/fp16, 494.5 TFLOP/s TF32, 67 TFLOP/s fp32 on CUDA
     # cores; 3.35 TB/s HBM3; NVLink4 900 GB/s total = 450 GB/s each way).
@@ -267,7 +345,8 @@ CHIPS = {
         default_network="ndr",
         matmul_flops_by_dtype=(("bfloat16", 989e12), ("float16", 989e12),
                                ("tf32", 494.5e12), ("float32", 67e12)),
-        vector_flops_per_s=67e12),
+        vector_flops_per_s=67e12,
+        matmul_efficiency_by_dtype=_efficiency(_H100_MATMUL_EFFICIENCY)),
     # H200 SXM (NVIDIA H200 datasheet: the H100's compute -- 989 TFLOP/s
     # dense bf16, 494.5 TF32, 67 fp32 -- with 141 GB HBM3e at 4.8 TB/s,
     # NVLink4 900 GB/s total).  Memory: nvidia-smi reports 143771 MiB
@@ -279,7 +358,8 @@ CHIPS = {
         default_network="ndr",
         matmul_flops_by_dtype=(("bfloat16", 989e12), ("float16", 989e12),
                                ("tf32", 494.5e12), ("float32", 67e12)),
-        vector_flops_per_s=67e12),
+        vector_flops_per_s=67e12,
+        matmul_efficiency_by_dtype=_efficiency(_H100_MATMUL_EFFICIENCY)),
     # B200 (NVIDIA DGX/HGX B200 datasheets, for 8 GPUs with sparsity: 36
     # PFLOP/s bf16 and 18 PFLOP/s TF32 -> 2.25 and 1.125 PFLOP/s dense per
     # GPU; 600 TFLOP/s fp32 -> 75 per GPU; 1440 GB HBM3e and 64 TB/s -> 180 GB
@@ -292,7 +372,8 @@ CHIPS = {
         default_network="ndr",
         matmul_flops_by_dtype=(("bfloat16", 2250e12), ("float16", 2250e12),
                                ("tf32", 1125e12), ("float32", 75e12)),
-        vector_flops_per_s=75e12),
+        vector_flops_per_s=75e12,
+        matmul_efficiency_by_dtype=_efficiency(_B200_MATMUL_EFFICIENCY)),
 }
 
 

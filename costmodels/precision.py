@@ -17,6 +17,13 @@ Example:
   156.0
   >>> peak_flops_per_s(a100, "float32", matmul=False) / 1e12
   19.5
+  >>> round(achievable_flops_per_s(a100, "bfloat16") / 1e12, 1)  # measured
+  267.9
+
+The datasheet peak (:func:`peak_flops_per_s`) is what model-FLOPs
+utilisation divides by; the roofline prices matmuls at the achievable rate
+(:func:`achievable_flops_per_s`: the peak times the chip's measured
+fraction for large matmuls, ``ChipSpec.matmul_efficiency``).
 """
 
 from mesh_tf.core import dtypes as dtypes_lib
@@ -31,17 +38,38 @@ def peak_flops_per_s(chip, dtype, matmul=True):
   ``matmul`` says.
   """
   chip = hardware.get_chip(chip)
-  if dtype != "tf32":
-    dtype = dtypes_lib.as_dtype(dtype)
-  if not matmul or not (dtype == "tf32" or dtypes_lib.is_floating(dtype)):
+  dtype = _matmul_dtype(dtype, matmul)
+  if dtype is None:
     return chip.peak_vector_flops_per_s
-  if dtype == "float64":
-    # No chip here has fast fp64 matmuls on its matrix units at ML rates;
-    # price it as true fp32 (optimistic for TPUs, which emulate it).
-    dtype = "fp32_strict"
   return chip.peak_flops_per_s(dtype)
 
 
-def record_peak_flops_per_s(record, chip):
-  """The peak a :class:`mesh_tf.ComputeRecord` runs at on ``chip``."""
-  return peak_flops_per_s(chip, record.dtype, record.matmul)
+def achievable_flops_per_s(chip, dtype, matmul=True):
+  """FLOP/s the roofline prices work of ``dtype`` at: a matmul at the
+  chip's achievable matmul rate of that dtype (datasheet peak times its
+  measured fraction), other work at the vector units' peak."""
+  chip = hardware.get_chip(chip)
+  dtype = _matmul_dtype(dtype, matmul)
+  if dtype is None:
+    return chip.peak_vector_flops_per_s
+  return chip.achievable_flops_per_s(dtype)
+
+
+def _matmul_dtype(dtype, matmul):
+  """The key of ``ChipSpec.peak_flops_per_s`` a computation of ``dtype``
+  runs at on the matrix units, or None for vector work."""
+  if dtype != "tf32":
+    dtype = dtypes_lib.as_dtype(dtype)
+  if not matmul or not (dtype == "tf32" or dtypes_lib.is_floating(dtype)):
+    return None
+  if dtype == "float64":
+    # No chip here has fast fp64 matmuls on its matrix units at ML rates;
+    # price it as true fp32 (optimistic for TPUs, which emulate it).
+    return "fp32_strict"
+  return dtype
+
+
+def record_flops_per_s(record, chip):
+  """The rate a :class:`mesh_tf.ComputeRecord` is priced at on ``chip``
+  (its achievable rate, :func:`achievable_flops_per_s`)."""
+  return achievable_flops_per_s(chip, record.dtype, record.matmul)

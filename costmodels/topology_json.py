@@ -4,16 +4,19 @@ Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
 topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
-    {"schema": "mesh-tf-topology", "version": 2, "name": "...",
+    {"schema": "mesh-tf-topology", "version": 3, "name": "...",
      "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
      "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
      "calibration": {...what was measured, fit residuals...}}
 
 Every number keeps its unit in its key; JSON has no infinity, so ``null``
-stands for an infinite bandwidth.  Version 1 files (no compute fits, no
-overlap efficiency) still read, and so does the schema-less form plan files
-embedded before (``{"name", "chip", "dims"}`` with every NamedTuple field by
-name).
+stands for an infinite bandwidth.  Version 3 added
+``chip.matmul_efficiency_by_dtype`` (the achievable fraction of the matmul
+peak); version 2 files, and version 1 files (no compute fits, no overlap
+efficiency either), still read, with no fraction (1: their peaks were
+measured by calibration, which is what the fraction stands for).  So does
+the schema-less form plan files embedded before (``{"name", "chip",
+"dims"}`` with every NamedTuple field by name).
 
 Example:
   >>> from costmodels import get_topology
@@ -31,9 +34,12 @@ from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
-VERSION = 2
-#: Versions this mesh-tf reads (1: before compute fits and overlap).
-READ_VERSIONS = (1, 2)
+VERSION = 3
+#: Versions this mesh-tf reads (1: before compute fits and overlap; 2:
+#: before the achievable matmul fraction).  The version was bumped, rather
+#: than the field added silently, so that an older mesh-tf refuses a file
+#: whose fraction it would ignore instead of pricing matmuls too fast.
+READ_VERSIONS = (1, 2, 3)
 
 
 class TopologyFileError(TopologyError):
@@ -80,6 +86,7 @@ def topology_to_dict(topology, calibration=None):
           "launch_overhead_s": c.launch_overhead_s,
           "shared_compute_factor": c.shared_compute_factor,
           "matmul_flops_by_dtype": dict(c.matmul_flops_by_dtype),
+          "matmul_efficiency_by_dtype": dict(c.matmul_efficiency_by_dtype),
           "vector_flops_per_s": c.vector_flops_per_s,
           "ici_links_per_chip": c.ici_links_per_chip,
           "default_network": c.default_network,
@@ -175,6 +182,20 @@ def _compute_fits(c, where):
   return tuple(out)
 
 
+def _efficiencies(c, where):
+  """``chip.matmul_efficiency_by_dtype``: fractions in (0, 1] by dtype."""
+  out = []
+  w = f"{where}.matmul_efficiency_by_dtype"
+  for k, v in _get(c, "matmul_efficiency_by_dtype", dict, where, {}).items():
+    if (isinstance(v, bool) or not isinstance(v, (int, float))
+        or not 0 < v <= 1):
+      raise TopologyFileError(
+          f"{w}[{k!r}] is {v!r}; it is the achievable fraction of the "
+          "matmul peak, a number in (0, 1] (leave the dtype out for 1)")
+    out.append((str(k), float(v)))
+  return tuple(out)
+
+
 def topology_from_dict(obj, source="<json>"):
   """The :class:`Topology` a JSON dict describes (schema versions
   :data:`READ_VERSIONS`, or the schema-less form old plan files embed).
@@ -216,7 +237,7 @@ def topology_from_dict(obj, source="<json>"):
       _optional_float(c, "vector_flops_per_s", w),
       _get(c, "launch_overhead_s", float, w, 0.0),
       _get(c, "shared_compute_factor", float, w, 1.0),
-      _compute_fits(c, w))
+      _compute_fits(c, w), _efficiencies(c, w))
   if not (chip.peak_bf16_flops_per_s > 0 and
           chip.hbm_bandwidth_bytes_per_s > 0):
     raise TopologyFileError(f"{w} needs positive peak_flops_per_s and "

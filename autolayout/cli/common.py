@@ -71,18 +71,34 @@ def header(ctx, command, model, topology, extra="", overlap=True):
     ctx.line("  with " + ",".join(f"{k}={v}"
                                   for k, v in model.overrides.items()))
   ctx.line(f"topology {topology.name}: {topology.num_chips} x {chip.name}, "
-           f"{out.fmt_bytes(chip.hbm_bytes)} HBM each")
+           f"{out.fmt_bytes(chip.hbm_bytes)} HBM each, "
+           + peak_text(chip))
   if extra:
     ctx.line(extra)
   ctx.line()
 
 
+def peak_text(chip):
+  """``"bf16 peak 312 TFLOP/s (large matmuls priced at 85.9%: 267.9)"``:
+  the datasheet peak MFU divides by, and the rate the roofline assumes."""
+  peak = chip.peak_bf16_flops_per_s
+  eff = chip.matmul_efficiency("bfloat16")
+  if eff == 1.0:
+    return f"bf16 peak {peak / 1e12:.4g} TFLOP/s"
+  return (f"bf16 peak {peak / 1e12:.4g} TFLOP/s (large matmuls priced at "
+          f"{eff:.1%}: {peak * eff / 1e12:.4g})")
+
+
 def model_json(model, topology):
+  chip = topology.chip
   return {"name": model.name, "description": model.description,
           "overrides": dict(model.overrides),
           "ops": len(model.graph.operations),
           "topology": topology.name, "chips": topology.num_chips,
-          "chip": topology.chip.name}
+          "chip": chip.name,
+          "peak_bf16_flops_per_s": chip.peak_bf16_flops_per_s,
+          "achievable_bf16_flops_per_s":
+              chip.achievable_flops_per_s("bfloat16")}
 
 
 def payload(model, topology, **rest):
@@ -123,7 +139,12 @@ def show_rules(ctx, report):
 
 def model_flops_utilization(result, model, topology):
   """``6 * params * tokens / (step * chips * peak bf16)`` of a training
-  step (the per-step batch is the config's), or None without a config."""
+  step (the per-step batch is the config's), or None without a config.
+
+  ``peak bf16`` is the datasheet peak, not the achievable rate the
+  roofline prices matmuls at: that is the definition of MFU (PaLM,
+  Chowdhery et al. 2022), so a plan that ran every matmul at the
+  achievable rate with nothing else scores that fraction, not 100%."""
   config = model.config
   if config is None or not hasattr(config, "num_parameters"):
     return None

@@ -53,8 +53,11 @@ def test_nvswitch_node_gets_data_and_model_parallelism(node_graph):
   pure_mp = min(_time(node_graph, mesh, f"d_ff:{a};heads:{a};vocab:{a}", topo)
                 for a in ("data", "model"))
   # (0.8 before elementwise chains were priced as one memory pass, which
-  # makes every layout's compute cheaper and so narrows the gap: 0.83.)
-  assert r.step_time_s < 0.85 * pure_dp, (r.step_time_s, pure_dp)
+  # makes every layout's compute cheaper and so narrows the gap: 0.83.
+  # 0.85 before matmuls were priced at the achievable 80.1% of the H100's
+  # peak: both layouts do the same FLOPs per device, so the slower compute
+  # is added to both and the ratio narrows again, to 0.851.)
+  assert r.step_time_s < 0.87 * pure_dp, (r.step_time_s, pure_dp)
   assert r.step_time_s < 0.6 * pure_mp, (r.step_time_s, pure_mp)
   assert r.report.comm_time_by_axis["data"] > 0
   assert r.report.comm_time_by_axis["model"] > 0

@@ -155,7 +155,7 @@ def test_topology_file_keeps_pattern_fits_and_overlap(tmp_path):
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == topology_json.VERSION == 2
+  assert data["version"] == topology_json.VERSION == 3
   back = costmodels.get_topology(str(path))
   assert back == topo
   assert back.chip.compute_fit("transposed") == FITS[1]
@@ -201,7 +201,9 @@ def test_plan_files_with_the_old_embedded_form_still_read():
      r"dims\[0\].link.overlap_efficiency is 1.5"),
     (lambda d: d["chip"]["compute_fits"][0].pop("pattern"),
      r"compute_fits\[0\] lacks the field 'pattern'"),
-    (lambda d: d.update(version=3), r"versions \[1, 2\]"),
+    (lambda d: d.update(version=4), r"versions \[1, 2, 3\]"),
+    (lambda d: d["chip"].update(matmul_efficiency_by_dtype={"bfloat16": 1.2}),
+     r"matmul_efficiency_by_dtype\['bfloat16'\] is 1.2"),
 ])
 def test_bad_fields_get_typed_errors(tmp_path, edit, match):
   data = topology_json.topology_to_dict(_topology(), {})
