@@ -21,8 +21,8 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import InvalidArgumentError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from autolayout import (arguments, assignments, formulation, infeasible,
-                        memory_steps, overlap_terms, tables)
+from autolayout import (arguments, assignments, first_guess, formulation,
+                        infeasible, memory_steps, overlap_terms, tables)
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
                                SolverError, TimeLimitError,
@@ -302,7 +302,8 @@ class _ProgressCallback(cp_model.CpSolverSolutionCallback):
 
 
 def solve_phases(form, phases, time_limit_s, num_workers, seed,
-                 solver_params=None, progress=None, hint=None, extra=None):
+                 solver_params=None, progress=None, hint=None, extra=None,
+                 complete_hint=False):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
@@ -316,6 +317,10 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   ``hint`` (``{DimAxis: 0/1}``) replaces the replicated layout as CP-SAT's
   first guess (see :mod:`autolayout.plan_hint`).  ``extra`` (``{name:
   variable}``): further variables whose final values to return.
+  ``complete_hint``: hint every variable the layout defines (the table
+  choices and the overlap terms' integers, :func:`first_guess.complete`),
+  and each later phase with the whole previous solution; CP-SAT then takes
+  the hint as its first solution instead of repairing it.
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -345,8 +350,11 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   # The replicated layout is a valid first solution whenever memory allows;
   # a previous plan (``hint``) is usually closer to the optimum.
   model.clear_hints()
-  for k, var in v.x.items():
-    model.add_hint(var, int((hint or {}).get(k, 0)))
+  if complete_hint:
+    first_guess.add_hints(model, first_guess.complete(form, hint or {}))
+  else:
+    for k, var in v.x.items():
+      model.add_hint(var, int((hint or {}).get(k, 0)))
   start, first, x, values = time.perf_counter(), None, None, {}
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
@@ -379,8 +387,12 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
       break
     model.add(expr == int(round(solver.objective_value)))
     model.clear_hints()
-    for k, var in v.x.items():
-      model.add_hint(var, x[k])
+    if complete_hint:
+      first_guess.add_hints(
+          model, dict(enumerate(solver.response_proto.solution)))
+    else:
+      for k, var in v.x.items():
+        model.add_hint(var, x[k])
   return PhaseResult(x, first[0], first[1], first[2],
                      time.perf_counter() - start, values)
 
@@ -535,6 +547,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
   problem = search.problem(mesh_shape, topology, memory_budget,
                            need_peak="memory" in phases, overlap=overlap,
                            deadline=t0 + time_limit_s)
+  forbidden = set()
   for dim, axis in forbid:
     # dim:axis forbids every option of the dim using that axis; dim:x+y
     # forbids that one option.
@@ -544,6 +557,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
           banned == assignments.option_axes(k.axis) if len(banned) > 1
           else banned[0] in assignments.option_axes(k.axis)):
         problem.form.model.add(var == 0)
+        forbidden.add(k)
   for rules in exclude:
     formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
                                      rules)
@@ -553,6 +567,11 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     hint_x, hinted, skipped = plan_hint.hint_values(
         plan_hint.as_plan(hint), list(problem.form.vars.x), search.graph,
         problem.mesh_shape)
+  elif phases[0] in ("time", "comm"):
+    hint_x = first_guess.local_search(
+        problem.form, problem.space, phases[0], frozenset(forbidden),
+        None if memory_budget is None else (problem.memory_coefficients,
+                                            memory_budget))
   try:
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
@@ -562,7 +581,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     # interruptible: about CHECK_S_PER_OP per op, at most 40% of what is left.
     left -= min(0.4 * left, CHECK_S_PER_OP * len(search.graph.operations))
     pr = solve_phases(problem.form, phases, left, num_workers, seed,
-                      solver_params, on_solution, hint_x)
+                      solver_params, on_solution, hint_x,
+                      complete_hint=True)
   except InfeasibleLayoutError:
     infeasible.explain(search, mesh_shape, topology, memory_budget,
                        time_limit_s - (time.perf_counter() - t0),

@@ -25,6 +25,12 @@ local assignment and stand-in inputs in the right pending state, so the
 tables agree with :func:`costmodels.evaluate` by construction.  Ops with
 equal signatures (repeated layers) share one table: the work grows with the
 number of distinct ops, not with depth.
+
+An op factor's scope is then narrowed to the dims its cost depends on,
+decided exactly from its table, where that makes the program smaller (see
+:meth:`GraphTables._narrowed`): how a graph is written (an embedding by
+one-hot einsum, whose pending sum runs down the residual stream) should not
+decide how large the program is.
 """
 
 import time
