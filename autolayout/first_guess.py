@@ -137,8 +137,19 @@ def complete(form, x):
   return values
 
 
-def add_hints(model, values):
-  """Hints CP-SAT ``model`` with ``{proto variable index: value}``."""
+def set_hint(form, x, whole=False, solution=None):
+  """Replaces the hint of ``form``'s model: ``x`` (``{DimAxis: 0/1}``,
+  missing pairs 0); with ``whole``, every variable: ``solution`` (a solved
+  program's values, e.g. the previous phase's) when given, else ``x``
+  completed (:func:`complete`)."""
+  model = form.model
+  model.clear_hints()
+  if not whole:
+    for k, var in form.vars.x.items():
+      model.add_hint(var, int((x or {}).get(k, 0)))
+    return
+  values = (dict(enumerate(solution)) if solution is not None
+            else complete(form, x or {}))
   for i in sorted(values):
     model.add_hint(model.get_int_var_from_proto_index(i), int(values[i]))
 

@@ -349,12 +349,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
       exprs.append(form.objectives[p])
   # The replicated layout is a valid first solution whenever memory allows;
   # a previous plan (``hint``) is usually closer to the optimum.
-  model.clear_hints()
-  if complete_hint:
-    first_guess.add_hints(model, first_guess.complete(form, hint or {}))
-  else:
-    for k, var in v.x.items():
-      model.add_hint(var, int((hint or {}).get(k, 0)))
+  first_guess.set_hint(form, hint, complete_hint)
   start, first, x, values = time.perf_counter(), None, None, {}
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
@@ -386,13 +381,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
     if status != cp_model.OPTIMAL:
       break
     model.add(expr == int(round(solver.objective_value)))
-    model.clear_hints()
-    if complete_hint:
-      first_guess.add_hints(
-          model, dict(enumerate(solver.response_proto.solution)))
-    else:
-      for k, var in v.x.items():
-        model.add_hint(var, x[k])
+    first_guess.set_hint(form, x, complete_hint,
+                         solver.response_proto.solution)
   return PhaseResult(x, first[0], first[1], first[2],
                      time.perf_counter() - start, values)
 
