@@ -22,6 +22,9 @@ from autolayout import assignments, formulation
 # Best-improvement rounds, per dim of the program; each round moves one
 # dim, so this bounds the walk well past any layout's number of rules.
 ROUNDS_PER_DIM = 3
+# Layouts priced at most (tens of microseconds each): the guess stays a
+# small part of a solve on programs with many dims and multi-axis options.
+MAX_EVALUATIONS = 3000
 
 
 class _Values:
@@ -83,7 +86,10 @@ def local_search(form, space, which="time", banned=frozenset(),
   best = value(layout)
   if best is None:
     return None
+  evaluations = 0
   for _ in range(ROUNDS_PER_DIM * len(dims)):
+    if evaluations > MAX_EVALUATIONS:
+      break
     move = None
     for d in dims:
       for option in (None,) + tuple(space.options[d]):
@@ -100,6 +106,7 @@ def local_search(form, space, which="time", banned=frozenset(),
               and axes & set(assignments.option_axes(trial[e]))):
             trial[e] = None
         v = value(trial)
+        evaluations += 1
         if v is not None and v < (best if move is None else move[0]):
           move = (v, trial)
     if move is None:
