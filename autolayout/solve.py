@@ -100,6 +100,9 @@ class LayoutSearch:
       axis per dim; 2 on mesh ``x:16;y:16`` also lets ``batch`` take
       ``x+y``, data parallelism over the whole slice).  More options make
       the tables and the program larger (see :mod:`autolayout.assignments`).
+    narrow: see :class:`tables.GraphTables`; None: unless ``outcomes`` is
+      shared (the training candidates' joint program picks among equal
+      decisions by search order, which the tables' shape changes).
 
   Example:
     >>> search = LayoutSearch(graph, [loss])             # doctest: +SKIP
@@ -111,7 +114,7 @@ class LayoutSearch:
 
   def __init__(self, graph, outputs=None, microbatches=None,
                memory_reserve_fraction=None, max_axes_per_dim=1,
-               outcomes=None):
+               outcomes=None, narrow=None):
     self.graph = cm_args.check_graph(graph)
     self.max_axes_per_dim = arguments.check_count(
         max_axes_per_dim, "max_axes_per_dim", 1, 8, 1)
@@ -125,6 +128,7 @@ class LayoutSearch:
     # The caller's {(mesh Shape, Topology): op outcomes} shared with the
     # searches of other graphs (see tables.GraphTables), or None.
     self._outcomes = outcomes
+    self._narrow = outcomes is None if narrow is None else bool(narrow)
     self._signatures = {}   # op -> its signature, for the tables of every mesh
 
   def _part(self, what, mesh_shape, topo, make):
@@ -171,7 +175,8 @@ class LayoutSearch:
               else self._outcomes.setdefault((mesh_shape, topo), {}))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
-        self.microbatches, deadline, shared, self._signatures))
+        self.microbatches, deadline, shared, self._signatures,
+        self._narrow))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None
@@ -317,10 +322,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   ``hint`` (``{DimAxis: 0/1}``) replaces the replicated layout as CP-SAT's
   first guess (see :mod:`autolayout.plan_hint`).  ``extra`` (``{name:
   variable}``): further variables whose final values to return.
-  ``complete_hint``: hint every variable the layout defines (the table
-  choices and the overlap terms' integers, :func:`first_guess.complete`),
-  and each later phase with the whole previous solution; CP-SAT then takes
-  the hint as its first solution instead of repairing it.
+  ``complete_hint``: hint every variable (:func:`first_guess.set_hint`),
+  which CP-SAT then takes as its first solution instead of repairing it.
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is

@@ -171,6 +171,9 @@ class GraphTables:
       which is all its lowering reads).  None: this graph's own.
     signatures: a dict ``{op: op_signature(op)}`` the caller owns for this
       graph, shared by its tables on every mesh (None: computed here).
+    narrow: narrow op factors to their cost scopes where that makes the
+      program smaller (:meth:`_narrowed`); False: every op factor keeps the
+      dims of its inputs' pending states.
 
   Attributes:
     factors: list of :class:`Factor`, in a deterministic order.
@@ -178,11 +181,12 @@ class GraphTables:
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
                microbatches=None, deadline=None, outcomes=None,
-               signatures=None):
+               signatures=None, narrow=True):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)
     self._deadline = deadline  # time.perf_counter() value, or None
+    self._narrow = narrow
     self.space = space
     meshes = {op.mesh for op in graph.operations}
     if len(meshes) > 1:
@@ -388,6 +392,8 @@ class GraphTables:
     make CP-SAT's relaxation weaker.  The factors' values are the same
     either way, so the optimum is too.
     """
+    if not self._narrow:
+      return factors
     counts = {}
 
     def size(scopes):
