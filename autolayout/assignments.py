@@ -138,7 +138,6 @@ def local_assignments(space, scope):
     [(None, None), (None, 'x'), ('x', None)]
   """
   scope = tuple(scope)
-  out = []
   choices = [(None,) + space.options[d] for d in scope]
   count = 1
   for c in choices:
@@ -151,17 +150,18 @@ def local_assignments(space, scope):
         f"local assignments on mesh {space.mesh_shape}, more than "
         f"{MAX_LOCAL_ASSIGNMENTS}; mark some of them unsplittable, or use a "
         "mesh with fewer axes")
-  pairs = [(i, j) for i, j in itertools.combinations(range(len(scope)), 2)
-           if frozenset((scope[i], scope[j])) in space.conflicts]
-  multi = any(not isinstance(o, str) for c in choices for o in c[1:])
-  for combo in itertools.product(*choices):
-    if multi:
-      if any(set(option_axes(combo[i])) & set(option_axes(combo[j]))
-             for i, j in pairs):
-        continue
-    elif any(combo[i] is not None and combo[i] == combo[j] for i, j in pairs):
-      continue
-    out.append(combo)
+  # Extended one dim at a time, in itertools.product's order, so that a
+  # clash prunes every assignment that would contain it.
+  earlier = [[j for j in range(i)
+              if frozenset((scope[i], scope[j])) in space.conflicts]
+             for i in range(len(scope))]
+  axes = {o: frozenset(option_axes(o)) for c in choices for o in c}
+  out = [()]
+  for i, options in enumerate(choices):
+    before = earlier[i]
+    out = [p + (o,) for p in out for o in options
+           if o is None or not any(p[j] is not None and axes[o] & axes[p[j]]
+                                   for j in before)]
   return out
 
 

@@ -21,8 +21,8 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import InvalidArgumentError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
-from autolayout import (arguments, assignments, formulation, infeasible,
-                        memory_steps, overlap_terms, tables)
+from autolayout import (arguments, assignments, first_guess, formulation,
+                        infeasible, memory_steps, overlap_terms, tables)
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
                                SolverError, TimeLimitError,
@@ -100,6 +100,9 @@ class LayoutSearch:
       axis per dim; 2 on mesh ``x:16;y:16`` also lets ``batch`` take
       ``x+y``, data parallelism over the whole slice).  More options make
       the tables and the program larger (see :mod:`autolayout.assignments`).
+    narrow: see :class:`tables.GraphTables`; None: unless ``outcomes`` is
+      shared (the training candidates' joint program picks among equal
+      decisions by search order, which the tables' shape changes).
 
   Example:
     >>> search = LayoutSearch(graph, [loss])             # doctest: +SKIP
@@ -111,7 +114,7 @@ class LayoutSearch:
 
   def __init__(self, graph, outputs=None, microbatches=None,
                memory_reserve_fraction=None, max_axes_per_dim=1,
-               outcomes=None):
+               outcomes=None, narrow=None):
     self.graph = cm_args.check_graph(graph)
     self.max_axes_per_dim = arguments.check_count(
         max_axes_per_dim, "max_axes_per_dim", 1, 8, 1)
@@ -125,6 +128,7 @@ class LayoutSearch:
     # The caller's {(mesh Shape, Topology): op outcomes} shared with the
     # searches of other graphs (see tables.GraphTables), or None.
     self._outcomes = outcomes
+    self._narrow = outcomes is None if narrow is None else bool(narrow)
     self._signatures = {}   # op -> its signature, for the tables of every mesh
 
   def _part(self, what, mesh_shape, topo, make):
@@ -171,7 +175,8 @@ class LayoutSearch:
               else self._outcomes.setdefault((mesh_shape, topo), {}))
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
-        self.microbatches, deadline, shared, self._signatures))
+        self.microbatches, deadline, shared, self._signatures,
+        self._narrow))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = None
@@ -302,7 +307,8 @@ class _ProgressCallback(cp_model.CpSolverSolutionCallback):
 
 
 def solve_phases(form, phases, time_limit_s, num_workers, seed,
-                 solver_params=None, progress=None, hint=None, extra=None):
+                 solver_params=None, progress=None, hint=None, extra=None,
+                 complete_hint=False):
   """Minimises ``phases`` (objective names, or "tie") lexicographically.
 
   Each phase after the first keeps the earlier optima fixed.  The first
@@ -316,6 +322,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
   ``hint`` (``{DimAxis: 0/1}``) replaces the replicated layout as CP-SAT's
   first guess (see :mod:`autolayout.plan_hint`).  ``extra`` (``{name:
   variable}``): further variables whose final values to return.
+  ``complete_hint``: hint every variable (:func:`first_guess.set_hint`),
+  which CP-SAT then takes as its first solution instead of repairing it.
 
   Raises:
     InfeasibleLayoutError: (without details) if the first phase is
@@ -344,9 +352,7 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
       exprs.append(form.objectives[p])
   # The replicated layout is a valid first solution whenever memory allows;
   # a previous plan (``hint``) is usually closer to the optimum.
-  model.clear_hints()
-  for k, var in v.x.items():
-    model.add_hint(var, int((hint or {}).get(k, 0)))
+  first_guess.set_hint(form, hint, complete_hint)
   start, first, x, values = time.perf_counter(), None, None, {}
   for i, expr in enumerate(exprs):
     left = time_limit_s - (time.perf_counter() - start)
@@ -378,9 +384,8 @@ def solve_phases(form, phases, time_limit_s, num_workers, seed,
     if status != cp_model.OPTIMAL:
       break
     model.add(expr == int(round(solver.objective_value)))
-    model.clear_hints()
-    for k, var in v.x.items():
-      model.add_hint(var, x[k])
+    first_guess.set_hint(form, x, complete_hint,
+                         solver.response_proto.solution)
   return PhaseResult(x, first[0], first[1], first[2],
                      time.perf_counter() - start, values)
 
@@ -535,6 +540,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
   problem = search.problem(mesh_shape, topology, memory_budget,
                            need_peak="memory" in phases, overlap=overlap,
                            deadline=t0 + time_limit_s)
+  forbidden = set()
   for dim, axis in forbid:
     # dim:axis forbids every option of the dim using that axis; dim:x+y
     # forbids that one option.
@@ -544,6 +550,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
           banned == assignments.option_axes(k.axis) if len(banned) > 1
           else banned[0] in assignments.option_axes(k.axis)):
         problem.form.model.add(var == 0)
+        forbidden.add(k)
   for rules in exclude:
     formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
                                      rules)
@@ -553,6 +560,11 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     hint_x, hinted, skipped = plan_hint.hint_values(
         plan_hint.as_plan(hint), list(problem.form.vars.x), search.graph,
         problem.mesh_shape)
+  elif phases[0] in ("time", "comm"):
+    hint_x = first_guess.local_search(
+        problem.form, problem.space, phases[0], frozenset(forbidden),
+        None if memory_budget is None else (problem.memory_coefficients,
+                                            memory_budget))
   try:
     unit = problem.form.units[objective]
     on_solution = None if progress is None else (
@@ -562,7 +574,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
     # interruptible: about CHECK_S_PER_OP per op, at most 40% of what is left.
     left -= min(0.4 * left, CHECK_S_PER_OP * len(search.graph.operations))
     pr = solve_phases(problem.form, phases, left, num_workers, seed,
-                      solver_params, on_solution, hint_x)
+                      solver_params, on_solution, hint_x,
+                      complete_hint=True)
   except InfeasibleLayoutError:
     infeasible.explain(search, mesh_shape, topology, memory_budget,
                        time_limit_s - (time.perf_counter() - t0),

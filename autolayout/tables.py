@@ -25,6 +25,12 @@ local assignment and stand-in inputs in the right pending state, so the
 tables agree with :func:`costmodels.evaluate` by construction.  Ops with
 equal signatures (repeated layers) share one table: the work grows with the
 number of distinct ops, not with depth.
+
+An op factor's scope is then narrowed to the dims its cost depends on,
+decided exactly from its table, where that makes the program smaller (see
+:meth:`GraphTables._narrowed`): how a graph is written (an embedding by
+one-hot einsum, whose pending sum runs down the residual stream) should not
+decide how large the program is.
 """
 
 import time
@@ -136,6 +142,15 @@ def pending_allreduce_record(mesh_shape, state):
                           group, state[1], "SUM", "")
 
 
+def _maximal(scopes):
+  """The scopes (tuples of dim names) not inside another, sorted."""
+  out = []
+  for s in sorted(set(scopes), key=lambda s: (-len(s), s)):
+    if not any(set(s) <= set(m) for m in out):
+      out.append(s)
+  return sorted(out)
+
+
 class GraphTables:
   """The factors of a graph on one mesh, and their values.
 
@@ -156,6 +171,9 @@ class GraphTables:
       which is all its lowering reads).  None: this graph's own.
     signatures: a dict ``{op: op_signature(op)}`` the caller owns for this
       graph, shared by its tables on every mesh (None: computed here).
+    narrow: narrow op factors to their cost scopes where that makes the
+      program smaller (:meth:`_narrowed`); False: every op factor keeps the
+      dims of its inputs' pending states.
 
   Attributes:
     factors: list of :class:`Factor`, in a deterministic order.
@@ -163,11 +181,12 @@ class GraphTables:
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
                microbatches=None, deadline=None, outcomes=None,
-               signatures=None):
+               signatures=None, narrow=True):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)
     self._deadline = deadline  # time.perf_counter() value, or None
+    self._narrow = narrow
     self.space = space
     meshes = {op.mesh for op in graph.operations}
     if len(meshes) > 1:
@@ -187,6 +206,7 @@ class GraphTables:
     # op key -> (scope its output states depend on, {sigma: out_states} on
     # that scope, or None when it is the op's whole scope)
     self._states: Dict[int, tuple] = {}
+    self._cost: Dict[int, Tuple[str, ...]] = {}  # op key -> factor scope
     self.may_pend: Dict[object, bool] = {}
     self.tensor_key: Dict[object, Optional[int]] = {}
     self.pend_scope: Dict[object, Tuple[str, ...]] = {}
@@ -290,7 +310,7 @@ class GraphTables:
       ar_example.setdefault(akey, t.name)
     factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])
                 for k, c in ar_counts.items()]
-    self.factors = factors
+    self.factors = self._narrowed(factors)
 
   # --- op tables --------------------------------------------------------
   def _table(self, key):
@@ -359,6 +379,98 @@ class GraphTables:
     self._states[key] = result
     return result
 
+  def _narrowed(self, factors):
+    """``factors`` with the op factors inside a scope table narrowed to
+    their cost scopes (:meth:`_cost_scope`) where that makes the program
+    smaller.
+
+    The program has one table per maximal factor scope, with one variable
+    per valid local assignment.  For each maximal scope, largest first, the
+    op factors inside it take their cost scopes together when the tables
+    they then need have fewer assignments in all than before (a layer norm's
+    gradient that alone pulls the residual stream's pending dims and the
+    MLP's together); otherwise the table stays as it was, since several
+    overlapping smaller tables, each tied to the others only dim by dim,
+    make CP-SAT's relaxation weaker.  The factors' values are the same
+    either way, so the optimum is too.
+    """
+    if not self._narrow:
+      return factors
+    counts = {}
+
+    def size(scopes):
+      total = 0
+      for m in _maximal(scopes):
+        if m not in counts:
+          counts[m] = len(assignments.local_assignments(self.space, m))
+        total += counts[m]
+      return total
+
+    scopes = [f.scope for f in factors]
+    narrow = [self._cost_scope(f.key) if f.kind == "op" else f.scope
+              for f in factors]
+    best = size(scopes)
+    for m in sorted(_maximal(scopes), key=lambda m: (-counts[m], m)):
+      inside = [i for i, sc in enumerate(scopes)
+                if narrow[i] != sc and set(sc) <= set(m)]
+      if not inside:
+        continue
+      trial = list(scopes)
+      for i in inside:
+        trial[i] = narrow[i]
+      n = size(trial)
+      if n < best:
+        scopes, best = trial, n
+    return [f._replace(scope=sc) for f, sc in zip(factors, scopes)]
+
+  def _cost_scope(self, key):
+    """The dims the cost of op ``key`` depends on: the scope of its factor.
+
+    An op's scope holds the dims that decide its inputs' pending states,
+    but most ops cost the same whatever those states are (a pending input's
+    all-reduce belongs to the input's own factor).  A layer norm's gradient
+    reading the residual stream would otherwise price every dim the stream's
+    pending sums ever depended on in one table.  Decided exactly from the
+    op's table, as :meth:`_state_scope` is: a dim outside the op's own dims
+    is dropped when every pair of valid or invalid assignments that differ
+    only in it gives the same validity and prices.
+    """
+    hit = self._cost.get(key)
+    if hit is not None:
+      return hit
+    scope = self._key_scope[key]
+    own = set(self._dims(self._key_op[key]))
+    table = self._table(key)
+    cost = {sigma: (o.valid, o.compute_s, o.comm_s, o.comm_by_axis)
+            if o.valid else (False,) for sigma, o in table.items()}
+    keep = list(scope)
+    # The own dims first as a whole (the usual case), then one dim at a time.
+    for drop in ([d for d in scope if d not in own],) + tuple(
+        [d] for d in scope if d not in own):
+      trial = tuple(d for d in keep if d not in drop)
+      if len(trial) == len(keep):
+        continue
+      seen, ok = {}, True
+      for sigma, c in cost.items():
+        if seen.setdefault(assignments.restrict(scope, sigma, trial),
+                           c) != c:
+          ok = False
+          break
+      if ok:
+        keep = list(trial)
+    result = self._cost[key] = tuple(keep)
+    return result
+
+  def _op_outcome(self, factor, sigma):
+    """The Outcome of op factor ``factor`` under ``sigma`` of its (cost)
+    scope: the op's table at the assignment with its other dims
+    replicated, which is valid and prices the same."""
+    scope = self._key_scope[factor.key]
+    if factor.scope != scope:
+      pos = {d: i for i, d in enumerate(factor.scope)}
+      sigma = tuple(sigma[pos[d]] if d in pos else None for d in scope)
+    return self._table(factor.key)[sigma]
+
   def state(self, tensor_key, sigma):
     """Pending state of tensors of ``tensor_key`` under the local assignment
     ``sigma`` of their pending scope (None: not pending or invalid)."""
@@ -397,7 +509,7 @@ class GraphTables:
     """``(valid, compute_s, comm_s)`` of one instance of
     ``factor`` under the local assignment ``sigma`` of its scope."""
     if factor.kind == "op":
-      o = self._table(factor.key)[sigma]
+      o = self._op_outcome(factor, sigma)
       return o.valid, o.compute_s, o.comm_s
     rec = self.allreduce_record(factor, sigma)
     if rec is None:
@@ -409,7 +521,7 @@ class GraphTables:
     ``sigma`` (op factors of storage gathers and scatters, and all-reduce
     factors; ``()`` for other ops)."""
     if factor.kind == "op":
-      return self._table(factor.key)[sigma].comm_by_axis
+      return self._op_outcome(factor, sigma).comm_by_axis
     rec = self.allreduce_record(factor, sigma)
     return (() if rec is None else
             tuple(self.pricer.collective_by_axis(rec).items()))

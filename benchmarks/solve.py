@@ -16,11 +16,14 @@ its own names, mtf.layers and raw einsums under name scopes, SGD) next to
 the zoo's of the same sizes and step (SGD), at 8, 32 and 96 layers on
 ``data:2;model:4`` (dgx-h100): the time ``auto_layout`` takes, split into
 building the program and solving it, and the hand-written / zoo ratio.
+The machine's load average is printed with it: on a shared machine, rerun
+with more ``--repeats`` when it is high.
 
 Reproduce:
   python benchmarks/solve.py                  # all depths
   python benchmarks/solve.py --layers 2 24    # some
   python benchmarks/solve.py --layers --handwritten 8 32 96   # second only
+  python benchmarks/solve.py --layers --handwritten 8 --repeats 7
 """
 
 import argparse
@@ -75,10 +78,11 @@ def compare_handwritten(depths, console, workers, time_limit, repeats=3,
   machine is shared, and one CP-SAT run's time varies).  ``budget``: a
   memory budget every depth fits (96 layers do not fit an H100), so that the
   memory constraints are built and solved as in a real query."""
+  load = os.getloadavg()[0]
   table = rich.table.Table(
       title="auto_layout on data:2;model:4 (dgx-h100): hand-written vs zoo "
       f"Transformer, fwd+bwd+SGD, budget {budget} (median of {repeats}, "
-      "interleaved)")
+      f"interleaved; load average {load:.1f} at start)")
   for col in ("layers", "graph", "ops", "tables", "build s", "solve s",
               "total s", "hand / zoo", "rules"):
     table.add_column(col)
@@ -108,6 +112,8 @@ def compare_handwritten(depths, console, workers, time_limit, repeats=3,
           f"{statistics.median(x.solve_time_s for _, x in runs[label]):.2f}",
           f"{total:.2f}", ratio, str(r.rules))
   console.print(table)
+  console.print(f"load average at the end: {os.getloadavg()[0]:.1f} "
+                f"({os.cpu_count()} CPUs)")
 
 
 def main(argv=None):
@@ -115,6 +121,8 @@ def main(argv=None):
   p.add_argument("--layers", type=int, nargs="*", default=[2, 24, 96, 192])
   p.add_argument("--handwritten", type=int, nargs="*", default=[8, 32, 96],
                  help="depths of the hand-written vs zoo comparison")
+  p.add_argument("--repeats", type=int, default=3,
+                 help="runs per graph and depth of the comparison (median)")
   p.add_argument("--workers", type=int, default=2)
   p.add_argument("--time-limit", type=float, default=120.0)
   args = p.parse_args(argv)
@@ -170,7 +178,7 @@ def main(argv=None):
     console.print(table)
   if args.handwritten:
     compare_handwritten(args.handwritten, console, args.workers,
-                        args.time_limit)
+                        args.time_limit, args.repeats)
 
 
 if __name__ == "__main__":

@@ -95,3 +95,27 @@ def test_all_layouts_are_exactly_those_the_cost_model_accepts(mesh):
   mine = {str(r) for r in assignments.all_layouts(g, mesh)}
   accepted = {rules for _, rules, _ in graphs.brute_force(g, mesh, outs)}
   assert mine == accepted
+
+
+def test_local_assignments_are_the_product_without_clashes_in_its_order():
+  # The pruned enumeration gives exactly the clash-free assignments of the
+  # plain product, in the product's order, single and multi-axis options.
+  import itertools  # pylint: disable=g-import-not-at-top
+  dims = ("a", "b", "c", "d")
+  options = {"a": ("x", "y", ("x", "y")), "b": ("x",), "c": ("y", "x"),
+             "d": ("x", "y", ("x", "y"))}
+  for conflicts in ({("a", "b"), ("b", "c"), ("a", "d")},
+                    set(itertools.combinations(dims, 2)), set()):
+    space = assignments.DimSpace(
+        None, {d: 8 for d in dims}, options,
+        frozenset(frozenset(p) for p in conflicts), frozenset())
+    for scope in (dims, ("d", "b", "a"), ("c",), ()):
+      want = [
+          combo for combo in itertools.product(
+              *[(None,) + options[d] for d in scope])
+          if not any(
+              frozenset((scope[i], scope[j])) in space.conflicts
+              and set(assignments.option_axes(combo[i]))
+              & set(assignments.option_axes(combo[j]))
+              for i, j in itertools.combinations(range(len(scope)), 2))]
+      assert assignments.local_assignments(space, scope) == want
