@@ -58,7 +58,8 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   write rows (as ``cost_model_truth.run_model`` does in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
-  from benchmarks.cost_model_truth import _statistic, _training_graph
+  from benchmarks.cost_model_truth import (_is_step, _statistic,
+                                           _training_graph, with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
   from costmodels.calibrate.fit import CalibrationError
@@ -71,7 +72,10 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   conn = dist.connect(addresses, devices_per_task=4, timeout_s=60)
   devices = conn.mesh_devices(MESH)
   steps = []
-  for label, rules in LAYOUTS + [("auto", str(auto.rules))]:
+  layouts = [(label, rules) for label, _, rules in with_auto(
+      [(label, MESH, rules) for label, rules in LAYOUTS], MESH,
+      str(auto.rules))]
+  for label, rules in layouts:
     pred = costmodels.evaluate(_training_graph(_build).graph, MESH, rules,
                                topology).step_time_s
     m = _build()
@@ -91,11 +95,16 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
     rng.shuffle(order)
     for i in order:
       if i < len(steps):
+        # The steady step, as in the single-process part (run_model).
+        steps[i][3](**steps[i][4]).numpy()
         t0 = time.perf_counter()
         steps[i][3](**steps[i][4]).numpy()
         steps[i][5].append(time.perf_counter() - t0)
       else:
-        probe_times[i - len(steps)].append(probes[i - len(steps)].once())
+        k = i - len(steps)
+        if _is_step(probes[k]):
+          probes[k].once()
+        probe_times[k].append(probes[k].once())
   # As the single-process part (see cost_model_truth.run_model).
   samples = [p.measured(t, _statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
