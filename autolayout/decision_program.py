@@ -204,10 +204,10 @@ def build_program(candidates, memory_budget=None):
           model, v, problem.memory_coefficients, problem.host,
           memory_budget, with_peak=False)
     tables = problem.form.tables
-    exposed, rounded = formulation.add_overlap_constraints(
+    overlap_terms = formulation.add_overlap_constraints(
         model, v, tables, problem.form.overlap, unit)
     t, _ = formulation.time_objective(v, tables, "time", unit)
-    terms.append(t + exposed if rounded else t)
+    terms.append(t + overlap_terms.time if overlap_terms.rounded else t)
   for k, var in x.items():
     model.add(var == sum(copies[k]))
   model.add_exactly_one(chosen)

@@ -52,6 +52,8 @@ Objective
 """
 
 import collections
+import fractions
+import math
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from ortools.sat.python import cp_model
@@ -430,30 +432,83 @@ def add_overlap_constraints(model, v, tables, spec, unit):
      \qquad p_a = \max(0, Q_{0,a}, \dots):
 
   the prefix of :mod:`costmodels.prefetch`, so :math:`p_a = P_a`.
-  Returns ``(expr, number of rounded coefficients)``.
+
+  The interference :math:`I_a = (1 - \eta_a) H_a` of the hidden time
+  :math:`h_a = \sum_b c_{b,a} + \sum_b g_{b,a} - e_a - p_a \ge 0` is
+  :math:`i_a = \lceil n_a h_a / d_a \rceil` (a division equality, exact
+  whatever the objective), with :math:`n_a / d_a` the fraction
+  :math:`1 - \eta_a`.
+
+  Returns an :class:`OverlapTerms`.
   """
   parts = [(v, tables)]
   if spec is None or not (spec.num_buckets or spec.num_prefetch):
-    return 0, 0
+    return OverlapTerms(0, 0, 0)
   axes = sorted({k[2] for tb in tables for k, _ in tb.terms
                  if k[0] in ("sync", "gather")})
-  total, rounded = [], 0
+  total, lost, rounded = [], [], 0
   for a in axes:
     eta = spec.efficiency.get(a, 0.0)
+    mine = []
     for build in (_exposed_sync, _exposed_prefetch):
       var, r = build(model, parts, spec, a, eta, unit)
       if var is not None:
         total.append(var)
+        mine.append(var)
         rounded += r
+    i, r = _interference(model, parts, spec, a, eta, unit, mine)
+    if i is not None:
+      lost.append(i)
+      rounded += r
   if not total:
-    return 0, 0
-  return sum(total), rounded
+    return OverlapTerms(0, 0, 0)
+  return OverlapTerms(sum(total), sum(total) + sum(lost), rounded)
 
 
-def exposed_sync_value(spec, terms):
+class OverlapTerms(NamedTuple):
+  r"""The overlap part of the objectives, in units: ``exposed``
+  (:math:`\sum_a e_a + p_a`, communication the step waits for) and
+  ``time`` (that plus the interference :math:`\sum_a i_a`); ``rounded``
+  counts the rounded coefficients (0: no overlap terms)."""
+  exposed: object
+  time: object
+  rounded: int
+
+
+#: Largest denominator of the fraction :math:`1 - \eta_a` in CP-SAT (the
+#: hidden time, up to about TIME_UNITS_TOTAL, times its numerator stays
+#: far inside int64).
+_INTERFERENCE_DENOMINATOR = 10**5
+
+
+def _interference(model, parts, spec, a, eta, unit, exposed):
+  """``(i_a or None, rounded)``: the compute axis ``a``'s hidden
+  communication costs (see :func:`add_overlap_constraints`)."""
+  frac = fractions.Fraction(1.0 - eta).limit_denominator(
+      _INTERFERENCE_DENOMINATOR)
+  if frac <= 0:
+    return None, 0
+  keys = ([("sync", b, a) for b in range(spec.num_buckets)]
+          + [("gather", b, a) for b in range(spec.num_prefetch)])
+  terms = [_linear(parts, k, unit) for k in keys]
+  if not any(ys for ys, _ in terms):
+    return None, 0
+  hi = _coefficient_sum(terms) + 1
+  h = model.new_int_var(0, hi, f"hidden[{a}]")
+  model.add(h == _weighted(terms) - sum(exposed))
+  n, d = frac.numerator, frac.denominator
+  num = model.new_int_var(d - 1, n * hi + d - 1, f"hidden_scaled[{a}]")
+  model.add(num == n * h + (d - 1))
+  i = model.new_int_var(0, n * hi // d + 1, f"interference[{a}]")
+  model.add_division_equality(i, num, d)
+  return i, sum(len(c) for _, c in terms) + 2
+
+
+def exposed_sync_value(spec, terms, with_interference=False):
   r""":math:`\sum_a (E_a + P_a)` in seconds from the summed ``Table.terms``
-  of one layout (``{key: seconds}``), by the cost model's own formulas;
-  0.0 without overlap."""
+  of one layout (``{key: seconds}``), by the cost model's own formulas
+  (with ``with_interference``, plus :math:`\sum_a I_a`: the step time's
+  overlap part); 0.0 without overlap."""
   if spec is None:
     return 0.0
   nb, npf = spec.num_buckets, spec.num_prefetch
@@ -466,8 +521,13 @@ def exposed_sync_value(spec, terms):
     taken = [0.0] + [terms.get(("taken", s, a), 0.0)
                      for s in range(1, nb + 1)]
     gather = [terms.get(("gather", b, a), 0.0) for b in range(npf)]
-    total += cm_overlap.exposed_sync_time(sync, work, eta, taken)
-    total += cm_prefetch.exposed_prefetch_time(gather, window, eta)
+    e = cm_overlap.exposed_sync_time(sync, work, eta, taken)
+    p = cm_prefetch.exposed_prefetch_time(gather, window, eta)
+    total += e + p
+    if with_interference:
+      hidden = (max(0.0, math.fsum(sync) - e)
+                + max(0.0, math.fsum(gather) - p))
+      total += cm_overlap.interference_time(hidden, eta)
   return total
 
 

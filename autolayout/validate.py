@@ -31,8 +31,9 @@ def table_values(problem, rules):
     c += tb.comm_s[i]
     for k, col in tb.terms:
       terms[k] += col[i]
-  e = formulation.exposed_sync_value(problem.form.overlap, terms)
-  return t + e, c + e
+  spec = problem.form.overlap
+  e = formulation.exposed_sync_value(spec, terms)
+  return (t + formulation.exposed_sync_value(spec, terms, True), c + e)
 
 
 def validate(problem, rules, memory_budget=None, objective=None, value=None):

@@ -47,9 +47,24 @@ under the same compute first (the step waits for them): their time
 :math:`T_{b,a}` is added to each suffix, and :math:`E_a` is then at most
 the syncs' total.
 
+**Interference.**  Hiding is not free: while a collective runs beside
+compute, it takes part of what the compute needs (HBM bandwidth, and on
+GPUs the SMs of NCCL's kernels), so the compute it overlaps runs slower.
+The same :math:`\eta_a` prices that: each second of axis :math:`a`'s
+communication hidden under compute costs the compute :math:`1 - \eta_a`
+seconds,
+
+.. math::
+   I_a = (1 - \eta_a) H_a, \qquad H_a = S_a + G_a - E_a - P_a,
+
+where :math:`S_a` and :math:`G_a` are the axis's sync and prefetched
+gather totals and :math:`H_a` its hidden time.  (With :math:`\eta_a = 1`
+overlap is free; with :math:`\eta_a = 0` nothing hides and nothing
+interferes.)
+
 The step time is then ``compute + exposed critical-path comm + sum_a (E_a +
-P_a)`` (:math:`P_a`: the exposed prefetch); the hidden time is the rest of
-the syncs and gathers.  With ``enabled=False`` every
+P_a + I_a)`` (:math:`P_a`: the exposed prefetch); the hidden time is the
+rest of the syncs and gathers.  With ``enabled=False`` every
 collective is exposed (the conservative figure, ``--no-overlap``).
 
 The layout search writes :math:`E_a` in CP-SAT as :math:`e_a \ge 0`,
@@ -110,6 +125,16 @@ def axis_efficiency(mapping, axis):
   if not segs:
     return 0.0
   return min(link_overlap_efficiency(s.link) for s in segs)
+
+
+def interference_time(hidden_s, efficiency):
+  """:math:`I_a = (1 - \\eta_a) H_a`: the compute seconds that
+  ``hidden_s`` seconds of communication hidden under it cost.
+
+    >>> interference_time(2.0, 0.75)
+    0.5
+  """
+  return (1.0 - efficiency) * hidden_s if hidden_s > 0 else 0.0
 
 
 class GradientBuckets(NamedTuple):
@@ -276,6 +301,7 @@ class AxisOverlap(NamedTuple):
   prefetch_s: float = 0.0   # of the total, prefetchable parameter gathers
   exposed_sync_s: float = 0.0      # E_a
   exposed_prefetch_s: float = 0.0  # P_a
+  interference_s: float = 0.0      # I_a: compute lost to the hidden part
 
 
 class Overlap(NamedTuple):
@@ -291,6 +317,12 @@ class Overlap(NamedTuple):
   @property
   def hidden_comm_s(self):
     return math.fsum(a.hidden_s for a in self.by_axis)
+
+  @property
+  def interference_s(self):
+    """:math:`\\sum_a I_a`: compute time lost to the hidden
+    communication (part of the step time, not of its communication)."""
+    return math.fsum(a.interference_s for a in self.by_axis)
 
   @property
   def total_comm_s(self):
@@ -372,8 +404,8 @@ def overlap(op_costs, buckets, mapping, enabled=True, prefetch=None):
     if any_pf:
       parts.append(p)
     sync_total, gather_total = math.fsum(sync_s), math.fsum(gather_s)
+    hidden = max(0.0, sync_total - e) + max(0.0, gather_total - p)
     by_axis.append(AxisOverlap(
-        a, total, exposed_plain + e + p,
-        max(0.0, sync_total - e) + max(0.0, gather_total - p), sync_total,
-        eta, gather_total, e, p))
+        a, total, exposed_plain + e + p, hidden, sync_total,
+        eta, gather_total, e, p, interference_time(hidden, eta)))
   return Overlap(bool(enabled), tuple(by_axis), tuple(parts))

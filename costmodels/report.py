@@ -21,7 +21,8 @@ class CostReport:
     step_time_s: compute time plus *exposed* communication time: every
       collective on the critical path, and the part of the gradient syncs
       and of the prefetched parameter all-gathers that compute does not
-      hide (:mod:`costmodels.overlap`, :mod:`costmodels.prefetch`).  With overlap
+      hide (:mod:`costmodels.overlap`, :mod:`costmodels.prefetch`), plus
+      the compute the hidden part slows (``interference_time_s``).  With overlap
       off (or nothing to overlap) it is the ``math.fsum`` of every record.
     compute_time_s: roofline time of the slicewise compute.
     comm_time_s: exposed communication time.
@@ -29,6 +30,8 @@ class CostReport:
       hidden_comm_time_s`` equals it up to rounding.
     hidden_comm_time_s: gradient-sync and prefetched-gather time hidden
       under compute.
+    interference_time_s: what hiding it costs the compute it overlaps
+      (part of ``step_time_s``; see :mod:`costmodels.overlap`).
     comm_time_by_axis: ``{mesh axis: exposed seconds}`` for every mesh axis;
       a collective over several axes is split by the phases of its
       algorithm (see :class:`costmodels.evaluate.OpCost`).  Sums to
@@ -83,7 +86,14 @@ class CostReport:
     if self.overlap is None:
       return math.fsum(c.time_s for c in self.op_costs)
     return math.fsum([c.time_s for c in self._compute]
-                     + list(self.overlap.exposed_parts))
+                     + list(self.overlap.exposed_parts)
+                     + [a.interference_s for a in self.overlap.by_axis])
+
+  @property
+  def interference_time_s(self):
+    """Compute time lost to the communication hidden under it
+    (:math:`\\sum_a I_a` of :mod:`costmodels.overlap`)."""
+    return self.overlap.interference_s if self.overlap is not None else 0.0
 
   @functools.cached_property
   def compute_time_s(self):
@@ -139,7 +149,8 @@ class CostReport:
     return {"sync_time_s": a.sync_s if a else 0.0,
             "exposed_sync_time_s": a.exposed_sync_s if a else 0.0,
             "prefetch_time_s": a.prefetch_s if a else 0.0,
-            "exposed_prefetch_time_s": a.exposed_prefetch_s if a else 0.0}
+            "exposed_prefetch_time_s": a.exposed_prefetch_s if a else 0.0,
+            "interference_time_s": a.interference_s if a else 0.0}
 
   @functools.cached_property
   def flops_per_device(self):
@@ -192,7 +203,9 @@ class CostReport:
         f"  step {self.step_time_s * 1e3:.4g} ms = compute "
         f"{self.compute_time_s * 1e3:.4g} ms + exposed comm "
         f"{self.comm_time_s * 1e3:.4g} ms "
-        f"({len(self.collectives)} collectives, "
+        + (f"+ overlap interference {self.interference_time_s * 1e3:.4g} ms "
+           if self.interference_time_s else "")
+        + f"({len(self.collectives)} collectives, "
         f"{self.hidden_comm_time_s * 1e3:.4g} ms hidden)",
         "  exposed comm by axis: " + ", ".join(
             f"{a} {t * 1e3:.4g} ms (+{h * 1e3:.4g} hidden)"

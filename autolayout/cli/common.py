@@ -212,7 +212,10 @@ def show_axes(ctx, report):
 def show_times(ctx, report, result=None):
   rows = [("compute time", out.fmt_time(report.compute_time_s)),
           ("comm time", f"{out.fmt_time(report.comm_time_s)} exposed, "
-           f"{out.fmt_time(report.hidden_comm_time_s)} hidden"),
+           f"{out.fmt_time(report.hidden_comm_time_s)} hidden"
+           + (f" (slows compute by "
+              f"{out.fmt_time(report.interference_time_s)})"
+              if report.interference_time_s else "")),
           ("token latency" if result is not None and
            result.objective == "latency" else "step time",
            out.fmt_time(report.step_time_s)),

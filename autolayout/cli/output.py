@@ -117,7 +117,7 @@ def _overlap_by_axis(report):
   prefetched parameter gathers, total and exposed (seconds)."""
   df = report.to_dataframe("axes")
   cols = ["sync_time_s", "exposed_sync_time_s", "prefetch_time_s",
-          "exposed_prefetch_time_s"]
+          "exposed_prefetch_time_s", "interference_time_s"]
   return {a: {c: float(df.loc[a, c]) for c in cols} for a in df.index}
 
 
@@ -171,6 +171,7 @@ def layout_record(report, result=None, label=None, training=None):
       "comm_time_by_axis_s": dict(report.comm_time_by_axis),
       "hidden_comm_time_s": report.hidden_comm_time_s,
       "hidden_comm_time_by_axis_s": dict(report.hidden_comm_time_by_axis),
+      "interference_time_s": report.interference_time_s,
       "overlap_by_axis_s": _overlap_by_axis(report),
       "overlap": bool(report.overlap is not None and report.overlap.enabled),
       "flops_per_device": int(report.flops_per_device),

@@ -11,6 +11,7 @@ import pytest
 import costmodels
 import mesh_tf as mtf
 from costmodels import compute, topology_json
+from costmodels import overlap as overlap_lib
 from costmodels.calibrate import fit as fit_lib
 from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import Sample
@@ -105,14 +106,17 @@ def test_fit_patterns_falls_back_to_a_rate_when_timings_do_not_grow():
 def test_fit_overlap_recovers_the_efficiency(eta):
   samples = []
   for nbytes, m in ((1 << 18, 4e-3), (1 << 20, 9e-3)):
-    for c in (1e-3, 3e-3):            # compute shorter than the comm
-      t = c + max(0.0, m - eta * c)   # the cost model's law
+    # Compute shorter than the comm, and (the last) long enough to hide it.
+    for c in (1e-3, 3e-3, 5e-2):
+      # The cost model's law: exposed E, and the hidden rest slows compute.
+      e = max(0.0, m - eta * c)
+      t = c + e + overlap_lib.interference_time(m - e, eta)
       for what, s in (("overlap_comm", m), ("overlap_compute", c),
                       ("overlap_both", t)):
         samples.append(Sample(what, "x", 8, nbytes, c * 1e9, s,
                               link="device"))
   got, count, spread = fit_lib.fit_overlap(samples, "device")
-  assert got == pytest.approx(eta, abs=1e-9) and count == 4
+  assert got == pytest.approx(eta, abs=1e-9) and count == 6
   assert spread == pytest.approx(0.0, abs=1e-9)
   assert fit_lib.fit_overlap(samples, "process") is None
 

@@ -61,7 +61,8 @@ def assert_prediction_matches_lowering(graph, mesh, mesh_shape, layout,
         _slice_bytes(lowering.tensors[t])), (what, t.name)
   assert report.flops_per_device == impl.trace.total_flops_per_device, what
   assert math.isclose(report.step_time_s,
-                      report.compute_time_s + report.comm_time_s)
+                      report.compute_time_s + report.comm_time_s
+                      + report.interference_time_s)
   return report, impl
 
 

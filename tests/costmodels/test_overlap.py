@@ -62,9 +62,14 @@ def test_tiny_transformer_trace_equals_lowering_and_time_adds_up():
     assert report.comm_time_by_axis[a.axis] == a.exposed_s
   assert math.isclose(report.comm_time_s + report.hidden_comm_time_s,
                       report.total_comm_time_s, rel_tol=1e-12)
+  # Hidden communication slows the compute it overlaps by (1 - eta).
+  for a in report.overlap.by_axis:
+    assert math.isclose(a.interference_s, (1 - a.efficiency) * a.hidden_s,
+                        rel_tol=1e-12, abs_tol=1e-18), a
+  assert report.interference_time_s > 0
   assert math.isclose(report.step_time_s,
-                      report.compute_time_s + report.comm_time_s,
-                      rel_tol=1e-12)
+                      report.compute_time_s + report.comm_time_s
+                      + report.interference_time_s, rel_tol=1e-12)
   # The conservative figure exposes everything: the plain sum of records.
   full = cm.evaluate(model.graph, "rows:2;cols:4", "batch:rows;d_ff:cols",
                      "tpu-v5e-2x4", outputs=outputs, overlap=False)

@@ -91,9 +91,14 @@ def test_zero3_trace_equals_lowering_and_time_adds_up(kw):
     assert report.comm_time_by_axis[a.axis] == a.exposed_s
   assert math.isclose(report.comm_time_s + report.hidden_comm_time_s,
                       report.total_comm_time_s, rel_tol=1e-12)
+  # Hidden communication slows the compute it overlaps by (1 - eta).
+  for a in report.overlap.by_axis:
+    assert math.isclose(a.interference_s, (1 - a.efficiency) * a.hidden_s,
+                        rel_tol=1e-12, abs_tol=1e-18), a
+  assert report.interference_time_s > 0
   assert math.isclose(report.step_time_s,
-                      report.compute_time_s + report.comm_time_s,
-                      rel_tol=1e-12)
+                      report.compute_time_s + report.comm_time_s
+                      + report.interference_time_s, rel_tol=1e-12)
   # The report's axes view carries the same split.
   axes = report.to_dataframe("axes")
   assert axes.loc["rows", "prefetch_time_s"] == rows.prefetch_s
