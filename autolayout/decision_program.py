@@ -76,7 +76,8 @@ from autolayout.formulation import DimAxis, TableChoice
 from autolayout.result import LayoutResult, ModelSize
 from autolayout.validate import bound_and_gap, check_agreement, validate
 
-__all__ = ["Candidate", "DecisionProgram", "build_program", "solve_program"]
+__all__ = ["Candidate", "DecisionProgram", "build_program", "decision_result",
+           "solve_program"]
 
 
 class Candidate(NamedTuple):
@@ -273,29 +274,44 @@ def solve_program(program, memory_budget=None, time_limit_s=60.0,
                           num_workers, seed, extra=extra)
   index = [i for i, val in pr.extra.items() if val][0]
   cand = program.candidates[index]
-  problem = cand.problem
+  build = program.build_time_s + sum(c.problem.build_time_s
+                                     for c in program.candidates)
+  result = decision_result(cand.decisions, cand.problem, pr, memory_budget,
+                           [c.problem for c in program.candidates], build,
+                           pr.solve_time_s, program.unit, model)
+  return index, result
+
+
+def decision_result(decisions, problem, pr, memory_budget, problems,
+                    build_time_s, solve_time_s, unit=None, model=None,
+                    report=None):
+  """The LayoutResult of candidate ``decisions`` solved as ``pr`` (a
+  :class:`autolayout.solve.PhaseResult` in ``unit`` seconds, default the
+  problem's own), re-checked against ``costmodels.evaluate``; its model
+  size sums ``problems`` (the programs solved for it; ``model``, the joint
+  program, gives the variable and constraint counts when there is one;
+  ``report``, the answer's CostReport if already validated)."""
+  unit = problem.form.units["time"] if unit is None else unit
   dims = set(problem.space.options)
   rules = solve.rules_of({k: val for k, val in pr.x.items()
                           if k.dim in dims})
-  report = validate(problem, rules, memory_budget, "time")
+  if report is None:
+    report = validate(problem, rules, memory_budget, "time")
   value = report.step_time_s
-  unit = program.unit
   check_agreement(pr.value, unit, value, problem,
-                  f"{cand.decisions} and rules {rules}")
+                  f"{decisions} and rules {rules}")
   bound, gap = bound_and_gap(pr, unit, value)
-  proto = model.proto
+  protos = ([model.proto] if model is not None
+            else [p.form.model.proto for p in problems])
   size = ModelSize(
-      variables=len(proto.variables), constraints=len(proto.constraints),
-      tables=sum(len(c.problem.form.tables) for c in program.candidates),
-      table_choices=sum(len(tb.choices) for c in program.candidates
-                        for tb in c.problem.form.tables),
-      memory_steps=sum(len(c.problem.memory_coefficients)
-                       for c in program.candidates))
-  build = program.build_time_s + sum(c.problem.build_time_s
-                                     for c in program.candidates)
-  result = LayoutResult(rules, problem.mesh_shape, report, "time", value,
-                        pr.status, bound, gap, pr.solve_time_s, build, size,
-                        memory_budget, problem.topology,
-                        decisions=cand.decisions, graph=problem.graph,
-                        outputs=problem.outputs)
-  return index, result
+      variables=sum(len(p.variables) for p in protos),
+      constraints=sum(len(p.constraints) for p in protos),
+      tables=sum(len(p.form.tables) for p in problems),
+      table_choices=sum(len(tb.choices) for p in problems
+                        for tb in p.form.tables),
+      memory_steps=sum(len(p.memory_coefficients) for p in problems))
+  return LayoutResult(rules, problem.mesh_shape, report, "time", value,
+                      pr.status, bound, gap, solve_time_s, build_time_s,
+                      size, memory_budget, problem.topology,
+                      decisions=decisions, graph=problem.graph,
+                      outputs=problem.outputs)

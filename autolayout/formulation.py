@@ -196,11 +196,15 @@ def build_tables(tables, space, extra_scopes=(), placements=None):
     factors = by_host.get(scope, [])
     choices, times, comms, terms = [], [], [], []
     memo = {}
+    # Each factor's positions in the scope, found once per scope (not once
+    # per local assignment: a scope has up to thousands).
+    pos = {d: i for i, d in enumerate(scope)}
+    picks = [tuple(pos[d] for d in f.scope) for f in factors]
     for sigma in assignments.local_assignments(space, scope):
       ok, t_sum, c_sum = True, 0.0, 0.0
       extra = collections.defaultdict(float)
-      for f in factors:
-        sub = assignments.restrict(scope, sigma, f.scope)
+      for f, pick in zip(factors, picks):
+        sub = tuple(sigma[i] for i in pick)
         v = memo.get((f.kind, f.key, sub))
         if v is None:
           v = memo[(f.kind, f.key, sub)] = tables.value(f, sub)

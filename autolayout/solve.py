@@ -428,7 +428,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     graph: an mtf Graph (one mesh).
     mesh_shape: the mesh, e.g. ``"rows:2;cols:4"`` (``autolayout.auto_layout``
       also takes None: the best mesh shape, see
-      :func:`autolayout.mesh_search.auto_layout`).
+      :func:`autolayout.default_search.auto_layout`).
     outputs: tensors whose values are exported (default: those nobody
       reads).
     topology: a costmodels Topology or its name; default ``tpu-v5e-16x16``.
@@ -508,6 +508,19 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                       solver_params, forbid, progress, hint, overlap)
 
 
+def add_forbidden(problem, forbid):
+  """Adds ``x = 0`` to ``problem``'s model for each ``(dim, axis)`` of
+  ``forbid``: ``dim:axis`` forbids every option of the dim using that axis,
+  ``dim:x+y`` that one option."""
+  for dim, axis in forbid:
+    banned = assignments.option_axes(axis)
+    for k, var in problem.form.vars.x.items():
+      if k.dim == dim and (
+          banned == assignments.option_axes(k.axis) if len(banned) > 1
+          else banned[0] in assignments.option_axes(k.axis)):
+        problem.form.model.add(var == 0)
+
+
 def _solve(search, mesh_shape, topology, memory_budget, objective,
            time_limit_s, num_workers, seed, tie_break, solver_params, forbid,
            progress, hint=None, overlap=True, exclude=()):
@@ -535,15 +548,7 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
   problem = search.problem(mesh_shape, topology, memory_budget,
                            need_peak="memory" in phases, overlap=overlap,
                            deadline=t0 + time_limit_s)
-  for dim, axis in forbid:
-    # dim:axis forbids every option of the dim using that axis; dim:x+y
-    # forbids that one option.
-    banned = assignments.option_axes(axis)
-    for k, var in problem.form.vars.x.items():
-      if k.dim == dim and (
-          banned == assignments.option_axes(k.axis) if len(banned) > 1
-          else banned[0] in assignments.option_axes(k.axis)):
-        problem.form.model.add(var == 0)
+  add_forbidden(problem, forbid)
   for rules in exclude:
     formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
                                      rules)
