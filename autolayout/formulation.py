@@ -506,14 +506,26 @@ def add_memory_constraints(model, v, steps, host, budget, with_peak):
   choices = collections.defaultdict(list)
   for k in v.y:
     choices[k.scope].append(k.assignment)
+  # Each scope's table choices and their restriction to the scope, found
+  # once, not once per step (a program has tens of steps over the same
+  # scopes).
+  restricted = {}
   for step in steps:
     acc = collections.Counter()
     for scope, per in step.items():
-      tscope = host[scope]
-      for sigma_t in choices[tscope]:
-        b = per.get(assignments.restrict(tscope, sigma_t, scope), 0)
+      pairs = restricted.get(scope)
+      if pairs is None:
+        tscope = host[scope]
+        pos = {d: i for i, d in enumerate(tscope)}
+        pick = tuple(pos[d] for d in scope)
+        pairs = restricted[scope] = [
+            (TableChoice(tscope, sigma_t),
+             tuple(sigma_t[i] for i in pick))
+            for sigma_t in choices[tscope]]
+      for key, sub in pairs:
+        b = per.get(sub, 0)
         if b:
-          acc[TableChoice(tscope, sigma_t)] += int(b)
+          acc[key] += int(b)
     if acc:
       keys = list(acc)  # insertion order: deterministic
       model.add(cp_model.LinearExpr.weighted_sum(

@@ -207,4 +207,10 @@ COMMAND = Command(
     "solve", help="the optimal layout and its costs",
     description="Find the layout rules that minimise the objective under "
     "the memory budget, and show its per-device memory and communication "
-    "per mesh axis.", add_arguments=_arguments, run=_run)
+    "per mesh axis.  A bare solve (no --train) lays out the step as built, "
+    "as mtf.auto_layout does (one shared path, "
+    "autolayout.default_search); only when no layout of it fits the budget "
+    "does it search the training decisions (bf16, ZeRO stage, recompute, "
+    "microbatches), because with memory to spare they add time and never "
+    "save it (benchmarks/default_decisions.py).  --train searches them "
+    "always.", add_arguments=_arguments, run=_run)
