@@ -42,13 +42,18 @@ def test_api_and_cli_fall_back_alike(model, capsys):
   assert r.decisions.param_dtype == "bfloat16"
   assert r.peak_memory_bytes <= kib * KIB
   assert r.graph is not model.graph   # the step built for the decisions
-  code = main(["solve", "-m", "transformer_tiny", "--set", "layers=1,batch=1", "-t",
-               TOPOLOGY, "--mesh", MESH, "--memory-budget", budget, "-f",
-               "json"])
+  argv = ["solve", "-m", "transformer_tiny", "--set", "layers=1,batch=1",
+          "-t", TOPOLOGY, "--mesh", MESH, "--memory-budget", budget, "-f",
+          "json"]
+  assert main(argv + ["--layout-only"]) == 3   # nothing fits as built
+  capsys.readouterr()
+  code = main(argv)
   out, err = capsys.readouterr()
   assert code == 0, err
   res = json.loads(out)["result"]
   assert res["training"]["decisions"] == r.decisions.as_dict()
+  assert res["training"]["decisions"]["param_dtype"] == "bfloat16"
+  assert res["memory"]["peak_bytes"] <= kib * KIB
   assert math.isclose(res["step_time_s"], r.step_time_s, rel_tol=1e-12)
   assert res["rules"] == str(r.rules)
 
