@@ -87,14 +87,22 @@ def _distance(d, first):
 
 def try_order(decision_list, first=None):
   """The order :func:`solve_in_turn` tries the candidates in: simplest
-  first; with ``first`` (a likely winner, e.g. the plan in hand), nearest
-  to it first, so that a bounded search starts from a good incumbent."""
-  if first is None:
-    key = lambda i: simplicity(decision_list[i])
-  else:
-    key = lambda i: (_distance(decision_list[i], first),
-                     simplicity(decision_list[i]))
-  return sorted(range(len(decision_list)), key=key)
+  first.  With ``first`` (a plan in hand, e.g. the mesh screen's ZeRO 3
+  and full recompute), the simplest, then ``first``, then the others
+  nearest to ``first`` first: where the simplest fits it is the usual
+  winner and its cutoff prunes the rest in milliseconds (moe_tiny: with
+  ``first`` tried before it, the k = 1 phase took 41 s of solving instead
+  of about 1 s), and where it does not, a bounded search (GPT-3) goes on
+  from a plan that fits to its neighbours."""
+  simplest = sorted(range(len(decision_list)),
+                    key=lambda i: simplicity(decision_list[i]))
+  if first is None or first not in decision_list:
+    return simplest
+  head = list(dict.fromkeys([simplest[0], decision_list.index(first)]))
+  rest = sorted((i for i in simplest if i not in head),
+                key=lambda i: (_distance(decision_list[i], first),
+                               simplicity(decision_list[i])))
+  return head + rest
 
 
 def solve_in_turn(decision_list, problem_of, memory_budget, deadline,

@@ -58,6 +58,12 @@ Objective
   :func:`autolayout.validate.validate` re-checks it against
   ``costmodels.evaluate`` of the chosen graph and rules.
 
+The same optimum, without the joint program, is what
+:mod:`autolayout.candidate_search` finds by solving the candidates' own
+programs in turn under the incumbent's cutoff (the default of
+:func:`autolayout.decisions.solve_decisions`; ``joint=True`` builds this
+one, the reference its tests compare with).
+
 The microbatch count stays outside, as phases (one program per :math:`k`,
 see :func:`autolayout.decisions.search_training`): each :math:`k` builds
 every graph at another batch size.

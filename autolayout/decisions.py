@@ -15,13 +15,14 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
 
 Each choice changes the graph (its ops, their repeats), so a candidate is a
 graph built by :func:`build_training` and priced by its own
-:class:`~autolayout.solve.LayoutSearch`.  :func:`search_training` puts the
-stage and the recompute count into **one CP-SAT program** per microbatch
-count (:mod:`autolayout.decision_program`: one-hot decision variables, the
-candidates' tables, memory steps and overlap terms over shared layout
-rules, :func:`solve_decisions`), and walks k outside as phases: from 1
-(or ``min_microbatches``) until one fits and on while the step gets
-faster.  ``exhaustive=True`` instead solves every candidate alone (stages
+:class:`~autolayout.solve.LayoutSearch`.  :func:`search_training` picks
+the stage and the recompute count per microbatch count
+(:func:`solve_decisions`): the candidates' own programs solved in turn,
+each with the incumbent's step time as a cutoff
+(:mod:`autolayout.candidate_search`; the same optimum as one joint CP-SAT
+program with one-hot decision variables, :mod:`autolayout.decision_program`,
+at a fraction of its time), and walks k outside as phases: from 1 (or
+``min_microbatches``) until one fits and on while the step gets faster.  ``exhaustive=True`` instead solves every candidate alone (stages
 0-3, recompute 0..L, k up to 4), the reference the tests compare with.
 Without a mesh, :mod:`autolayout.training_meshes` searches mesh shapes
 too.
@@ -306,9 +307,9 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
 
   By default, for each microbatch count k (a phase: powers of two dividing
   the batch, up to ``max_microbatches``, from 1 until one fits and on while
-  the step gets faster) one CP-SAT program chooses the ZeRO stage (0-3),
-  the recompute count (``recompute_count`` even steps from 0 to L) and the
-  layout rules together (:func:`solve_decisions`).
+  the step gets faster) :func:`solve_decisions` chooses the ZeRO stage
+  (0-3), the recompute count (``recompute_count`` even steps from 0 to L)
+  and the layout rules together.
 
   Args:
     config: a Transformer-family zoo config (``mesh_tf.models``).
