@@ -16,15 +16,17 @@ default:
    left.
 
 Why only then: the decisions that the search takes (ZeRO stage, recompute,
-microbatches) exist to save memory, and in this cost model none of them
-makes a step faster when the step as built fits.  ZeRO 1-2 swap the
-gradient all-reduce for a reduce-scatter and an all-gather of the same
-bytes and add the storage gathers; recompute adds forward FLOPs (which can
-hide at most as much communication as they cost); k microbatches repeat
-every per-microbatch launch and gather.  ``benchmarks/default_decisions.py``
-measures it: with no budget, the search over them at the as-built dtype
-picks ZeRO 0, no recompute and k = 1.  Precision is not such a
-decision: bf16 changes the numbers, so it is the caller's choice (``--set
+microbatches) exist to save memory.  ZeRO 1-2 swap the gradient all-reduce
+for a reduce-scatter and an all-gather of the same bytes and add the
+storage gathers; recompute adds forward FLOPs (more compute to hide
+communication under, but it costs more than it hides); k microbatches
+repeat every per-microbatch launch and gather.  So with memory to spare
+they can only add time, and ``benchmarks/default_decisions.py`` measures
+it: with no budget, the whole decision search at a fixed dtype returns
+ZeRO 0, no recompute and k = 1, at exactly the decision-free step time
+(transformer_tiny on ``x:2;y:4`` and ``x:8``, moe_tiny on ``x:2;y:4``,
+float32 and bfloat16).  Precision is not such a decision: bf16 changes
+the numbers, so it is the caller's choice (``--set
 param_dtype=bfloat16``), and the fallback, which must fit, takes bf16.
 
 Example:

@@ -211,6 +211,6 @@ COMMAND = Command(
     "as mtf.auto_layout does (one shared path, "
     "autolayout.default_search); only when no layout of it fits the budget "
     "does it search the training decisions (bf16, ZeRO stage, recompute, "
-    "microbatches), because with memory to spare they add time and never "
-    "save it (benchmarks/default_decisions.py).  --train searches them "
+    "microbatches), because with memory to spare they only add time "
+    "(benchmarks/default_decisions.py).  --train searches them "
     "always.", add_arguments=_arguments, run=_run)
