@@ -23,7 +23,6 @@ CASES = (
     "transformer_tiny@tpu-v5e-2x4@x:2;y:4",
     "transformer_tiny@dgx-h100@x:8",
     "moe_tiny@tpu-v5e-2x4@x:2;y:4",
-    "gpt2_small@dgx-a100@x:8",
 )
 
 
