@@ -31,10 +31,11 @@ from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
 from autolayout.result import LayoutResult, ModelSize
 from autolayout.solve import LayoutSearch, validate
 from autolayout.explain import explain
-# auto_layout of a given mesh is autolayout.solve's; this one also searches
-# the mesh when given none.
-from autolayout.mesh_search import (auto_layout, auto_mesh_and_layout,
-                                    mesh_factorizations)
+# auto_layout of a given mesh is autolayout.solve's; this one has the CLI's
+# defaults (autolayout.default_search): it also searches the mesh when given
+# none, and the training decisions when nothing fits.
+from autolayout.default_search import auto_layout
+from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
 from autolayout.pareto import pareto
 from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              splittable_dims, to_dot, write_dot,

@@ -45,7 +45,7 @@ Constraints
     in choice :math:`\times` table value, and void when :math:`z_c = 0`
     because its :math:`y^c` are 0;
   * candidate :math:`c`'s overlap terms (exposed gradient syncs, see
-    :func:`autolayout.formulation.add_overlap_constraints`), 0 unless
+    :func:`autolayout.overlap_program.add_overlap_constraints`), 0 unless
     chosen.
 
 Objective
@@ -58,6 +58,12 @@ Objective
   :func:`autolayout.validate.validate` re-checks it against
   ``costmodels.evaluate`` of the chosen graph and rules.
 
+The same optimum, without the joint program, is what
+:mod:`autolayout.candidate_search` finds by solving the candidates' own
+programs in turn under the incumbent's cutoff (the default of
+:func:`autolayout.decisions.solve_decisions`; ``joint=True`` builds this
+one, the reference its tests compare with).
+
 The microbatch count stays outside, as phases (one program per :math:`k`,
 see :func:`autolayout.decisions.search_training`): each :math:`k` builds
 every graph at another batch size.
@@ -69,14 +75,15 @@ from typing import Any, Dict, NamedTuple, Tuple
 
 from ortools.sat.python import cp_model
 
-from autolayout import formulation, solve, stage_groups
+from autolayout import formulation, overlap_program, solve, stage_groups
 from mesh_tf import storage
 from autolayout.errors import SolverError
 from autolayout.formulation import DimAxis, TableChoice
 from autolayout.result import LayoutResult, ModelSize
 from autolayout.validate import bound_and_gap, check_agreement, validate
 
-__all__ = ["Candidate", "DecisionProgram", "build_program", "solve_program"]
+__all__ = ["Candidate", "DecisionProgram", "build_program", "decision_result",
+           "solve_program"]
 
 
 class Candidate(NamedTuple):
@@ -204,7 +211,7 @@ def build_program(candidates, memory_budget=None):
           model, v, problem.memory_coefficients, problem.host,
           memory_budget, with_peak=False)
     tables = problem.form.tables
-    overlap_terms = formulation.add_overlap_constraints(
+    overlap_terms = overlap_program.add_overlap_constraints(
         model, v, tables, problem.form.overlap, unit)
     t, _ = formulation.time_objective(v, tables, "time", unit)
     terms.append(t + overlap_terms.time if overlap_terms.rounded else t)
@@ -273,29 +280,44 @@ def solve_program(program, memory_budget=None, time_limit_s=60.0,
                           num_workers, seed, extra=extra)
   index = [i for i, val in pr.extra.items() if val][0]
   cand = program.candidates[index]
-  problem = cand.problem
+  build = program.build_time_s + sum(c.problem.build_time_s
+                                     for c in program.candidates)
+  result = decision_result(cand.decisions, cand.problem, pr, memory_budget,
+                           [c.problem for c in program.candidates], build,
+                           pr.solve_time_s, program.unit, model)
+  return index, result
+
+
+def decision_result(decisions, problem, pr, memory_budget, problems,
+                    build_time_s, solve_time_s, unit=None, model=None,
+                    report=None):
+  """The LayoutResult of candidate ``decisions`` solved as ``pr`` (a
+  :class:`autolayout.solve.PhaseResult` in ``unit`` seconds, default the
+  problem's own), re-checked against ``costmodels.evaluate``; its model
+  size sums ``problems`` (the programs solved for it; ``model``, the joint
+  program, gives the variable and constraint counts when there is one;
+  ``report``, the answer's CostReport if already validated)."""
+  unit = problem.form.units["time"] if unit is None else unit
   dims = set(problem.space.options)
   rules = solve.rules_of({k: val for k, val in pr.x.items()
                           if k.dim in dims})
-  report = validate(problem, rules, memory_budget, "time")
+  if report is None:
+    report = validate(problem, rules, memory_budget, "time")
   value = report.step_time_s
-  unit = program.unit
   check_agreement(pr.value, unit, value, problem,
-                  f"{cand.decisions} and rules {rules}")
+                  f"{decisions} and rules {rules}")
   bound, gap = bound_and_gap(pr, unit, value)
-  proto = model.proto
+  protos = ([model.proto] if model is not None
+            else [p.form.model.proto for p in problems])
   size = ModelSize(
-      variables=len(proto.variables), constraints=len(proto.constraints),
-      tables=sum(len(c.problem.form.tables) for c in program.candidates),
-      table_choices=sum(len(tb.choices) for c in program.candidates
-                        for tb in c.problem.form.tables),
-      memory_steps=sum(len(c.problem.memory_coefficients)
-                       for c in program.candidates))
-  build = program.build_time_s + sum(c.problem.build_time_s
-                                     for c in program.candidates)
-  result = LayoutResult(rules, problem.mesh_shape, report, "time", value,
-                        pr.status, bound, gap, pr.solve_time_s, build, size,
-                        memory_budget, problem.topology,
-                        decisions=cand.decisions, graph=problem.graph,
-                        outputs=problem.outputs)
-  return index, result
+      variables=sum(len(p.variables) for p in protos),
+      constraints=sum(len(p.constraints) for p in protos),
+      tables=sum(len(p.form.tables) for p in problems),
+      table_choices=sum(len(tb.choices) for p in problems
+                        for tb in p.form.tables),
+      memory_steps=sum(len(p.memory_coefficients) for p in problems))
+  return LayoutResult(rules, problem.mesh_shape, report, "time", value,
+                      pr.status, bound, gap, solve_time_s, build_time_s,
+                      size, memory_budget, problem.topology,
+                      decisions=decisions, graph=problem.graph,
+                      outputs=problem.outputs)

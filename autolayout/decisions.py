@@ -15,13 +15,14 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
 
 Each choice changes the graph (its ops, their repeats), so a candidate is a
 graph built by :func:`build_training` and priced by its own
-:class:`~autolayout.solve.LayoutSearch`.  :func:`search_training` puts the
-stage and the recompute count into **one CP-SAT program** per microbatch
-count (:mod:`autolayout.decision_program`: one-hot decision variables, the
-candidates' tables, memory steps and overlap terms over shared layout
-rules, :func:`solve_decisions`), and walks k outside as phases: from 1
-(or ``min_microbatches``) until one fits and on while the step gets
-faster.  ``exhaustive=True`` instead solves every candidate alone (stages
+:class:`~autolayout.solve.LayoutSearch`.  :func:`search_training` picks
+the stage and the recompute count per microbatch count
+(:func:`solve_decisions`): the candidates' own programs solved in turn,
+each with the incumbent's step time as a cutoff
+(:mod:`autolayout.candidate_search`; the same optimum as one joint CP-SAT
+program with one-hot decision variables, :mod:`autolayout.decision_program`,
+at a fraction of its time), and walks k outside as phases: from 1 (or
+``min_microbatches``) until one fits and on while the step gets faster.  ``exhaustive=True`` instead solves every candidate alone (stages
 0-3, recompute 0..L, k up to 4), the reference the tests compare with.
 Without a mesh, :mod:`autolayout.training_meshes` searches mesh shapes
 too.
@@ -173,11 +174,17 @@ def recompute_choices(layers, count=5):
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
                     memory_budget, time_limit_s=60.0, forbid=(),
-                    overlap=True):
-  """The fastest of ``decision_list`` (every (stage, recompute) pair at
-  one microbatch count and dtype) and its layout, from one CP-SAT program
-  in which the stage and the recompute count are decision variables
-  (:mod:`autolayout.decision_program`).
+                    overlap=True, joint=False, first=None):
+  """The fastest of ``decision_list`` (stage and recompute choices at one
+  microbatch count and dtype) and its layout.
+
+  By default the candidates' own programs are solved one at a time,
+  simplest first, each after the first with the incumbent's step time as
+  a cutoff (:mod:`autolayout.candidate_search`): the same answer as one
+  CP-SAT program in which the stage and the recompute count are decision
+  variables (``joint=True``, :mod:`autolayout.decision_program`; it needs
+  every (stage, recompute) pair), in a fraction of the time.  ``first``:
+  a likely winner's decisions, tried first (only the order changes).
 
   Returns ``(TrainingGraph, LayoutResult)``.
 
@@ -185,24 +192,31 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
     InfeasibleLayoutError: if no pair fits the budget (with the smallest
       peak of the most memory-saving pair).
   """
+  from autolayout import candidate_search
   from autolayout import decision_program as dp
   from autolayout.solve import DEFAULT_NUM_WORKERS, DEFAULT_SEED
   # The time limit bounds building every candidate's graph and tables as
-  # well as the program's solve.
+  # well as the programs' solves.
   deadline = time.perf_counter() + time_limit_s
-  cands = []
-  for d in decision_list:
+
+  def problem_of(d):
     arguments.deadline_left(deadline, f"the training graph {d.as_dict()}")
     _, search = candidates.get(d)
-    problem = search.problem(mesh_shape, topology, memory_budget,
-                             overlap=overlap, deadline=deadline)
-    cands.append(dp.Candidate(d, problem))
-  program = dp.build_program(cands, memory_budget)
-  left = arguments.deadline_left(deadline, "the decision program")
+    return search.problem(mesh_shape, topology, memory_budget,
+                          overlap=overlap, deadline=deadline)
+
   try:
-    index, result = dp.solve_program(program, memory_budget, left,
-                                     DEFAULT_NUM_WORKERS, DEFAULT_SEED,
-                                     forbid)
+    if joint:
+      cands = [dp.Candidate(d, problem_of(d)) for d in decision_list]
+      program = dp.build_program(cands, memory_budget)
+      left = arguments.deadline_left(deadline, "the decision program")
+      index, result = dp.solve_program(program, memory_budget, left,
+                                       DEFAULT_NUM_WORKERS, DEFAULT_SEED,
+                                       forbid)
+    else:
+      index, result = candidate_search.solve_in_turn(
+          decision_list, problem_of, memory_budget, deadline,
+          DEFAULT_NUM_WORKERS, DEFAULT_SEED, forbid, first)
   except InfeasibleLayoutError:
     # Every pair is over budget: the most memory-saving one says by how
     # much (its own search states the smallest peak and what dominates).
@@ -212,7 +226,7 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
            max(deadline - time.perf_counter(), 1e-3), forbid,
            candidates.memory_reserve_fraction, overlap, candidates)
     raise
-  return candidates.get(cands[index].decisions)[0], result
+  return candidates.get(decision_list[index])[0], result
 
 
 def _better(step, d, best_step, best_d):
@@ -229,6 +243,10 @@ GROUP_STAGE_SEARCHES = ("descent", "uniform", "all")
 # Rounds of the descent over per-group stages (each moves one group's
 # stage one step).
 DESCENT_ROUNDS = 2
+# The share of the time left that the microbatch walk may use when a
+# descent follows it (GPT-3 on 1,024 A100s: the walk alone can use the
+# whole default limit, and the descent would never run).
+WALK_SHARE = 0.6
 
 
 def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
@@ -242,13 +260,14 @@ def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
   groups = stage_groups.groups_of(training.graph)
   if len(groups) < 2:
     return
-  current = d.zero_stage
+  current, best = d.zero_stage, d
   lower = [r for r in recs if r < d.recompute]
   near = ([lower[-1]] if lower else []) + [d.recompute]
   for _ in range(DESCENT_ROUNDS):
     choices = [current] + stage_groups.neighbours(current, groups)
     pairs = [make(zero_stage=s, recompute=r, microbatches=d.microbatches)
              for s in choices for r in near]
+    first = best if best in pairs else pairs[0]
     t0 = time.perf_counter()
     budget_s = left()
     if budget_s is None:
@@ -256,16 +275,20 @@ def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
     try:
       candidates.trim(d.microbatches, len(pairs) + 4)
       tg, result = solve_decisions(candidates, pairs, mesh_shape, topology,
-                                   memory_budget, budget_s, forbid, overlap)
+                                   memory_budget, budget_s, forbid, overlap,
+                                   first=first)
     except TimeLimitError:
       cut[0] = True
       return
     except InfeasibleLayoutError:
       return   # cannot happen: the current plan is among the choices
     keep(tg, result, time.perf_counter() - t0)
+    if result.status != "optimal":
+      cut[0] = True   # the time ran out within the round
+      return
     if tg.decisions.zero_stage == current:
       return
-    current = tg.decisions.zero_stage
+    current, best = tg.decisions.zero_stage, tg.decisions
 
 
 def _divisors(n, most):
@@ -279,14 +302,14 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                     overlap=True, recompute_count=5, microbatch_choices=None,
                     candidates=None, min_microbatches=1, deadline=None,
                     group_stages="descent", stage_choices=None,
-                    first_fit=False):
+                    first_fit=False, start=None):
   """The fastest training plan of zoo ``config`` that fits the budget.
 
   By default, for each microbatch count k (a phase: powers of two dividing
   the batch, up to ``max_microbatches``, from 1 until one fits and on while
-  the step gets faster) one CP-SAT program chooses the ZeRO stage (0-3),
-  the recompute count (``recompute_count`` even steps from 0 to L) and the
-  layout rules together (:func:`solve_decisions`).
+  the step gets faster) :func:`solve_decisions` chooses the ZeRO stage
+  (0-3), the recompute count (``recompute_count`` even steps from 0 to L)
+  and the layout rules together.
 
   Args:
     config: a Transformer-family zoo config (``mesh_tf.models``).
@@ -328,6 +351,9 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     first_fit: stop the walk at the first k with a plan (a screen that
       ranks mesh shapes), instead of walking on while the step gets
       faster.
+    start: the decisions of a plan in hand (e.g. a screen's), tried first
+      in each program (at its k); only the order changes, so only a search
+      that runs out of time can answer differently.
 
   Returns:
     A :class:`TrainingPlan`; ``tried`` has one row per k (the program's
@@ -435,22 +461,40 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
           [k for k in _divisors(config.batch, max_microbatches)
            if k & (k - 1) == 0 and k >= min_microbatches])
     found = None
+    descend = (group_stages == "descent" and stage_choices is None
+               and "zero_stage" not in fixed)
+    # With a descent to come, the walk leaves it a share of the time
+    # limit (a search that ends early is unaffected).
+    walk_end = (time.perf_counter() + WALK_SHARE * (deadline
+                                                    - time.perf_counter())
+                if descend else deadline)
+    walk_cut = False
     for k in ks:
       pairs = [make(zero_stage=s, recompute=r, microbatches=k)
                for s in stages for r in recs]
+      first = None if start is None else make(
+          zero_stage=start.zero_stage, recompute=start.recompute,
+          microbatches=k)
       t0 = time.perf_counter()
       budget_s = left()
       if budget_s is None:
         break
       try:
         candidates.trim(k, len(pairs) + 4)
-        t = keep(*solve_decisions(candidates, pairs, mesh_shape, topology,
-                                  memory_budget, budget_s, forbid,
-                                  overlap), time.perf_counter() - t0)
+        tg, result = solve_decisions(
+            candidates, pairs, mesh_shape, topology, memory_budget,
+            # Without a plan yet, the walk may use all the time.
+            budget_s if best is None else
+            max(1e-3, min(budget_s, walk_end - time.perf_counter())),
+            forbid, overlap, first=first if first in pairs else None)
+        t = keep(tg, result, time.perf_counter() - t0)
+        if result.status != "optimal":
+          walk_cut = True   # the walk's time ran out within this k
+          break
       except TimeLimitError:
         if best is None:
           raise
-        cut[0] = True
+        walk_cut = True
         break
       except InfeasibleLayoutError as e:
         failed(pairs[-1], e, time.perf_counter() - t0)
@@ -460,11 +504,10 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       if walk and (first_fit or (found is not None and t >= found)):
         break   # more microbatches stopped paying (repeated gathers)
       found = t if found is None else min(found, t)
-    if (group_stages == "descent" and stage_choices is None
-        and "zero_stage" not in fixed and best is not None
-        and not cut[0]):
+    if descend and best is not None and not cut[0]:
       _descend(best[0], recs, make, keep, left, cut, candidates,
                mesh_shape, topology, memory_budget, forbid, overlap)
+    cut[0] = cut[0] or walk_cut
   if best is None:
     raise last_error[0] or InfeasibleLayoutError(
         "no training plan candidate was solved")

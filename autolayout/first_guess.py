@@ -17,7 +17,7 @@ tie-break) has a unique optimum.
 
 import collections
 
-from autolayout import assignments, formulation
+from autolayout import assignments, formulation, overlap_program
 
 # Best-improvement rounds, per dim of the program; each round moves one
 # dim, so this bounds the walk well past any layout's number of rules.
@@ -50,7 +50,7 @@ class _Values:
       for k, col in tterms:
         terms[k] += col[i]
     if self._spec is not None:
-      total += formulation.exposed_sync_value(self._spec, terms)
+      total += overlap_program.exposed_sync_value(self._spec, terms)
     over = 0
     if self._budget is not None:
       for step in self._steps:

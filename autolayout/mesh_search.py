@@ -15,12 +15,8 @@ from autolayout import arguments
 from autolayout.arguments import DEFAULTS
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
-from mesh_tf.core.errors import InvalidArgumentError
 from costmodels import arguments as cm_args
-import dataclasses
-import math
 
-from autolayout import solve
 from autolayout.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
                               DEFAULT_TIME_LIMIT_S, LayoutSearch)
 
@@ -216,55 +212,3 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
     table = table.sort_values(["step_time_s", "mesh"], na_position="last",
                               kind="stable").reset_index(drop=True)
   return results, table
-
-
-def auto_layout(graph, mesh_shape=None, outputs=None,
-                topology=DEFAULTS.topology,
-                memory_budget=DEFAULTS.memory_budget,
-                objective=DEFAULTS.objective,
-                time_limit_s=DEFAULT_TIME_LIMIT_S,
-                num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
-                tie_break=(), solver_params=None, forbid=(), progress=None,
-                search=None, hint=None, overlap=True, max_axes_per_dim=None):
-  """:func:`autolayout.solve.auto_layout`, which also answers without a
-  mesh: ``mesh_shape=None`` (the default, as in ``mtf-layout solve``)
-  searches every 1- and 2-axis mesh shape of the topology's chips, names
-  each axis after the physical dims it lies on
-  (:func:`physical_axis_names`), and returns the best result, whose
-  ``meshes_tried`` lists every shape tried, best first, as ``(mesh,
-  status, step_time_s or None)``.  ``tie_break``, ``solver_params``,
-  ``forbid`` and ``progress`` apply to a given mesh only: with
-  ``mesh_shape=None`` they are an InvalidArgumentError.
-
-  Example:
-    >>> r = auto_layout(graph, topology="h100x8-nodes4")   # doctest: +SKIP
-    >>> str(r.mesh_shape), str(r.rules)                    # doctest: +SKIP
-    ('node_gpu:32', 'batch:node_gpu')
-  """
-  if mesh_shape is not None:
-    return solve.auto_layout(graph, mesh_shape, outputs, topology,
-                             memory_budget, objective, time_limit_s,
-                             num_workers, seed, tie_break, solver_params,
-                             forbid, progress, search, hint, overlap,
-                             max_axes_per_dim)
-  for name, value, default in (("tie_break", tie_break, ()),
-                               ("solver_params", solver_params, None),
-                               ("forbid", forbid, ()),
-                               ("progress", progress, None)):
-    if value is not None and value != default:
-      raise InvalidArgumentError(
-          f"{name} applies to one given mesh, but mesh_shape is None (the "
-          "mesh search); pass a mesh_shape such as 'data:8', or drop "
-          f"{name} (auto_mesh_and_layout takes a per-mesh progress)")
-  if search is None and max_axes_per_dim is not None:
-    search = LayoutSearch(graph, outputs, max_axes_per_dim=max_axes_per_dim)
-  topology = costmodels.get_topology(topology)
-  results, table = auto_mesh_and_layout(
-      graph, topology.num_chips, outputs, topology, memory_budget, objective,
-      DEFAULT_MAX_AXES, time_limit_s, num_workers, seed, search=search,
-      hint=hint, overlap=overlap, physical_names=True)
-  tried = tuple((row.mesh, row.status,
-                 None if row.step_time_s is None or math.isnan(
-                     row.step_time_s) else float(row.step_time_s))
-                for row in table.itertuples())
-  return dataclasses.replace(results[0], meshes_tried=tried)

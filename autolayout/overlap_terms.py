@@ -23,7 +23,7 @@ Counts are instances times their repeats per step (per-microbatch ops run
 
 :func:`placements` gives, per factor, how many instances fall in each
 slot, so the program's overlap terms are linear in the table choices (see
-:func:`autolayout.formulation.add_overlap_constraints`).
+:func:`autolayout.overlap_program.add_overlap_constraints`).
 """
 
 import collections

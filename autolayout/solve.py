@@ -22,7 +22,8 @@ from mesh_tf.core.errors import InvalidArgumentError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import (arguments, assignments, first_guess, formulation,
-                        infeasible, memory_steps, overlap_terms, tables)
+                        infeasible, memory_steps, overlap_program,
+                        overlap_terms, tables)
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import (AutoLayoutError, InfeasibleLayoutError,
                                SolverError, TimeLimitError,
@@ -265,7 +266,7 @@ def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
   # With overlap terms both objectives share one unit, so that they share
   # the exposed-sync variables e_a.
   unit = formulation.time_unit(tbls) if spec else None
-  overlap_terms = formulation.add_overlap_constraints(model, v, tbls,
+  overlap_terms = overlap_program.add_overlap_constraints(model, v, tbls,
                                                        spec, unit)
   rounded = overlap_terms.rounded
   for which in ("time", "comm"):
@@ -435,7 +436,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     graph: an mtf Graph (one mesh).
     mesh_shape: the mesh, e.g. ``"rows:2;cols:4"`` (``autolayout.auto_layout``
       also takes None: the best mesh shape, see
-      :func:`autolayout.mesh_search.auto_layout`).
+      :func:`autolayout.default_search.auto_layout`).
     outputs: tensors whose values are exported (default: those nobody
       reads).
     topology: a costmodels Topology or its name; default ``tpu-v5e-16x16``.
@@ -542,17 +543,8 @@ def _solve(search, mesh_shape, topology, memory_budget, objective,
   problem = search.problem(mesh_shape, topology, memory_budget,
                            need_peak="memory" in phases, overlap=overlap,
                            deadline=t0 + time_limit_s)
-  forbidden = set()
-  for dim, axis in forbid:
-    # dim:axis forbids every option of the dim using that axis; dim:x+y
-    # forbids that one option.
-    banned = assignments.option_axes(axis)
-    for k, var in problem.form.vars.x.items():
-      if k.dim == dim and (
-          banned == assignments.option_axes(k.axis) if len(banned) > 1
-          else banned[0] in assignments.option_axes(k.axis)):
-        problem.form.model.add(var == 0)
-        forbidden.add(k)
+  forbidden = formulation.add_forbidden(problem.form.model,
+                                        problem.form.vars, forbid)
   for rules in exclude:
     formulation.add_layout_exclusion(problem.form.model, problem.form.vars,
                                      rules)

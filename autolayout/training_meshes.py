@@ -175,7 +175,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
           recompute_count=recompute_count,
           min_microbatches=min(d.microbatches for d, t, _ in
                                screened[mesh].tried if t is not None),
-          **common)
+          start=screened[mesh].decisions, **common)
     except TimeLimitError:
       cut = True
       continue   # the screen found a plan; keep it

@@ -11,7 +11,7 @@ import math
 
 import costmodels
 from mesh_tf.core.errors import LayoutError
-from autolayout import assignments, formulation
+from autolayout import assignments, overlap_program
 from autolayout.errors import SolverError
 
 
@@ -32,8 +32,8 @@ def table_values(problem, rules):
     for k, col in tb.terms:
       terms[k] += col[i]
   spec = problem.form.overlap
-  e = formulation.exposed_sync_value(spec, terms)
-  return (t + formulation.exposed_sync_value(spec, terms, True), c + e)
+  e = overlap_program.exposed_sync_value(spec, terms)
+  return (t + overlap_program.exposed_sync_value(spec, terms, True), c + e)
 
 
 def validate(problem, rules, memory_budget=None, objective=None, value=None):

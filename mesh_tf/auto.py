@@ -30,7 +30,12 @@ def auto_layout(graph, mesh_shape=None, outputs=None, *args, **kwargs):
   """The layout rules minimising predicted step time; see
   :func:`autolayout.auto_layout` for the arguments (``topology``,
   ``memory_budget`` such as ``"16GB"``, ``objective``, ``time_limit_s``,
-  ``num_workers``, ``seed``...).  Returns a ``LayoutResult``.
+  ``num_workers``, ``seed``, ``config``...).  Returns a ``LayoutResult``.
+
+  It answers as a bare ``mtf-layout solve`` does (the CLI calls the same
+  function): without a mesh it searches mesh shapes, and given the zoo
+  ``config`` of a training step that fits no layout, it searches the
+  training decisions (bf16, ZeRO stage, recompute, microbatches).
 
   Raises:
     InvalidArgumentError: for a misused or unknown argument.

@@ -1,18 +1,16 @@
 """``mtf-layout solve``: the optimal layout and its costs."""
 
-import dataclasses
-import time
 
 import pandas as pd
 
-from autolayout.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
+from autolayout.default_search import solve_default
+from autolayout.mesh_search import DEFAULT_MAX_AXES
 from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
 from autolayout.cli.validate import parse_zero_stage
-from autolayout.errors import InfeasibleLayoutError
 
 
 def _arguments(p):
@@ -67,41 +65,32 @@ def _run(args, ctx):
     inputs.check_devices(n, topology)
     result, decisions_tried, tried = _training_meshes(ctx, args, model,
                                                       topology, budget, n)
-  elif args.mesh:
-    mesh = common.mesh_of(args, topology)
-    t0 = time.perf_counter()
-    try:
-      result = common.solve(ctx, setup, mesh, args, budget, hint=hint)
-    except InfeasibleLayoutError:
-      if not _fall_back(args, model):
-        raise
-      fell_back = True
-      result, decisions_tried = _training_plan(
-          ctx, args, model, mesh, topology, budget, _left(args, t0))
   else:
-    n = topology.num_chips if args.devices is None else args.devices
-    inputs.check_devices(n, topology)
-    t0 = time.perf_counter()
-    try:
-      with ctx.progress(f"solving every mesh shape of {n} devices") as (
-          update):
-        results, tried = auto_mesh_and_layout(
-            model.graph, n, model.outputs, topology, budget,
-            args.objective, args.max_axes or DEFAULT_MAX_AXES,
-            args.time_limit, args.workers, args.seed, search=setup.search,
-            hint=hint, overlap=setup.overlap, physical_names=True,
-            progress=update.on_mesh)
-      result = results[0]
-      if (tried["status"] == "time-limit").any():
-        # Some mesh shapes were not reached in time: the best so far, not
-        # proven best over every mesh.
-        result = dataclasses.replace(result, status="feasible")
-    except InfeasibleLayoutError:
-      if not _fall_back(args, model):
-        raise
-      fell_back = True
-      result, decisions_tried, tried = _training_meshes(
-          ctx, args, model, topology, budget, n, _left(args, t0))
+    # The default question: the API's own path (autolayout.default_search),
+    # so mtf.auto_layout and a bare solve answer alike.
+    mesh = common.mesh_of(args, topology) if args.mesh else None
+    n = None
+    if mesh is None:
+      n = topology.num_chips if args.devices is None else args.devices
+      inputs.check_devices(n, topology)
+    what = (f"solving {model.name} on {inputs.mesh_str(mesh)} "
+            f"({topology.name})" if mesh is not None
+            else f"solving every mesh shape of {n} devices")
+    unit = "B" if args.objective == "memory" else "s"
+    with ctx.progress(what, unit) as update:
+      answer = solve_default(
+          model.graph, mesh, model.outputs, topology, budget,
+          args.objective, args.time_limit, args.workers, args.seed,
+          config=model.config if _fall_back(args, model) else None,
+          num_devices=n, max_axes=args.max_axes or DEFAULT_MAX_AXES,
+          search=setup.search, hint=hint, overlap=setup.overlap,
+          fixed=_fixed(args),
+          param_dtype=model.overrides.get("param_dtype") or "bfloat16",
+          memory_reserve_fraction=inputs.memory_reserve(args),
+          progress=update if mesh is not None else None,
+          mesh_progress=update.on_mesh if mesh is None else None)
+    result, tried = answer.result, answer.meshes
+    decisions_tried, fell_back = answer.decisions_tried, answer.fell_back
   report = result.report
   saved = plans.save(result, args, model) if args.save else None
 
@@ -165,11 +154,6 @@ def _fall_back(args, model):
           and config is not None and hasattr(config, "recompute"))
 
 
-def _left(args, t0):
-  """The time limit left for the fallback search (at least 1 s)."""
-  return max(1.0, args.time_limit - (time.perf_counter() - t0))
-
-
 def _fixed(args):
   """The training decisions given on the command line (not ``auto``)."""
   fixed = {}
@@ -186,8 +170,7 @@ def _fixed(args):
   return fixed
 
 
-def _training_meshes(ctx, args, model, topology, budget, n,
-                     time_limit=None):
+def _training_meshes(ctx, args, model, topology, budget, n):
   """The fastest mesh shape, training decisions and layout
   (autolayout.training_meshes)."""
   from autolayout.training_meshes import search_training_meshes
@@ -197,7 +180,7 @@ def _training_meshes(ctx, args, model, topology, budget, n,
         model.config, topology, budget, n,
         args.max_axes or DEFAULT_MAX_AXES, fixed=_fixed(args),
         param_dtype=model.overrides.get("param_dtype") or "bfloat16",
-        time_limit_s=time_limit or args.time_limit,
+        time_limit_s=args.time_limit,
         overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
         progress=lambda mesh, stage, i, count: update.on_mesh(
@@ -205,8 +188,7 @@ def _training_meshes(ctx, args, model, topology, budget, n,
   return plan.result, plan.tried, tried
 
 
-def _training_plan(ctx, args, model, mesh, topology, budget,
-                   time_limit=None):
+def _training_plan(ctx, args, model, mesh, topology, budget):
   """The fastest training decisions and layout (autolayout.decisions)."""
   from autolayout import decisions
   fixed = _fixed(args)
@@ -215,7 +197,7 @@ def _training_plan(ctx, args, model, mesh, topology, budget,
                     f"{inputs.mesh_str(mesh)} ({topology.name})"):
     plan = decisions.search_training(
         model.config, mesh, topology, budget, fixed=fixed,
-        param_dtype=param_dtype, time_limit_s=time_limit or args.time_limit,
+        param_dtype=param_dtype, time_limit_s=args.time_limit,
         memory_reserve_fraction=inputs.memory_reserve(args),
         overlap=getattr(args, "overlap", True))
   return plan.result, plan.tried
@@ -225,4 +207,10 @@ COMMAND = Command(
     "solve", help="the optimal layout and its costs",
     description="Find the layout rules that minimise the objective under "
     "the memory budget, and show its per-device memory and communication "
-    "per mesh axis.", add_arguments=_arguments, run=_run)
+    "per mesh axis.  A bare solve (no --train) lays out the step as built, "
+    "as mtf.auto_layout does (one shared path, "
+    "autolayout.default_search); only when no layout of it fits the budget "
+    "does it search the training decisions (bf16, ZeRO stage, recompute, "
+    "microbatches), because with memory to spare they only add time "
+    "(benchmarks/default_decisions.py).  --train searches them "
+    "always.", add_arguments=_arguments, run=_run)
