@@ -141,6 +141,8 @@ def complete(form, x):
         _define_linear(ct.linear, values)
       elif ct.has_lin_max():
         _define_max(ct.lin_max, values)
+      elif ct.has_int_div():
+        _define_div(ct.int_div, values)
   return values
 
 
@@ -202,5 +204,21 @@ def _define_max(lm, values):
   if any(p is None for p in parts):
     return
   q, r = divmod(max(parts) - target.offset, target.coeffs[0])
+  if not r:
+    values[target.vars[0]] = q
+
+
+def _define_div(div, values):
+  """Sets the target of ``target == num // den`` (the overlap
+  interference's division equality, non-negative operands) once both are
+  known."""
+  target = div.target
+  if (len(target.vars) != 1 or target.vars[0] < 0
+      or target.vars[0] in values):
+    return
+  num, den = (_expr(e, values) for e in div.exprs)
+  if num is None or not den:
+    return
+  q, r = divmod(num // den - target.offset, target.coeffs[0])
   if not r:
     values[target.vars[0]] = q
