@@ -40,6 +40,18 @@ def _sizes(v, n, what, arg):
   return v
 
 
+def window_dim_names(x, n, what):
+  """The kernel's window dim names of an ``n``-d conv layer, checked
+  against the dims of its input ``x``."""
+  fnames = FILTER_DIM_NAMES[n]
+  clash = [f for f in fnames if f in x.shape]
+  if clash:
+    raise ShapeError(f"{what}: {x.name} {x.shape!r} has a dim named "
+                     f"{clash[0]!r}, the name of the kernel's window dim; "
+                     "rename it")
+  return fnames
+
+
 def glorot_uniform(filter_size, in_size, out_size):
   """TF's default initialiser of a kernel ``[window..., in, out]``:
   uniform in ``+-sqrt(6 / (fan_in + fan_out))``, the fans counting the
@@ -68,12 +80,7 @@ def _conv_layer(n, x, output_dim, filter_size, strides, padding,
                      f"{x.name} {x.shape!r}; give it another name")
   filter_size = _sizes(filter_size, n, what, "filter_size")
   strides = _sizes(strides, n, what, "strides")
-  fnames = FILTER_DIM_NAMES[n]
-  clash = [f for f in fnames if f in x.shape]
-  if clash:
-    raise ShapeError(f"{what}: {x.name} {x.shape!r} has a dim named "
-                     f"{clash[0]!r}, the name of the kernel's window dim; "
-                     "rename it")
+  fnames = window_dim_names(x, n, what)
   # conv1d's kernel is the original's height-1 2-d kernel.
   window = [1] + filter_size if n == 1 else filter_size
   fdims = [dims_lib.Dimension(f, k) for f, k in zip(fnames, window)]

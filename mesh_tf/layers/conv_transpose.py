@@ -23,7 +23,7 @@ sizes are TF's: ``size * stride`` for SAME, ``size * stride + max(k - s,
 
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
-from mesh_tf.layers.conv import FILTER_DIM_NAMES, glorot_uniform
+from mesh_tf.layers.conv import glorot_uniform, window_dim_names
 from mesh_tf.layers.core import _maybe_cast, _unique_scope, variable_dtype_of
 from mesh_tf.ops import conv as conv_ops
 from mesh_tf.ops import creation
@@ -60,12 +60,7 @@ def make_transpose_kernel(x, n, output_dim, filter_size, filter_initializer,
   if output_dim.name in x.shape:
     raise ShapeError(f"{what}: output dim {output_dim} is already a dim of "
                      f"{x.name} {x.shape!r}; give it another name")
-  fnames = FILTER_DIM_NAMES[n]
-  clash = [f for f in fnames if f in x.shape]
-  if clash:
-    raise ShapeError(f"{what}: {x.name} {x.shape!r} has a dim named "
-                     f"{clash[0]!r}, the name of the kernel's window dim; "
-                     "rename it")
+  fnames = window_dim_names(x, n, what)
   fdims = [dims_lib.Dimension(f, k) for f, k in zip(fnames, filter_size)]
   scope = _unique_scope(x.graph, name or what)
   w = var_lib.get_variable(
