@@ -116,23 +116,34 @@ def nonneg_lstsq(xs, ys, relative=True):
     raise CalibrationError("every timing must be positive to be fitted; "
                            "measure longer runs")
   w = 1.0 / y if relative else np.ones_like(y)
-  aw, yw = a * w[:, None], y * w
+  best = best_nonneg(
+      a * w[:, None], y * w,
+      lambda coef: float(np.sqrt(np.mean(((a @ coef - y) / y) ** 2))), 1e-15)
+  if best is None:
+    return np.zeros(a.shape[1]), 1.0
+  return best
+
+
+def best_nonneg(a, y, score, tol):
+  """``(coef, score)`` of the best non-negative least-squares solution of
+  ``a @ coef ~ y``, or None if none is non-negative.
+
+  Few parameters: every subset of free coefficients (the others 0) is
+  solved and the non-negative solution with the lowest ``score(coef)``
+  (lower by more than ``tol``) kept -- exact NNLS for small ``a.shape[1]``.
+  """
   k = a.shape[1]
   best = None
-  # Few parameters: try every subset of free coefficients (the others 0)
-  # and keep the best non-negative solution -- exact NNLS for small k.
   for r in range(k, 0, -1):
     for cols in itertools.combinations(range(k), r):
-      sol, *_ = np.linalg.lstsq(aw[:, cols], yw, rcond=None)
+      sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
       if np.any(sol < 0):
         continue
       coef = np.zeros(k)
       coef[list(cols)] = sol
-      res = float(np.sqrt(np.mean(((a @ coef - y) / y) ** 2)))
-      if best is None or res < best[1] - 1e-15:
+      res = score(coef)
+      if best is None or res < best[1] - tol:
         best = (coef, res)
-  if best is None:
-    return np.zeros(k), 1.0
   return best
 
 

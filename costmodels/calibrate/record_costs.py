@@ -57,12 +57,12 @@ Example:
   {'conv': 500.0, 'elementwise': 100.0}
 """
 
-import itertools
 import math
 from typing import Dict, NamedTuple
 
 import numpy as np
 
+from costmodels.calibrate import fit as fit_lib
 from costmodels.calibrate.fit import CalibrationError
 
 #: How strongly each class's cost is pulled towards the common cost per
@@ -102,21 +102,12 @@ def _work_s(cls, count, flops, nbytes, class_fit):
 
 
 def _nnls(a, y):
-  """``argmin |a @ c - y|`` over ``c >= 0``: the best non-negative
-  least-squares solution over every subset of free coefficients (exact
-  for the few classes a step has)."""
-  k = a.shape[1]
-  best = (np.zeros(k), float(y @ y))
-  for r in range(k, 0, -1):
-    for cols in itertools.combinations(range(k), r):
-      sol, *_ = np.linalg.lstsq(a[:, cols], y, rcond=None)
-      if np.any(sol < 0):
-        continue
-      c = np.zeros(k)
-      c[list(cols)] = sol
-      err = float(np.sum((a @ c - y) ** 2))
-      if err < best[1] - 1e-18:
-        best = (c, err)
+  """``argmin |a @ c - y|`` over ``c >= 0`` (exact for the few classes a
+  step has); zeros when nothing non-negative beats them."""
+  best = fit_lib.best_nonneg(
+      a, y, lambda c: float(np.sum((a @ c - y) ** 2)), 1e-18)
+  if best is None or best[1] >= float(y @ y) - 1e-18:
+    return np.zeros(a.shape[1])
   return best[0]
 
 
