@@ -7,6 +7,8 @@ import numpy as np
 
 import costmodels
 import mesh_tf as mtf
+from mesh_tf import optimize, storage
+from mesh_tf.gradients import gradients
 
 TOPOLOGY = "dgx-h100"
 
@@ -23,6 +25,26 @@ def mlp(batch=512, d_model=4096, d_ff=16384):
   h = mtf.relu(mtf.einsum([x, w1], reduced_dims=[d]))
   y = mtf.einsum([h, w2], reduced_dims=[f]) + x
   loss = mtf.reduce_sum(y * y)
+  return g, [loss]
+
+
+def training_mlp(batch=256, d_model=1024, d_ff=4096, stage=0):
+  """A two-layer MLP's SGD training step (``x`` is not trained); with
+  ``stage`` > 0 its weights are stored ZeRO-``stage`` sharded."""
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  x = mtf.get_variable(mesh, "x", f"batch:{batch};d_model:{d_model}",
+                       trainable=False)
+  w1 = mtf.get_variable(mesh, "w1", f"d_model:{d_model};d_ff:{d_ff}")
+  w2 = mtf.get_variable(mesh, "w2", f"d_ff:{d_ff};d_model:{d_model}")
+  h = mtf.relu(mtf.einsum([x, w1], reduced_dims=[w1.shape[0]]))
+  y = mtf.einsum([h, w2], reduced_dims=[w2.shape[0]])
+  loss = mtf.reduce_sum(y * y)
+  if stage:
+    storage.shard_storage(g, stage)
+  variables = list(g.trainable_variables)
+  grads = gradients([loss], [v.outputs[0] for v in variables])
+  optimize.SgdOptimizer(0.1).apply_grads(grads, variables)
   return g, [loss]
 
 
@@ -108,8 +130,6 @@ def build_random_training(spec):
   """:func:`build_random` plus the gradient of the sum of its last tensor
   with respect to its variables, and an SGD update (backward merges pending
   sums of gradient contributions)."""
-  from mesh_tf import optimize
-  from mesh_tf.gradients import gradients
   g, _ = build_random(spec)
   last = g.operations[-1].outputs[0]
   if last.dtype != "float32":

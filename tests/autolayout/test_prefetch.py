@@ -9,34 +9,14 @@ import pytest
 
 import autolayout
 import costmodels
-import mesh_tf as mtf
-from mesh_tf import optimize, storage
-from mesh_tf.gradients import gradients
 from tests.autolayout import graphs
-
-
-def _zero3_mlp(batch=256, d_model=1024, d_ff=4096, stage=3):
-  g = mtf.Graph()
-  mesh = mtf.Mesh(g, "m")
-  x = mtf.get_variable(mesh, "x", f"batch:{batch};d_model:{d_model}",
-                       trainable=False)
-  w1 = mtf.get_variable(mesh, "w1", f"d_model:{d_model};d_ff:{d_ff}")
-  w2 = mtf.get_variable(mesh, "w2", f"d_ff:{d_ff};d_model:{d_model}")
-  h = mtf.relu(mtf.einsum([x, w1], reduced_dims=[w1.shape[0]]))
-  y = mtf.einsum([h, w2], reduced_dims=[w2.shape[0]])
-  loss = mtf.reduce_sum(y * y)
-  storage.shard_storage(g, stage)
-  variables = list(g.trainable_variables)
-  grads = gradients([loss], [v.outputs[0] for v in variables])
-  optimize.SgdOptimizer(0.1).apply_grads(grads, variables)
-  return g, [loss]
 
 
 @pytest.mark.parametrize("mesh, topology", [
     ("rows:2;cols:4", "dgx-h100"), ("node:2;gpu:8", "h100x8-nodes2")])
 def test_program_values_every_layout_like_the_cost_model(mesh, topology):
   topo = costmodels.get_topology(topology)
-  g, outs = _zero3_mlp()
+  g, outs = graphs.training_mlp(stage=3)
   problem = autolayout.solve.build_problem(g, mesh, outs, topo)
   spec = problem.form.overlap
   assert spec.num_prefetch > 0 and spec.num_buckets > 0
@@ -54,7 +34,7 @@ def test_program_values_every_layout_like_the_cost_model(mesh, topology):
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("objective", ["time", "comm"])
 def test_zero3_graph_matches_brute_force(overlap, objective):
-  g, outs = _zero3_mlp()
+  g, outs = graphs.training_mlp(stage=3)
   mesh = "rows:2;cols:4"
   graphs.assert_solver_matches_brute_force(g, mesh, outs, objective,
                                            overlap)
@@ -65,7 +45,7 @@ def test_prefetch_makes_the_search_shard_storage():
   # reduce-scatters under the backward pass: sharding the storage over
   # the data axis is faster than plain data parallelism, and the search
   # says so; without overlap it keeps the storage whole.
-  g, outs = _zero3_mlp(batch=4096)
+  g, outs = graphs.training_mlp(batch=4096, stage=3)
   mesh = "rows:2;cols:4"
   on = autolayout.auto_layout(g, mesh, outs, "dgx-h100")
   off = autolayout.auto_layout(g, mesh, outs, "dgx-h100", overlap=False)

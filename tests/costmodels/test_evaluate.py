@@ -37,6 +37,24 @@ def _slice_bytes(laid):
   return math.prod(laid.slice_shape) * dtypes.size_of(laid.dtype)
 
 
+def assert_overlap_adds_up(report):
+  """Per axis exposed + hidden = total and the exposed time is the axis's
+  communication; hidden time slows compute by (1 - eta); the step is
+  compute + exposed communication + that interference."""
+  for a in report.overlap.by_axis:
+    assert math.isclose(a.exposed_s + a.hidden_s, a.total_s,
+                        rel_tol=1e-12, abs_tol=1e-18), a
+    assert report.comm_time_by_axis[a.axis] == a.exposed_s
+    assert math.isclose(a.interference_s, (1 - a.efficiency) * a.hidden_s,
+                        rel_tol=1e-12, abs_tol=1e-18), a
+  assert math.isclose(report.comm_time_s + report.hidden_comm_time_s,
+                      report.total_comm_time_s, rel_tol=1e-12)
+  assert report.interference_time_s > 0
+  assert math.isclose(report.step_time_s,
+                      report.compute_time_s + report.comm_time_s
+                      + report.interference_time_s, rel_tol=1e-12)
+
+
 def assert_prediction_matches_lowering(graph, mesh, mesh_shape, layout,
                                        outputs, topology, feeds=None):
   """Collectives, variable slices, tensor slices and FLOPs all agree."""
