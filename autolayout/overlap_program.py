@@ -49,11 +49,12 @@ def _weighted(terms):
 
 
 def _exposed_sync(model, parts, spec, a, eta, unit):
-  r"""``(e_a or None, rounded)``: the suffix chain of one axis's syncs."""
+  r"""``(e_a or None, rounded, the syncs' terms)``: the suffix chain of one
+  axis's syncs."""
   nb = spec.num_buckets
   sync = {b: _linear(parts, ("sync", b, a), unit) for b in range(nb)}
   if not any(ys for ys, _ in sync.values()):
-    return None, 0
+    return None, 0, ()
   work = {s: _linear(parts, ("work", s), unit, eta)
           for s in range(1, nb + 1)}
   taken = {s: _linear(parts, ("taken", s, a), unit)
@@ -78,7 +79,7 @@ def _exposed_sync(model, parts, spec, a, eta, unit):
   e = model.new_int_var(0, hi, f"exposed_sync[{a}]")
   if not coupled:
     model.add_max_equality(e, [0] + zs)
-    return e, rounded
+    return e, rounded, tuple(sync.values())
   # Gathers due after a release take compute capacity first; the syncs
   # exposed are then at most all of them.
   m = model.new_int_var(0, hi, f"sync_queue[{a}]")
@@ -86,15 +87,16 @@ def _exposed_sync(model, parts, spec, a, eta, unit):
   total = model.new_int_var(0, hi, f"sync_total[{a}]")
   model.add(total == _weighted(sync.values()))
   model.add_min_equality(e, [m, total])
-  return e, rounded
+  return e, rounded, tuple(sync.values())
 
 
 def _exposed_prefetch(model, parts, spec, a, eta, unit):
-  r"""``(p_a or None, rounded)``: the prefix chain of one axis's gathers."""
+  r"""``(p_a or None, rounded, the gathers' terms)``: the prefix chain of
+  one axis's gathers."""
   npf = spec.num_prefetch
   gath = {b: _linear(parts, ("gather", b, a), unit) for b in range(npf)}
   if not any(ys for ys, _ in gath.values()):
-    return None, 0
+    return None, 0, ()
   win = {w: _linear(parts, ("window", w), unit, eta)
          for w in range(npf)}
   hi = _coefficient_sum(gath.values()) + 1
@@ -114,7 +116,7 @@ def _exposed_prefetch(model, parts, spec, a, eta, unit):
     prev, pending = q, []
   p = model.new_int_var(0, hi, f"exposed_prefetch[{a}]")
   model.add_max_equality(p, [0] + qs)
-  return p, rounded
+  return p, rounded, tuple(gath.values())
 
 
 def add_overlap_constraints(model, v, tables, spec, unit):
@@ -161,14 +163,15 @@ def add_overlap_constraints(model, v, tables, spec, unit):
   total, lost, rounded = [], [], 0
   for a in axes:
     eta = spec.efficiency.get(a, 0.0)
-    mine = []
+    mine, comm = [], []
     for build in (_exposed_sync, _exposed_prefetch):
-      var, r = build(model, parts, spec, a, eta, unit)
+      var, r, terms = build(model, parts, spec, a, eta, unit)
       if var is not None:
         total.append(var)
         mine.append(var)
+        comm.extend(terms)
         rounded += r
-    i, r = _interference(model, parts, spec, a, eta, unit, mine)
+    i, r = _interference(model, a, eta, comm, mine)
     if i is not None:
       lost.append(i)
       rounded += r
@@ -193,16 +196,14 @@ class OverlapTerms(NamedTuple):
 _INTERFERENCE_DENOMINATOR = 10**5
 
 
-def _interference(model, parts, spec, a, eta, unit, exposed):
+def _interference(model, a, eta, terms, exposed):
   """``(i_a or None, rounded)``: the compute axis ``a``'s hidden
-  communication costs (see :func:`add_overlap_constraints`)."""
+  communication costs (see :func:`add_overlap_constraints`); ``terms``:
+  the axis's sync and gather terms, ``exposed``: its e_a and p_a."""
   frac = fractions.Fraction(1.0 - eta).limit_denominator(
       _INTERFERENCE_DENOMINATOR)
   if frac <= 0:
     return None, 0
-  keys = ([("sync", b, a) for b in range(spec.num_buckets)]
-          + [("gather", b, a) for b in range(spec.num_prefetch)])
-  terms = [_linear(parts, k, unit) for k in keys]
   if not any(ys for ys, _ in terms):
     return None, 0
   hi = _coefficient_sum(terms) + 1
