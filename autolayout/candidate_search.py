@@ -46,7 +46,7 @@ from autolayout import (arguments, decision_program, formulation, solve,
                         stage_groups)
 from mesh_tf import storage
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
-from autolayout.validate import check_agreement, validate
+from autolayout.validate import check_agreement, rounding_slack, validate
 
 __all__ = ["simplicity", "solve_in_turn", "try_order"]
 
@@ -70,10 +70,9 @@ def _cutoff(problem, best_step):
   """Adds ``time objective <= the incumbent`` (in the problem's units, with
   the rounding slack that check_agreement allows) to the problem's model."""
   form = problem.form
-  unit = form.units["time"]
-  slack = 0.5 * (len(form.tables) + form.rounded_terms) + 1
   form.model.add(form.objectives["time"]
-                 <= math.floor(best_step / unit) + math.ceil(slack))
+                 <= math.floor(best_step / form.units["time"])
+                 + math.ceil(rounding_slack(form)))
 
 
 def _distance(d, first):

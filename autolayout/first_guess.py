@@ -193,32 +193,39 @@ def _expr(e, values):
   return total
 
 
+def _open_target(target, values):
+  """Whether ``target`` is one unset variable (coefficient +-1) that an
+  equality can define."""
+  return (len(target.vars) == 1 and target.vars[0] >= 0
+          and target.vars[0] not in values)
+
+
+def _set_target(target, value, values):
+  """Sets ``target``'s variable so that the target expression is
+  ``value``, when that takes an integer."""
+  q, r = divmod(value - target.offset, target.coeffs[0])
+  if not r:
+    values[target.vars[0]] = q
+
+
 def _define_max(lm, values):
-  """Sets the target of ``target == max(exprs)`` (a single variable with
-  coefficient +-1) once every expression is known."""
-  target = lm.target
-  if (len(target.vars) != 1 or target.vars[0] < 0
-      or target.vars[0] in values):
+  """Sets the target of ``target == max(exprs)`` once every expression is
+  known."""
+  if not _open_target(lm.target, values):
     return
   parts = [_expr(e, values) for e in lm.exprs]
   if any(p is None for p in parts):
     return
-  q, r = divmod(max(parts) - target.offset, target.coeffs[0])
-  if not r:
-    values[target.vars[0]] = q
+  _set_target(lm.target, max(parts), values)
 
 
 def _define_div(div, values):
   """Sets the target of ``target == num // den`` (the overlap
   interference's division equality, non-negative operands) once both are
   known."""
-  target = div.target
-  if (len(target.vars) != 1 or target.vars[0] < 0
-      or target.vars[0] in values):
+  if not _open_target(div.target, values):
     return
   num, den = (_expr(e, values) for e in div.exprs)
   if num is None or not den:
     return
-  q, r = divmod(num // den - target.offset, target.coeffs[0])
-  if not r:
-    values[target.vars[0]] = q
+  _set_target(div.target, num // den, values)

@@ -266,15 +266,15 @@ def _assemble(graph, mesh_shape, outputs, topo, space, gt, ms, memory_budget,
   # With overlap terms both objectives share one unit, so that they share
   # the exposed-sync variables e_a.
   unit = formulation.time_unit(tbls) if spec else None
-  overlap_terms = overlap_program.add_overlap_constraints(model, v, tbls,
-                                                       spec, unit)
-  rounded = overlap_terms.rounded
+  exposed = overlap_program.add_overlap_constraints(model, v, tbls, spec,
+                                                    unit)
+  rounded = exposed.rounded
   for which in ("time", "comm"):
     objectives[which], units[which] = formulation.time_objective(
         v, tbls, which, unit)
     if rounded:
       objectives[which] = objectives[which] + (
-          overlap_terms.time if which == "time" else overlap_terms.exposed)
+          exposed.time if which == "time" else exposed.exposed)
   if v.peak is not None:
     objectives["memory"], units["memory"] = v.peak, 1.0
   form = formulation.Formulation(model, v, tuple(tbls), objectives, units,

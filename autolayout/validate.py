@@ -85,13 +85,19 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
   return report
 
 
+def rounding_slack(form):
+  """How far, in objective units, a Formulation's integer objective may
+  lie from the cost model's value: half a unit per rounded coefficient
+  (one per table, one per rounded overlap term), plus one."""
+  return 0.5 * (len(form.tables) + form.rounded_terms) + 1
+
+
 def check_agreement(solver_value, unit, value, problem, what):
   """Raises SolverError unless the solver's integer objective
   ``solver_value`` (in units of ``unit`` seconds) equals the cost model's
-  ``value`` seconds up to the rounding of one coefficient per table of
-  ``problem`` (``what`` names the answer in the message)."""
-  tol = unit * (0.5 * (len(problem.form.tables)
-                       + problem.form.rounded_terms) + 1)
+  ``value`` seconds up to the rounding of :func:`rounding_slack`
+  (``what`` names the answer in the message)."""
+  tol = unit * rounding_slack(problem.form)
   if abs(solver_value * unit - value) > tol:
     raise SolverError(
         f"the solver's objective {solver_value} x {unit!r} s differs from "

@@ -14,10 +14,9 @@ law pair whose least-squares fit leaves the smallest residual, so that the
 shape of the curve is measured too, not assumed.  The laws are the generic
 forms of the algorithms the placement backend uses:
 
-* ``allreduce`` below ``PlacementMeshImpl.REDUCE_BROADCAST_MIN_BYTES``: every
-  participant sums its peers' slices itself (``per_device_sums``); above it,
-  the group's first device sums once and copies the result out
-  (``reduce_broadcast``).  Two fits, told apart by ``min_bytes``;
+* ``allreduce``: the group's first device sums once and copies the result
+  out (``reduce_broadcast``).  A link may carry several fits of one kind,
+  told apart by ``min_bytes`` (an algorithm that switches with size);
 * ``allgather`` (the trace's ``allconcat``): every participant concatenates
   its peers' slices;
 * ``alltoall``: split, exchange, concatenate;
@@ -28,7 +27,7 @@ Kinds are the canonical names of :mod:`costmodels.collectives`
 ``permute``).
 
 Example:
-  >>> f = CollectiveFit("allreduce", "per_device_sums", 1e-5, 1e9,
+  >>> f = CollectiveFit("allreduce", "reduce_broadcast", 1e-5, 1e9,
   ...                   steps="1", volume="(p-1)n")
   >>> round(f.time_s(4, 1_000_000) * 1e3, 3)   # 10 us + 3 MB at 1 GB/s
   3.01
@@ -56,7 +55,7 @@ class CollectiveFit(NamedTuple):
 
   Attributes:
     kind: canonical collective kind (see the module docstring).
-    algorithm: what the lowering runs, e.g. ``"per_device_sums"``.
+    algorithm: what the lowering runs, e.g. ``"reduce_broadcast"``.
     latency_s: seconds per step (``steps(p)`` of them).
     bandwidth_bytes_per_s: bytes of ``volume(p, n)`` moved per second.
     steps: a key of :data:`STEP_LAWS`.

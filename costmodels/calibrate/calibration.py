@@ -8,9 +8,9 @@ file, and never imports TensorFlow.
 
 Fitted, per physical dimension of the device set (``device``: the devices
 of one process; ``process``: between processes), one
-:class:`~costmodels.collective_fits.CollectiveFit` per collective kind --
-two for the all-reduce, whose algorithm the placement backend switches at
-``REDUCE_BROADCAST_MIN_BYTES`` -- and, for the chip, the matmul throughput,
+:class:`~costmodels.collective_fits.CollectiveFit` per collective kind,
+named by the algorithm the placement backend runs for it, and, for the
+chip, the matmul throughput,
 the elementwise bandwidth, the fixed cost per kernel launch and the
 shared-compute factor.  All-split moves no data: it is a slicewise kernel,
 priced by the compute fit, and its timings only check that fit.
@@ -41,13 +41,10 @@ from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import CalibrationError, Sample
 from costmodels.topology.types import PhysicalDim, Topology
 
-# The all-reduce algorithms of PlacementMeshImpl, below and above its switch.
-_SMALL_ALLREDUCE, _LARGE_ALLREDUCE = "per_device_sums", "reduce_broadcast"
-_ALGORITHMS = {"allgather": "concat_per_device", "alltoall": "split_concat",
+# What PlacementMeshImpl runs for each collective kind.
+_ALGORITHMS = {"allreduce": "reduce_broadcast",
+               "allgather": "concat_per_device", "alltoall": "split_concat",
                "permute": "copy"}
-# Kept in step with PlacementMeshImpl.REDUCE_BROADCAST_MIN_BYTES (a test
-# checks it), so that this module need not import the TF backend.
-REDUCE_BROADCAST_MIN_BYTES = 256 * 1024
 
 
 FIT_COLUMNS = ("what", "link", "detail", "latency_s", "rate", "unit",
@@ -102,11 +99,8 @@ def _link_fits(samples, link):
   """The CollectiveFits of one physical link, and their residual rows."""
   rows = [s for s in samples if s.link == link]
   fits, table = [], []
-  specs = [("allreduce", _SMALL_ALLREDUCE, 0, REDUCE_BROADCAST_MIN_BYTES),
-           ("allreduce", _LARGE_ALLREDUCE, REDUCE_BROADCAST_MIN_BYTES, None)]
-  specs += [(k, a, 0, None) for k, a in _ALGORITHMS.items()]
-  for kind, algorithm, lo, hi in specs:
-    r = fit_lib.fit_collective(rows, kind, algorithm, lo, hi)
+  for kind, algorithm in _ALGORITHMS.items():
+    r = fit_lib.fit_collective(rows, kind, algorithm)
     if r is None:
       continue
     fits.append(r.fit)
@@ -233,13 +227,25 @@ def _with_record_costs(samples, chip, one_process):
   if rc is None:
     return chip, [], 0.0
   launch = rc.costs.get("elementwise", rc.common_s)
-  fits = tuple(f._replace(latency_s=max(rc.costs[f.pattern] - launch, 0.0))
-               if f.pattern in rc.costs else f for f in chip.compute_fits)
+
+  def in_step(f):
+    if rc.byte_s > 0:
+      f = f._replace(bandwidth_bytes_per_s=1.0 / (
+          1.0 / f.bandwidth_bytes_per_s + rc.byte_s))
+    if f.pattern in rc.costs:
+      f = f._replace(latency_s=max(rc.costs[f.pattern] - launch, 0.0))
+    return f
+  fits = tuple(in_step(f) for f in chip.compute_fits)
   detail = ", ".join(f"{c} {t * 1e6:.3g} us" for c, t in
                      sorted(rc.costs.items()))
   rows = [("record in a step", "chip", f"fixed cost per compute record, "
            f"fitted on {rc.samples} model steps: {detail} (common "
            f"{rc.common_s * 1e6:.3g} us)", launch, 0.0, "", rc.rel_residual)]
+  if rc.byte_s > 0:
+    rows.append(("bytes in a step", "chip", "seconds per byte a record "
+                 "moves in a step beyond its pattern fit's, fitted on the "
+                 "same steps (each pattern fit's bandwidth lowered by it)",
+                 0.0, 1.0 / rc.byte_s, "B/s", rc.rel_residual))
   chip = chip._replace(launch_overhead_s=launch, compute_fits=fits)
   if not (one_process and rc.message_s > 0):
     return chip, rows, 0.0

@@ -74,9 +74,9 @@ class Plan(NamedTuple):
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan: about 60 s on 8 logical CPU devices of a 2-core
-  machine, ``quick`` about 20 s (sizes straddle the all-reduce's switch
-  from per-device sums to reduce + broadcast at 256 KiB; ``quick`` times
-  the training steps of two of the small models, the full plan all four)."""
+  machine, ``quick`` about 20 s (collective sizes span 4 KiB to a few MiB
+  a device; ``quick`` times the training steps of two of the small models
+  and the wide MLP, the full plan all five)."""
   # Forms the zoo's dense layers, attention and their gradients issue.
   matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
             for k in (64, 128, 256)] + [
@@ -96,7 +96,7 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
     return Plan(tuple(meshes), (4096, 131072, 524288, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::2]),
-                (1048576,), (2,), ("transformer", "conv3d"))
+                (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,

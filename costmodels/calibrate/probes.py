@@ -405,6 +405,10 @@ def step_probes(devices, depths=(1, 4, 8), width=8):
 #: fixed cost of their records (see :mod:`costmodels.calibrate.record_costs`).
 MODEL_STEPS = {
     "mlp": dict(layers=4, batch=8, d_model=8, d_ff=8, classes=8),
+    # Wide enough that the bytes its records move (about 10 MB a device
+    # replicated) cost as much as their fixed costs: the byte term of
+    # costmodels.calibrate.record_costs.
+    "mlp_wide": dict(layers=2, batch=16, d_model=128, d_ff=2048, classes=16),
     "transformer": dict(layers=2, d_model=8, heads=2, d_kv=4, d_ff=8,
                         vocab=16, length=4, batch=8),
     "moe": dict(layers=2, d_model=8, heads=2, d_kv=4, d_ff=8, vocab=16,
@@ -416,7 +420,8 @@ MODEL_STEPS = {
 
 def _zoo_model(name):
   from mesh_tf import models  # pylint: disable=import-outside-toplevel
-  build = {"mlp": models.mlp, "transformer": models.transformer_lm,
+  build = {"mlp": models.mlp, "mlp_wide": models.mlp,
+           "transformer": models.transformer_lm,
            "moe": models.moe_transformer_lm, "conv3d": models.conv3d_net}
   return build[name](**MODEL_STEPS[name])
 

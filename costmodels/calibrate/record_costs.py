@@ -21,9 +21,18 @@ the key :func:`costmodels.compute.compute_time` prices it by), replicated
 or data parallel.  Its time, less the FLOP and byte terms the class fits
 already price, is
 
-    ``T - work = sum_c n_c * F_c + m * F_msg``
+    ``T - work = sum_c n_c * F_c + m * F_msg + B * beta``
 
-with ``m`` the messages of its collectives (``sum(group_size - 1)``: the
+with ``B`` the bytes its records read and write per device and ``beta``
+the seconds a byte costs in a step beyond what the class fits charge.
+The chains time each kernel on the same few buffers, warm in cache; in a
+step every record reads what another wrote among megabytes of others, and
+the devices' records share one memory bus.  Measured on 8 logical CPU
+devices of a 2-core machine (``benchmarks/cost_model_truth.py``, 49
+layouts of four models): the steps cost about 100 us a record plus 0.35-0.5
+ms per MB a device moves, against the chains' 9 GB/s (0.1 ms per MB); only
+the wide MLP of :data:`~costmodels.calibrate.probes.MODEL_STEPS` moves
+enough bytes to show it.  ``m`` is the messages of its collectives (``sum(group_size - 1)``: the
 slices each device receives; 0 replicated).  The same holds for the
 collectives as for the records: a chained all-reduce probe repeats one
 collective hot, while each slice a device receives in a step is a
@@ -40,8 +49,9 @@ arguments) is not fitted: it is small beside these steps' hundreds of
 records and the layout search prices records, not steps, so it is spread
 over the records.
 
-In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise`` and
-each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)``;
+In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise``,
+each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)`` and
+its ``bandwidth_bytes_per_s`` ``1 / (1 / bandwidth + beta)``;
 on one process, each collective fit's ``latency_s`` (seconds per step of
 its law) becomes at least ``F_msg``: data, as before, with the same
 pricing formulas.
@@ -82,12 +92,15 @@ class RecordCosts(NamedTuple):
     message_s: fixed seconds per message of a collective in a step (each
       slice a device receives), where steps with collectives were timed;
       else 0.
+    byte_s: seconds per byte a record moves in a step beyond its class
+      fit's byte term (``beta``; 0 where the steps show none).
   """
   costs: Dict[str, float]
   common_s: float
   rel_residual: float
   samples: int
   message_s: float = 0.0
+  byte_s: float = 0.0
 
 
 def _work_s(cls, count, flops, nbytes, class_fit):
@@ -133,13 +146,14 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE):
   if not classes:
     raise CalibrationError("the model steps have no compute records; "
                            "measure steps of models with compute")
-  xs, ys = [], []
+  xs, ys, moved = [], [], []
   for s in steps:
     counts = {c: 0 for c in classes}
     work = 0.0
     for cls, count, flops, nbytes in s.records:
       counts[cls] = counts.get(cls, 0) + count
       work += _work_s(cls, count, flops, nbytes, class_fit)
+    moved.append(float(sum(r[3] for r in s.records)))
     # A step is mostly fixed costs by construction; keep a floor so that
     # a noisy one cannot go negative.
     ys.append(max(s.seconds - work, 0.1 * s.seconds))
@@ -151,12 +165,18 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE):
   with_msgs = any(msgs)
   if with_msgs:
     xs = [x + [m] for x, m in zip(xs, msgs)]
+  # The byte term only where the steps' bytes vary apart from their
+  # records (else it is the record costs again under another name).
+  with_bytes = _tells_apart(moved, [sum(x[:len(classes)]) for x in xs])
+  if with_bytes:
+    xs = [x + [b] for x, b in zip(xs, moved)]
+  extra = int(with_msgs) + int(with_bytes)
   x = np.array(xs) / np.array(ys)[:, None]
   y = np.ones(len(ys))
   if ridge > 0 and len(classes) > 1:
     w = math.sqrt(ridge)
     pull = np.hstack([w * np.eye(len(classes)) / common,
-                      np.zeros((len(classes), int(with_msgs)))])
+                      np.zeros((len(classes), extra))])
     x = np.vstack([x, pull])
     y = np.concatenate([y, w * np.ones(len(classes))])
   coef = _nnls(x, y)
@@ -165,4 +185,11 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE):
                                         / np.array(ys)))))
   return RecordCosts({c: float(f) for c, f in zip(classes, coef)},
                      float(common), res, len(steps),
-                     float(coef[-1]) if with_msgs else 0.0)
+                     float(coef[len(classes)]) if with_msgs else 0.0,
+                     float(coef[-1]) if with_bytes else 0.0)
+
+
+def _tells_apart(moved, records):
+  """Whether bytes per record vary by 2x or more across the steps."""
+  per = [b / n for b, n in zip(moved, records) if n > 0]
+  return bool(per) and min(per) > 0 and max(per) >= 2 * min(per)

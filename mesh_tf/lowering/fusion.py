@@ -290,8 +290,10 @@ class SlicewiseFuser:
             results.append(self._run(order, wiring,
                                      [ts[p] for ts in ext_lists]))
       else:
+        # A graph function's calls take no call options (and reading them
+        # would start TF's eager runtime).
         with (self.call_options.scope(executor_type=executor)
-              if executor is not None else _no_scope()):
+              if executor is not None else contextlib.nullcontext()):
           for p in range(self.impl.size):
             with self.impl._on(p):  # pylint: disable=protected-access
               results.append(fn.call(*[ts[p] for ts in ext_lists]))
@@ -377,12 +379,6 @@ class SlicewiseFuser:
     return tf_private.uninlined_function(body, signature, concrete,
                                          private=self.private_tf,
                                          inline=inline), executor
-
-
-def _no_scope():
-  # A graph function's calls take no call options (and reading them would
-  # start TF's eager runtime).
-  return contextlib.nullcontext()
 
 
 def step_call_options():

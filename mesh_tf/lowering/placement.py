@@ -90,14 +90,16 @@ class PlacementMeshImpl(MeshBackend):
   def _n(self, axes):
     return self._group_size(axes)
 
-  # Above this slice size an all-reduce sums once, on the group's first
-  # device, and copies the result out; below it every device sums its peers'
-  # slices itself (fewer hops).  Measured by benchmarks/collectives.py on 8
-  # logical CPU devices: at 4 MiB/device reduce+broadcast is 4x faster, at
-  # 4 KiB it is 1.5x slower; TF's CollectiveReduceV2 was 1.6-3x slower than
-  # both, and cannot run from eager mode, so it is not used.
-  REDUCE_BROADCAST_MIN_BYTES = 256 * 1024
-
+  # An all-reduce sums once, on the group's first device, and copies the
+  # sum out.  Every device summing its peers' slices itself is one hop
+  # shorter (1.5x faster on a lone 4 KiB all-reduce on 8 logical CPU
+  # devices), but it does the sum p times: inside whole steps, where the
+  # devices share the host's cores, that lost -- the Session-mode
+  # Transformer of benchmarks/mtf_port.py stepped 8-10% faster at 1 and 8
+  # layers summing once, TrainStep the same within noise -- and across
+  # processes it moves p-1 slices to every device instead of 2(p-1) in all.
+  # TF's CollectiveReduceV2 was 1.6-3x slower than both, and cannot run
+  # from eager mode, so it is not used.
   def _allreduce(self, x, mesh_axes, reduction):
     def combine(ts):
       if reduction == "SUM":
@@ -105,20 +107,14 @@ class PlacementMeshImpl(MeshBackend):
       if reduction == "MAX":
         return tf.reduce_max(tf.stack(ts), 0)
       return tf.reduce_min(tf.stack(ts), 0)
-    broadcast = x.slice_bytes >= self.REDUCE_BROADCAST_MIN_BYTES
     out = [None] * self.size
     for group, ts in self._group_lists(x, mesh_axes):
-      if broadcast:
-        with tf.device(self.devices[group[0]]):
-          total = combine(ts)
-        out[group[0]] = total
-        for p in group[1:]:
-          with self._on(p):
-            out[p] = tf.identity(total)
-      else:
-        for p in group:
-          with self._on(p):
-            out[p] = combine(ts)
+      with self._on(group[0]):
+        total = combine(ts)
+      out[group[0]] = total
+      for p in group[1:]:
+        with self._on(p):
+          out[p] = tf.identity(total)
     return LaidOutTensor(x.slice_shape, x.dtype, out)
 
   def _allconcat(self, x, mesh_axes, concat_axis):

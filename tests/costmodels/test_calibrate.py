@@ -242,11 +242,6 @@ def test_cross_process_axis_gets_its_own_fit():
   assert t == pytest.approx(FITS[0]._replace(latency_s=1e-3).time_s(2, 4096))
 
 
-def test_allreduce_switch_matches_the_placement_backend():
-  assert (calibration.REDUCE_BROADCAST_MIN_BYTES
-          == mtf.PlacementMeshImpl.REDUCE_BROADCAST_MIN_BYTES)
-
-
 # --- calibrate(): errors and a quick run end to end --------------------------
 def test_calibrate_needs_exactly_one_device_source(tmp_path):
   with pytest.raises(cal.CalibrationError, match="exactly one"):
@@ -302,7 +297,8 @@ def test_quick_calibration_end_to_end(tmp_path):
   assert "record in a step" in {r[0] for r in c.fits}
   steps = [s for s in meta["samples"] if s["what"] == "model_step"]
   assert {s["pattern"] for s in steps} == {
-      "transformer", "transformer batch:x", "conv3d", "conv3d batch:x"}
+      "transformer", "transformer batch:x", "conv3d", "conv3d batch:x",
+      "mlp_wide", "mlp_wide batch:x"}
   assert all(s["records"] for s in steps)
   from mesh_tf import models
   model = models.build_model("mlp_tiny")

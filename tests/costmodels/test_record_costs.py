@@ -149,6 +149,20 @@ def _work(chip, record):
              if math.isfinite(fit.bandwidth_bytes_per_s) else 0.0))
 
 
+def _fit_steps(steps, extra_s):
+  """(base, topology, rows): the probes fitted alone, then with ``steps``
+  timed at the true record costs, the probes' own fits' work, and
+  ``extra_s(step)`` more."""
+  info = {"devices": [f"/device:CPU:{i}" for i in range(8)],
+          "device_types": ["CPU"]}
+  base, _ = calibration.fit_topology(_measured_like(), info, "base")
+  steps = [s._replace(seconds=sum(r[1] * TRUTH[r[0]] + _work(base.chip, r)
+                                  for r in s.records) + extra_s(s))
+           for s in steps]
+  topo, rows = calibration.fit_topology(_measured_like() + steps, info, "x")
+  return base, topo, rows
+
+
 def test_pattern_fit_is_not_decided_by_timings_near_the_launch_cost():
   # Elementwise timings on all devices with a launch cost of 15 us: the
   # smallest one is barely above it (noise).  Fitting the whole timing
@@ -190,13 +204,7 @@ def test_messages_of_data_parallel_steps_price_a_message_in_a_step():
   assert fit_record_costs(_samples(), FITS.get).message_s == 0.0
   # In the topology: every collective fit of the one link costs at least
   # that per step of its law.
-  info = {"devices": [f"/device:CPU:{i}" for i in range(8)],
-          "device_types": ["CPU"]}
-  base, _ = calibration.fit_topology(_measured_like(), info, "base")
-  steps = [s._replace(seconds=sum(r[1] * TRUTH[r[0]] + _work(base.chip, r)
-                                  for r in s.records)
-                      + s.messages * per_msg) for s in steps]
-  topo, rows = calibration.fit_topology(_measured_like() + steps, info, "x")
+  base, topo, rows = _fit_steps(steps, lambda s: s.messages * per_msg)
   (ar,) = topo.chip.link.collectives
   (ar0,) = base.chip.link.collectives
   assert ar0.latency_s < per_msg / 2
@@ -204,3 +212,32 @@ def test_messages_of_data_parallel_steps_price_a_message_in_a_step():
   assert ar.bandwidth_bytes_per_s == ar0.bandwidth_bytes_per_s
   assert topo.dims[-1].link == topo.chip.link
   assert any(r[0] == "message in a step" for r in rows)
+
+
+def test_bytes_a_step_moves_get_their_own_cost_when_the_steps_vary_them():
+  # Steps whose bytes per record differ by 10x: the extra seconds per
+  # byte a step pays beyond the class fits is recovered exactly, and the
+  # topology's pattern fits charge it.
+  per_byte = 1 / 3e9
+  wide = [(("elementwise", 30, 0, 3e7), ("matmul", 10, 4e7, 2e7)),
+          (("elementwise", 50, 0, 6e7), ("matmul", 12, 8e7, 4e7))]
+  steps = _samples() + [
+      Sample("model_step", "", 8, 0, float(sum(r[1] for r in recs)),
+             _step_time(recs), pattern=f"w{i}", records=recs)
+      for i, recs in enumerate(wide)]
+  steps = [s._replace(seconds=s.seconds + per_byte * sum(
+      r[3] for r in s.records)) for s in steps]
+  got = fit_record_costs(steps, FITS.get, ridge=0.0)
+  assert got.byte_s == pytest.approx(per_byte, rel=1e-6)
+  for cls, want in TRUTH.items():
+    assert got.costs[cls] == pytest.approx(want, rel=1e-6), cls
+  # Steps that all move about as many bytes per record cannot tell a byte
+  # cost from a record cost: none is fitted.
+  assert fit_record_costs(_samples(), FITS.get).byte_s == 0.0
+  base, topo, rows = _fit_steps(
+      steps, lambda s: per_byte * sum(r[3] for r in s.records))
+  assert any(r[0] == "bytes in a step" for r in rows)
+  for f0 in base.chip.compute_fits:
+    f = topo.chip.compute_fit(f0.pattern)
+    assert 1 / f.bandwidth_bytes_per_s == pytest.approx(
+        1 / f0.bandwidth_bytes_per_s + per_byte, rel=0.35)

@@ -213,6 +213,25 @@ def test_allreduce_kinds_and_groups():
     placed.allreduce(x, "cols", "PROD")
 
 
+def test_allreduce_sums_once_per_group_and_copies_out():
+  # Summing on every device would do each group's sum p times over; the
+  # backend sums on the group's first device and copies the sum out.
+  placed = mtf.PlacementMeshImpl("rows:2;cols:4", "",
+                                 mtf.logical_cpu_devices(8))
+  graph = tf.Graph()
+  with graph.as_default():
+    x = placed.slicewise_pnum(lambda p: tf.fill((2, 3), float(p)),
+                              slice_shape=(2, 3), dtype="float32")
+    before = {op.name for op in graph.get_operations()}
+    out = placed.allreduce(x, "cols", "SUM")
+    new = [op for op in graph.get_operations() if op.name not in before]
+  sums = [op for op in new if op.type == "AddN"]
+  assert sorted(op.device[-1] for op in sums) == ["0", "4"]  # group heads
+  assert sorted(int(t.device[-1]) for t in out.tensor_list) == list(range(8))
+  copies = [op for op in new if op.type == "Identity"]
+  assert len(copies) == 6 and all(len(op.inputs) == 1 for op in copies)
+
+
 def test_allconcat_alltoall_allsplit():
   placed, shaped = _both()
   x = _pnum_tensor(placed, (4, 4))
