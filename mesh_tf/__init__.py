@@ -41,7 +41,7 @@ from mesh_tf.ops.reduce import (log_softmax, reduce_all, reduce_any,
                                 reduce_min, reduce_sum, softmax)
 from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    assign_add, assign_sub,
-                                   constant_initializer, get_variable,
+                                   combine_assignments, constant_initializer, get_variable,
                                    ones_initializer, random_normal_initializer,
                                    random_uniform_initializer, read,
                                    zeros_initializer)

@@ -43,9 +43,11 @@ class Lowering:
       tensors that replace the imported value (e.g. ``tf.function`` args).
     autostack: first stack like variables into
       :class:`~mesh_tf.StackedVariable` ops, rewriting ``graph`` in place
-      (Mesh TF's autostack; see :mod:`mesh_tf.ops.stacked_variables`).
-      Mesh TF's default was True; here it is False, because stacking
-      renames what checkpoints hold; results are the same either way.
+      (Mesh TF's autostack; see :mod:`mesh_tf.ops.stacked_variables`),
+      unless the graph is stacked already (lowered before).  Mesh TF's
+      default was True; here it is False, because stacking renames what
+      checkpoints hold and rewrites the graph that the cost model and the
+      layout search read; results are the same either way.
 
   Raises:
     MtfError: subclasses, for a layout the graph cannot take, or a mesh
@@ -58,8 +60,9 @@ class Lowering:
 
   def __init__(self, graph, mesh_to_impl, feeds=None, autostack=False):
     if autostack:
-      from mesh_tf.ops.stacked_variables import rewrite_stack_variables  # pylint: disable=g-import-not-at-top
-      rewrite_stack_variables(graph, mesh_to_impl)
+      from mesh_tf.ops import stacked_variables  # pylint: disable=g-import-not-at-top
+      if not stacked_variables.is_stacked(graph):
+        stacked_variables.rewrite_stack_variables(graph, mesh_to_impl)
     self._start(graph, mesh_to_impl, feeds)
     self.lower_operations(graph.operations)
 

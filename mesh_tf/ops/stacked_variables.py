@@ -9,10 +9,12 @@ run.  :func:`rewrite_stack_variables` rewrites a graph that way, and
 Which variables stack (as in Mesh TF): those on the same mesh with the same
 shape, dtype, trainability and memory category that the same assign ops
 write (or none does), up to the combined size caps; none on a
-one-processor mesh.  An assign of several of them at once becomes one
-assign of their stack.  Variables updated by other ops
-(``apply_gradient_descent``, an assign with a custom ``assign_fn``) stay
-apart: the stack's rows are not separate TF variables.
+one-processor mesh.  An assign (or a gradient-descent update) of several of
+them at once becomes one of their stack, its values stacked
+(:func:`~mesh_tf.ops.variables.combine_assignments` makes such updates
+from an optimizer's ``apply_grads``).  Variables written by an assign
+with a custom ``assign_fn`` stay apart: the stack's rows are not separate
+TF variables.
 
 Results do not change: every reader of a variable's value reads the same
 Tensor, now an output of the unstack op.  What changes is the set of TF
@@ -28,7 +30,7 @@ from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.ops import slicing
 from mesh_tf.ops import variables as variable_ops
 
-__all__ = ["StackedVariable", "rewrite_stack_variables"]
+__all__ = ["StackedVariable", "is_stacked", "rewrite_stack_variables"]
 
 #: Mesh TF's default caps: elements of one stacked variable, and of one
 #: processor's slice of it.
@@ -98,13 +100,18 @@ def _writers(graph):
   it in a way a stack cannot take."""
   out = collections.defaultdict(list)
   for op in graph.operations:
-    if isinstance(op, variable_ops.AssignOperation):
+    if isinstance(op, (variable_ops.AssignOperation,
+                       variable_ops.ApplyGradientDescentOperation)):
+      custom = getattr(op, "assign_fn", None) is not None
       for v in op.variables:
         if out[v] is not None:
-          out[v] = None if op.assign_fn is not None else out[v] + [op.name]
-    elif isinstance(op, variable_ops.ApplyGradientDescentOperation):
-      out[op.variable] = None
+          out[v] = None if custom else out[v] + [op.name]
   return out
+
+
+def is_stacked(graph):
+  """Whether :func:`rewrite_stack_variables` has rewritten ``graph``."""
+  return any(isinstance(op, StackedVariable) for op in graph.operations)
 
 
 def rewrite_stack_variables(graph, mesh_to_impl=None,
@@ -127,7 +134,7 @@ def rewrite_stack_variables(graph, mesh_to_impl=None,
     MtfError: if the graph was stacked already.
   """
   ops = graph.operations
-  if any(isinstance(op, StackedVariable) for op in ops):
+  if is_stacked(graph):
     raise MtfError("rewrite_stack_variables: this graph is stacked already")
   writers = _writers(graph)
   groups = collections.OrderedDict()
@@ -185,12 +192,16 @@ def _rewrite_assigns(graph, made):
   """Makes each assign of stacked variables assign their stacks."""
   row = {v: (s, i) for s in made for i, v in enumerate(s.original_variables)}
   for op in list(graph.operations):
-    if not isinstance(op, variable_ops.AssignOperation):
+    sgd = isinstance(op, variable_ops.ApplyGradientDescentOperation)
+    if not (sgd or isinstance(op, variable_ops.AssignOperation)):
       continue
     if not any(v in row for v in op.variables):
       continue
+    # What the op writes into each variable (a gradient-descent update's
+    # learning rate stays its last input).
+    written = op.grads if sgd else op.inputs
     new_vars, new_vals, done = [], [], set()
-    for v, x in zip(op.variables, op.inputs):
+    for v, x in zip(op.variables, written):
       if v not in row:
         new_vars.append(v)
         new_vals.append(x)
@@ -199,7 +210,7 @@ def _rewrite_assigns(graph, made):
       if s in done:
         continue
       done.add(s)
-      values = dict(zip(op.variables, op.inputs))
+      values = dict(zip(op.variables, written))
       missing = [m.name for m in s.original_variables if m not in values]
       if missing:
         raise MtfError(f"rewrite_stack_variables: {op.name} writes part of "
@@ -212,10 +223,13 @@ def _rewrite_assigns(graph, made):
       new_vars.append(s)
       new_vals.append(stacked_value)
     readers = graph._consumers  # pylint: disable=protected-access
-    for x in op.inputs:
+    for x in written:
       if op in readers.get(x, []):
         readers[x].remove(op)
     for x in new_vals:
       readers.setdefault(x, []).append(op)
-    op.variables = new_vars
-    op._inputs = new_vals  # pylint: disable=protected-access
+    if sgd:
+      op.rewritten(new_vars, new_vals)
+    else:
+      op.variables = new_vars
+      op._inputs = new_vals  # pylint: disable=protected-access

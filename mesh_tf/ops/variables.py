@@ -349,50 +349,135 @@ class AssignOperation(Operation):
 class ApplyGradientDescentOperation(Operation):
   """``var -= lr * grad``, fused into one TF op per slice.
 
-  ``lr`` is a Python float or a scalar mtf Tensor (e.g. a schedule).
+  ``var`` and ``grad`` are one variable and its gradient, or equal-length
+  lists of them (one op updating several variables at one rate, as
+  :func:`combine_assignments` makes).  ``lr`` is a Python float or a scalar
+  mtf Tensor (e.g. a schedule).
   """
 
   def __init__(self, var, grad, lr, name=None):
-    var = _as_variable(var)
-    if grad.shape != var.shape:
-      raise ShapeError(f"gradient {grad.name} {grad.shape!r} does not match "
-                       f"variable {var.name} {var.shape!r}")
+    many = isinstance(var, (list, tuple))
+    variables = [_as_variable(v) for v in (var if many else [var])]
+    grads = list(grad) if many else [grad]
+    if len(grads) != len(variables) or not variables:
+      raise MtfError(f"apply_gradient_descent got {len(variables)} "
+                     f"variables and {len(grads)} gradients; pass one "
+                     "gradient per variable")
+    for v, g in zip(variables, grads):
+      if g.shape != v.shape:
+        raise ShapeError(f"gradient {g.name} {g.shape!r} does not match "
+                         f"variable {v.name} {v.shape!r}")
     if isinstance(lr, Tensor) and lr.shape.ndims != 0:
       raise ShapeError(f"learning rate {lr.name} must be a scalar, but has "
                        f"shape {lr.shape!r}")
-    inputs = [grad] + ([lr] if isinstance(lr, Tensor) else [])
-    super().__init__(inputs, mesh=var.mesh, name=name or "sgd_update")
-    self.variable, self.lr = var, lr
+    inputs = grads + ([lr] if isinstance(lr, Tensor) else [])
+    super().__init__(inputs, mesh=variables[0].mesh,
+                     name=name or "sgd_update")
+    self.variables, self.lr = variables, lr
 
   no_gradient_reason = "a state update has no outputs"
 
+  @property
+  def variable(self):
+    """The first (for a one-variable update, the) variable updated."""
+    return self.variables[0]
+
+  @property
+  def grads(self):
+    return self.inputs[:len(self.variables)]
+
   def cost_params(self):
-    return (self.variable.shape, self.variable.dtype)
+    if len(self.variables) == 1:
+      return (self.variable.shape, self.variable.dtype)
+    return tuple((v.shape, v.dtype) for v in self.variables)
+
+  def rewritten(self, variables, grads):
+    """Points this update at ``variables`` and ``grads`` instead (the stack
+    rewrite of :mod:`mesh_tf.ops.stacked_variables`)."""
+    rate = self.inputs[len(self.variables):]
+    self.variables = list(variables)
+    self._inputs = list(grads) + rate  # pylint: disable=protected-access
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
-    v, grad = self.variable, self.inputs[0]
-    laid_v = lowering.variables[v]
-    g = lowering.laid_out(grad)
-    if grad.dtype != v.dtype:
-      g = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), g,
-                         shape=grad.shape, dtype=v.dtype)
-    if isinstance(self.lr, Tensor):
-      alpha = lowering.laid_out(self.lr)
-      if self.lr.dtype != v.dtype:
-        alpha = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), alpha,
-                               slice_shape=(), dtype=v.dtype)
-    else:
-      alpha = impl.scalar_constant(float(self.lr), v.dtype)
-    impl.record_compute(2 * g.slice_size, g.slice_bytes, 2 * g.slice_bytes,
-                        v.dtype)
-    lowering.lowered_operations[self] = laid_v.apply_gradient_descent(
-        g, alpha) or []
+    ops = []
+    for v, grad in zip(self.variables, self.grads):
+      laid_v = lowering.variables[v]
+      g = lowering.laid_out(grad)
+      if grad.dtype != v.dtype:
+        g = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), g,
+                           shape=grad.shape, dtype=v.dtype)
+      if isinstance(self.lr, Tensor):
+        alpha = lowering.laid_out(self.lr)
+        if self.lr.dtype != v.dtype:
+          alpha = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), alpha,
+                                 slice_shape=(), dtype=v.dtype)
+      else:
+        alpha = impl.scalar_constant(float(self.lr), v.dtype)
+      impl.record_compute(2 * g.slice_size, g.slice_bytes,
+                          2 * g.slice_bytes, v.dtype)
+      ops.extend(laid_v.apply_gradient_descent(g, alpha) or [])
+    lowering.lowered_operations[self] = ops
 
 
 def apply_gradient_descent(var, grad, lr, name=None):
   """``var -= lr * grad`` as one fused update per slice; returns the op."""
   return ApplyGradientDescentOperation(var, grad, lr, name=name)
+
+
+def combine_assignments(assignments):
+  """Merges state updates into as few ops as do the same thing (Mesh TF's
+  ``Graph.combine_assignments``); returns the new list of ops.
+
+  Assigns of one mode and ``assign_fn``, and gradient-descent updates at one
+  learning rate, each become one op over all their variables, so that
+  ``Lowering(..., autostack=True)`` can stack the variables they write
+  (:mod:`mesh_tf.ops.stacked_variables`).  Mesh TF's optimizers called it
+  in ``apply_grads``; mesh-tf's do not (each update stays its own op, one
+  per variable, as the layout search reads them), so call it on their
+  result before an autostacked lowering.  Other ops, and updates that
+  write a variable another update of their group writes too, are kept as
+  they are.  The merged ops leave the graph.
+
+  Example:
+    >>> import mesh_tf as mtf
+    >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
+    >>> a = mtf.get_variable(mesh, "a", "x:2"); b = mtf.get_variable(mesh, "b", "x:2")
+    >>> ops = combine_assignments([mtf.assign_sub(a, a), mtf.assign_sub(b, b)])
+    >>> [v.name for v in ops[0].variables]
+    ['a', 'b']
+  """
+  groups, keys = {}, []
+  for i, op in enumerate(assignments):
+    if isinstance(op, AssignOperation):
+      key = ("assign", op.mode, op.assign_fn, op.mesh)
+    elif isinstance(op, ApplyGradientDescentOperation):
+      lr = op.lr
+      key = ("sgd", id(lr) if isinstance(lr, Tensor) else float(lr), op.mesh)
+    else:
+      key = ("alone", i)
+    if key not in groups:
+      keys.append(key)
+      groups[key] = []
+    groups[key].append(op)
+  out = []
+  for key in keys:
+    ops = groups[key]
+    written = [v for op in ops for v in op.variables]
+    if len(ops) == 1 or len(set(written)) != len(written):
+      out.extend(ops)
+      continue
+    for op in ops:
+      op._discard()  # pylint: disable=protected-access
+    if key[0] == "assign":
+      out.append(AssignOperation(
+          written, [x for op in ops for x in op.inputs], ops[0].mode,
+          name=f"combined_{ops[0].mode}", assign_fn=ops[0].assign_fn))
+    else:
+      out.append(ApplyGradientDescentOperation(
+          written, [g for op in ops for g in op.grads], ops[0].lr,
+          name="combined_sgd_update"))
+  return out
 
 
 def _as_variable(v):

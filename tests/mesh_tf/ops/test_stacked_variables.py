@@ -103,3 +103,66 @@ def test_stacked_variable_checks_its_members():
     mtf.StackedVariable([])
   s = mtf.StackedVariable([a, a.__class__(mesh, "c", a.shape, a.dtype, 1.0)])
   assert s.name == "stacked/a" and s.original_names == ["a", "c"]
+
+
+def _sgd_steps(mesh_shape, layout, autostack, steps=2):
+  """``steps`` SGD steps (one mtf.Lowering each, eager) of sum(y^2); the
+  trained weights w0..w2, and the Lowering's TF variable names."""
+  g, mesh, y, _ = _build()
+  ws = [v.outputs[0] for v in g.trainable_variables]
+  grads = mtf.gradients([mtf.reduce_sum(mtf.square(y))], ws)
+  updates = mtf.combine_assignments(
+      mtf.optimize.SgdOptimizer(0.05).apply_grads(grads, ws))
+  assert len(updates) == 1  # combined: one update of all four variables
+  n = mtf.convert_to_shape(mesh_shape).size
+  impl = mtf.PlacementMeshImpl(mesh_shape, layout, mtf.logical_cpu_devices(n))
+  for _ in range(steps):
+    mtf.Lowering(g, {mesh: impl}, autostack=autostack)
+  out = []
+  for v in g.all_variables:
+    value = impl.export_to_tf_tensor(impl.variables[v.name].value(),
+                                     v.shape).numpy()
+    out.extend(value if isinstance(v, mtf.StackedVariable) else
+               [value] if v.name != "bias" else [])
+  return out, sorted(impl.variables)
+
+
+@pytest.mark.parametrize("mesh_shape,layout", [
+    ("all:1", ""), ("x:2", "d:x"), ("rows:2;cols:2", "b:rows;e:cols"),
+    ("x:8", "d:x")])
+def test_sgd_on_a_stack_trains_as_the_unstacked_variables(mesh_shape, layout):
+  stacked, names = _sgd_steps(mesh_shape, layout, autostack=True)
+  plain, plain_names = _sgd_steps(mesh_shape, layout, autostack=False)
+  assert plain_names == ["bias", "w0", "w1", "w2"]
+  # The combined gradient-descent update writes all of w0..w2, so
+  # they stack (not on one device, where stacking buys nothing).
+  assert names == (plain_names if mesh_shape == "all:1"
+                   else ["bias", "stacked/w0"])
+  for a, b in zip(stacked, plain):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(plain[0], WS[0])  # it did train
+
+
+def test_combine_assignments_merges_like_updates_only():
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  a, b, c = (mtf.get_variable(mesh, n, "d:4") for n in "abc")
+  subs = [mtf.assign_sub(a, a * 0.5), mtf.assign_sub(b, b * 0.5)]
+  other = mtf.assign(c, c + 1.0)
+  twice = [mtf.assign_add(a, a), mtf.assign_add(a, b)]   # a written twice
+  sgd = [mtf.apply_gradient_descent(v, v, 0.1) for v in (b, c)]
+  out = mtf.combine_assignments(subs + [other] + twice + sgd)
+  kinds = [(type(op).__name__, getattr(op, "mode", None),
+            [v.name for v in op.variables]) for op in out]
+  assert kinds == [
+      ("AssignOperation", "assign_sub", ["a", "b"]),
+      ("AssignOperation", "assign", ["c"]),
+      ("AssignOperation", "assign_add", ["a"]),
+      ("AssignOperation", "assign_add", ["a"]),
+      ("ApplyGradientDescentOperation", None, ["b", "c"])]
+  # The merged ops left the graph; the kept ones stayed.
+  for op in subs + sgd:
+    assert op not in g.operations
+  assert other in g.operations and all(op in g.operations for op in twice)
+  with pytest.raises(mtf.MtfError, match="one gradient per variable"):
+    mtf.apply_gradient_descent([a.operation, b.operation], [a], 0.1)
