@@ -143,11 +143,9 @@ def is_training_graph(graph):
   decoding step only writes its non-trainable caches)."""
   from mesh_tf.ops import variables as var_ops  # pylint: disable=g-import-not-at-top
   for op in graph.operations:
-    if isinstance(op, var_ops.AssignOperation):
+    if isinstance(op, (var_ops.AssignOperation,
+                       var_ops.ApplyGradientDescentOperation)):
       if any(v.trainable for v in op.variables):
-        return True
-    elif isinstance(op, var_ops.ApplyGradientDescentOperation):
-      if op.variable.trainable:
         return True
   return False
 

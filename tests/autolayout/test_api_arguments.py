@@ -158,6 +158,20 @@ def test_latency_of_a_training_graph_is_an_error():
   assert models  # the zoo is importable without TensorFlow
 
 
+def test_a_combined_update_makes_a_training_graph():
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  frozen = mtf.get_variable(mesh, "frozen", "d:4", trainable=False)
+  assert not arguments.is_training_graph(g)
+  mtf.combine_assignments([mtf.apply_gradient_descent(frozen, frozen, 0.1)])
+  assert not arguments.is_training_graph(g)  # only a frozen variable written
+  a, b = (mtf.get_variable(mesh, n, "d:4") for n in "ab")
+  (op,) = mtf.combine_assignments(
+      [mtf.apply_gradient_descent(v, v, 0.1) for v in (a, b)])
+  assert [v.name for v in op.variables] == ["a", "b"]
+  assert arguments.is_training_graph(g)
+
+
 def test_huge_tensor_is_a_clear_error_not_an_overflow():
   g = mtf.Graph()
   mesh = mtf.Mesh(g, "m")
