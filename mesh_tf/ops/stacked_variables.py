@@ -95,17 +95,22 @@ class StackedVariable(variable_ops.Variable):
     self.original_names = [v.name for v in vs]
 
 
+# The state updates a stack can take (each has ``variables``, ``written``,
+# ``assign_fn`` and ``rewritten``).
+_UPDATES = (variable_ops.AssignOperation,
+            variable_ops.ApplyGradientDescentOperation)
+
+
 def _writers(graph):
   """Variable -> names of the assign ops writing it; None if an op writes
   it in a way a stack cannot take."""
   out = collections.defaultdict(list)
   for op in graph.operations:
-    if isinstance(op, (variable_ops.AssignOperation,
-                       variable_ops.ApplyGradientDescentOperation)):
-      custom = getattr(op, "assign_fn", None) is not None
+    if isinstance(op, _UPDATES):
       for v in op.variables:
         if out[v] is not None:
-          out[v] = None if custom else out[v] + [op.name]
+          out[v] = (None if op.assign_fn is not None
+                    else out[v] + [op.name])
   return out
 
 
@@ -192,14 +197,11 @@ def _rewrite_assigns(graph, made):
   """Makes each assign of stacked variables assign their stacks."""
   row = {v: (s, i) for s in made for i, v in enumerate(s.original_variables)}
   for op in list(graph.operations):
-    sgd = isinstance(op, variable_ops.ApplyGradientDescentOperation)
-    if not (sgd or isinstance(op, variable_ops.AssignOperation)):
+    if not isinstance(op, _UPDATES):
       continue
     if not any(v in row for v in op.variables):
       continue
-    # What the op writes into each variable (a gradient-descent update's
-    # learning rate stays its last input).
-    written = op.grads if sgd else op.inputs
+    written = op.written
     new_vars, new_vals, done = [], [], set()
     for v, x in zip(op.variables, written):
       if v not in row:
@@ -228,8 +230,4 @@ def _rewrite_assigns(graph, made):
         readers[x].remove(op)
     for x in new_vals:
       readers.setdefault(x, []).append(op)
-    if sgd:
-      op.rewritten(new_vars, new_vals)
-    else:
-      op.variables = new_vars
-      op._inputs = new_vals  # pylint: disable=protected-access
+    op.rewritten(new_vars, new_vals)

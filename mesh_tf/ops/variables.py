@@ -324,6 +324,17 @@ class AssignOperation(Operation):
 
   no_gradient_reason = "a state update has no outputs"
 
+  @property
+  def written(self):
+    """The tensor written into each of :attr:`variables`."""
+    return self.inputs
+
+  def rewritten(self, variables, values):
+    """Points this update at ``variables`` and their ``values`` instead
+    (the stack rewrite of :mod:`mesh_tf.ops.stacked_variables`)."""
+    self.variables = list(variables)
+    self._inputs = list(values)  # pylint: disable=protected-access
+
   def cost_params(self):
     return (self.mode, tuple((v.shape, v.dtype) for v in self.variables))
 
@@ -374,6 +385,7 @@ class ApplyGradientDescentOperation(Operation):
     super().__init__(inputs, mesh=variables[0].mesh,
                      name=name or "sgd_update")
     self.variables, self.lr = variables, lr
+    self.assign_fn = None  # as AssignOperation's: the built-in update
 
   no_gradient_reason = "a state update has no outputs"
 
@@ -386,14 +398,15 @@ class ApplyGradientDescentOperation(Operation):
   def grads(self):
     return self.inputs[:len(self.variables)]
 
+  written = grads  # the shared name of what each variable's update reads
+
   def cost_params(self):
     if len(self.variables) == 1:
       return (self.variable.shape, self.variable.dtype)
     return tuple((v.shape, v.dtype) for v in self.variables)
 
   def rewritten(self, variables, grads):
-    """Points this update at ``variables`` and ``grads`` instead (the stack
-    rewrite of :mod:`mesh_tf.ops.stacked_variables`)."""
+    """As :meth:`AssignOperation.rewritten`; the rate stays last."""
     rate = self.inputs[len(self.variables):]
     self.variables = list(variables)
     self._inputs = list(grads) + rate  # pylint: disable=protected-access
@@ -463,20 +476,20 @@ def combine_assignments(assignments):
   out = []
   for key in keys:
     ops = groups[key]
-    written = [v for op in ops for v in op.variables]
-    if len(ops) == 1 or len(set(written)) != len(written):
+    variables = [v for op in ops for v in op.variables]
+    if len(ops) == 1 or len(set(variables)) != len(variables):
       out.extend(ops)
       continue
+    values = [x for op in ops for x in op.written]
     for op in ops:
       op._discard()  # pylint: disable=protected-access
     if key[0] == "assign":
       out.append(AssignOperation(
-          written, [x for op in ops for x in op.inputs], ops[0].mode,
-          name=f"combined_{ops[0].mode}", assign_fn=ops[0].assign_fn))
+          variables, values, ops[0].mode, name=f"combined_{ops[0].mode}",
+          assign_fn=ops[0].assign_fn))
     else:
       out.append(ApplyGradientDescentOperation(
-          written, [g for op in ops for g in op.grads], ops[0].lr,
-          name="combined_sgd_update"))
+          variables, values, ops[0].lr, name="combined_sgd_update"))
   return out
 
 
