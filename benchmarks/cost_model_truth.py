@@ -12,8 +12,8 @@ On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
    auto layout (solved with the calibrated topology) and a few deliberately
    bad ones;
 3. lowers each layout's training step (``mesh_tf.training.TrainStep``,
-   SGD), warms it up, then times steady steps (the second of two calls in
-   a row) in shuffled rounds over the layouts *and every calibration
+   SGD), warms it up, then times steady steps (``STEP_CALLS`` calls in a
+   row after one untimed call) in shuffled rounds over the layouts *and every calibration
    probe* (so that machine noise spreads over all of
    them, and the fit sees the machine the steps see), keeps each layout's
    median of ``--rounds`` steps, fits the probes' medians and writes that
@@ -246,8 +246,9 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   every layout's step and every calibration probe of ``plan``
   (:func:`costmodels.calibrate.measure.prepare`) are timed in the same
   shuffled rounds, so that the fit and the steps see the same machine
-  (each step, and each probe that is a whole step, is timed as the second
-  of two calls in a row: the steady step of a training loop, which the
+  (each step is timed :data:`STEP_CALLS` times a round after a call of
+  its own, and each probe that is a whole step as the second of two calls
+  in a row: the steady step of a training loop, which the
   cost model prices; a step called right after another layout's runs
   cold, and those timings ranked the layouts worse: Spearman 0.88
   against 0.94 for the Transformer's layouts in one run);
@@ -290,10 +291,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
     rng.shuffle(order)
     for i in order:
       if i < len(steps):
-        steps[i][3]()  # the step after a step of its own (docstring)
-        t0 = time.perf_counter()
-        steps[i][3]()
-        steps[i][4].append(time.perf_counter() - t0)
+        steps[i][4].extend(steady_times(steps[i][3]))
       else:
         k = i - len(steps)
         if _is_step(probes[k]):
@@ -324,6 +322,28 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   console.print(f"[dim]{name}: {len(rows)} layouts and {len(probes)} "
                 f"calibration probes x {rounds} rounds -> {topo_path}[/dim]")
   return rows, load
+
+
+#: Timed calls of a layout's step per round.  One step's time varies by
+#: up to +-25% from one call to the next (the executor's order across 8
+#: devices on 2 cores; measured on the Transformer's layouts, 5 rounds of
+#: 5 calls), so one call a round left each layout's median of 11 rounds
+#: uncertain by about 5.6% (bootstrap coefficient of variation, mean over
+#: the 12 layouts), more than the gaps between near-tied layouts; 5 calls
+#: a round bring it to about 4.0%, for about 30 s more per model.
+STEP_CALLS = 5
+
+
+def steady_times(call, calls=STEP_CALLS):
+  """Seconds of ``calls`` steady steps of ``call`` (a step function of no
+  arguments), each after a step of its own (see :func:`run_model`)."""
+  call()
+  times = []
+  for _ in range(calls):
+    t0 = time.perf_counter()
+    call()
+    times.append(time.perf_counter() - t0)
+  return times
 
 
 def _is_step(probe):
@@ -418,7 +438,9 @@ def main(argv=None):
   p.add_argument("--models", nargs="+", default=list(_models()),
                  choices=list(_models()))
   p.add_argument("--rounds", type=int, default=11,
-                 help="timed steps per layout (median kept); default 11")
+                 help="rounds over the layouts and probes, each timing "
+                 "STEP_CALLS steady steps of every layout (the median of "
+                 "all of them is kept); default 11")
   p.add_argument("--plot", default=os.path.join(
       tempfile.gettempdir(), "cost_model_truth.png"))
   p.add_argument("--save-topology", help="where to keep the calibrated file")

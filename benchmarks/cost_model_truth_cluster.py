@@ -59,7 +59,8 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
   from benchmarks.cost_model_truth import (_is_step, _statistic,
-                                           _training_graph, with_auto)
+                                           _training_graph, steady_times,
+                                           with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
   from costmodels.calibrate.fit import CalibrationError
@@ -95,11 +96,9 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
     rng.shuffle(order)
     for i in order:
       if i < len(steps):
-        # The steady step, as in the single-process part (run_model).
-        steps[i][3](**steps[i][4]).numpy()
-        t0 = time.perf_counter()
-        steps[i][3](**steps[i][4]).numpy()
-        steps[i][5].append(time.perf_counter() - t0)
+        # The steady steps, as in the single-process part (run_model).
+        steps[i][5].extend(steady_times(
+            lambda s=steps[i]: s[3](**s[4]).numpy()))
       else:
         k = i - len(steps)
         if _is_step(probes[k]):
