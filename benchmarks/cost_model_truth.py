@@ -246,9 +246,9 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   every layout's step and every calibration probe of ``plan``
   (:func:`costmodels.calibrate.measure.prepare`) are timed in the same
   shuffled rounds, so that the fit and the steps see the same machine
-  (each step is timed :data:`STEP_CALLS` times a round after a call of
-  its own, and each probe that is a whole step as the second of two calls
-  in a row: the steady step of a training loop, which the
+  (each step, and each probe that is a whole step, is timed
+  :data:`STEP_CALLS` times a round after a call of its own: the steady
+  step of a training loop, which the
   cost model prices; a step called right after another layout's runs
   cold, and those timings ranked the layouts worse: Spearman 0.88
   against 0.94 for the Transformer's layouts in one run);
@@ -294,9 +294,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
         steps[i][4].extend(steady_times(steps[i][3]))
       else:
         k = i - len(steps)
-        if _is_step(probes[k]):
-          probes[k].once()
-        probe_times[k].append(probes[k].once())
+        probe_times[k].extend(time_probe(probes[k]))
   samples = [p.measured(t, _statistic(p, probe_statistic))
              for p, t in zip(probes, probe_times)]
   fitted, fit_rows = cal_mod.fit_topology(samples, calibration["devices"],
@@ -344,6 +342,16 @@ def steady_times(call, calls=STEP_CALLS):
     call()
     times.append(time.perf_counter() - t0)
   return times
+
+
+def time_probe(probe):
+  """Timings of one calibration probe in a round: a probe that is a whole
+  training step is timed as the layouts' steps are (``STEP_CALLS`` calls
+  after one of its own), any other probe once."""
+  if _is_step(probe):
+    probe.once()
+    return [probe.once() for _ in range(STEP_CALLS)]
+  return [probe.once()]
 
 
 def _is_step(probe):

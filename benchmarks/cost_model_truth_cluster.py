@@ -58,8 +58,8 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
   write rows (as ``cost_model_truth.run_model`` does in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
-  from benchmarks.cost_model_truth import (_is_step, _statistic,
-                                           _training_graph, steady_times,
+  from benchmarks.cost_model_truth import (_statistic, _training_graph,
+                                           steady_times, time_probe,
                                            with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
@@ -101,9 +101,7 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
             lambda s=steps[i]: s[3](**s[4]).numpy()))
       else:
         k = i - len(steps)
-        if _is_step(probes[k]):
-          probes[k].once()
-        probe_times[k].append(probes[k].once())
+        probe_times[k].extend(time_probe(probes[k]))
   # As the single-process part (see cost_model_truth.run_model).
   samples = [p.measured(t, _statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
