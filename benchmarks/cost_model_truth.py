@@ -13,10 +13,11 @@ On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
    bad ones;
 3. lowers each layout's training step (``mesh_tf.training.TrainStep``,
    SGD), warms it up, then times steady steps (``STEP_CALLS`` calls in a
-   row after one untimed call) in shuffled rounds over the layouts *and every calibration
-   probe* (so that machine noise spreads over all of
+   row after one untimed call) in shuffled rounds over the layouts *and
+   every calibration probe* (so that machine noise spreads over all of
    them, and the fit sees the machine the steps see), keeps each layout's
-   median of ``--rounds`` steps, fits the probes' medians and writes that
+   median of its ``--rounds`` x ``STEP_CALLS`` steps, fits the probes'
+   medians and writes that
    topology file (``<file>-<model>.json``); the predictions are read from
    it as ``-t FILE.json`` reads it;
 4. prints, per model, the table of predicted and measured step times,
