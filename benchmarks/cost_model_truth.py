@@ -37,7 +37,7 @@ then predicted from calibration probes timed in the same rounds as its
 steps, as above).
 
 Reproduce:
-  python benchmarks/cost_model_truth.py                 # full, ~6-8 min idle
+  python benchmarks/cost_model_truth.py                 # full, ~8-10 min idle
                                                         # (11 min at load 9)
   python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
 """
