@@ -41,8 +41,9 @@ from mesh_tf.ops.reduce import (log_softmax, reduce_all, reduce_any,
                                 reduce_min, reduce_sum, softmax)
 from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    assign_add, assign_sub,
-                                   combine_assignments, constant_initializer, get_variable,
-                                   ones_initializer, random_normal_initializer,
+                                   combine_assignments, constant_initializer,
+                                   get_variable, ones_initializer,
+                                   random_normal_initializer,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403

@@ -413,6 +413,20 @@ class ApplyGradientDescentOperation(Operation):
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
+    rates = {}  # dtype -> the rate in it: one per dtype, not per variable
+
+    def rate(dtype):
+      if dtype not in rates:
+        if isinstance(self.lr, Tensor):
+          alpha = lowering.laid_out(self.lr)
+          if self.lr.dtype != dtype:
+            alpha = impl.slicewise(lambda t, d=dtype: tf.cast(t, d), alpha,
+                                   slice_shape=(), dtype=dtype)
+        else:
+          alpha = impl.scalar_constant(float(self.lr), dtype)
+        rates[dtype] = alpha
+      return rates[dtype]
+
     ops = []
     for v, grad in zip(self.variables, self.grads):
       laid_v = lowering.variables[v]
@@ -420,16 +434,9 @@ class ApplyGradientDescentOperation(Operation):
       if grad.dtype != v.dtype:
         g = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), g,
                            shape=grad.shape, dtype=v.dtype)
-      if isinstance(self.lr, Tensor):
-        alpha = lowering.laid_out(self.lr)
-        if self.lr.dtype != v.dtype:
-          alpha = impl.slicewise(lambda t, d=v.dtype: tf.cast(t, d), alpha,
-                                 slice_shape=(), dtype=v.dtype)
-      else:
-        alpha = impl.scalar_constant(float(self.lr), v.dtype)
       impl.record_compute(2 * g.slice_size, g.slice_bytes,
                           2 * g.slice_bytes, v.dtype)
-      ops.extend(laid_v.apply_gradient_descent(g, alpha) or [])
+      ops.extend(laid_v.apply_gradient_descent(g, rate(v.dtype)) or [])
     lowering.lowered_operations[self] = ops
 
 
