@@ -8,8 +8,9 @@ bytes grow together, so the fit cannot tell the two terms apart.  This
 benchmark times those probes beside shapes that vary one at a fixed other:
 the same FLOPs with about twice the bytes, and half the FLOPs with the same
 bytes.  All of them run on every device at once, as calibration runs them,
-in shuffled rounds.  It prints each probe's median time, then the fit on the
-default probes alone and on all of them, each with its relative residual.
+in shuffled rounds.  It prints each probe's median time, then calibration's
+fit (``costmodels.calibrate.fit.fit_patterns``) of the default probes alone
+and of all of them, each with its relative residual.
 
 Its last line is one JSON object: ``equal_flops_time_ratio``
 (time of the more-bytes shape over its equal-FLOPs partner, mean of the
@@ -18,12 +19,14 @@ pairs; near 1 if time follows the FLOPs, near 2 if the bytes),
 follows the FLOPs, near 1 if the bytes), and the two fits as ``[latency_s,
 flops_per_s, bytes_per_s, rel_residual]`` (null: no such term).
 
-Measured on the 2-core machine (7 rounds): equal FLOPs 1.04x, equal bytes
-0.51x.  The default probes alone fitted 216 us + 31.0 GFLOP/s and no byte
-term in that run, while the calibrations of the same day fitted them with no
-FLOP-independent latency and a byte term of 1.1-2.3 GB/s: which term wins
-flips with noise.  With the varied shapes the fit is 192 us + 31.7 GFLOP/s +
-15.7 GB/s (residual 5.9%).  Time follows the FLOPs.
+Measured on the 2-core machine (two runs of 7 rounds): equal FLOPs
+1.04x and 1.16x, equal bytes 0.51x and 0.62x.  The default probes alone
+fitted a latency and a FLOP rate with no byte term in both runs (216-301 us
++ 31-44 GFLOP/s), while the calibrations of the same day fitted the same
+probes with no latency and a byte term of 1.1-2.3 GB/s: which term wins
+flips with noise.  With the varied shapes the fit keeps both (192-280 us +
+32-50 GFLOP/s + 7-16 GB/s).  Time follows the FLOPs far more than the
+bytes.
 
 Reproduce:
   python benchmarks/matmul_probe_shapes.py            # about 1 min
@@ -32,6 +35,7 @@ Reproduce:
 
 import argparse
 import json
+import math
 import os
 import random
 import statistics
@@ -55,13 +59,15 @@ VARIED = [
 
 
 def _fit(samples):
-  """``(latency_s, flops_per_s, bytes_per_s, rel_residual)`` by
-  non-negative least squares on relative residuals."""
-  from costmodels.calibrate.fit import nonneg_lstsq
-  xs = [[1.0, s.flops, s.nbytes] for s in samples]
-  (lat, inv_rate, inv_bw), res = nonneg_lstsq(xs, [s.seconds for s in samples])
-  return (float(lat), 1.0 / inv_rate if inv_rate > 0 else None,
-          1.0 / inv_bw if inv_bw > 0 else None, float(res))
+  """Calibration's own fit of these timings (``fit_patterns``, launch cost
+  0): ``[latency_s, flops_per_s, bytes_per_s, rel_residual]``, None for a
+  term it does not use."""
+  from costmodels.calibrate import fit as fit_lib
+  (f,) = fit_lib.fit_patterns(samples, "float32", 8, 0.0)
+  return [f.latency_s, f.flops_per_s if math.isfinite(f.flops_per_s) else
+          None, f.bandwidth_bytes_per_s
+          if math.isfinite(f.bandwidth_bytes_per_s) else None,
+          f.rel_residual]
 
 
 def _fit_text(fit):
