@@ -15,6 +15,11 @@ Paths:
   * ``original``: the session path on mesh_tensorflow, if importable;
   * ``trainstep``: ``mesh_tf.training.TrainStep`` (one ``tf.function``),
     with TF's pools set to the Sessions' 1 intra-op and 2 inter-op threads;
+  * ``session_malloc`` / ``original_bfc``: the session / original path
+    with TF's host allocator switched (``TF_CPU_ALLOCATOR_USE_BFC``:
+    ``import mesh_tf`` asks for TF's BFC allocator, see
+    ``mesh_tf.host_allocator``; the original leaves ``malloc``), to show
+    what the allocator alone is worth (not run unless asked for);
   * ``session_unfused``: the session path with
     ``PlacementMeshImpl(fuse=False)`` (not run unless asked for).
 Reported per run: lowering (building the TF graph), first step, steady step
@@ -64,6 +69,8 @@ import types
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(ROOT, "examples", "port_from_mesh_tensorflow.py")
 IMPORT_LINE = "import mesh_tf as mtf"
+#: Paths that run another path with TF's host allocator switched.
+ALLOCATOR_PATHS = {"session_malloc": "false", "original_bfc": "true"}
 
 
 def _peak_rss_mib():
@@ -318,13 +325,15 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
 def _worker(path, layers, steps, session_threads=False):
   if path == "trainstep":
     return run_trainstep(layers, steps, session_threads)
-  return run_session(layers, steps, original=path == "original",
+  return run_session(layers, steps, original=path.startswith("original"),
                      fuse=path != "session_unfused",
                      session_threads=session_threads)
 
 
 def _spawn(path, layers, steps, paths=(), session_threads=False):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  if path in ALLOCATOR_PATHS:
+    env["TF_CPU_ALLOCATOR_USE_BFC"] = ALLOCATOR_PATHS[path]
   env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
   extra = ["--paths", *paths] if paths else []
   if session_threads:
@@ -353,7 +362,8 @@ def main(argv=None):
                       "process, taken in turn")
   parser.add_argument("--paths", nargs="+",
                       default=["session", "original", "trainstep"],
-                      help="session, original, trainstep, session_unfused")
+                      help="session, original, trainstep, session_unfused, "
+                      "session_malloc, original_bfc")
   parser.add_argument("--interleaved", action="store_true",
                       help="run the session, trainstep (and original) steps "
                       "in turn in one process per layer count, so that the "
@@ -374,10 +384,11 @@ def main(argv=None):
                              args.session_threads)))
     return
   paths = list(args.paths)
-  if "original" in paths and not _original_available():
+  if (any(p.startswith("original") for p in paths)
+      and not _original_available()):
     print("mesh_tensorflow is not installed: no 'original' column "
           "(pip install --no-deps mesh-tensorflow==0.1.21)")
-    paths.remove("original")
+    paths = [p for p in paths if not p.startswith("original")]
   if args.interleaved:
     print("steady step (median ms of wall and of process CPU time), steps "
           "taken in turn in one process")

@@ -10,6 +10,11 @@ from mesh_tf import import_order as _import_order
 
 _import_order.import_cp_sat_first()
 
+# TF's BFC host allocator unless the user chose (see mesh_tf.host_allocator).
+from mesh_tf import host_allocator as _host_allocator
+
+_host_allocator.request_bfc()
+
 from mesh_tf.core import *  # noqa: F401,F403  pylint: disable=wildcard-import
 from mesh_tf.core.dims import Dimension, Shape, convert_to_dimension, convert_to_shape
 from mesh_tf.core.dtypes import VariableDType, as_dtype

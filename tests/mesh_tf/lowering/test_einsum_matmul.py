@@ -45,6 +45,51 @@ def test_matrix_products_run_as_matmul_and_match_einsum(eq):
                              rtol=1e-5, atol=1e-5)
 
 
+# Products with batch letters, or whose operands need their letters
+# reordered: transposes around one batched matmul in Session graphs.
+BATCHED = ["abcd,aecd->abce", "abce,aecd->abcd", "abce,abcd->aecd",
+           "abcd,abde->abce", "abc,acd->abd", "abc,cbd->ad", "abc,cd->adb",
+           "ab,abc->ac", "abcd,adce->ebc", "abcd,cdbe->eab"]
+
+
+@pytest.mark.parametrize("eq", BATCHED)
+def test_other_products_run_as_one_batched_matmul_and_match_einsum(eq):
+  assert einsum_kernels.matmul_plan(eq) is None
+  ins = eq.split("->")[0].split(",")
+  rng = np.random.default_rng(7)
+  ts = [tf.constant(_value(w, rng)) for w in ins]
+  shapes = [t.shape.as_list() for t in ts]
+  assert einsum_kernels.batched_plan(eq, shapes) is not None
+  kernel = _session_kernel(eq, shapes)
+  graph = tf.function(kernel).get_concrete_function(*ts).graph
+  types_ = [op.type for op in graph.get_operations()]
+  assert (types_.count("BatchMatMulV2") + types_.count("MatMul") == 1
+          and "Einsum" not in types_)
+  np.testing.assert_allclose(kernel(*ts), np.einsum(eq, *[t.numpy()
+                                                        for t in ts]),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_operands_reading_one_tensor_share_its_transpose():
+  # Attention's forward product and a gradient product both read k
+  # (abcd / aecd): each moves only the batch letters to the front, so both
+  # ask for the same permutation of it.
+  shapes = {"abcd": [3, 4, 5, 2], "aecd": [3, 6, 5, 2], "abce": [3, 4, 5, 6]}
+  logits = einsum_kernels.batched_plan(
+      "abcd,aecd->abce", [shapes["abcd"], shapes["aecd"]])
+  grad_q = einsum_kernels.batched_plan(
+      "abce,aecd->abcd", [shapes["abce"], shapes["aecd"]])
+  assert logits[3] == grad_q[3] == [0, 2, 1, 3]
+
+
+@pytest.mark.parametrize("eq", ["abc,abc->abc", "ab,cd->abcd", "aab,bc->ac",
+                                "abc,bd->ad", "abc->c"])
+def test_equations_that_are_not_two_operand_products_have_no_batched_plan(
+    eq):
+  shapes = [[SIZES[c] for c in w] for w in eq.split("->")[0].split(",")]
+  assert einsum_kernels.batched_plan(eq, shapes) is None
+
+
 @pytest.mark.parametrize("eq", NOT_PRODUCTS)
 def test_other_equations_are_not_products(eq):
   assert einsum_kernels.matmul_plan(eq) is None
