@@ -224,9 +224,9 @@ def batched_plan(eq, shapes):
   tensor between the products that read it.
 
   Returns:
-    ``(perm_a, shape_a, adj_a, perm_b, shape_b, adj_b, mid_shape,
+    ``(perm_a, shape_a, trans_a, perm_b, shape_b, trans_b, mid_shape,
     perm_out)``: each operand's permutation (None: as is), its reshape
-    (None: none needed) and whether it enters the product adjoint; the
+    (None: none needed) and whether it enters the product transposed; the
     product's reshape to ``batch + free_a + free_b`` (None: none) and that
     result's permutation into ``out`` (None: as is).
   """
@@ -250,33 +250,35 @@ def batched_plan(eq, shapes):
 
   def operand(word, free, free_first):
     # The operand in [batch, free, contracted] or [batch, contracted, free]
-    # order (adjoint as the product needs): the one that keeps the word's
+    # order (transposed as the product needs): the one that keeps the word's
     # other letters in their order, so that the products reading one
     # tensor share its transpose, else the first.
     orders = [(batch + free + contracted, not free_first),
               (batch + contracted + free, free_first)]
     rest = [c for c in word if c not in batch]
-    order, adj = next(((o, a) for o, a in orders
-                       if o[len(batch):] == rest), orders[0])
+    order, trans = next(((o, t) for o, t in orders
+                         if o[len(batch):] == rest), orders[0])
     perm = None if order == list(word) else [word.index(c) for c in order]
     groups = ((free, contracted) if order == orders[0][0]
               else (contracted, free))
     if all(len(g) == 1 for g in groups):
-      return perm, None, adj
+      return perm, None, trans
     return perm, [size[c] for c in batch] + [
-        math.prod(size[c] for c in g) for g in groups], adj
+        math.prod(size[c] for c in g) for g in groups], trans
 
-  perm_a, shape_a, adj_a = operand(x, free_x, True)
-  perm_b, shape_b, adj_b = operand(y, free_y, False)
+  perm_a, shape_a, trans_a = operand(x, free_x, True)
+  perm_b, shape_b, trans_b = operand(y, free_y, False)
   mid = batch + free_x + free_y
   mid_shape = (None if len(free_x) == 1 and len(free_y) == 1
                else [size[c] for c in mid])
   perm_out = None if mid == list(out) else [mid.index(c) for c in out]
-  return perm_a, shape_a, adj_a, perm_b, shape_b, adj_b, mid_shape, perm_out
+  return (perm_a, shape_a, trans_a, perm_b, shape_b, trans_b, mid_shape,
+          perm_out)
 
 
 def _batched_kernel(eq, plan):
-  perm_a, shape_a, adj_a, perm_b, shape_b, adj_b, mid_shape, perm_out = plan
+  (perm_a, shape_a, trans_a, perm_b, shape_b, trans_b, mid_shape,
+   perm_out) = plan
 
   def operand(t, perm, shape):
     if perm is not None:
@@ -287,7 +289,7 @@ def _batched_kernel(eq, plan):
     if not (a.dtype.is_floating and b.dtype.is_floating):
       return tf.einsum(eq, a, b)
     r = tf.matmul(operand(a, perm_a, shape_a), operand(b, perm_b, shape_b),
-                  adjoint_a=adj_a, adjoint_b=adj_b)
+                  transpose_a=trans_a, transpose_b=trans_b)
     if mid_shape is not None:
       r = tf.reshape(r, mid_shape)
     return r if perm_out is None else tf.transpose(r, perm_out)
