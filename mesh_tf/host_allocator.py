@@ -7,7 +7,7 @@ from ``malloc``; profiled with ``perf`` on that step, glibc's allocator
 (``_int_malloc``, ``_int_free``, ``malloc_consolidate``, ...) was 11% of the
 process's CPU time, and a second executor thread freeing what the first
 allocated makes them contend (``MALLOC_ARENA_MAX=1``, one shared arena, made
-the step 1.3-2x slower).  TF's own best-fit-with-coalescing allocator keeps
+the step 1.2-1.9x slower).  TF's own best-fit-with-coalescing allocator keeps
 freed chunks for reuse without those locks.
 
 How: TF reads ``TF_CPU_ALLOCATOR_USE_BFC`` once, when it first makes its CPU
