@@ -1,7 +1,9 @@
 """mesh-tf: Mesh TensorFlow reimplemented, with an automatic layout optimizer.
 
 ``import mesh_tf as mtf`` gives the public API.  Importing it does not import
-TensorFlow; only lowering onto real devices does.
+TensorFlow; only lowering onto real devices does.  It imports CP-SAT first
+(:mod:`mesh_tf.import_order`) and asks TF for its BFC host allocator unless
+the environment chose (:mod:`mesh_tf.host_allocator`).
 """
 
 # CP-SAT before TensorFlow (see mesh_tf.import_order): importing mesh_tf
