@@ -326,16 +326,16 @@ def einsum_kernel(eq, slice_shapes=None):
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
   """
-  plan = matmul_plan(eq) if slice_shapes is not None else None
-  if plan is not None and _in_session_graph():
-    return _matmul_kernel(eq, plan, slice_shapes)
-  batched = (batched_plan(eq, slice_shapes) if slice_shapes is not None
-             else None)
-  if batched is not None and _in_session_graph():
-    return _batched_kernel(eq, batched)
-  reduction = reduction_plan(eq)
-  if reduction is not None and _in_session_graph():
-    return _reduction_kernel(reduction)
+  if _in_session_graph():
+    plan = matmul_plan(eq) if slice_shapes is not None else None
+    if plan is not None:
+      return _matmul_kernel(eq, plan, slice_shapes)
+    plan = batched_plan(eq, slice_shapes) if slice_shapes is not None else None
+    if plan is not None:
+      return _batched_kernel(eq, plan)
+    plan = reduction_plan(eq)
+    if plan is not None:
+      return _reduction_kernel(plan)
   if not is_broadcast_product(eq):
     return lambda *ts: tf.einsum(eq, *ts)
   ins, out = _parse(eq)
