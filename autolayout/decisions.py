@@ -41,8 +41,10 @@ import itertools
 import time
 from typing import Any, NamedTuple, Optional, Tuple
 
+from costmodels import arguments as cm_args
 from mesh_tf.core.errors import MtfError
-from autolayout import arguments, stage_groups
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
+from autolayout import arguments, infeasible, stage_groups
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 
 __all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
@@ -291,6 +293,23 @@ def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
     current, best = tg.decisions.zero_stage, tg.decisions
 
 
+def _check_state(candidates, decisions, mesh_shape, memory_budget):
+  """Raises InfeasibleLayoutError (with ``floor_bytes``) before any search
+  when the variables of ``decisions``' graph cannot fit ``mesh_shape``
+  even spread evenly (:func:`autolayout.infeasible.check_state_fits`).
+  No candidate of the search does better: stages, recompute counts and
+  dtypes leave the variables' bytes as they are, and more microbatches
+  add gradient accumulators.  (GPT-3 175B on 8 chips: the walk over every
+  k and shape took 60-140 s to find the smallest peak; this takes one
+  graph.)"""
+  if memory_budget is None:
+    return
+  training, _ = candidates.get(decisions)
+  infeasible.check_state_fits(training.graph,
+                              convert_to_mesh_shape(mesh_shape),
+                              memory_budget, "the training step")
+
+
 def _divisors(n, most):
   return [k for k in range(1, min(n, most) + 1) if n % k == 0]
 
@@ -377,6 +396,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
   if "zero_stage" in fixed:
     fixed["zero_stage"] = stage_groups.normalize(fixed["zero_stage"])
   fixed.setdefault("param_dtype", param_dtype)
+  topology = arguments.resolve_topology(topology)
+  memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
   layers = config.layers
   if candidates is None:
     candidates = Candidates(config, memory_reserve_fraction)
@@ -435,6 +456,9 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
             else list(range(layers + 1)))
     ks = ([fixed["microbatches"]] if "microbatches" in fixed
           else microbatch_choices or _divisors(config.batch, 4))
+    _check_state(candidates, make(zero_stage=stages[0], recompute=recs[0],
+                                  microbatches=min(ks)),
+                 mesh_shape, memory_budget)
     for s, r, k in itertools.product(stages, recs, ks):
       d = make(zero_stage=s, recompute=r, microbatches=k)
       t0 = time.perf_counter()
@@ -469,6 +493,10 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
                                                     - time.perf_counter())
                 if descend else deadline)
     walk_cut = False
+    if ks:
+      _check_state(candidates, make(zero_stage=stages[0], recompute=recs[0],
+                                    microbatches=min(ks)),
+                   mesh_shape, memory_budget)
     for k in ks:
       pairs = [make(zero_stage=s, recompute=r, microbatches=k)
                for s in stages for r in recs]

@@ -16,14 +16,24 @@ class InfeasibleLayoutError(AutoLayoutError):
       layout reaches on this mesh (None if it could not be computed).
     dominating: ``(tensor name, bytes per device)`` pairs of the largest
       tensors live at the peak of the memory-minimal layout.
+    floor_bytes: where no search ran because the variables alone cannot
+      fit, the least bytes per device they need (spread evenly over every
+      device), else None.
+    num_devices, min_devices: with ``floor_bytes``, the devices it was
+      spread over, and the fewest devices of this budget that could hold
+      the variables.
   """
 
   def __init__(self, message, memory_budget=None, min_peak_bytes=None,
-               dominating=()):
+               dominating=(), floor_bytes=None, num_devices=None,
+               min_devices=None):
     super().__init__(message)
     self.memory_budget = memory_budget
     self.min_peak_bytes = min_peak_bytes
     self.dominating = tuple(dominating)
+    self.floor_bytes = floor_bytes
+    self.num_devices = num_devices
+    self.min_devices = min_devices
 
 
 class ImportOrderError(AutoLayoutError):

@@ -141,6 +141,8 @@ def search_training_meshes(config, topology, memory_budget="hbm",
                    "searched": "screen",
                    "note": f"not screened within {time_limit_s:g} s"})
     except InfeasibleLayoutError as e:
+      if e.floor_bytes is not None:
+        raise   # every shape has these devices: none can hold the variables
       errors.append(e)
       rows.append({"mesh": _name(mesh), "status": "infeasible",
                    "step_time_s": None, "decisions": None,

@@ -98,6 +98,8 @@ def infeasible_message(err, args):
   peak, budget = err.min_peak_bytes, err.memory_budget
   mesh = getattr(args, "resolved_mesh", None) or (
       f"{getattr(args, 'devices', None) or 'any number of'} devices")
+  if getattr(err, "floor_bytes", None) is not None:
+    return _state_message(err, args)
   if peak is None:
     return str(err), "raise --memory-budget or use more devices"
   big = ", ".join(f"{n} {fmt_bytes(b)}" for n, b in err.dominating[:3])
@@ -105,11 +107,32 @@ def infeasible_message(err, args):
          f"memory budget of {fmt_bytes(budget)} per device; the "
          f"smallest feasible peak memory is {fmt_bytes(peak)} "
          f"({peak} bytes)")
-  if peak >= 2**30:
-    need = f"{math.ceil(peak / 2**30 * 10) / 10:g}GiB"
-  else:
-    need = f"{math.ceil(peak / 2**20)}MiB"
+  need = _budget_text(peak)
   hint = (f"use --memory-budget {need} or more (or "
           f"none), more devices, or a smaller model; largest tensors at "
           f"the peak: {big}")
+  return msg, hint
+
+
+def _budget_text(nbytes):
+  """A ``--memory-budget`` value of at least ``nbytes``."""
+  if nbytes >= 2**30:
+    return f"{math.ceil(nbytes / 2**30 * 10) / 10:g}GiB"
+  if nbytes >= 2**20:
+    return f"{math.ceil(nbytes / 2**20)}MiB"
+  return f"{math.ceil(nbytes / 2**10)}KiB"
+
+
+def _state_message(err, args):
+  """``(message, hint)`` when the variables alone exceed the budget (no
+  layout search ran: see autolayout.infeasible.check_state_fits)."""
+  floor, n = err.floor_bytes, err.num_devices
+  where = getattr(args, "resolved_mesh", None) or f"{n} devices"
+  msg = (f"no layout of {args.model} on {where} ({args.topology}) fits the "
+         f"memory budget of {fmt_bytes(err.memory_budget)} per device: its "
+         "variables (parameters and optimizer state) alone need at least "
+         f"{fmt_bytes(floor)} ({floor} bytes) per device, spread evenly "
+         f"over all {n} devices")
+  hint = (f"use --memory-budget {_budget_text(floor)} or more (or none), "
+          f"at least {err.min_devices} devices, or a smaller model")
   return msg, hint

@@ -333,7 +333,11 @@ BAD = [
     ("unknown field", ["solve", *TINY, "--set", "depth=3"], 2, "depth"),
     ("bad budget", ["solve", *TINY, "--memory-budget", "lots"], 2,
      "--memory-budget"),
+    # Below what the variables need spread over every device: said at
+    # once, without the training search.
     ("infeasible budget", ["solve", *TINY, "--memory-budget", "2KiB"], 3,
+     "variables (parameters and optimizer state) alone need at least"),
+    ("infeasible peak", ["solve", *TINY, "--memory-budget", "9KiB"], 3,
      "smallest feasible peak"),
     ("infeasible mesh search", ["mesh", "-m", "transformer_tiny", "-t", TOPO,
                                 "--memory-budget", "2KiB"], 3,

@@ -198,10 +198,8 @@ CASES = [
     (2, ["solve", *TINY, "--objective", "speed", "-f", "json"]),
     (2, ["solve", "-m", "decode:nope", *T]),
     (2, ["solve", "-m", "decode:transformer_tiny", *T, "--train"]),
-    # Proving that nothing fits takes most of the default 60 s limit here;
-    # under CI load it ran out first (exit 4), so the limit is raised.
-    (3, ["solve", "-m", "gpt3_175b", "-t", "tpu-v5e-2x4", "-f", "json",
-         "--time-limit", "240"]),
+    # The variables alone exceed 8 chips (a few seconds, not the walk).
+    (3, ["solve", "-m", "gpt3_175b", "-t", "tpu-v5e-2x4", "-f", "json"]),
     # #13's training-decision flags, checked at the edge.
     (2, ["solve", *TINY, "--zero-stage", "7"]),
     (2, ["solve", *TINY, "--zero-stage", "x", "-f", "json"]),

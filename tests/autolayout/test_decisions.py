@@ -11,7 +11,7 @@ import pytest
 
 import mesh_tf as mtf
 import costmodels
-from autolayout import decisions
+from autolayout import decisions, infeasible
 from autolayout.errors import InfeasibleLayoutError
 from mesh_tf import models
 from tests.autolayout import graphs
@@ -69,9 +69,14 @@ def test_exhaustive_search_equals_brute_force_over_decisions_and_rules(
 
 
 def test_infeasible_everywhere_raises_with_the_smallest_peak():
-  with pytest.raises(InfeasibleLayoutError, match="smallest peak"):
-    decisions.search_training(CONFIG, MESH, TOPOLOGY, memory_budget=1000,
-                              max_microbatches=2)
+  # Just above what the variables need spread evenly (below it the search
+  # stops at once: tests/autolayout/test_state_floor.py), below any peak.
+  training = decisions.build_training(CONFIG, decisions.TrainingDecisions())
+  _, floor = infeasible.state_floor_bytes(training.graph, 8)
+  with pytest.raises(InfeasibleLayoutError, match="smallest peak") as e:
+    decisions.search_training(CONFIG, MESH, TOPOLOGY,
+                              memory_budget=floor + 1, max_microbatches=2)
+  assert e.value.floor_bytes is None and e.value.min_peak_bytes > floor
 
 
 def test_unknown_fixed_decision_is_rejected():
