@@ -10,7 +10,7 @@ import math
 import pytest
 
 import costmodels
-from autolayout import decision_program, decisions
+from autolayout import decision_program, decisions, infeasible
 from autolayout.errors import InfeasibleLayoutError, SolverError
 from mesh_tf import models
 from tests.autolayout import graphs
@@ -93,8 +93,13 @@ def test_fixed_stage_stays_fixed_and_infeasible_names_the_peak():
                                    fixed={"zero_stage": 2},
                                    microbatch_choices=(1,))
   assert plan.decisions.zero_stage == 2
+  # Above the variables' floor (below it the search stops at once), below
+  # any peak.
+  training = decisions.build_training(CONFIG, decisions.TrainingDecisions())
+  _, floor = infeasible.state_floor_bytes(training.graph, 8)
   with pytest.raises(InfeasibleLayoutError, match="smallest peak"):
-    decisions.search_training(CONFIG, MESH, TOPOLOGY, memory_budget=1000,
+    decisions.search_training(CONFIG, MESH, TOPOLOGY,
+                              memory_budget=floor + 1,
                               microbatch_choices=(1,))
 
 
