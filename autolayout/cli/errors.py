@@ -95,11 +95,11 @@ def fail(message, hint, code, json_stream=None):
 
 def infeasible_message(err, args):
   """``(message, hint)`` for an InfeasibleLayoutError."""
+  if err.floor_bytes is not None:
+    return _state_message(err, args)
   peak, budget = err.min_peak_bytes, err.memory_budget
   mesh = getattr(args, "resolved_mesh", None) or (
       f"{getattr(args, 'devices', None) or 'any number of'} devices")
-  if getattr(err, "floor_bytes", None) is not None:
-    return _state_message(err, args)
   if peak is None:
     return str(err), "raise --memory-budget or use more devices"
   big = ", ".join(f"{n} {fmt_bytes(b)}" for n, b in err.dominating[:3])
