@@ -29,9 +29,7 @@ class Pricer:
     self._cache = {}
 
   def compute_s(self, record):
-    key = ("c", record.flops_per_device, record.output_bytes_per_device,
-           record.input_bytes_per_device, record.dtype, record.matmul,
-           record.pattern)
+    key = ("c",) + tuple(record[1:])  # all but the op's name
     v = self._cache.get(key)
     if v is None:
       v = self._cache[key] = cm_compute.compute_time(record,

@@ -37,7 +37,13 @@ A record's time is ``launch_overhead_s + shared_compute_factor * t``, both
 terms from the :class:`~costmodels.hardware.ChipSpec`: 0 and 1 for every
 preset (so there it is the plain roofline); a calibrated topology measures
 them (the fixed cost of launching a kernel, and how much slower a device is
-when the devices of the topology share compute).
+when the devices of the topology share compute).  A matrix product whose
+kernel is too large to run inline adds the chip's ``threaded_kernel_s``
+(:func:`threaded_kernel_time`; 0 for the presets): on CPU, TF runs a
+product of up to 16 rows and 64 columns on the calling thread and hands a
+larger one to its thread pool, which cost about 115 us a product more on
+8 logical CPU devices of a 2-core machine, all computing at once, however
+few its FLOPs (measured, :mod:`costmodels.calibrate`).
 """
 
 from costmodels import hardware
@@ -74,15 +80,42 @@ def compute_time(record, chip):
   if fit is not None:
     scale = (precision.peak_flops_per_s(chip, record.dtype, True)
              / chip.peak_bf16_flops_per_s)
-    return chip.launch_overhead_s + max(
+    return chip.launch_overhead_s + threaded_kernel_time(record, chip) + max(
         fit.time_s(record.flops_per_device, nbytes, scale),
         chip.shared_compute_factor * nbytes
         / chip.hbm_bandwidth_bytes_per_s)
   t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,
                     record.matmul)
-  if chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0:
+  if (chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0
+      and chip.threaded_kernel_s == 0.0):
     return t  # the presets: exactly the roofline
-  return chip.launch_overhead_s + chip.shared_compute_factor * t
+  return (chip.launch_overhead_s + threaded_kernel_time(record, chip)
+          + chip.shared_compute_factor * t)
+
+
+def threaded_kernel_time(record, chip):
+  """``chip.threaded_kernel_s`` for a record of a matrix product larger
+  than ``chip.inline_kernel_max`` in rows or columns (its kernel hands the
+  work to a thread pool), else 0 (any other record, and a product that
+  runs inline).
+
+  Example:
+    >>> from mesh_tf.lowering.trace import ComputeRecord
+    >>> chip = hardware.get_chip("a100")._replace(
+    ...     threaded_kernel_s=1e-4, inline_kernel_max=(16, 64))
+    >>> [threaded_kernel_time(ComputeRecord("mm", 0, 0, matmul=True,
+    ...                                     matrix=m), chip)
+    ...  for m in ((16, 64), (32, 8), (8, 128), ())]
+    [0.0, 0.0001, 0.0001, 0.0]
+  """
+  if not (chip.threaded_kernel_s and record.matrix):
+    return 0.0
+  rows, cols = record.matrix
+  if chip.inline_kernel_max:
+    max_rows, max_cols = chip.inline_kernel_max
+    if rows <= max_rows and cols <= max_cols:
+      return 0.0
+  return chip.threaded_kernel_s
 
 
 def arithmetic_intensity(record):

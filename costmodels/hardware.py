@@ -121,6 +121,16 @@ class ChipSpec(NamedTuple):
       measures the achieved throughput itself.  The roofline prices a
       matmul at ``peak * fraction``
       (:meth:`achievable_flops_per_s`); MFU divides by the datasheet peak.
+    threaded_kernel_s: fixed seconds a matrix product pays when its kernel
+      hands the work to a thread pool, beyond a record's launch cost (0 for
+      the presets).  On 8 logical CPU devices of a 2-core machine,
+      calibration measures about 100-150 us a product, all devices at once,
+      against the 15-50 us of a kernel that runs inline.
+    inline_kernel_max: ``(rows, cols)``: the largest matrix product (see
+      :class:`mesh_tf.lowering.trace.ComputeRecord`'s ``matrix``) that runs
+      inline and does not pay ``threaded_kernel_s``; ``()``: every product
+      pays it.  Measured by calibration (16 rows and 64 columns on the
+      machine above).
   """
   name: str
   kind: str
@@ -136,6 +146,8 @@ class ChipSpec(NamedTuple):
   shared_compute_factor: float = 1.0
   compute_fits: tuple = ()
   matmul_efficiency_by_dtype: Tuple[Tuple[str, float], ...] = ()
+  threaded_kernel_s: float = 0.0
+  inline_kernel_max: Tuple[int, ...] = ()
 
   def compute_fit(self, pattern):
     """The :class:`~costmodels.compute_fits.ComputeClassFit` of

@@ -4,13 +4,17 @@ Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
 topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
-    {"schema": "mesh-tf-topology", "version": 3, "name": "...",
+    {"schema": "mesh-tf-topology", "version": 4, "name": "...",
      "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
      "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
      "calibration": {...what was measured, fit residuals...}}
 
 Every number keeps its unit in its key; JSON has no infinity, so ``null``
-stands for an infinite bandwidth.  Version 3 added
+stands for an infinite bandwidth.  Version 4 added
+``chip.threaded_kernel_s`` and ``chip.inline_kernel_max`` (the fixed cost
+of a matrix product handed to a thread pool, and the largest product that
+is not); version 3 files read without it (0: those calibrations priced it
+inside each pattern's fixed cost).  Version 3 added
 ``chip.matmul_efficiency_by_dtype`` (the achievable fraction of the matmul
 peak); version 2 files, and version 1 files (no compute fits, no overlap
 efficiency either), still read, with no fraction (1: their peaks were
@@ -34,12 +38,13 @@ from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
-VERSION = 3
+VERSION = 4
 #: Versions this mesh-tf reads (1: before compute fits and overlap; 2:
-#: before the achievable matmul fraction).  The version was bumped, rather
-#: than the field added silently, so that an older mesh-tf refuses a file
-#: whose fraction it would ignore instead of pricing matmuls too fast.
-READ_VERSIONS = (1, 2, 3)
+#: before the achievable matmul fraction; 3: before the threaded-kernel
+#: cost).  The version was bumped each time, rather than the field added
+#: silently, so that an older mesh-tf refuses a file whose new term it would
+#: ignore instead of pricing matmuls too fast.
+READ_VERSIONS = (1, 2, 3, 4)
 
 
 class TopologyFileError(TopologyError):
@@ -91,6 +96,8 @@ def topology_to_dict(topology, calibration=None):
           "ici_links_per_chip": c.ici_links_per_chip,
           "default_network": c.default_network,
           "compute_fits": [_compute_fit_json(f) for f in c.compute_fits],
+          "threaded_kernel_s": c.threaded_kernel_s,
+          "inline_kernel_max": list(c.inline_kernel_max),
           "link": _link_json(c.link)}
   dims = [{"name": d.name, "size": d.size, "structure": d.structure,
            "wraparound": d.wraparound, "link": _link_json(d.link)}
@@ -166,6 +173,16 @@ def _link(obj, where):
                   collectives=tuple(fits), overlap_efficiency=eta)
 
 
+def _inline_max(c, where):
+  """``chip.inline_kernel_max``: ``[]`` or ``[rows, cols]``, positive."""
+  v = _get(c, "inline_kernel_max", list, where, [])
+  if v and not (len(v) == 2 and all(isinstance(x, int) and x > 0
+                                    for x in v)):
+    raise TopologyFileError(f"{where}.inline_kernel_max must be [] or "
+                            f"[rows, cols] of positive integers, got {v!r}")
+  return tuple(v)
+
+
 def _compute_fits(c, where):
   out = []
   for i, f in enumerate(_get(c, "compute_fits", list, where, [])):
@@ -237,7 +254,11 @@ def topology_from_dict(obj, source="<json>"):
       _optional_float(c, "vector_flops_per_s", w),
       _get(c, "launch_overhead_s", float, w, 0.0),
       _get(c, "shared_compute_factor", float, w, 1.0),
-      _compute_fits(c, w), _efficiencies(c, w))
+      _compute_fits(c, w), _efficiencies(c, w),
+      _get(c, "threaded_kernel_s", float, w, 0.0), _inline_max(c, w))
+  if chip.threaded_kernel_s < 0:
+    raise TopologyFileError(f"{w}.threaded_kernel_s is "
+                            f"{chip.threaded_kernel_s!r}; it must be >= 0")
   if not (chip.peak_bf16_flops_per_s > 0 and
           chip.hbm_bandwidth_bytes_per_s > 0):
     raise TopologyFileError(f"{w} needs positive peak_flops_per_s and "

@@ -58,11 +58,16 @@ class Sample(NamedTuple):
       :mod:`costmodels.compute_fits`), the model of a ``model_step``
       timing, or ``""``.
     records: of a ``model_step`` timing (one training step of a small
-      model, its compute negligible): ``((class, count, flops, bytes),
-      ...)``, its compute records per pricing class (the record's pattern,
-      or ``"elementwise"``), with their FLOPs and bytes per device summed.
+      model, its compute negligible): ``((class, count, flops, bytes,
+      matrices), ...)``, its compute records per pricing class (the
+      record's pattern, or ``"elementwise"``), with their FLOPs and bytes
+      per device summed and the ``(rows, cols)`` of each matrix product
+      (files written before have no ``matrices``).
     messages: of a ``model_step`` timing: ``sum(group_size - 1)`` over the
       step's collectives (the slices each device receives).
+    matrix: of a ``kernel`` timing (a chain of tiny matrix products, their
+      FLOPs negligible, all devices at once): the product's ``(rows,
+      cols)``; see :func:`fit_threaded_kernel`.
 
   ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
   all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
@@ -80,6 +85,7 @@ class Sample(NamedTuple):
   pattern: str = ""
   records: tuple = ()
   messages: int = 0
+  matrix: tuple = ()
 
 
 def sample_from_dict(d):
@@ -87,18 +93,31 @@ def sample_from_dict(d):
   lists), with tuples again; keys that are not fields (``event``) are
   dropped."""
   d = {k: v for k, v in d.items() if k in Sample._fields}
-  d["records"] = tuple(tuple(r) for r in d.get("records", ()))
+  d["records"] = tuple(
+      tuple(r[:4]) + ((tuple(tuple(m) for m in r[4]),) if len(r) > 4 else ())
+      for r in d.get("records", ()))
+  d["matrix"] = tuple(d.get("matrix", ()))
   return Sample(**d)
 
 
-def nonneg_lstsq(xs, ys, relative=True):
-  """Non-negative least squares of ``ys ~ xs @ coef``.
+#: The patterns whose records are matrix products (a ``matrix`` to price
+#: the threaded-kernel cost by, see :func:`fit_threaded_kernel`).
+THREADED_PATTERNS = ("matmul", "batched", "transposed")
+
+
+def nonneg_lstsq(xs, ys, relative=True, offsets=None):
+  """Non-negative least squares of ``ys ~ offsets + xs @ coef``.
 
   Args:
     xs: rows of features, one row per sample.
     ys: the timings.
     relative: weight each row by ``1 / y``, so that the fit minimises
       relative residuals.
+    offsets: a known part of each timing (default 0), e.g. the price of a
+      kernel the timed rep runs beside what is fitted.  The residuals stay
+      relative to the whole timing: taking the known part off first and
+      fitting what is left lets the timings it nearly explains (a few
+      microseconds left of a rep) decide the fit.
 
   Returns:
     ``(coef, rel_rms)``: the coefficients (each >= 0) and the RMS of the
@@ -115,10 +134,12 @@ def nonneg_lstsq(xs, ys, relative=True):
   if np.any(y <= 0):
     raise CalibrationError("every timing must be positive to be fitted; "
                            "measure longer runs")
+  off = np.zeros_like(y) if offsets is None else np.asarray(offsets, float)
   w = 1.0 / y if relative else np.ones_like(y)
   best = best_nonneg(
-      a * w[:, None], y * w,
-      lambda coef: float(np.sqrt(np.mean(((a @ coef - y) / y) ** 2))), 1e-15)
+      a * w[:, None], (y - off) * w,
+      lambda coef: float(np.sqrt(np.mean(((off + a @ coef - y) / y) ** 2))),
+      1e-15)
   if best is None:
     return np.zeros(a.shape[1]), 1.0
   return best
@@ -160,11 +181,14 @@ class CollectiveFitResult(NamedTuple):
 
 
 def fit_collective(samples, kind, algorithm, min_bytes=0, max_bytes=None,
-                   steps_laws=None, volume_laws=None):
+                   steps_laws=None, volume_laws=None, offset=None):
   """Fits ``kind`` on ``samples`` with ``min_bytes <= nbytes < max_bytes``.
 
   Tries every (steps, volume) law pair and keeps the one with the smallest
-  relative RMS residual.
+  relative RMS residual.  ``offset(sample)`` (default 0) is the known part
+  of a timing beside the collective (its rep's shape-restoring kernel):
+  the law is fitted to the timing less it, with residuals relative to the
+  whole timing (see :func:`nonneg_lstsq`).
 
   Returns:
     A :class:`CollectiveFitResult`, or None if no sample is in range.
@@ -173,12 +197,13 @@ def fit_collective(samples, kind, algorithm, min_bytes=0, max_bytes=None,
           and (max_bytes is None or s.nbytes < max_bytes)]
   if not rows:
     return None
+  offs = [offset(s) if offset else 0.0 for s in rows]
   best = None
   for st in (steps_laws or STEP_LAWS):
     for vol in (volume_laws or VOLUME_LAWS):
       xs = [[STEP_LAWS[st](s.group_size),
              VOLUME_LAWS[vol](s.group_size, s.nbytes)] for s in rows]
-      coef, res = nonneg_lstsq(xs, [s.seconds for s in rows])
+      coef, res = nonneg_lstsq(xs, [s.seconds for s in rows], offsets=offs)
       if best is None or res < best[0]:
         best = (res, st, vol, coef)
   res, st, vol, (lat, inv_bw) = best
@@ -188,9 +213,9 @@ def fit_collective(samples, kind, algorithm, min_bytes=0, max_bytes=None,
   fit = CollectiveFit(kind, algorithm, float(lat), bw, st, vol,
                       int(min_bytes), float(res), len(rows))
   by_axis = {}
-  for s in rows:
+  for s, o in zip(rows, offs):
     by_axis.setdefault(s.axis, []).append(
-        (fit.time_s(s.group_size, s.nbytes) - s.seconds) / s.seconds)
+        (o + fit.time_s(s.group_size, s.nbytes) - s.seconds) / s.seconds)
   return CollectiveFitResult(fit, tuple(
       (a, float(np.sqrt(np.mean(np.square(v))))) for a, v in by_axis.items()))
 
@@ -283,7 +308,7 @@ def fit_compute(samples, num_devices, dtype="float32"):
                                 ("compute, all devices", resn)))
 
 
-def fit_patterns(samples, dtype, num_devices, launch_s):
+def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0):
   """One :class:`~costmodels.compute_fits.ComputeClassFit` per contraction
   pattern, and one for ``elementwise`` (vector) work, timed on all
   ``num_devices`` devices at once, in ``dtype`` (how
@@ -294,7 +319,9 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
   (``B`` read + written), non-negative least squares on relative
   residuals of the whole timing ``T``, with one fixed term ``c`` whose
   excess over the chip's ``launch_s`` is the pattern's ``latency``
-  (``max(c - launch_s, 0)``); a pattern timed at fewer than two sizes
+  (``max(c - launch_s, 0)``; for a matrix product, whose probes are all
+  too large to run inline, less the ``threaded_s`` the chip adds to such
+  products too); a pattern timed at fewer than two sizes
   fits its FLOP rate alone.  (Subtracting ``launch_s`` from each timing
   before fitting, as this once did, left the smallest timings near zero,
   and their relative residuals then decided the fit: the elementwise
@@ -351,12 +378,82 @@ def fit_patterns(samples, dtype, num_devices, launch_s):
       raise CalibrationError(f"the {pattern} timings cannot be fitted to "
                              "their size; measure larger sizes")
     if fixed:
-      lat = max(float(lat) - launch_s, 0.0)
+      lat = max(float(lat) - launch_s - (
+          threaded_s if pattern in THREADED_PATTERNS else 0.0), 0.0)
     out.append(ComputeClassFit(pattern, float(lat),
                                1.0 / inv_peak if inv_peak > 0 else math.inf,
                                1.0 / inv_bw if inv_bw > 0 else math.inf,
                                float(res), len(rows)))
   return tuple(out)
+
+
+class ThreadedKernel(NamedTuple):
+  """What :func:`fit_threaded_kernel` found.
+
+  Attributes:
+    seconds: the extra fixed cost of a threaded product (0: no step).
+    inline_max: ``(rows, cols)`` of the largest product that ran inline,
+      or ``()``.
+    rel_residual: RMS relative residual of the two-level law.
+    samples: timings it was fitted on.
+  """
+  seconds: float
+  inline_max: tuple
+  rel_residual: float
+  samples: int
+
+
+def fit_threaded_kernel(samples, num_devices):
+  """The fixed cost of a matrix product whose kernel hands its work to a
+  thread pool, from ``kernel`` timings of tiny products on all
+  ``num_devices`` devices (one sweep over rows at the fewest columns, one
+  over columns at the fewest rows; FLOPs negligible), or None without such
+  timings.
+
+  A timing above the midpoint of the fastest and the slowest is threaded,
+  the others inline; the cost is the median threaded timing less the
+  median inline one, and ``inline_max`` the largest rows (and columns) up
+  to which every product of the sweep ran inline.  A sweep whose slowest
+  timing is under 1.5x its fastest shows no step: cost 0.
+
+  Example:
+    >>> ts = {(8, 8): 5e-5, (16, 8): 5e-5, (32, 8): 1.7e-4, (8, 64): 5e-5,
+    ...       (8, 128): 1.7e-4}
+    >>> got = fit_threaded_kernel([Sample("kernel", "", 8, 0, 0.0, t,
+    ...                                   matrix=m) for m, t in ts.items()], 8)
+    >>> round(got.seconds * 1e6, 3), got.inline_max
+    (120.0, (16, 64))
+  """
+  times = {s.matrix: s.seconds for s in samples
+           if s.what == "kernel" and s.group_size == num_devices
+           and len(s.matrix) == 2 and s.seconds > 0}
+  if len(times) < 3:
+    return None
+  lo, hi = min(times.values()), max(times.values())
+  if hi < 1.5 * lo:
+    return ThreadedKernel(0.0, (), 0.0, len(times))
+  mid = (lo + hi) / 2
+  inline = {m: t < mid for m, t in times.items()}
+  fewest = min(times)
+
+  def reach(axis):
+    # Walk one sweep from its smallest product up, while products run inline.
+    sweep = sorted(m for m in times if m[1 - axis] == fewest[1 - axis])
+    best = 0
+    for m in sweep:
+      if not inline[m]:
+        break
+      best = m[axis]
+    return best
+  rows, cols = reach(0), reach(1)
+  fast = [t for m, t in times.items() if inline[m]]
+  slow = [t for m, t in times.items() if not inline[m]]
+  lo_t, hi_t = float(np.median(fast)), float(np.median(slow))
+  pred = [lo_t if inline[m] else hi_t for m in times]
+  res = float(np.sqrt(np.mean(np.square(rel_errors(pred,
+                                                   list(times.values()))))))
+  return ThreadedKernel(hi_t - lo_t, (rows, cols) if rows and cols else (),
+                        res, len(times))
 
 
 def overlap_efficiency_of(comm_s, compute_s, both_s):

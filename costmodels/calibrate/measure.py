@@ -69,7 +69,8 @@ class Plan(NamedTuple):
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + 3 + len(self.model_steps)
-            * len(probes_lib.MODEL_STEP_LAYOUTS))
+            * len(probes_lib.MODEL_STEP_LAYOUTS)
+            + len(probes_lib.KERNEL_SIZES))
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
@@ -87,7 +88,7 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
       ("transposed", "abc,cde->adbe", (16, 32, 64), (64, 8, 16)),
       ("transposed", "abcd,ebd->ace", (16, 8, 32, 16), (64, 8, 16)),
       ("transposed", "abcd,ace->ebd", (16, 8, 32, 16), (16, 32, 64)),
-      ("transposed", "ab,ac->cb", (64, 256), (64, 1024)),
+      ("transposed", "abcd,bde->ace", (16, 8, 32, 16), (8, 16, 64)),
       ("transposed", "abcd,bed->abce", (16, 8, 4, 128), (8, 128, 128))]
   convs = [("conv", (2, 16, 8, 8, 3)), ("conv", (4, 16, 4, 8, 3)),
            ("conv_filter", (2, 16, 8, 8, 3)),
@@ -141,7 +142,8 @@ def axis_link_name(mesh_shape, axis, devices):
 
 def prepare(plan, devices, sync=None):
   """Every probe of ``plan`` on ``devices`` (TF device names), prepared:
-  compute (alone on the first device, then on all), other dtypes,
+  compute (alone on the first device, then on all), the tiny matrix
+  products of :data:`probes_lib.KERNEL_SIZES` (on all), other dtypes,
   reference steps, then per mesh axis its collectives and overlap probes.
 
   Raises:
@@ -165,6 +167,7 @@ def prepare(plan, devices, sync=None):
   out = []
   for impl in (alone, everyone):
     out += probes_lib.compute_probes(impl, plan, dtype, itemsize, sync)
+  out += probes_lib.kernel_probes(everyone, dtype, itemsize, sync)
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices)

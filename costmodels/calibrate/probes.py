@@ -152,7 +152,9 @@ def _contraction_chain(impl, kernel, a, b, out_shape, reps, flops):
 
 
 def _einsum_kernel(eq):
-  return lambda u, v: _tf().einsum(eq, u, v)
+  """The kernel the lowering runs for ``eq`` in a ``tf.function`` step."""
+  from mesh_tf.lowering import einsum_kernels  # pylint: disable=import-outside-toplevel
+  return einsum_kernels.einsum_kernel(eq)
 
 
 def _einsum_out_shape(eq, xs, ws):
@@ -231,6 +233,36 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
         Sample("elementwise", "", group, 2 * nbytes, nbytes // itemsize, 0.0,
                dtype), _chain(impl, lambda y: _square(impl, y), x, reps),
         x, reps, sync))
+  return out
+
+
+#: ``(rows, cols)`` of the ``kernel`` probes' tiny matrix products: a sweep
+#: over rows at 8 columns and one over columns at 8 rows, across the size
+#: where TF's CPU kernels stop running a product on the calling thread (16
+#: rows, 64 columns on a 2-core machine).
+KERNEL_SIZES = ((8, 8), (16, 8), (32, 8), (64, 8), (8, 32), (8, 64),
+                (8, 128), (8, 256))
+
+
+def kernel_probes(impl, dtype, itemsize, sync):
+  """Probes ``kernel``: chains of ``[rows, 8] x [8, cols]`` products on
+  every device of ``impl`` at once, one per :data:`KERNEL_SIZES` entry
+  (their FLOPs are negligible: what they time is whether the kernel hands
+  its work to a thread pool; see
+  :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
+  out = []
+  eq = "abc,cd->abd"
+  for rows, cols in KERNEL_SIZES:
+    xs, ws = (1, rows, 8), (8, cols)
+    a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
+    flops = einsum_flops(eq, xs, ws)
+    nbytes = (math.prod(xs) + math.prod(ws) + rows * cols) * itemsize
+    out.append(_probe(
+        f"matrix product {rows}x{cols}, {impl.size} device(s)",
+        Sample("kernel", "", impl.size, nbytes, float(flops), 0.0, dtype,
+               pattern="matmul", matrix=(rows, cols)),
+        _contraction_chain(impl, _einsum_kernel(eq), a, b, (1, rows, cols),
+                           6, flops), a, 6, sync))
   return out
 
 
@@ -427,15 +459,19 @@ def _zoo_model(name):
 
 
 def record_classes(trace):
-  """``((class, count, flops, bytes), ...)`` of a trace's compute records,
-  per the class :func:`costmodels.compute.compute_time` prices them by
-  (the pattern of a contraction, else ``elementwise``), sorted."""
+  """``((class, count, flops, bytes, matrices), ...)`` of a trace's compute
+  records, per the class :func:`costmodels.compute.compute_time` prices
+  them by (the pattern of a contraction, else ``elementwise``), sorted;
+  ``matrices`` holds the ``(rows, cols)`` of each of its matrix products
+  (whether each paid the threaded-kernel cost is known once that is
+  fitted)."""
   out = {}
   for r in trace.compute:
     cls = r.pattern if r.matmul else "elementwise"
-    n, f, b = out.get(cls, (0, 0, 0))
+    n, f, b, m = out.get(cls, (0, 0, 0, ()))
     out[cls] = (n + 1, f + r.flops_per_device,
-                b + r.output_bytes_per_device + r.input_bytes_per_device)
+                b + r.output_bytes_per_device + r.input_bytes_per_device,
+                m + ((tuple(r.matrix),) if r.matrix else ()))
   return tuple((c,) + v for c, v in sorted(out.items()))
 
 

@@ -124,7 +124,7 @@ def _nnls(a, y):
   return best[0]
 
 
-def fit_record_costs(samples, class_fit, ridge=RIDGE):
+def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   """Fits the fixed cost of one record of each class (module docstring).
 
   Args:
@@ -132,6 +132,9 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE):
     class_fit: ``class -> ComputeClassFit or None`` (e.g.
       ``ChipSpec.compute_fit``): what prices the FLOPs and bytes.
     ridge: the pull towards the common cost (:data:`RIDGE`).
+    threaded: ``(rows, cols) -> seconds``: the threaded-kernel cost of a
+      matrix product of that size (the chip's, priced apart from the
+      record's fixed cost; default none).
 
   Returns:
     A :class:`RecordCosts`, or None without ``model_step`` timings.
@@ -150,9 +153,11 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE):
   for s in steps:
     counts = {c: 0 for c in classes}
     work = 0.0
-    for cls, count, flops, nbytes in s.records:
+    for cls, count, flops, nbytes, *matrices in s.records:
       counts[cls] = counts.get(cls, 0) + count
       work += _work_s(cls, count, flops, nbytes, class_fit)
+      if threaded is not None and matrices:
+        work += sum(threaded(m) for m in matrices[0])
     moved.append(float(sum(r[3] for r in s.records)))
     # A step is mostly fixed costs by construction; keep a floor so that
     # a noisy one cannot go negative.

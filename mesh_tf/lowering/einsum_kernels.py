@@ -66,7 +66,71 @@ def _blocks(word, kinds):
   return out
 
 
+def swapped(eq):
+  """The two-operand ``eq`` with its operands in the other order."""
+  (x, y), out = _parse(eq)
+  return f"{y},{x}->{out}"
+
+
+def swaps_operands(eq):
+  """Whether the two-operand ``eq`` runs as one (batched) matrix product
+  only with its operands in the other order: its output lists the second
+  operand's free letters first (a weight gradient ``ac,ab->bc``: the
+  incoming gradient, then the input), so ``tf.einsum`` computes the product
+  transposed and transposes it back; with the operands swapped it writes
+  the output as it is.  Measured on 8 logical CPU devices of a 2-core
+  machine, ``[64, 1024] x [64, 256]`` contracted over 64: 1.82 against 1.20
+  ms a device all computing at once (475 against 284 us at an eighth of
+  ``1024``).  :func:`einsum_kernel` swaps them, and :func:`einsum_pattern`
+  names the pattern that then runs.
+
+  Example:
+    >>> swaps_operands("ac,ab->bc"), swaps_operands("ab,ac->bc")
+    (True, False)
+  """
+  ins, _ = _parse(eq)
+  return (len(ins) == 2 and _pattern(eq) == "transposed"
+          and _pattern(swapped(eq)) != "transposed")
+
+
+def product_matrix(eq, shapes):
+  """``(rows, cols)`` of the matrix product :func:`einsum_kernel` runs for
+  the two-operand ``eq`` on slices of ``shapes`` outside a Session graph:
+  the sizes of the free letters (in the output, not in the other operand)
+  of its first operand and of its second, in the order it runs them (see
+  :func:`swaps_operands`); ``()`` for a broadcast product or any other
+  number of operands.
+
+  Example:
+    >>> product_matrix("abc,cd->abd", [(2, 3, 4), (4, 5)])
+    (6, 5)
+    >>> product_matrix("ac,ab->bc", [(8, 7), (8, 3)])   # run as ab,ac->bc
+    (3, 7)
+  """
+  ins, out = _parse(eq)
+  if len(ins) != 2 or is_broadcast_product(eq):
+    return ()
+  (x, y), (sx, sy) = ins, shapes
+  if swaps_operands(eq):
+    x, y, sx, sy = y, x, sy, sx
+  size = dict(zip(x, sx))
+  size.update(zip(y, sy))
+  return (math.prod(size[c] for c in x if c in out and c not in y),
+          math.prod(size[c] for c in y if c in out and c not in x))
+
+
 def einsum_pattern(eq):
+  """How :func:`einsum_kernel` runs the equation ``eq`` (see
+  :func:`swaps_operands`: the pattern of the operand order it runs).
+
+  Example:
+    >>> einsum_pattern("ac,ab->bc")   # run as ab,ac->bc
+    'matmul'
+  """
+  return _pattern(swapped(eq) if swaps_operands(eq) else eq)
+
+
+def _pattern(eq):
   """How ``tf.einsum`` runs the two-input-or-more equation ``eq``.
 
   * ``"product"``: nothing is contracted (a broadcast multiply, see
@@ -80,10 +144,12 @@ def einsum_pattern(eq):
     result (or sums a letter out first) around the BatchMatMul.
 
   Example:
-    >>> einsum_pattern("abc,cd->abd"), einsum_pattern("abcd,abde->abce")
+    >>> _pattern("abc,cd->abd"), _pattern("abcd,abde->abce")
     ('matmul', 'batched')
-    >>> einsum_pattern("abcd,bed->abce"), einsum_pattern("ab,ab->ab")
+    >>> _pattern("abcd,bed->abce"), _pattern("ab,ab->ab")
     ('transposed', 'product')
+    >>> _pattern("ac,ab->bc")   # the product transposed, then back
+    'transposed'
   """
   ins, out = _parse(eq)
   if is_broadcast_product(eq):
@@ -321,7 +387,9 @@ def einsum_kernel(eq, slice_shapes=None):
       ``tf.compat.v1`` graph, an equation that is one matrix product runs
       as ``tf.matmul``, any other two-operand product as transposes around
       a batched ``tf.matmul``.  There a one-operand sum runs as
-      ``tf.reduce_sum`` (shapes or not).
+      ``tf.reduce_sum`` (shapes or not).  Elsewhere a product runs as
+      ``tf.einsum``, with its operands swapped where that makes it a plain
+      or batched product (:func:`swaps_operands`).
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
@@ -337,6 +405,9 @@ def einsum_kernel(eq, slice_shapes=None):
     if plan is not None:
       return _reduction_kernel(plan)
   if not is_broadcast_product(eq):
+    if swaps_operands(eq):
+      other = swapped(eq)
+      return lambda a, b: tf.einsum(other, b, a)
     return lambda *ts: tf.einsum(eq, *ts)
   ins, out = _parse(eq)
   # Per input: the permutation into output order, and the broadcast shape

@@ -108,12 +108,13 @@ class EinsumOperation(Operation):
     out_slice = tuple(sizes[d.name] for d in out.shape)
     flops = math.prod(sizes.values()) * (2 if len(self.inputs) > 1 else 1)
     eq = einsum_letters(in_shapes, out.shape)
-    kernel = einsum_kernels.einsum_kernel(
-        eq, [tuple(laid.slice_shape) for laid in slices])
+    shapes = [tuple(laid.slice_shape) for laid in slices]
+    kernel = einsum_kernels.einsum_kernel(eq, shapes)
     y = impl.slicewise(kernel, *slices,
                        slice_shape=out_slice, dtype=out.dtype, flops=flops,
                        matmul=(einsum_kernels.einsum_pattern(eq)
-                               if len(self.inputs) > 1 else False))
+                               if len(self.inputs) > 1 else False),
+                       matrix=einsum_kernels.product_matrix(eq, shapes))
     if resplit:
       y = impl.allreduce(y, sorted(reduced_axes), "SUM")
       for i, _, a in resplit:

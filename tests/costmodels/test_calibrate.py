@@ -14,7 +14,7 @@ import costmodels
 import mesh_tf as mtf
 from costmodels import calibrate as cal
 from costmodels import compute
-from costmodels.calibrate import calibration, topology_file
+from costmodels.calibrate import calibration, probes, topology_file
 from costmodels.calibrate.fit import Sample
 from costmodels.collective_fits import CollectiveFit, find_fit
 from costmodels.hardware import ChipSpec, LinkSpec
@@ -300,6 +300,12 @@ def test_quick_calibration_end_to_end(tmp_path):
       "transformer", "transformer batch:x", "conv3d", "conv3d batch:x",
       "mlp_wide", "mlp_wide batch:x"}
   assert all(s["records"] for s in steps)
+  # The tiny products' sweep, timed on all devices, and its fit.
+  sweep = {tuple(s["matrix"]) for s in meta["samples"]
+           if s["what"] == "kernel" and s["group_size"] == 8}
+  assert sweep == set(probes.KERNEL_SIZES)
+  assert "threaded kernel" in {r[0] for r in c.fits}
+  assert topo.chip.threaded_kernel_s >= 0
   from mesh_tf import models
   model = models.build_model("mlp_tiny")
   r = costmodels.evaluate(model.graph, "a:2;b:4", "batch:a", str(out))

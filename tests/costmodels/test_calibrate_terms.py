@@ -45,12 +45,32 @@ def _topology():
 @pytest.mark.parametrize("eq, pattern", [
     ("abc,cd->abd", "matmul"), ("abc,abd->cd", "matmul"),
     ("ab,bc->ac", "matmul"), ("abcd,abde->abce", "batched"),
-    ("abcd,abce->abed", "transposed"), ("abcd,bed->abce", "transposed"),
-    ("ab,ac->cb", "transposed"), ("abc,cde->adbe", "transposed"),
+    ("abcd,bed->abce", "transposed"),
+    ("ab,ac->cb", "matmul"), ("abc,cde->adbe", "transposed"),
+    ("ac,ab->bc", "matmul"), ("abcd,abce->abed", "batched"),
     ("ab,b->a", "matmul"), ("abc,c->a", "transposed"),
     ("ab,ab->ab", "product"), ("ab,bc,cd->ad", "transposed")])
 def test_einsum_pattern(eq, pattern):
   assert einsum_pattern(eq) == pattern
+
+
+def test_swapped_operands_give_the_same_product():
+  import numpy as np
+  from mesh_tf.lowering.einsum_kernels import einsum_kernel, swaps_operands
+  from mesh_tf.lowering.lazy_tf import tf
+  rng = np.random.default_rng(0)
+  g, x = rng.normal(size=(6, 5)), rng.normal(size=(6, 3))
+  assert swaps_operands("ac,ab->bc")
+  got = einsum_kernel("ac,ab->bc")(tf.constant(g), tf.constant(x))
+  np.testing.assert_allclose(got.numpy(), np.einsum("ac,ab->bc", g, x),
+                             rtol=1e-12)
+
+
+def test_calibration_plan_labels_each_form_as_the_lowering_does():
+  from costmodels.calibrate import measure
+  for quick in (False, True):
+    for pattern, eq, _, _ in measure.make_plan(("x:8",), quick).einsums:
+      assert einsum_pattern(eq) == pattern, eq
 
 
 def test_lowered_records_carry_their_pattern():
@@ -59,13 +79,16 @@ def test_lowered_records_carry_their_pattern():
   x = mtf.zeros(mesh, "batch:4;d:8")
   w = mtf.zeros(mesh, "d:8;e:16")
   v = mtf.zeros(mesh, "batch:4;e:16")
+  u = mtf.zeros(mesh, "d:8;h:2;k:4")
   y = mtf.einsum([x, w], "batch:4;e:16")        # plain matmul
-  gw = mtf.einsum([v, x], "d:8;e:16")           # result transposed
+  gw = mtf.einsum([v, x], "d:8;e:16")           # run with operands swapped
+  t = mtf.einsum([x, u], "h:2;batch:4;k:4")     # result transposed
   p = mtf.einsum([y, v], "batch:4;e:16")        # a product
-  trace = costmodels.trace_graph(g, "x:2", "batch:x", outputs=[y, gw, p])
+  trace = costmodels.trace_graph(g, "x:2", "batch:x",
+                                 outputs=[y, gw, t, p])
   by_name = {r.op_name: r for r in trace.compute if r.matmul}
-  assert {by_name[t.operation.name].pattern for t in (y, gw, p)} == {
-      "matmul", "transposed", "product"}
+  assert [by_name[z.operation.name].pattern for z in (y, gw, t, p)] == [
+      "matmul", "matmul", "transposed", "product"]
   assert all(r.pattern == "" for r in trace.compute if not r.matmul)
 
 
@@ -159,7 +182,7 @@ def test_topology_file_keeps_pattern_fits_and_overlap(tmp_path):
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == topology_json.VERSION == 3
+  assert data["version"] == topology_json.VERSION == 4
   back = costmodels.get_topology(str(path))
   assert back == topo
   assert back.chip.compute_fit("transposed") == FITS[1]
@@ -205,7 +228,11 @@ def test_plan_files_with_the_old_embedded_form_still_read():
      r"dims\[0\].link.overlap_efficiency is 1.5"),
     (lambda d: d["chip"]["compute_fits"][0].pop("pattern"),
      r"compute_fits\[0\] lacks the field 'pattern'"),
-    (lambda d: d.update(version=4), r"versions \[1, 2, 3\]"),
+    (lambda d: d.update(version=5), r"versions \[1, 2, 3, 4\]"),
+    (lambda d: d["chip"].update(inline_kernel_max=[16]),
+     r"inline_kernel_max must be \[\] or \[rows, cols\]"),
+    (lambda d: d["chip"].update(threaded_kernel_s=-1.0),
+     r"threaded_kernel_s is -1.0; it must be >= 0"),
     (lambda d: d["chip"].update(matmul_efficiency_by_dtype={"bfloat16": 1.2}),
      r"matmul_efficiency_by_dtype\['bfloat16'\] is 1.2"),
 ])

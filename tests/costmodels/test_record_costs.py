@@ -185,10 +185,34 @@ def test_record_classes_counts_a_trace_per_pricing_class():
   w = mtf.zeros(mesh, "d:8;e:16")
   y = mtf.relu(mtf.einsum([x, w], "batch:4;e:16"))
   trace = costmodels.trace_graph(g, "x:2", "batch:x", outputs=[y])
-  got = dict((c, (n, f, b)) for c, n, f, b in probes.record_classes(trace))
+  got = dict((c, (n, f, b, m))
+             for c, n, f, b, m in probes.record_classes(trace))
   assert got["matmul"][0] == 1 and got["matmul"][1] == 2 * 2 * 8 * 16
-  assert sum(n for n, _, _ in got.values()) == len(trace.compute)
-  assert "elementwise" in got
+  assert got["matmul"][3] == ((2, 16),)   # batch split in two
+  assert got["elementwise"][3] == ()
+  assert sum(n for n, _, _, _ in got.values()) == len(trace.compute)
+
+
+def test_threaded_products_are_priced_apart_from_the_record_costs():
+  """Steps whose matrix products pay the threaded-kernel cost: with that
+  cost known, the fixed cost per record is the one the steps were made
+  of, and without it the matmul records absorb it."""
+  handoff = 1.5e-4
+  big, small = (64, 256), (8, 8)
+  steps = []
+  for s, n_big in zip(_samples(), (9, 4, 12, 0)):
+    recs = tuple(r + (((big,) * min(n_big, r[1])
+                       + (small,) * (r[1] - min(n_big, r[1]))),)
+                 if r[0] == "matmul" else r + ((),) for r in s.records)
+    paid = sum(m == big for r in recs for m in r[4])
+    steps.append(s._replace(records=recs, seconds=s.seconds + paid * handoff))
+  def threaded(m):
+    return handoff if m == big else 0.0
+  got = fit_record_costs(steps, FITS.get, ridge=0.0, threaded=threaded)
+  for cls, cost in got.costs.items():
+    assert cost == pytest.approx(TRUTH[cls], rel=1e-6)
+  blind = fit_record_costs(steps, FITS.get, ridge=0.0)
+  assert blind.costs["matmul"] > TRUTH["matmul"] * 1.05
 
 
 def test_messages_of_data_parallel_steps_price_a_message_in_a_step():

@@ -1,0 +1,196 @@
+"""The threaded-kernel cost of a matrix product, the records' product
+shapes, and collective fits whose reps' kernels are a known part of each
+timing.  Fits are checked against synthetic timings made from known
+parameters; no timing is asserted (see benchmarks/cost_model_truth.py)."""
+
+import json
+import math
+import random
+
+import pytest
+
+import costmodels
+import mesh_tf as mtf
+from costmodels import compute
+from costmodels.calibrate import calibration, probes
+from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import topology_file
+from costmodels.calibrate.fit import Sample
+from costmodels.collective_fits import CollectiveFit
+from costmodels.compute_fits import ComputeClassFit
+from mesh_tf.lowering.trace import ComputeRecord
+
+INLINE_S, THREADED_S, LIMIT = 5e-5, 1.2e-4, (16, 64)
+
+
+def _kernel_samples(noise=0.0, limit=LIMIT, rng=None):
+  rng = rng or random.Random(0)
+  out = []
+  for rows, cols in probes.KERNEL_SIZES:
+    t = INLINE_S + (0.0 if rows <= limit[0] and cols <= limit[1]
+                    else THREADED_S)
+    out.append(Sample("kernel", "", 8, 0, 2.0 * rows * cols * 8,
+                      t * (1 + rng.uniform(-noise, noise)),
+                      pattern="matmul", matrix=(rows, cols)))
+  return out
+
+
+# --- the fit -------------------------------------------------------------------
+@pytest.mark.parametrize("limit", [(16, 64), (32, 128), (8, 8)])
+def test_fit_recovers_the_cost_and_the_largest_inline_product(limit):
+  got = fit_lib.fit_threaded_kernel(_kernel_samples(0.05, limit), 8)
+  assert got.inline_max == limit
+  assert got.seconds == pytest.approx(THREADED_S, rel=0.15)
+  assert got.samples == len(probes.KERNEL_SIZES)
+
+
+def test_a_sweep_without_a_step_costs_nothing():
+  flat = [s._replace(seconds=INLINE_S) for s in _kernel_samples()]
+  assert fit_lib.fit_threaded_kernel(flat, 8) == (0.0, (), 0.0, len(flat))
+  assert fit_lib.fit_threaded_kernel([], 8) is None
+  # Timings of another device count are not used.
+  assert fit_lib.fit_threaded_kernel(_kernel_samples(), 4) is None
+
+
+# --- what a record carries and costs --------------------------------------------
+def test_lowered_products_carry_their_matrix():
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  x = mtf.zeros(mesh, "batch:8;d:16")
+  w = mtf.zeros(mesh, "d:16;e:32")
+  v = mtf.zeros(mesh, "batch:8;e:32")
+  y = mtf.einsum([x, w], "batch:8;e:32")        # [batch, d] x [d, e]
+  gw = mtf.einsum([v, x], "d:16;e:32")          # run as x, v: [d, e]
+  s = mtf.reduce_sum(y, reduced_dim=y.shape.dims[1])
+  trace = costmodels.trace_graph(g, "x:2", "batch:x", outputs=[y, gw, s])
+  by = {r.op_name: r for r in trace.compute}
+  assert by[y.operation.name].matrix == (4, 32)   # batch split in two
+  assert by[gw.operation.name].matrix == (16, 32)
+  assert by[s.operation.name].matrix == ()
+
+
+def _chip(threaded=THREADED_S, limit=LIMIT):
+  fits = tuple(ComputeClassFit(p, 1e-5, 3e10, 4e9) for p in
+               ("matmul", "transposed", "elementwise"))
+  return costmodels.get_topology("dgx-h100").chip._replace(
+      compute_fits=fits, launch_overhead_s=2e-5, shared_compute_factor=4.0,
+      threaded_kernel_s=threaded, inline_kernel_max=limit)
+
+
+@pytest.mark.parametrize("matrix, pays", [
+    ((16, 64), False), ((17, 8), True), ((8, 65), True), ((), False)])
+def test_a_product_above_the_inline_size_pays_the_threaded_cost(matrix,
+                                                               pays):
+  rec = ComputeRecord("mm", 10**6, 10**4, 10**4, "float32", True, "matmul",
+                      matrix)
+  base = compute.compute_time(rec, _chip(threaded=0.0))
+  assert compute.compute_time(rec, _chip()) == pytest.approx(
+      base + (THREADED_S if pays else 0.0))
+  # With no inline size known, every product pays; other records never.
+  assert compute.compute_time(rec, _chip(limit=())) == pytest.approx(
+      base + (THREADED_S if matrix else 0.0))
+  vec = ComputeRecord("add", 10**4, 10**4, 10**4)
+  assert compute.compute_time(vec, _chip()) == compute.compute_time(
+      vec, _chip(threaded=0.0))
+
+
+def test_presets_have_no_threaded_cost():
+  for name in ("tpu-v4-4x4x4", "dgx-h100"):
+    chip = costmodels.get_topology(name).chip
+    assert (chip.threaded_kernel_s, chip.inline_kernel_max) == (0.0, ())
+
+
+def test_evaluate_charges_each_threaded_product_once():
+  from mesh_tf import models
+  model = models.mlp(layers=2, batch=64, d_model=32, d_ff=128, classes=8)
+  topo = costmodels.get_topology("dgx-h100")
+  topo = topo._replace(chip=_chip())
+  zero = topo._replace(chip=_chip(threaded=0.0))
+  trace = costmodels.trace_graph(model.graph, "x:8", "batch:x")
+  pays = sum(1 for r in trace.compute if r.matmul and r.matrix
+             and (r.matrix[0] > 16 or r.matrix[1] > 64))
+  assert pays > 0
+  got = costmodels.evaluate(model.graph, "x:8", "batch:x", topo,
+                            overlap=False).step_time_s
+  base = costmodels.evaluate(model.graph, "x:8", "batch:x", zero,
+                             overlap=False).step_time_s
+  assert got - base == pytest.approx(pays * THREADED_S)
+
+
+# --- the topology file ------------------------------------------------------------
+def test_files_round_trip_the_threaded_cost_and_version_3_reads(tmp_path):
+  topo = costmodels.get_topology("dgx-h100")
+  topo = topo._replace(chip=_chip())
+  path = tmp_path / "t.json"
+  topology_file.write_topology(path, topo)
+  data = json.loads(path.read_text())
+  assert data["version"] == 4
+  assert data["chip"]["inline_kernel_max"] == [16, 64]
+  assert topology_file.read_topology(path) == topo
+  data["version"] = 3
+  del data["chip"]["threaded_kernel_s"], data["chip"]["inline_kernel_max"]
+  old = tmp_path / "v3.json"
+  old.write_text(json.dumps(data))
+  chip = topology_file.read_topology(old).chip
+  assert (chip.threaded_kernel_s, chip.inline_kernel_max) == (0.0, ())
+
+
+# --- calibration ----------------------------------------------------------------
+def _compute_samples(threaded_s):
+  """Timings of a chip with matmul chains that are all threaded."""
+  out = []
+  for group, s in ((1, 1.0), (8, 4.0)):
+    for f in (4e6, 1.6e7, 6.7e7):
+      extra = threaded_s if group == 8 else 0.0
+      out.append(Sample("matmul", "", group, 0, f,
+                        1e-5 + extra + s * f / 1e11, pattern="matmul"))
+    for b in (5e5, 4e6):
+      out.append(Sample("elementwise", "", group, int(b), 0.0,
+                        1e-5 + s * b / 1e10))
+    out.append(Sample("launch", "", group, 8, 1.0, 1e-5))
+  return out
+
+
+def test_fit_topology_takes_the_threaded_cost_out_of_the_matmul_latency():
+  info = {"devices": [f"/device:CPU:{d}" for d in range(8)],
+          "device_types": ["CPU"]}
+  topo, rows = calibration.fit_topology(
+      _compute_samples(THREADED_S) + _kernel_samples(), info, "k")
+  chip = topo.chip
+  assert chip.threaded_kernel_s == pytest.approx(THREADED_S)
+  assert chip.inline_kernel_max == LIMIT
+  # The chains' products were all threaded: their fixed cost beyond the
+  # launch is the threaded cost, which the chip charges on its own.
+  assert chip.compute_fit("matmul").latency_s == pytest.approx(0.0, abs=1e-9)
+  assert "threaded kernel" in {r[0] for r in rows}
+  without, _ = calibration.fit_topology(_compute_samples(THREADED_S), info,
+                                        "no-sweep")
+  assert without.chip.threaded_kernel_s == 0.0
+  assert without.chip.compute_fit("matmul").latency_s == pytest.approx(
+      THREADED_S, rel=1e-3)
+
+
+# --- collectives beside their reps' kernels ----------------------------------
+def test_collective_fit_keeps_residuals_relative_to_the_whole_rep():
+  """A rep is the collective and a kernel of known price; where the kernel
+  is nearly all of a rep, taking its price off first left a few
+  microseconds (or less: clamped) whose relative residuals decided the
+  fit.  Fitted beside the known price, the law is recovered."""
+  truth = CollectiveFit("allreduce", "reduce_broadcast", 2e-5, 4e9, "p-1",
+                        "pn")
+  rng = random.Random(1)
+  samples, price = [], {}
+  for p in (2, 4, 8):
+    for n in (2048, 16384, 131072, 1 << 20, 4 << 20):
+      kernel = 1e-5 + 2 * n / 1e9   # the rep's square, about the whole rep
+      s = Sample("allreduce", f"a{p}", p, n, 0.0,
+                 (kernel + truth.time_s(p, n)) * (1 + rng.uniform(-.01, .01)))
+      samples.append(s)
+      price[s] = kernel
+  r = fit_lib.fit_collective(samples, "allreduce", "reduce_broadcast",
+                             offset=price.get)
+  assert (r.fit.steps, r.fit.volume) == ("p-1", "pn")
+  assert r.fit.bandwidth_bytes_per_s == pytest.approx(4e9, rel=0.05)
+  assert r.fit.latency_s == pytest.approx(2e-5, rel=0.25)
+  assert r.fit.rel_residual < 0.02
+  assert math.isfinite(r.fit.bandwidth_bytes_per_s)
