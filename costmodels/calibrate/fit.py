@@ -100,11 +100,6 @@ def sample_from_dict(d):
   return Sample(**d)
 
 
-#: The patterns whose records are matrix products (a ``matrix`` to price
-#: the threaded-kernel cost by, see :func:`fit_threaded_kernel`).
-THREADED_PATTERNS = ("matmul", "batched", "transposed")
-
-
 def nonneg_lstsq(xs, ys, relative=True, offsets=None):
   """Non-negative least squares of ``ys ~ offsets + xs @ coef``.
 
@@ -306,6 +301,11 @@ def fit_compute(samples, num_devices, dtype="float32"):
   return ComputeFit(1.0 / inv_peak, 1.0 / inv_bw, float(launch), factor,
                     float(l1), (("compute, one device", res1),
                                 ("compute, all devices", resn)))
+
+
+#: The patterns whose records are matrix products (a ``matrix`` to price
+#: the threaded-kernel cost by, see :func:`fit_threaded_kernel`).
+THREADED_PATTERNS = ("matmul", "batched", "transposed")
 
 
 def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0):
