@@ -81,7 +81,8 @@ def compute_time(record, chip):
     scale = (precision.peak_flops_per_s(chip, record.dtype, True)
              / chip.peak_bf16_flops_per_s)
     return chip.launch_overhead_s + threaded_kernel_time(record, chip) + max(
-        fit.time_s(record.flops_per_device, nbytes, scale),
+        fit.time_s(record.flops_per_device, nbytes, scale,
+                   record.input_bytes_per_device),
         chip.shared_compute_factor * nbytes
         / chip.hbm_bandwidth_bytes_per_s)
   t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,

@@ -45,6 +45,12 @@ class ComputeClassFit(NamedTuple):
     bandwidth_bytes_per_s: rate of the bytes term (``inf``: none).
     rel_residual: RMS relative residual of the fit.
     samples: timings it was fitted on.
+    input_bandwidth_bytes_per_s: rate of a term in the bytes the record
+      reads, on top of the bytes term (``inf``: none).  The convolutions
+      have one: with few channels a 3-D convolution's time follows the
+      volume it reads, its FLOPs hardly (on 8 logical CPU devices of a
+      2-core machine, ``[1, 16^3, 8] -> 1`` filter took as long as ``-> 8``
+      filters, 8x its FLOPs, and 2x the time of ``[1, 16^3, 1] -> 8``).
   """
   pattern: str
   latency_s: float
@@ -52,18 +58,21 @@ class ComputeClassFit(NamedTuple):
   bandwidth_bytes_per_s: float = math.inf
   rel_residual: float = 0.0
   samples: int = 0
+  input_bandwidth_bytes_per_s: float = math.inf
 
-  def time_s(self, flops, nbytes, flops_scale=1.0):
-    """Seconds of one record alone; ``flops_scale`` multiplies the FLOP
+  def time_s(self, flops, nbytes, flops_scale=1.0, input_bytes=0):
+    """Seconds of one record alone (``nbytes`` read and written,
+    ``input_bytes`` of them read); ``flops_scale`` multiplies the FLOP
     rate (a dtype faster or slower than the calibrated one)."""
     return (self.latency_s + flops / (self.flops_per_s * flops_scale)
-            + nbytes / self.bandwidth_bytes_per_s)
+            + nbytes / self.bandwidth_bytes_per_s
+            + input_bytes / self.input_bandwidth_bytes_per_s)
 
 
 def check_compute_fit(fit):
   """``fit`` if its numbers are usable, else TopologyError naming them."""
   if not (fit.flops_per_s > 0 and fit.bandwidth_bytes_per_s > 0
-          and fit.latency_s >= 0):
+          and fit.input_bandwidth_bytes_per_s > 0 and fit.latency_s >= 0):
     raise TopologyError(
         f"compute fit of pattern {fit.pattern!r} needs flops_per_s > 0, "
         f"bandwidth_bytes_per_s > 0 and latency_s >= 0, got "

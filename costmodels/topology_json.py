@@ -69,7 +69,9 @@ def _compute_fit_json(f):
   return {"pattern": f.pattern, "latency_s": f.latency_s,
           "flops_per_s": _num(f.flops_per_s),
           "bandwidth_bytes_per_s": _num(f.bandwidth_bytes_per_s),
-          "rel_residual": f.rel_residual, "samples": f.samples}
+          "rel_residual": f.rel_residual, "samples": f.samples,
+          "input_bandwidth_bytes_per_s": _num(
+              f.input_bandwidth_bytes_per_s)}
 
 
 def _link_json(link):
@@ -191,7 +193,8 @@ def _compute_fits(c, where):
         _get(f, "pattern", str, w), _get(f, "latency_s", float, w),
         _rate(f, "flops_per_s", w),
         _rate(f, "bandwidth_bytes_per_s", w, math.inf),
-        _get(f, "rel_residual", float, w, 0.0), _get(f, "samples", int, w, 0))
+        _get(f, "rel_residual", float, w, 0.0), _get(f, "samples", int, w, 0),
+        _rate(f, "input_bandwidth_bytes_per_s", w, math.inf))
     try:
       out.append(check_compute_fit(fit))
     except TopologyError as e:

@@ -68,6 +68,8 @@ class Sample(NamedTuple):
     matrix: of a ``kernel`` timing (a chain of tiny matrix products, their
       FLOPs negligible, all devices at once): the product's ``(rows,
       cols)``; see :func:`fit_threaded_kernel`.
+    input_bytes: of a convolution timing: the bytes of ``nbytes`` it reads
+      (its two operands), as a record counts them.
 
   ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
   all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
@@ -86,6 +88,7 @@ class Sample(NamedTuple):
   records: tuple = ()
   messages: int = 0
   matrix: tuple = ()
+  input_bytes: int = 0
 
 
 def sample_from_dict(d):
@@ -306,6 +309,9 @@ def fit_compute(samples, num_devices, dtype="float32"):
 #: The patterns whose records are matrix products (a ``matrix`` to price
 #: the threaded-kernel cost by, see :func:`fit_threaded_kernel`).
 THREADED_PATTERNS = ("matmul", "batched", "transposed")
+#: The convolution patterns (a term in the bytes they read, see
+#: :class:`~costmodels.compute_fits.ComputeClassFit`).
+CONV_PATTERNS = ("conv", "conv_filter")
 
 
 def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0):
@@ -353,18 +359,26 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0):
     # Fits through the origin price the time beyond the launch.
     net = [max(s.seconds - launch_s, 0.02 * s.seconds) for s in rows]
     ys = [s.seconds for s in rows] if fixed else net
+    # Convolutions timed at shapes that vary their channels apart from
+    # their FLOPs also fit the bytes they read (ComputeClassFit).
+    reads = pattern in CONV_PATTERNS and len(rows) >= 4 and len(
+        {s.input_bytes for s in rows}) > 1
     if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
       xs = [[fixed, 0.0, s.nbytes] for s in rows]
     elif len(rows) >= 3:
-      xs = [[1.0, s.flops, s.nbytes] for s in rows]
+      xs = [[1.0, s.flops, s.nbytes] + [s.input_bytes] * reads for s in rows]
     else:
       xs = [[fixed, s.flops, 0.0] for s in rows]
-    (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, ys)
+    coef, res = nonneg_lstsq(xs, ys)
+    lat, inv_peak, inv_bw = coef[:3]
+    inv_in = coef[3] if reads else 0.0
     # A term that explains under a millionth of any timing is round-off.
     tiny = 1e-6 * max(ys)
     inv_peak = inv_peak if inv_peak * max(s.flops for s in rows) > tiny else 0
     inv_bw = inv_bw if inv_bw * max(s.nbytes for s in rows) > tiny else 0.0
-    if inv_peak <= 0 and inv_bw <= 0:
+    if inv_in * max(s.input_bytes for s in rows) <= tiny:
+      inv_in = 0.0
+    if inv_peak <= 0 and inv_bw <= 0 and inv_in <= 0:
       # Timings that do not grow with size (noise on a shared machine, or
       # sizes too close): one rate through the origin instead, so that the
       # pattern is still priced by its own measured speed.
@@ -383,7 +397,8 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0):
     out.append(ComputeClassFit(pattern, float(lat),
                                1.0 / inv_peak if inv_peak > 0 else math.inf,
                                1.0 / inv_bw if inv_bw > 0 else math.inf,
-                               float(res), len(rows)))
+                               float(res), len(rows),
+                               1.0 / inv_in if inv_in > 0 else math.inf))
   return tuple(out)
 
 

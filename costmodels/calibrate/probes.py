@@ -222,7 +222,8 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
     out.append(_probe(
         f"{kind} {n}x{s}^3x{c}->{f}, {group} device(s)",
         Sample("matmul", "", group, nbytes, float(flops), 0.0, dtype,
-               pattern=kind),
+               pattern=kind,
+               input_bytes=(math.prod(xs) + math.prod(ws)) * itemsize),
         _contraction_chain(impl, _conv_kernel(kind, k), a, b, oshape, 2,
                            flops), a, 2, sync))
   for nbytes in plan.elementwise_bytes:

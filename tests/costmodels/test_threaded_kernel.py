@@ -194,3 +194,47 @@ def test_collective_fit_keeps_residuals_relative_to_the_whole_rep():
   assert r.fit.latency_s == pytest.approx(2e-5, rel=0.25)
   assert r.fit.rel_residual < 0.02
   assert math.isfinite(r.fit.bandwidth_bytes_per_s)
+
+
+# --- convolutions: the bytes they read ---------------------------------------
+def test_conv_fit_tells_the_bytes_read_from_the_flops():
+  """Timings whose channels vary apart from their FLOPs (as the full plan's
+  conv probes do) recover a term in the bytes read; with one shape per
+  size the fit keeps the three-term law."""
+  truth = ComputeClassFit("conv", 0.0, 2e10, 8e9, 0.0, 0, 1e8)
+  launch = 3e-5
+  rows = []
+  for n, s, c, f, k in ((2, 16, 8, 8, 3), (4, 16, 4, 8, 3),
+                        (1, 16, 1, 8, 3), (1, 16, 8, 1, 3)):
+    xs, ws, os_, flops = probes.conv_shapes("conv", n, s, c, f, k)
+    read = (math.prod(xs) + math.prod(ws)) * 4
+    nbytes = read + math.prod(os_) * 4
+    rows.append(Sample("matmul", "", 8, nbytes, float(flops),
+                       launch + 2e-4 + truth.time_s(flops, nbytes,
+                                                    input_bytes=read),
+                       pattern="conv", input_bytes=read))
+  (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+  assert got.input_bandwidth_bytes_per_s == pytest.approx(1e8, rel=1e-3)
+  assert got.flops_per_s == pytest.approx(2e10, rel=1e-3)
+  assert got.latency_s == pytest.approx(2e-4, rel=1e-3)
+  (three,) = fit_lib.fit_patterns(rows[:3], "float32", 8, launch)
+  assert three.input_bandwidth_bytes_per_s == math.inf
+
+
+def test_the_read_term_prices_records_and_round_trips(tmp_path):
+  fit = ComputeClassFit("conv", 1e-4, 1e10, 4e9, 0.1, 4, 2e8)
+  chip = _chip()._replace(compute_fits=(fit,))
+  rec = ComputeRecord("c", 10**7, 10**5, 4 * 10**5, "float32", True, "conv")
+  plain = chip._replace(compute_fits=(fit._replace(
+      input_bandwidth_bytes_per_s=math.inf),))
+  assert compute.compute_time(rec, chip) - compute.compute_time(
+      rec, plain) == pytest.approx(4 * 10**5 / 2e8)
+  topo = costmodels.get_topology("dgx-h100")._replace(chip=chip)
+  path = tmp_path / "conv.json"
+  topology_file.write_topology(path, topo)
+  assert topology_file.read_topology(path) == topo
+  data = json.loads(path.read_text())
+  del data["chip"]["compute_fits"][0]["input_bandwidth_bytes_per_s"]
+  path.write_text(json.dumps(data))
+  assert topology_file.read_topology(path).chip.compute_fits[0] == (
+      plain.compute_fits[0])
