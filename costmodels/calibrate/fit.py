@@ -388,7 +388,7 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0):
         x[col] = s.nbytes if col == 2 else s.flops
       fixed = 0.0
       (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, net)
-    if inv_peak <= 0 and inv_bw <= 0:
+    if inv_peak <= 0 and inv_bw <= 0 and inv_in <= 0:
       raise CalibrationError(f"the {pattern} timings cannot be fitted to "
                              "their size; measure larger sizes")
     if fixed:

@@ -89,7 +89,12 @@ def test_lowered_records_carry_their_pattern():
   by_name = {r.op_name: r for r in trace.compute if r.matmul}
   assert [by_name[z.operation.name].pattern for z in (y, gw, t, p)] == [
       "matmul", "matmul", "transposed", "product"]
-  assert all(r.pattern == "" for r in trace.compute if not r.matmul)
+  # (rows, cols) of each product, as it runs: batch split in two; the
+  # swapped gradient is x's d by v's e; a broadcast product has none.
+  assert [by_name[z.operation.name].matrix for z in (y, gw, t, p)] == [
+      (2, 16), (8, 16), (2, 8), ()]
+  assert all(r.pattern == "" and r.matrix == () for r in trace.compute
+             if not r.matmul)
 
 
 # --- fitting -------------------------------------------------------------------

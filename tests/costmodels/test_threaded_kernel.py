@@ -10,7 +10,6 @@ import random
 import pytest
 
 import costmodels
-import mesh_tf as mtf
 from costmodels import compute
 from costmodels.calibrate import calibration, probes
 from costmodels.calibrate import fit as fit_lib
@@ -53,22 +52,6 @@ def test_a_sweep_without_a_step_costs_nothing():
 
 
 # --- what a record carries and costs --------------------------------------------
-def test_lowered_products_carry_their_matrix():
-  g = mtf.Graph()
-  mesh = mtf.Mesh(g, "m")
-  x = mtf.zeros(mesh, "batch:8;d:16")
-  w = mtf.zeros(mesh, "d:16;e:32")
-  v = mtf.zeros(mesh, "batch:8;e:32")
-  y = mtf.einsum([x, w], "batch:8;e:32")        # [batch, d] x [d, e]
-  gw = mtf.einsum([v, x], "d:16;e:32")          # run as x, v: [d, e]
-  s = mtf.reduce_sum(y, reduced_dim=y.shape.dims[1])
-  trace = costmodels.trace_graph(g, "x:2", "batch:x", outputs=[y, gw, s])
-  by = {r.op_name: r for r in trace.compute}
-  assert by[y.operation.name].matrix == (4, 32)   # batch split in two
-  assert by[gw.operation.name].matrix == (16, 32)
-  assert by[s.operation.name].matrix == ()
-
-
 def _chip(threaded=THREADED_S, limit=LIMIT):
   fits = tuple(ComputeClassFit(p, 1e-5, 3e10, 4e9) for p in
                ("matmul", "transposed", "elementwise"))
@@ -219,6 +202,13 @@ def test_conv_fit_tells_the_bytes_read_from_the_flops():
   assert got.latency_s == pytest.approx(2e-4, rel=1e-3)
   (three,) = fit_lib.fit_patterns(rows[:3], "float32", 8, launch)
   assert three.input_bandwidth_bytes_per_s == math.inf
+  # Timings the bytes read explain alone (no FLOP or bytes term left).
+  reads = [s._replace(seconds=launch + 2e-4 + s.input_bytes / 1e8)
+           for s in rows]
+  (only,) = fit_lib.fit_patterns(reads, "float32", 8, launch)
+  assert only.input_bandwidth_bytes_per_s == pytest.approx(1e8, rel=1e-3)
+  assert math.isinf(only.flops_per_s) and math.isinf(
+      only.bandwidth_bytes_per_s)
 
 
 def test_the_read_term_prices_records_and_round_trips(tmp_path):
