@@ -41,7 +41,7 @@ when the devices of the topology share compute).  A matrix product whose
 kernel is too large to run inline adds the chip's ``threaded_kernel_s``
 (:func:`threaded_kernel_time`; 0 for the presets): on CPU, TF runs a
 product of up to 16 rows and 64 columns on the calling thread and hands a
-larger one, or a batch of two or more, to its thread pool, which cost about 115 us a product more on
+larger one to its thread pool, which cost about 115 us a product more on
 8 logical CPU devices of a 2-core machine, all computing at once, however
 few its FLOPs (measured, :mod:`costmodels.calibrate`).
 """
@@ -96,24 +96,26 @@ def compute_time(record, chip):
 
 def threaded_kernel_time(record, chip):
   """``chip.threaded_kernel_s`` for a record of a matrix product larger
-  than ``chip.inline_kernel_max`` in batch, rows or columns (its kernel
-  hands the work to a thread pool), else 0 (any other record, and a
-  product that runs inline).
+  than ``chip.inline_kernel_max`` in rows or columns (its kernel hands the
+  work to a thread pool), else 0 (any other record, and a product that
+  runs inline).
 
   Example:
     >>> from mesh_tf.lowering.trace import ComputeRecord
     >>> chip = hardware.get_chip("a100")._replace(
-    ...     threaded_kernel_s=1e-4, inline_kernel_max=(1, 16, 64))
+    ...     threaded_kernel_s=1e-4, inline_kernel_max=(16, 64))
     >>> [threaded_kernel_time(ComputeRecord("mm", 0, 0, matmul=True,
     ...                                     matrix=m), chip)
-    ...  for m in ((1, 16, 64), (1, 32, 8), (1, 8, 128), (2, 4, 4), ())]
-    [0.0, 0.0001, 0.0001, 0.0001, 0.0]
+    ...  for m in ((16, 64), (32, 8), (8, 128), ())]
+    [0.0, 0.0001, 0.0001, 0.0]
   """
   if not (chip.threaded_kernel_s and record.matrix):
     return 0.0
-  limit = chip.inline_kernel_max
-  if limit and all(n <= m for n, m in zip(record.matrix, limit)):
-    return 0.0
+  rows, cols = record.matrix
+  if chip.inline_kernel_max:
+    max_rows, max_cols = chip.inline_kernel_max
+    if rows <= max_rows and cols <= max_cols:
+      return 0.0
   return chip.threaded_kernel_s
 
 

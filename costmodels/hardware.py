@@ -126,11 +126,11 @@ class ChipSpec(NamedTuple):
       the presets).  On 8 logical CPU devices of a 2-core machine,
       calibration measures about 100-150 us a product, all devices at once,
       against the 15-50 us of a kernel that runs inline.
-    inline_kernel_max: ``(batch, rows, cols)``: the largest matrix product
-      (see :class:`mesh_tf.lowering.trace.ComputeRecord`'s ``matrix``)
-      that runs inline and does not pay ``threaded_kernel_s``; ``()``:
-      every product pays it.  Measured by calibration (a batch of one, 16
-      rows and 64 columns on the machine above).
+    inline_kernel_max: ``(rows, cols)``: the largest matrix product (see
+      :class:`mesh_tf.lowering.trace.ComputeRecord`'s ``matrix``) that runs
+      inline and does not pay ``threaded_kernel_s``; ``()``: every product
+      pays it.  Measured by calibration (16 rows and 64 columns on the
+      machine above).
   """
   name: str
   kind: str

@@ -176,14 +176,12 @@ def _link(obj, where):
 
 
 def _inline_max(c, where):
-  """``chip.inline_kernel_max``: ``[]`` or ``[batch, rows, cols]``,
-  positive."""
+  """``chip.inline_kernel_max``: ``[]`` or ``[rows, cols]``, positive."""
   v = _get(c, "inline_kernel_max", list, where, [])
-  if v and not (len(v) == 3 and all(isinstance(x, int) and x > 0
+  if v and not (len(v) == 2 and all(isinstance(x, int) and x > 0
                                     for x in v)):
     raise TopologyFileError(f"{where}.inline_kernel_max must be [] or "
-                            "[batch, rows, cols] of positive integers, got "
-                            f"{v!r}")
+                            f"[rows, cols] of positive integers, got {v!r}")
   return tuple(v)
 
 

@@ -193,9 +193,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   if threaded is not None:
     lim = threaded.inline_max
     rows.append(("threaded kernel", "chip", (
-        f"matrix product above a batch of {lim[0]}, {lim[1]} rows or "
-        f"{lim[2]} columns, beyond its pattern's price ({threaded.samples} "
-        "tiny products)" if lim
+        f"matrix product above {lim[0]} rows or {lim[1]} columns, beyond "
+        f"its pattern's price ({threaded.samples} tiny products)" if lim
         else f"no step between tiny matrix products ({threaded.samples} "
         "timed)"), threaded_s, 0.0, "", threaded.rel_residual))
   rows += record_rows

@@ -61,14 +61,13 @@ class Sample(NamedTuple):
       model, its compute negligible): ``((class, count, flops, bytes,
       matrices), ...)``, its compute records per pricing class (the
       record's pattern, or ``"elementwise"``), with their FLOPs and bytes
-      per device summed and the ``(batch, rows, cols)`` of each matrix
-      product
+      per device summed and the ``(rows, cols)`` of each matrix product
       (files written before have no ``matrices``).
     messages: of a ``model_step`` timing: ``sum(group_size - 1)`` over the
       step's collectives (the slices each device receives).
     matrix: of a ``kernel`` timing (a chain of tiny matrix products, their
-      FLOPs negligible, all devices at once): the product's ``(batch,
-      rows, cols)``; see :func:`fit_threaded_kernel`.
+      FLOPs negligible, all devices at once): the product's ``(rows,
+      cols)``; see :func:`fit_threaded_kernel`.
     input_bytes: of a convolution timing: the bytes of ``nbytes`` it reads
       (its two operands), as a record counts them.
 
@@ -408,8 +407,8 @@ class ThreadedKernel(NamedTuple):
 
   Attributes:
     seconds: the extra fixed cost of a threaded product (0: no step).
-    inline_max: ``(batch, rows, cols)`` of the largest product that ran
-      inline, or ``()``.
+    inline_max: ``(rows, cols)`` of the largest product that ran inline,
+      or ``()``.
     rel_residual: RMS relative residual of the two-level law.
     samples: timings it was fitted on.
   """
@@ -422,27 +421,27 @@ class ThreadedKernel(NamedTuple):
 def fit_threaded_kernel(samples, num_devices):
   """The fixed cost of a matrix product whose kernel hands its work to a
   thread pool, from ``kernel`` timings of tiny products on all
-  ``num_devices`` devices (from the smallest, one sweep over each of batch,
-  rows and columns with the other two at their smallest; FLOPs
-  negligible), or None without such timings.
+  ``num_devices`` devices (one sweep over rows at the fewest columns, one
+  over columns at the fewest rows; FLOPs negligible), or None without such
+  timings.
 
   A timing above the midpoint of the fastest and the slowest is threaded,
   the others inline; the cost is the median threaded timing less the
-  median inline one, and ``inline_max`` the largest batch (rows, columns)
-  up to which every product of its sweep ran inline.  A sweep whose
-  slowest timing is under 1.5x its fastest shows no step: cost 0.
+  median inline one, and ``inline_max`` the largest rows (and columns) up
+  to which every product of the sweep ran inline.  A sweep whose slowest
+  timing is under 1.5x its fastest shows no step: cost 0.
 
   Example:
-    >>> ts = {(1, 8, 8): 5e-5, (1, 16, 8): 5e-5, (1, 32, 8): 1.7e-4,
-    ...       (1, 8, 64): 5e-5, (1, 8, 128): 1.7e-4, (2, 8, 8): 1.7e-4}
+    >>> ts = {(8, 8): 5e-5, (16, 8): 5e-5, (32, 8): 1.7e-4, (8, 64): 5e-5,
+    ...       (8, 128): 1.7e-4}
     >>> got = fit_threaded_kernel([Sample("kernel", "", 8, 0, 0.0, t,
     ...                                   matrix=m) for m, t in ts.items()], 8)
     >>> round(got.seconds * 1e6, 3), got.inline_max
-    (120.0, (1, 16, 64))
+    (120.0, (16, 64))
   """
   times = {s.matrix: s.seconds for s in samples
            if s.what == "kernel" and s.group_size == num_devices
-           and len(s.matrix) == 3 and s.seconds > 0}
+           and len(s.matrix) == 2 and s.seconds > 0}
   if len(times) < 3:
     return None
   lo, hi = min(times.values()), max(times.values())
@@ -454,23 +453,22 @@ def fit_threaded_kernel(samples, num_devices):
 
   def reach(axis):
     # Walk one sweep from its smallest product up, while products run inline.
-    sweep = sorted(m for m in times if all(
-        m[k] == fewest[k] for k in range(3) if k != axis))
+    sweep = sorted(m for m in times if m[1 - axis] == fewest[1 - axis])
     best = 0
     for m in sweep:
       if not inline[m]:
         break
       best = m[axis]
     return best
-  limit = tuple(reach(k) for k in range(3))
+  rows, cols = reach(0), reach(1)
   fast = [t for m, t in times.items() if inline[m]]
   slow = [t for m, t in times.items() if not inline[m]]
   lo_t, hi_t = float(np.median(fast)), float(np.median(slow))
   pred = [lo_t if inline[m] else hi_t for m in times]
   res = float(np.sqrt(np.mean(np.square(rel_errors(pred,
                                                    list(times.values()))))))
-  return ThreadedKernel(hi_t - lo_t, limit if all(limit) else (), res,
-                        len(times))
+  return ThreadedKernel(hi_t - lo_t, (rows, cols) if rows and cols else (),
+                        res, len(times))
 
 
 def overlap_efficiency_of(comm_s, compute_s, both_s):

@@ -237,34 +237,33 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
   return out
 
 
-#: ``(batch, rows, cols)`` of the ``kernel`` probes' tiny matrix products:
-#: from ``(1, 8, 8)``, a sweep over rows, one over columns and one over the
-#: batch, across the size where TF's CPU kernels stop running a product on
-#: the calling thread (a batch of one, 16 rows, 64 columns on a 2-core
-#: machine).
-KERNEL_SIZES = ((1, 8, 8), (1, 16, 8), (1, 32, 8), (1, 64, 8), (1, 8, 32),
-                (1, 8, 64), (1, 8, 128), (1, 8, 256), (2, 8, 8), (4, 8, 8))
+#: ``(rows, cols)`` of the ``kernel`` probes' tiny matrix products: a sweep
+#: over rows at 8 columns and one over columns at 8 rows, across the size
+#: where TF's CPU kernels stop running a product on the calling thread (16
+#: rows, 64 columns on a 2-core machine).
+KERNEL_SIZES = ((8, 8), (16, 8), (32, 8), (64, 8), (8, 32), (8, 64),
+                (8, 128), (8, 256))
 
 
 def kernel_probes(impl, dtype, itemsize, sync):
-  """Probes ``kernel``: chains of ``[batch, rows, 8] x [batch, 8, cols]``
-  products on every device of ``impl`` at once, one per :data:`KERNEL_SIZES` entry
+  """Probes ``kernel``: chains of ``[rows, 8] x [8, cols]`` products on
+  every device of ``impl`` at once, one per :data:`KERNEL_SIZES` entry
   (their FLOPs are negligible: what they time is whether the kernel hands
   its work to a thread pool; see
   :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
   out = []
-  eq = "abc,acd->abd"
-  for batch, rows, cols in KERNEL_SIZES:
-    xs, ws = (batch, rows, 8), (batch, 8, cols)
+  eq = "abc,cd->abd"
+  for rows, cols in KERNEL_SIZES:
+    xs, ws = (1, rows, 8), (8, cols)
     a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
     flops = einsum_flops(eq, xs, ws)
-    nbytes = (math.prod(xs) + math.prod(ws) + batch * rows * cols) * itemsize
+    nbytes = (math.prod(xs) + math.prod(ws) + rows * cols) * itemsize
     out.append(_probe(
-        f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
+        f"matrix product {rows}x{cols}, {impl.size} device(s)",
         Sample("kernel", "", impl.size, nbytes, float(flops), 0.0, dtype,
-               pattern="batched", matrix=(batch, rows, cols)),
-        _contraction_chain(impl, _einsum_kernel(eq), a, b,
-                           (batch, rows, cols), 6, flops), a, 6, sync))
+               pattern="matmul", matrix=(rows, cols)),
+        _contraction_chain(impl, _einsum_kernel(eq), a, b, (1, rows, cols),
+                           6, flops), a, 6, sync))
   return out
 
 
@@ -464,8 +463,7 @@ def record_classes(trace):
   """``((class, count, flops, bytes, matrices), ...)`` of a trace's compute
   records, per the class :func:`costmodels.compute.compute_time` prices
   them by (the pattern of a contraction, else ``elementwise``), sorted;
-  ``matrices`` holds the ``(batch, rows, cols)`` of each of its matrix
-  products
+  ``matrices`` holds the ``(rows, cols)`` of each of its matrix products
   (whether each paid the threaded-kernel cost is known once that is
   fitted)."""
   out = {}

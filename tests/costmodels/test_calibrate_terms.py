@@ -92,7 +92,7 @@ def test_lowered_records_carry_their_pattern():
   # (rows, cols) of each product, as it runs: batch split in two; the
   # swapped gradient is x's d by v's e; a broadcast product has none.
   assert [by_name[z.operation.name].matrix for z in (y, gw, t, p)] == [
-      (1, 2, 16), (1, 8, 16), (1, 2, 8), ()]
+      (2, 16), (8, 16), (2, 8), ()]
   assert all(r.pattern == "" and r.matrix == () for r in trace.compute
              if not r.matmul)
 
@@ -235,7 +235,7 @@ def test_plan_files_with_the_old_embedded_form_still_read():
      r"compute_fits\[0\] lacks the field 'pattern'"),
     (lambda d: d.update(version=5), r"versions \[1, 2, 3, 4\]"),
     (lambda d: d["chip"].update(inline_kernel_max=[16]),
-     r"inline_kernel_max must be \[\] or \[batch, rows, cols\]"),
+     r"inline_kernel_max must be \[\] or \[rows, cols\]"),
     (lambda d: d["chip"].update(threaded_kernel_s=-1.0),
      r"threaded_kernel_s is -1.0; it must be >= 0"),
     (lambda d: d["chip"].update(matmul_efficiency_by_dtype={"bfloat16": 1.2}),

@@ -19,24 +19,23 @@ from costmodels.collective_fits import CollectiveFit
 from costmodels.compute_fits import ComputeClassFit
 from mesh_tf.lowering.trace import ComputeRecord
 
-INLINE_S, THREADED_S, LIMIT = 5e-5, 1.2e-4, (1, 16, 64)
+INLINE_S, THREADED_S, LIMIT = 5e-5, 1.2e-4, (16, 64)
 
 
 def _kernel_samples(noise=0.0, limit=LIMIT, rng=None):
   rng = rng or random.Random(0)
   out = []
-  for m in probes.KERNEL_SIZES:
-    t = INLINE_S + (0.0 if all(n <= k for n, k in zip(m, limit))
+  for rows, cols in probes.KERNEL_SIZES:
+    t = INLINE_S + (0.0 if rows <= limit[0] and cols <= limit[1]
                     else THREADED_S)
-    out.append(Sample("kernel", "", 8, 0, 2.0 * m[0] * m[1] * m[2] * 8,
+    out.append(Sample("kernel", "", 8, 0, 2.0 * rows * cols * 8,
                       t * (1 + rng.uniform(-noise, noise)),
-                      pattern="batched", matrix=m))
+                      pattern="matmul", matrix=(rows, cols)))
   return out
 
 
 # --- the fit -------------------------------------------------------------------
-@pytest.mark.parametrize("limit", [(1, 16, 64), (1, 32, 128), (1, 8, 8),
-                                   (2, 16, 64)])
+@pytest.mark.parametrize("limit", [(16, 64), (32, 128), (8, 8)])
 def test_fit_recovers_the_cost_and_the_largest_inline_product(limit):
   got = fit_lib.fit_threaded_kernel(_kernel_samples(0.05, limit), 8)
   assert got.inline_max == limit
@@ -62,8 +61,7 @@ def _chip(threaded=THREADED_S, limit=LIMIT):
 
 
 @pytest.mark.parametrize("matrix, pays", [
-    ((1, 16, 64), False), ((1, 17, 8), True), ((1, 8, 65), True),
-    ((2, 4, 4), True), ((), False)])
+    ((16, 64), False), ((17, 8), True), ((8, 65), True), ((), False)])
 def test_a_product_above_the_inline_size_pays_the_threaded_cost(matrix,
                                                                pays):
   rec = ComputeRecord("mm", 10**6, 10**4, 10**4, "float32", True, "matmul",
@@ -93,7 +91,7 @@ def test_evaluate_charges_each_threaded_product_once():
   zero = topo._replace(chip=_chip(threaded=0.0))
   trace = costmodels.trace_graph(model.graph, "x:8", "batch:x")
   pays = sum(1 for r in trace.compute if r.matmul and r.matrix
-             and any(n > k for n, k in zip(r.matrix, LIMIT)))
+             and (r.matrix[0] > 16 or r.matrix[1] > 64))
   assert pays > 0
   got = costmodels.evaluate(model.graph, "x:8", "batch:x", topo,
                             overlap=False).step_time_s
@@ -110,7 +108,7 @@ def test_files_round_trip_the_threaded_cost_and_version_3_reads(tmp_path):
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
   assert data["version"] == 4
-  assert data["chip"]["inline_kernel_max"] == [1, 16, 64]
+  assert data["chip"]["inline_kernel_max"] == [16, 64]
   assert topology_file.read_topology(path) == topo
   data["version"] = 3
   del data["chip"]["threaded_kernel_s"], data["chip"]["inline_kernel_max"]
