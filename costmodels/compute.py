@@ -109,13 +109,18 @@ def threaded_kernel_time(record, chip):
     ...  for m in ((16, 64), (32, 8), (8, 128), ())]
     [0.0, 0.0001, 0.0001, 0.0]
   """
-  if not (chip.threaded_kernel_s and record.matrix):
+  return handoff_time(record.matrix, chip)
+
+
+def handoff_time(matrix, chip):
+  """``chip.threaded_kernel_s`` for a matrix product of ``(rows, cols)``
+  ``matrix`` larger than ``chip.inline_kernel_max``, else 0 (also for
+  ``()``: no matrix product)."""
+  if not (chip.threaded_kernel_s and matrix):
     return 0.0
-  rows, cols = record.matrix
-  if chip.inline_kernel_max:
-    max_rows, max_cols = chip.inline_kernel_max
-    if rows <= max_rows and cols <= max_cols:
-      return 0.0
+  limit = chip.inline_kernel_max
+  if limit and all(n <= m for n, m in zip(matrix, limit)):
+    return 0.0
   return chip.threaded_kernel_s
 
 

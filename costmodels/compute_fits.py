@@ -75,7 +75,8 @@ def check_compute_fit(fit):
           and fit.input_bandwidth_bytes_per_s > 0 and fit.latency_s >= 0):
     raise TopologyError(
         f"compute fit of pattern {fit.pattern!r} needs flops_per_s > 0, "
-        f"bandwidth_bytes_per_s > 0 and latency_s >= 0, got "
-        f"{fit.flops_per_s!r}, {fit.bandwidth_bytes_per_s!r}, "
+        f"bandwidth_bytes_per_s > 0, input_bandwidth_bytes_per_s > 0 and "
+        f"latency_s >= 0, got {fit.flops_per_s!r}, "
+        f"{fit.bandwidth_bytes_per_s!r}, {fit.input_bandwidth_bytes_per_s!r}, "
         f"{fit.latency_s!r}; recalibrate")
   return fit

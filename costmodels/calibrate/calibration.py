@@ -41,7 +41,6 @@ from costmodels.calibrate import record_costs
 from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import CalibrationError, Sample
 from costmodels.topology.types import PhysicalDim, Topology
-from mesh_tf.lowering.trace import ComputeRecord
 
 # What PlacementMeshImpl runs for each collective kind.
 _ALGORITHMS = {"allreduce": "reduce_broadcast",
@@ -234,11 +233,9 @@ def _with_record_costs(samples, chip, one_process):
   (the steps' messages all on the one ``device`` link), the
   cost of a message in a step, which each of the link's collective fits'
   ``latency_s`` is raised to (else 0); and the fit's rows."""
-  def threaded(matrix):
-    return compute_lib.threaded_kernel_time(
-        ComputeRecord("", 0, 0, matmul=True, matrix=tuple(matrix)), chip)
-  rc = record_costs.fit_record_costs(samples, chip.compute_fit,
-                                     threaded=threaded)
+  rc = record_costs.fit_record_costs(
+      samples, chip.compute_fit,
+      threaded=lambda matrix: compute_lib.handoff_time(matrix, chip))
   if rc is None:
     return chip, [], 0.0
   launch = rc.costs.get("elementwise", rc.common_s)

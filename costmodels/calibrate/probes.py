@@ -157,6 +157,21 @@ def _einsum_kernel(eq):
   return einsum_kernels.einsum_kernel(eq)
 
 
+def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None):
+  """A Probe of ``eq`` on ``[xs] x [ws]`` slices chained on every device of
+  ``impl``: ``sample`` with its bytes (read + written) and FLOPs filled in;
+  ``reps`` by default 6, or 3 above 2e7 FLOPs."""
+  dtype = sample.dtype
+  a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
+  flops = einsum_flops(eq, xs, ws)
+  reps = reps or (6 if flops <= 2e7 else 3)
+  oshape = _einsum_out_shape(eq, xs, ws)
+  nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
+  return _probe(label, sample._replace(nbytes=nbytes, flops=float(flops)),
+                _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape,
+                                   reps, flops), a, reps, sync)
+
+
 def _einsum_out_shape(eq, xs, ws):
   ins, out = eq.split("->")
   sizes = {}
@@ -204,17 +219,10 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
                     _chain(impl, lambda y: _square(impl, y), x, 24), x, 24,
                     sync))
   for pattern, eq, xs, ws in plan.einsums:
-    a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
-    flops = einsum_flops(eq, xs, ws)
-    reps = 6 if flops <= 2e7 else 3
-    oshape = _einsum_out_shape(eq, xs, ws)
-    nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
-    out.append(_probe(
-        f"einsum {pattern} {eq}, {group} device(s)",
-        Sample("matmul", "", group, nbytes, float(flops), 0.0, dtype,
-               pattern=pattern),
-        _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape, reps,
-                           flops), a, reps, sync))
+    out.append(_einsum_probe(
+        impl, f"einsum {pattern} {eq}, {group} device(s)",
+        Sample("matmul", "", group, 0, 0.0, 0.0, dtype, pattern=pattern),
+        eq, xs, ws, itemsize, sync))
   for kind, (n, s, c, f, k) in plan.convs:
     xs, ws, oshape, flops = conv_shapes(kind, n, s, c, f, k)
     a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
@@ -251,20 +259,12 @@ def kernel_probes(impl, dtype, itemsize, sync):
   (their FLOPs are negligible: what they time is whether the kernel hands
   its work to a thread pool; see
   :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
-  out = []
-  eq = "abc,cd->abd"
-  for rows, cols in KERNEL_SIZES:
-    xs, ws = (1, rows, 8), (8, cols)
-    a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
-    flops = einsum_flops(eq, xs, ws)
-    nbytes = (math.prod(xs) + math.prod(ws) + rows * cols) * itemsize
-    out.append(_probe(
-        f"matrix product {rows}x{cols}, {impl.size} device(s)",
-        Sample("kernel", "", impl.size, nbytes, float(flops), 0.0, dtype,
-               pattern="matmul", matrix=(rows, cols)),
-        _contraction_chain(impl, _einsum_kernel(eq), a, b, (1, rows, cols),
-                           6, flops), a, 6, sync))
-  return out
+  return [_einsum_probe(
+      impl, f"matrix product {rows}x{cols}, {impl.size} device(s)",
+      Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="matmul",
+             matrix=(rows, cols)),
+      "abc,cd->abd", (1, rows, 8), (8, cols), itemsize, sync, reps=6)
+          for rows, cols in KERNEL_SIZES]
 
 
 def einsum_flops(eq, xs, ws):

@@ -236,6 +236,9 @@ def test_plan_files_with_the_old_embedded_form_still_read():
     (lambda d: d.update(version=5), r"versions \[1, 2, 3, 4\]"),
     (lambda d: d["chip"].update(inline_kernel_max=[16]),
      r"inline_kernel_max must be \[\] or \[rows, cols\]"),
+    (lambda d: d["chip"]["compute_fits"][0].update(
+        input_bandwidth_bytes_per_s=-1.0),
+     r"compute_fits\[0\]: .*input_bandwidth_bytes_per_s > 0"),
     (lambda d: d["chip"].update(threaded_kernel_s=-1.0),
      r"threaded_kernel_s is -1.0; it must be >= 0"),
     (lambda d: d["chip"].update(matmul_efficiency_by_dtype={"bfloat16": 1.2}),
