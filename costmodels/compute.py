@@ -41,9 +41,12 @@ when the devices of the topology share compute).  A matrix product whose
 kernel is too large to run inline adds the chip's ``threaded_kernel_s``
 (:func:`threaded_kernel_time`; 0 for the presets): on CPU, TF runs a
 product of up to 16 rows and 64 columns on the calling thread and hands a
-larger one to its thread pool, which cost about 115 us a product more on
-8 logical CPU devices of a 2-core machine, all computing at once, however
-few its FLOPs (measured, :mod:`costmodels.calibrate`).
+larger one, or a batch of two or more, to its thread pool, which cost
+about 115-200 us a product more on 8 logical CPU devices of a 2-core
+machine, all computing at once, however few its FLOPs; and each matrix of
+a batched product beyond the first adds ``batch_matrix_s`` (about 0.7 us
+there: the MoE's expert einsums multiply hundreds of 1x1 to 16x8 matrices
+per device; measured, :mod:`costmodels.calibrate`).
 """
 
 from costmodels import hardware
@@ -88,7 +91,7 @@ def compute_time(record, chip):
   t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,
                     record.matmul)
   if (chip.launch_overhead_s == 0.0 and chip.shared_compute_factor == 1.0
-      and chip.threaded_kernel_s == 0.0):
+      and chip.threaded_kernel_s == 0.0 and chip.batch_matrix_s == 0.0):
     return t  # the presets: exactly the roofline
   return (chip.launch_overhead_s + threaded_kernel_time(record, chip)
           + chip.shared_compute_factor * t)
@@ -96,32 +99,44 @@ def compute_time(record, chip):
 
 def threaded_kernel_time(record, chip):
   """``chip.threaded_kernel_s`` for a record of a matrix product larger
-  than ``chip.inline_kernel_max`` in rows or columns (its kernel hands the
-  work to a thread pool), else 0 (any other record, and a product that
-  runs inline).
+  than ``chip.inline_kernel_max`` in batch, rows or columns (its kernel
+  hands the work to a thread pool), else 0 (any other record, and a
+  product that runs inline).
 
   Example:
     >>> from mesh_tf.lowering.trace import ComputeRecord
     >>> chip = hardware.get_chip("a100")._replace(
-    ...     threaded_kernel_s=1e-4, inline_kernel_max=(16, 64))
+    ...     threaded_kernel_s=1e-4, inline_kernel_max=(1, 16, 64))
     >>> [threaded_kernel_time(ComputeRecord("mm", 0, 0, matmul=True,
     ...                                     matrix=m), chip)
-    ...  for m in ((16, 64), (32, 8), (8, 128), ())]
-    [0.0, 0.0001, 0.0001, 0.0]
+    ...  for m in ((1, 16, 64), (1, 32, 8), (1, 8, 128), (2, 4, 4), ())]
+    [0.0, 0.0001, 0.0001, 0.0001, 0.0]
   """
   return handoff_time(record.matrix, chip)
 
 
 def handoff_time(matrix, chip):
-  """``chip.threaded_kernel_s`` for a matrix product of ``(rows, cols)``
-  ``matrix`` larger than ``chip.inline_kernel_max``, else 0 (also for
-  ``()``: no matrix product)."""
-  if not (chip.threaded_kernel_s and matrix):
+  """The seconds a matrix product of ``(batch, rows, cols)`` ``matrix``
+  pays for its shape alone: ``chip.threaded_kernel_s`` if it is larger than
+  ``chip.inline_kernel_max``, plus ``chip.batch_matrix_s`` per matrix of
+  its batch beyond the first; 0 for ``()`` (no matrix product).
+
+  Example:
+    >>> chip = hardware.get_chip("a100")._replace(
+    ...     threaded_kernel_s=1e-4, inline_kernel_max=(1, 16, 64),
+    ...     batch_matrix_s=1e-6)
+    >>> [round(handoff_time(m, chip) * 1e6, 3)
+    ...  for m in ((1, 8, 8), (1, 32, 8), (257, 1, 1), ())]
+    [0.0, 100.0, 356.0, 0.0]
+  """
+  if not matrix:
     return 0.0
+  per_matrix = chip.batch_matrix_s * (matrix[0] - 1)
   limit = chip.inline_kernel_max
-  if limit and all(n <= m for n, m in zip(matrix, limit)):
-    return 0.0
-  return chip.threaded_kernel_s
+  if not chip.threaded_kernel_s or (
+      limit and all(n <= m for n, m in zip(matrix, limit))):
+    return per_matrix
+  return chip.threaded_kernel_s + per_matrix
 
 
 def arithmetic_intensity(record):

@@ -126,11 +126,16 @@ class ChipSpec(NamedTuple):
       the presets).  On 8 logical CPU devices of a 2-core machine,
       calibration measures about 100-150 us a product, all devices at once,
       against the 15-50 us of a kernel that runs inline.
-    inline_kernel_max: ``(rows, cols)``: the largest matrix product (see
-      :class:`mesh_tf.lowering.trace.ComputeRecord`'s ``matrix``) that runs
-      inline and does not pay ``threaded_kernel_s``; ``()``: every product
-      pays it.  Measured by calibration (16 rows and 64 columns on the
-      machine above).
+    inline_kernel_max: ``(batch, rows, cols)``: the largest matrix product
+      (see :class:`mesh_tf.lowering.trace.ComputeRecord`'s ``matrix``)
+      that runs inline and does not pay ``threaded_kernel_s``; ``()``:
+      every product pays it.  Measured by calibration (a batch of one, 16
+      rows and 64 columns on the machine above).
+    batch_matrix_s: seconds each matrix of a batched product costs beyond
+      the first, however few its FLOPs (0 for the presets).  TF's CPU
+      batched matmul runs one small product per matrix: calibration
+      measures about 0.7 us a matrix on the machine above, so a batch of
+      1024 tiny matrices costs 0.7 ms more than one.
   """
   name: str
   kind: str
@@ -148,6 +153,7 @@ class ChipSpec(NamedTuple):
   matmul_efficiency_by_dtype: Tuple[Tuple[str, float], ...] = ()
   threaded_kernel_s: float = 0.0
   inline_kernel_max: Tuple[int, ...] = ()
+  batch_matrix_s: float = 0.0
 
   def compute_fit(self, pattern):
     """The :class:`~costmodels.compute_fits.ComputeClassFit` of

@@ -4,13 +4,17 @@ Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
 topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
-    {"schema": "mesh-tf-topology", "version": 4, "name": "...",
+    {"schema": "mesh-tf-topology", "version": 5, "name": "...",
      "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
      "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
      "calibration": {...what was measured, fit residuals...}}
 
 Every number keeps its unit in its key; JSON has no infinity, so ``null``
-stands for an infinite bandwidth.  Version 4 added
+stands for an infinite bandwidth.  Version 5 added
+``chip.batch_matrix_s`` (what each matrix of a batched product costs
+beyond the first) and made ``chip.inline_kernel_max`` ``[batch, rows,
+cols]``; version 4 files read with 0 and their ``[rows, cols]`` as a batch
+of one.  Version 4 added
 ``chip.threaded_kernel_s`` and ``chip.inline_kernel_max`` (the fixed cost
 of a matrix product handed to a thread pool, and the largest product that
 is not); version 3 files read without it (0: those calibrations priced it
@@ -38,13 +42,13 @@ from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
-VERSION = 4
+VERSION = 5
 #: Versions this mesh-tf reads (1: before compute fits and overlap; 2:
 #: before the achievable matmul fraction; 3: before the threaded-kernel
-#: cost).  The version was bumped each time, rather than the field added
-#: silently, so that an older mesh-tf refuses a file whose new term it would
+#: cost; 4: before the cost per matrix of a batch).  The version was bumped
+#: each time, rather than the field added silently, so that an older mesh-tf refuses a file whose new term it would
 #: ignore instead of pricing matmuls too fast.
-READ_VERSIONS = (1, 2, 3, 4)
+READ_VERSIONS = (1, 2, 3, 4, 5)
 
 
 class TopologyFileError(TopologyError):
@@ -100,6 +104,7 @@ def topology_to_dict(topology, calibration=None):
           "compute_fits": [_compute_fit_json(f) for f in c.compute_fits],
           "threaded_kernel_s": c.threaded_kernel_s,
           "inline_kernel_max": list(c.inline_kernel_max),
+          "batch_matrix_s": c.batch_matrix_s,
           "link": _link_json(c.link)}
   dims = [{"name": d.name, "size": d.size, "structure": d.structure,
            "wraparound": d.wraparound, "link": _link_json(d.link)}
@@ -175,13 +180,17 @@ def _link(obj, where):
                   collectives=tuple(fits), overlap_efficiency=eta)
 
 
-def _inline_max(c, where):
-  """``chip.inline_kernel_max``: ``[]`` or ``[rows, cols]``, positive."""
+def _inline_max(c, where, version):
+  """``chip.inline_kernel_max``: ``[]`` or ``[batch, rows, cols]``,
+  positive (``[rows, cols]``, a batch of one, in version 4 files)."""
   v = _get(c, "inline_kernel_max", list, where, [])
-  if v and not (len(v) == 2 and all(isinstance(x, int) and x > 0
+  if len(v) == 2 and version == 4:
+    v = [1] + v
+  if v and not (len(v) == 3 and all(isinstance(x, int) and x > 0
                                     for x in v)):
     raise TopologyFileError(f"{where}.inline_kernel_max must be [] or "
-                            f"[rows, cols] of positive integers, got {v!r}")
+                            "[batch, rows, cols] of positive integers, got "
+                            f"{v!r}")
   return tuple(v)
 
 
@@ -258,10 +267,12 @@ def topology_from_dict(obj, source="<json>"):
       _get(c, "launch_overhead_s", float, w, 0.0),
       _get(c, "shared_compute_factor", float, w, 1.0),
       _compute_fits(c, w), _efficiencies(c, w),
-      _get(c, "threaded_kernel_s", float, w, 0.0), _inline_max(c, w))
-  if chip.threaded_kernel_s < 0:
-    raise TopologyFileError(f"{w}.threaded_kernel_s is "
-                            f"{chip.threaded_kernel_s!r}; it must be >= 0")
+      _get(c, "threaded_kernel_s", float, w, 0.0),
+      _inline_max(c, w, version), _get(c, "batch_matrix_s", float, w, 0.0))
+  for field in ("threaded_kernel_s", "batch_matrix_s"):
+    if getattr(chip, field) < 0:
+      raise TopologyFileError(f"{w}.{field} is {getattr(chip, field)!r}; "
+                              "it must be >= 0")
   if not (chip.peak_bf16_flops_per_s > 0 and
           chip.hbm_bandwidth_bytes_per_s > 0):
     raise TopologyFileError(f"{w} needs positive peak_flops_per_s and "

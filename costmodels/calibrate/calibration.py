@@ -156,6 +156,7 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   cf = fit_lib.fit_compute(samples, n, dtype)
   threaded = fit_lib.fit_threaded_kernel(samples, n)
   threaded_s = threaded.seconds if threaded else 0.0
+  matrix_s = threaded.matrix_s if threaded else 0.0
   is_gpu = "GPU" in info.get("device_types", ())
   per_device_memory = int(info.get("memory_bytes_per_device") or 0)
   chip = hardware.ChipSpec(
@@ -170,9 +171,11 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
           samples, dtype, cf.peak_flops_per_s),
       compute_fits=fit_lib.fit_patterns(samples, dtype, n,
-                                        cf.launch_overhead_s, threaded_s),
+                                        cf.launch_overhead_s, threaded_s,
+                                        matrix_s),
       threaded_kernel_s=threaded_s,
-      inline_kernel_max=threaded.inline_max if threaded else ())
+      inline_kernel_max=threaded.inline_max if threaded else (),
+      batch_matrix_s=matrix_s)
   # The collectives' shape-restoring kernels ran in the probes' chains, at
   # the chained kernels' launch cost: price them so, not as a step record.
   chained = chip
@@ -192,10 +195,17 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   if threaded is not None:
     lim = threaded.inline_max
     rows.append(("threaded kernel", "chip", (
-        f"matrix product above {lim[0]} rows or {lim[1]} columns, beyond "
-        f"its pattern's price ({threaded.samples} tiny products)" if lim
+        f"matrix product above a batch of {lim[0]}, {lim[1]} rows or "
+        f"{lim[2]} columns, beyond its pattern's price ({threaded.samples} "
+        "tiny products)" if lim
         else f"no step between tiny matrix products ({threaded.samples} "
         "timed)"), threaded_s, 0.0, "", threaded.rel_residual))
+    batches = [s.matrix[0] for s in samples
+               if s.what == "kernel" and len(s.matrix) == 3]
+    rows.append(("batch matrix", "chip", "each matrix of a batched product "
+                 f"beyond the first (tiny products, batches up to "
+                 f"{max(batches)})", matrix_s, 0.0, "",
+                 threaded.rel_residual))
   rows += record_rows
   rows += [(f"einsum {f.pattern}", "chip", f"{dtype}, all {n} devices "
             f"(+{f.latency_s * 1e6:.3g} us, bytes at "

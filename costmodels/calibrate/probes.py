@@ -159,15 +159,19 @@ def _einsum_kernel(eq):
 
 def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None):
   """A Probe of ``eq`` on ``[xs] x [ws]`` slices chained on every device of
-  ``impl``: ``sample`` with its bytes (read + written) and FLOPs filled in;
+  ``impl``: ``sample`` with its bytes (read + written), FLOPs and
+  ``matrix`` (the ``(batch, rows, cols)`` the kernel runs) filled in;
   ``reps`` by default 6, or 3 above 2e7 FLOPs."""
+  from mesh_tf.lowering import einsum_kernels  # pylint: disable=import-outside-toplevel
   dtype = sample.dtype
   a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
   flops = einsum_flops(eq, xs, ws)
   reps = reps or (6 if flops <= 2e7 else 3)
   oshape = _einsum_out_shape(eq, xs, ws)
   nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
-  return _probe(label, sample._replace(nbytes=nbytes, flops=float(flops)),
+  matrix = einsum_kernels.product_matrix(eq, (xs, ws))
+  return _probe(label, sample._replace(nbytes=nbytes, flops=float(flops),
+                                       matrix=matrix),
                 _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape,
                                    reps, flops), a, reps, sync)
 
@@ -245,26 +249,31 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
   return out
 
 
-#: ``(rows, cols)`` of the ``kernel`` probes' tiny matrix products: a sweep
-#: over rows at 8 columns and one over columns at 8 rows, across the size
-#: where TF's CPU kernels stop running a product on the calling thread (16
-#: rows, 64 columns on a 2-core machine).
-KERNEL_SIZES = ((8, 8), (16, 8), (32, 8), (64, 8), (8, 32), (8, 64),
-                (8, 128), (8, 256))
+#: ``(batch, rows, cols)`` of the ``kernel`` probes' tiny matrix products:
+#: from ``(1, 8, 8)``, a sweep over rows, one over columns and one over the
+#: batch, across the size where TF's CPU kernels stop running a product on
+#: the calling thread (a batch of one, 16 rows, 64 columns on a 2-core
+#: machine), and on to batches of many tiny matrices, whose cost grows with
+#: their number however few their FLOPs (see
+#: :func:`costmodels.calibrate.fit.fit_batch_matrix`).
+KERNEL_SIZES = ((1, 8, 8), (1, 16, 8), (1, 32, 8), (1, 64, 8), (1, 8, 32),
+                (1, 8, 64), (1, 8, 128), (1, 8, 256), (2, 8, 8), (4, 8, 8),
+                (64, 8, 8), (256, 8, 8), (1024, 8, 8))
 
 
 def kernel_probes(impl, dtype, itemsize, sync):
-  """Probes ``kernel``: chains of ``[rows, 8] x [8, cols]`` products on
-  every device of ``impl`` at once, one per :data:`KERNEL_SIZES` entry
-  (their FLOPs are negligible: what they time is whether the kernel hands
-  its work to a thread pool; see
+  """Probes ``kernel``: chains of ``[batch, rows, 8] x [batch, 8, cols]``
+  products on every device of ``impl`` at once, one per
+  :data:`KERNEL_SIZES` entry (their FLOPs are negligible: what they time
+  is whether the kernel hands its work to a thread pool, and what each
+  matrix of a batch costs; see
   :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
   return [_einsum_probe(
-      impl, f"matrix product {rows}x{cols}, {impl.size} device(s)",
-      Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="matmul",
-             matrix=(rows, cols)),
-      "abc,cd->abd", (1, rows, 8), (8, cols), itemsize, sync, reps=6)
-          for rows, cols in KERNEL_SIZES]
+      impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
+      Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="batched",
+             matrix=(batch, rows, cols)),
+      "abc,acd->abd", (batch, rows, 8), (batch, 8, cols), itemsize, sync,
+      reps=6) for batch, rows, cols in KERNEL_SIZES]
 
 
 def einsum_flops(eq, xs, ws):
@@ -463,7 +472,8 @@ def record_classes(trace):
   """``((class, count, flops, bytes, matrices), ...)`` of a trace's compute
   records, per the class :func:`costmodels.compute.compute_time` prices
   them by (the pattern of a contraction, else ``elementwise``), sorted;
-  ``matrices`` holds the ``(rows, cols)`` of each of its matrix products
+  ``matrices`` holds the ``(batch, rows, cols)`` of each of its matrix
+  products
   (whether each paid the threaded-kernel cost is known once that is
   fitted)."""
   out = {}

@@ -132,7 +132,7 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
     class_fit: ``class -> ComputeClassFit or None`` (e.g.
       ``ChipSpec.compute_fit``): what prices the FLOPs and bytes.
     ridge: the pull towards the common cost (:data:`RIDGE`).
-    threaded: ``(rows, cols) -> seconds``: the threaded-kernel cost of a
+    threaded: ``(batch, rows, cols) -> seconds``: the threaded-kernel cost of a
       matrix product of that size (the chip's, priced apart from the
       record's fixed cost; default none).
 

@@ -94,18 +94,21 @@ def swaps_operands(eq):
 
 
 def product_matrix(eq, shapes):
-  """``(rows, cols)`` of the matrix product :func:`einsum_kernel` runs for
-  the two-operand ``eq`` on slices of ``shapes`` outside a Session graph:
-  the sizes of the free letters (in the output, not in the other operand)
-  of its first operand and of its second, in the order it runs them (see
-  :func:`swaps_operands`); ``()`` for a broadcast product or any other
-  number of operands.
+  """``(batch, rows, cols)`` of the matrix product :func:`einsum_kernel`
+  runs for the two-operand ``eq`` on slices of ``shapes`` outside a
+  Session graph: the size of its batch letters (in both operands and the
+  output), and those of the free letters (in the output, not in the other
+  operand) of its first operand and of its second, in the order it runs
+  them (see :func:`swaps_operands`); ``()`` for a broadcast product or any
+  other number of operands.
 
   Example:
     >>> product_matrix("abc,cd->abd", [(2, 3, 4), (4, 5)])
-    (6, 5)
+    (1, 6, 5)
     >>> product_matrix("ac,ab->bc", [(8, 7), (8, 3)])   # run as ab,ac->bc
-    (3, 7)
+    (1, 3, 7)
+    >>> product_matrix("abc,acd->abd", [(4, 2, 3), (4, 3, 5)])
+    (4, 2, 5)
   """
   ins, out = _parse(eq)
   if len(ins) != 2 or is_broadcast_product(eq):
@@ -115,7 +118,8 @@ def product_matrix(eq, shapes):
     x, y, sx, sy = y, x, sy, sx
   size = dict(zip(x, sx))
   size.update(zip(y, sy))
-  return (math.prod(size[c] for c in x if c in out and c not in y),
+  return (math.prod(size[c] for c in x if c in out and c in y),
+          math.prod(size[c] for c in x if c in out and c not in y),
           math.prod(size[c] for c in y if c in out and c not in x))
 
 

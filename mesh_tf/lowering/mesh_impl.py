@@ -429,7 +429,7 @@ class MeshImpl:
     elementwise chain, is ``(one bool per input: read from the fused
     producer, bool: the output stays in the fused kernel)``; those bytes are
     not recorded as memory traffic (see :mod:`mesh_tf.ops.base`).
-    ``matrix``: the record's ``(rows, cols)`` of a matrix product (see
+    ``matrix``: the record's ``(batch, rows, cols)`` of a matrix product (see
     :class:`mesh_tf.lowering.trace.ComputeRecord`).
     """
     return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,

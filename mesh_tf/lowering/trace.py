@@ -47,8 +47,8 @@ class ComputeRecord(NamedTuple):
   :data:`mesh_tf.lowering.einsum_kernels.PATTERNS`, e.g. ``"transposed"``
   for an einsum whose operands TF transposes first), or ``""``; a
   calibrated topology prices each pattern at its own measured throughput.
-  ``matrix`` is ``(rows, cols)`` of the matrix product an einsum of two
-  operands runs (:func:`mesh_tf.lowering.einsum_kernels.product_matrix`),
+  ``matrix`` is ``(batch, rows, cols)`` of the matrix product an einsum of
+  two operands runs (:func:`mesh_tf.lowering.einsum_kernels.product_matrix`),
   else ``()``: whether its kernel is small enough to run inline, without
   handing work to a thread pool (a calibrated fixed cost, see
   :func:`costmodels.compute.compute_time`).

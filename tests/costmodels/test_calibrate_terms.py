@@ -92,7 +92,7 @@ def test_lowered_records_carry_their_pattern():
   # (rows, cols) of each product, as it runs: batch split in two; the
   # swapped gradient is x's d by v's e; a broadcast product has none.
   assert [by_name[z.operation.name].matrix for z in (y, gw, t, p)] == [
-      (2, 16), (8, 16), (2, 8), ()]
+      (1, 2, 16), (1, 8, 16), (1, 2, 8), ()]
   assert all(r.pattern == "" and r.matrix == () for r in trace.compute
              if not r.matmul)
 
@@ -187,7 +187,7 @@ def test_topology_file_keeps_pattern_fits_and_overlap(tmp_path):
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == topology_json.VERSION == 4
+  assert data["version"] == topology_json.VERSION == 5
   back = costmodels.get_topology(str(path))
   assert back == topo
   assert back.chip.compute_fit("transposed") == FITS[1]
@@ -233,9 +233,11 @@ def test_plan_files_with_the_old_embedded_form_still_read():
      r"dims\[0\].link.overlap_efficiency is 1.5"),
     (lambda d: d["chip"]["compute_fits"][0].pop("pattern"),
      r"compute_fits\[0\] lacks the field 'pattern'"),
-    (lambda d: d.update(version=5), r"versions \[1, 2, 3, 4\]"),
+    (lambda d: d.update(version=6), r"versions \[1, 2, 3, 4, 5\]"),
     (lambda d: d["chip"].update(inline_kernel_max=[16]),
-     r"inline_kernel_max must be \[\] or \[rows, cols\]"),
+     r"inline_kernel_max must be \[\] or \[batch, rows, cols\]"),
+    (lambda d: d["chip"].update(batch_matrix_s=-1.0),
+     r"batch_matrix_s is -1.0; it must be >= 0"),
     (lambda d: d["chip"]["compute_fits"][0].update(
         input_bandwidth_bytes_per_s=-1.0),
      r"compute_fits\[0\]: .*input_bandwidth_bytes_per_s > 0"),

@@ -188,7 +188,7 @@ def test_record_classes_counts_a_trace_per_pricing_class():
   got = dict((c, (n, f, b, m))
              for c, n, f, b, m in probes.record_classes(trace))
   assert got["matmul"][0] == 1 and got["matmul"][1] == 2 * 2 * 8 * 16
-  assert got["matmul"][3] == ((2, 16),)   # batch split in two
+  assert got["matmul"][3] == ((1, 2, 16),)   # batch split in two
   assert got["elementwise"][3] == ()
   assert sum(n for n, _, _, _ in got.values()) == len(trace.compute)
 
@@ -198,7 +198,7 @@ def test_threaded_products_are_priced_apart_from_the_record_costs():
   cost known, the fixed cost per record is the one the steps were made
   of, and without it the matmul records absorb it."""
   handoff = 1.5e-4
-  big, small = (64, 256), (8, 8)
+  big, small = (1, 64, 256), (1, 8, 8)
   steps = []
   for s, n_big in zip(_samples(), (9, 4, 12, 0)):
     recs = tuple(r + (((big,) * min(n_big, r[1])

@@ -19,49 +19,64 @@ from costmodels.collective_fits import CollectiveFit
 from costmodels.compute_fits import ComputeClassFit
 from mesh_tf.lowering.trace import ComputeRecord
 
-INLINE_S, THREADED_S, LIMIT = 5e-5, 1.2e-4, (16, 64)
+INLINE_S, THREADED_S, LIMIT = 5e-5, 1.2e-4, (1, 16, 64)
+MATRIX_S = 7e-7
 
 
-def _kernel_samples(noise=0.0, limit=LIMIT, rng=None):
+def _kernel_samples(noise=0.0, limit=LIMIT, rng=None, matrix_s=0.0):
   rng = rng or random.Random(0)
   out = []
-  for rows, cols in probes.KERNEL_SIZES:
-    t = INLINE_S + (0.0 if rows <= limit[0] and cols <= limit[1]
-                    else THREADED_S)
-    out.append(Sample("kernel", "", 8, 0, 2.0 * rows * cols * 8,
+  for m in probes.KERNEL_SIZES:
+    t = INLINE_S + (0.0 if all(n <= k for n, k in zip(m, limit))
+                    else THREADED_S) + matrix_s * (m[0] - 1)
+    out.append(Sample("kernel", "", 8, 0, 2.0 * m[0] * m[1] * m[2] * 8,
                       t * (1 + rng.uniform(-noise, noise)),
-                      pattern="matmul", matrix=(rows, cols)))
+                      pattern="batched", matrix=m))
   return out
 
 
 # --- the fit -------------------------------------------------------------------
-@pytest.mark.parametrize("limit", [(16, 64), (32, 128), (8, 8)])
-def test_fit_recovers_the_cost_and_the_largest_inline_product(limit):
-  got = fit_lib.fit_threaded_kernel(_kernel_samples(0.05, limit), 8)
+@pytest.mark.parametrize("matrix_s", [0.0, MATRIX_S])
+@pytest.mark.parametrize("limit", [(1, 16, 64), (1, 32, 128), (1, 8, 8),
+                                   (2, 16, 64)])
+def test_fit_recovers_the_cost_and_the_largest_inline_product(limit,
+                                                              matrix_s):
+  got = fit_lib.fit_threaded_kernel(
+      _kernel_samples(0.05, limit, matrix_s=matrix_s), 8)
   assert got.inline_max == limit
   assert got.seconds == pytest.approx(THREADED_S, rel=0.15)
+  assert got.matrix_s == pytest.approx(matrix_s, rel=0.2, abs=3e-8)
   assert got.samples == len(probes.KERNEL_SIZES)
+
+
+def test_the_batch_term_needs_two_batches():
+  # Without a batch sweep nothing is known of the batch: no term.
+  few = [s for s in _kernel_samples(matrix_s=MATRIX_S) if s.matrix[0] <= 2]
+  assert fit_lib.fit_threaded_kernel(few, 8).matrix_s == 0.0
 
 
 def test_a_sweep_without_a_step_costs_nothing():
   flat = [s._replace(seconds=INLINE_S) for s in _kernel_samples()]
-  assert fit_lib.fit_threaded_kernel(flat, 8) == (0.0, (), 0.0, len(flat))
+  assert fit_lib.fit_threaded_kernel(flat, 8) == (0.0, (), 0.0, len(flat),
+                                                  0.0)
   assert fit_lib.fit_threaded_kernel([], 8) is None
   # Timings of another device count are not used.
   assert fit_lib.fit_threaded_kernel(_kernel_samples(), 4) is None
 
 
 # --- what a record carries and costs --------------------------------------------
-def _chip(threaded=THREADED_S, limit=LIMIT):
+def _chip(threaded=THREADED_S, limit=LIMIT, matrix_s=0.0):
   fits = tuple(ComputeClassFit(p, 1e-5, 3e10, 4e9) for p in
-               ("matmul", "transposed", "elementwise"))
+               ("matmul", "batched", "transposed", "elementwise"))
   return costmodels.get_topology("dgx-h100").chip._replace(
       compute_fits=fits, launch_overhead_s=2e-5, shared_compute_factor=4.0,
-      threaded_kernel_s=threaded, inline_kernel_max=limit)
+      threaded_kernel_s=threaded, inline_kernel_max=limit,
+      batch_matrix_s=matrix_s)
 
 
 @pytest.mark.parametrize("matrix, pays", [
-    ((16, 64), False), ((17, 8), True), ((8, 65), True), ((), False)])
+    ((1, 16, 64), False), ((1, 17, 8), True), ((1, 8, 65), True),
+    ((2, 4, 4), True), ((), False)])
 def test_a_product_above_the_inline_size_pays_the_threaded_cost(matrix,
                                                                pays):
   rec = ComputeRecord("mm", 10**6, 10**4, 10**4, "float32", True, "matmul",
@@ -77,10 +92,24 @@ def test_a_product_above_the_inline_size_pays_the_threaded_cost(matrix,
       vec, _chip(threaded=0.0))
 
 
+@pytest.mark.parametrize("pattern", ["batched", "transposed"])
+def test_each_matrix_of_a_batch_beyond_the_first_pays(pattern):
+  def cost(batch, chip):
+    return compute.compute_time(ComputeRecord(
+        "bmm", 10**5, 10**4, 10**4, "float32", True, pattern,
+        (batch, 1, 1)), chip)
+  for batch in (2, 16, 1024):
+    assert cost(batch, _chip(matrix_s=MATRIX_S)) == pytest.approx(
+        cost(batch, _chip()) + MATRIX_S * (batch - 1))
+  # One matrix is a plain product: nothing beyond its threaded cost.
+  assert cost(1, _chip(matrix_s=MATRIX_S)) == cost(1, _chip())
+
+
 def test_presets_have_no_threaded_cost():
   for name in ("tpu-v4-4x4x4", "dgx-h100"):
     chip = costmodels.get_topology(name).chip
-    assert (chip.threaded_kernel_s, chip.inline_kernel_max) == (0.0, ())
+    assert (chip.threaded_kernel_s, chip.inline_kernel_max,
+            chip.batch_matrix_s) == (0.0, (), 0.0)
 
 
 def test_evaluate_charges_each_threaded_product_once():
@@ -91,7 +120,7 @@ def test_evaluate_charges_each_threaded_product_once():
   zero = topo._replace(chip=_chip(threaded=0.0))
   trace = costmodels.trace_graph(model.graph, "x:8", "batch:x")
   pays = sum(1 for r in trace.compute if r.matmul and r.matrix
-             and (r.matrix[0] > 16 or r.matrix[1] > 64))
+             and any(n > k for n, k in zip(r.matrix, LIMIT)))
   assert pays > 0
   got = costmodels.evaluate(model.graph, "x:8", "batch:x", topo,
                             overlap=False).step_time_s
@@ -101,16 +130,25 @@ def test_evaluate_charges_each_threaded_product_once():
 
 
 # --- the topology file ------------------------------------------------------------
-def test_files_round_trip_the_threaded_cost_and_version_3_reads(tmp_path):
+def test_files_round_trip_the_threaded_cost_and_versions_3_4_read(tmp_path):
   topo = costmodels.get_topology("dgx-h100")
-  topo = topo._replace(chip=_chip())
+  topo = topo._replace(chip=_chip(matrix_s=MATRIX_S))
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == 4
-  assert data["chip"]["inline_kernel_max"] == [16, 64]
+  assert data["version"] == 5
+  assert data["chip"]["inline_kernel_max"] == [1, 16, 64]
+  assert data["chip"]["batch_matrix_s"] == MATRIX_S
   assert topology_file.read_topology(path) == topo
+  # Version 4: [rows, cols], no batch term.
+  v4 = dict(data, version=4, chip=dict(data["chip"],
+                                       inline_kernel_max=[16, 64]))
+  del v4["chip"]["batch_matrix_s"]
+  (tmp_path / "v4.json").write_text(json.dumps(v4))
+  chip = topology_file.read_topology(tmp_path / "v4.json").chip
+  assert (chip.inline_kernel_max, chip.batch_matrix_s) == ((1, 16, 64), 0.0)
   data["version"] = 3
+  del data["chip"]["batch_matrix_s"]
   del data["chip"]["threaded_kernel_s"], data["chip"]["inline_kernel_max"]
   old = tmp_path / "v3.json"
   old.write_text(json.dumps(data))
@@ -146,6 +184,17 @@ def test_fit_topology_takes_the_threaded_cost_out_of_the_matmul_latency():
   # launch is the threaded cost, which the chip charges on its own.
   assert chip.compute_fit("matmul").latency_s == pytest.approx(0.0, abs=1e-9)
   assert "threaded kernel" in {r[0] for r in rows}
+  # A batched pattern's probes pay each matrix of their batch too.
+  batched = [Sample("matmul", "", 8, 0, f, 1e-5 + THREADED_S
+                    + MATRIX_S * 127 + 4.0 * f / 1e11, pattern="batched",
+                    matrix=(128, 32, 16)) for f in (4e6, 1.6e7, 6.7e7)]
+  topo, rows = calibration.fit_topology(
+      _compute_samples(THREADED_S) + batched
+      + _kernel_samples(matrix_s=MATRIX_S), info, "k")
+  assert topo.chip.batch_matrix_s == pytest.approx(MATRIX_S, rel=1e-6)
+  assert topo.chip.compute_fit("batched").latency_s == pytest.approx(
+      0.0, abs=1e-9)
+  assert "batch matrix" in {r[0] for r in rows}
   without, _ = calibration.fit_topology(_compute_samples(THREADED_S), info,
                                         "no-sweep")
   assert without.chip.threaded_kernel_s == 0.0
