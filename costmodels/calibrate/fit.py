@@ -452,8 +452,8 @@ def fit_threaded_kernel(samples, num_devices):
     ...       (65, 8, 8): 1.7e-4 + 64e-6, (257, 8, 8): 1.7e-4 + 256e-6}
     >>> got = fit_threaded_kernel([Sample("kernel", "", 8, 0, 0.0, t,
     ...                                   matrix=m) for m, t in ts.items()], 8)
-    >>> round(got.seconds * 1e6, 3), got.inline_max, round(got.matrix_s * 1e6, 3)
-    (120.0, (1, 16, 64), 1.0)
+    >>> got.inline_max, round(got.seconds, 9), round(got.matrix_s, 12)
+    ((1, 16, 64), 0.00012, 1e-06)
   """
   times = {s.matrix: s.seconds for s in samples
            if s.what == "kernel" and s.group_size == num_devices

@@ -132,9 +132,10 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
     class_fit: ``class -> ComputeClassFit or None`` (e.g.
       ``ChipSpec.compute_fit``): what prices the FLOPs and bytes.
     ridge: the pull towards the common cost (:data:`RIDGE`).
-    threaded: ``(batch, rows, cols) -> seconds``: the threaded-kernel cost of a
-      matrix product of that size (the chip's, priced apart from the
-      record's fixed cost; default none).
+    threaded: ``(batch, rows, cols) -> seconds``: what a matrix product
+      of that shape costs for its shape alone (the chip's threaded-kernel
+      and per-matrix costs, :func:`costmodels.compute.handoff_time`,
+      priced apart from the record's fixed cost; default none).
 
   Returns:
     A :class:`RecordCosts`, or None without ``model_step`` timings.
