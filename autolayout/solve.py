@@ -144,12 +144,14 @@ class LayoutSearch:
       value = self._built[key] = make()
     return value
 
-  def liveness(self):
+  def liveness(self, deadline=None):
     """The cost model's schedule and live intervals of the graph: one per
     search, shared by the memory steps of every mesh, the infeasibility
-    report and the final re-check."""
+    report and the final re-check.  ``deadline``: as :meth:`problem` (the
+    schedule of a large graph stops when it passes)."""
     return self._part("liveness", None, None, lambda: cm_memory.liveness(
-        self.graph, list(self.outputs)))
+        self.graph, list(self.outputs), check=lambda: arguments.deadline_left(
+            deadline, "the memory schedule")))
 
   def problem(self, mesh_shape, topology, memory_budget=None,
               need_peak=False, overlap=True, deadline=None):
@@ -183,7 +185,7 @@ class LayoutSearch:
     ms = None
     if memory_bound:
       arguments.deadline_left(deadline, "the memory steps")
-      live = self.liveness()
+      live = self.liveness(deadline)
       arguments.deadline_left(deadline, "the memory steps")
       # The schedule's steps do not depend on the mesh: compressed once.
       steps = self._part("steps", None, None, lambda: memory_steps.compress(

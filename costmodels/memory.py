@@ -127,7 +127,7 @@ def _key(delta, index):
   return (0, delta, index) if delta <= 0 else (1, index, 0)
 
 
-def schedule(graph, outputs=None):
+def schedule(graph, outputs=None, check=None):
   """A memory-minimising topological order of ``graph.operations``.
 
   Variables come first (they are live throughout anyway).  Then a greedy
@@ -150,13 +150,21 @@ def schedule(graph, outputs=None):
     graph: an mtf Graph.
     outputs: tensors that stay live to the end (default: the tensors no
       operation reads, see :func:`default_outputs`).
+    check: None, or a function of no arguments called every few hundred
+      operations and between the phases; whatever it raises stops the
+      schedule (a caller's time limit: the schedule of a 10k-op graph takes
+      seconds).
 
   Returns:
     A list of every operation of the graph, in execution order.
   """
-  greedy = _greedy_schedule(graph, outputs)
+  check = check or (lambda: None)
+  greedy = _greedy_schedule(graph, outputs, check)
   build = list(graph.operations)
-  if _whole_peak(graph, build, outputs) < _whole_peak(graph, greedy, outputs):
+  check()
+  build_peak = _whole_peak(graph, build, outputs)
+  check()
+  if build_peak < _whole_peak(graph, greedy, outputs):
     return build
   return greedy
 
@@ -172,7 +180,10 @@ def _whole_peak(graph, order, outputs):
   return int(np.cumsum(diff)[:steps].max()) if steps else 0
 
 
-def _greedy_schedule(graph, outputs):
+_CHECK_EVERY = 256  # operations scheduled between two calls of ``check``
+
+
+def _greedy_schedule(graph, outputs, check):
   ops = list(graph.operations)
   index = {op: i for i, op in enumerate(ops)}
   producer = {t: op for op in ops for t in op.outputs}
@@ -235,6 +246,8 @@ def _greedy_schedule(graph, outputs):
     if op in done or score.get(op) != s:
       continue
     run(op)
+    if len(order) % _CHECK_EVERY == 0:
+      check()
   if len(order) != len(ops):
     missing = [op.name for op in ops if op not in done][:5]
     raise AssertionError(f"schedule: operations {missing} were never ready; "
@@ -412,12 +425,15 @@ class Liveness:
           "costmodels.memory.liveness(graph) after adding operations")
 
 
-def liveness(graph, outputs=None, schedule_ops=None):
+def liveness(graph, outputs=None, schedule_ops=None, check=None):
   """The :class:`Liveness` of ``graph``: ``schedule_ops`` (default
   :func:`schedule`) and :func:`live_intervals` under it, with ``outputs``
-  (default: unread tensors) kept live to the end."""
+  (default: unread tensors) kept live to the end.  ``check``: as
+  :func:`schedule`, also called before the intervals."""
   if schedule_ops is None:
-    schedule_ops = schedule(graph, outputs)
+    schedule_ops = schedule(graph, outputs, check)
+  if check is not None:
+    check()
   step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),

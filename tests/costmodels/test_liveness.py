@@ -87,3 +87,32 @@ def test_slice_sizes_is_the_memory_models_rule():
   assert memory.tensor_bytes_per_device(w, mesh_shape, rules) == 4 * 4 * 4
   impl = mtf.ShapeMeshImpl(mesh_shape, rules)
   assert impl.slice_shape(w) == layout.slice_sizes(w.shape, mesh_shape)
+
+
+def _long_chain(n):
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  y = mtf.zeros(mesh, "n:4,k:8")
+  for _ in range(n):
+    y = mtf.exp(y)
+  return g
+
+
+class _Stop(Exception):
+  pass
+
+
+def test_a_check_stops_the_schedule_and_is_called_as_it_goes():
+  g = _long_chain(2 * memory._CHECK_EVERY)
+  calls = []
+  plan = memory.liveness(g, check=lambda: calls.append(1))
+  # Twice in the greedy pass, between the phases and before the intervals.
+  assert len(calls) >= 4
+  assert plan.schedule == tuple(memory.schedule(g))  # the same answer
+
+  def stop():
+    raise _Stop
+  with pytest.raises(_Stop):
+    memory.schedule(g, check=stop)
+  with pytest.raises(_Stop):
+    memory.liveness(g, check=stop)
