@@ -47,6 +47,9 @@ class Plan(NamedTuple):
     overlap_compute_reps: einsum chain lengths run beside them.
     model_steps: small zoo models whose training steps price the fixed
       cost of a record in a step (:data:`probes_lib.MODEL_STEPS`).
+    kernel_sizes: ``(batch, rows, cols)`` of the tiny matrix products
+      (:data:`probes_lib.KERNEL_SIZES` or some of them).
+    max_reps: the most reps of a probe's chain (0: no cap).
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -58,6 +61,8 @@ class Plan(NamedTuple):
   overlap_bytes: Tuple[int, ...] = ()
   overlap_compute_reps: Tuple[int, ...] = ()
   model_steps: Tuple[str, ...] = ()
+  kernel_sizes: tuple = probes_lib.KERNEL_SIZES
+  max_reps: int = 0
 
   @property
   def num_benchmarks(self):
@@ -70,14 +75,18 @@ class Plan(NamedTuple):
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + 3 + len(self.model_steps)
             * len(probes_lib.MODEL_STEP_LAYOUTS)
-            + len(probes_lib.KERNEL_SIZES))
+            + len(self.kernel_sizes))
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
-  """The default plan: about 60 s on 8 logical CPU devices of a 2-core
-  machine, ``quick`` about 20 s (collective sizes span 4 KiB to a few MiB
-  a device; ``quick`` times the training steps of two of the small models
-  and the wide MLP, the full plan all five)."""
+  """The default plan, or the ``quick`` one (collective sizes span 4 KiB
+  to a few MiB a device; ``quick`` times the training steps of two of the
+  small models and the wide MLP, the full plan all five; it takes every
+  other tiny product of :data:`probes_lib.KERNEL_SIZES` and chains at most
+  2 reps, since tracing a probe's chain is most of what it costs).  On 8
+  logical CPU devices of a 2-core machine the default is meant for about
+  60 s and ``quick`` for about 20 s; ``quick`` measured 28-32 s beside 32-39
+  s before the cap on a slow day (measured in, CLI, alternated)."""
   # Forms the zoo's dense layers, attention and their gradients issue.
   matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
             for k in (64, 128, 256)] + [
@@ -100,7 +109,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
     return Plan(tuple(meshes), (4096, 131072, 524288, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::4]),
-                (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"))
+                (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
+                probes_lib.KERNEL_SIZES[::2], 2)
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
@@ -146,7 +156,7 @@ def axis_link_name(mesh_shape, axis, devices):
 def prepare(plan, devices, sync=None):
   """Every probe of ``plan`` on ``devices`` (TF device names), prepared:
   compute (alone on the first device, then on all), the tiny matrix
-  products of :data:`probes_lib.KERNEL_SIZES` (on all), other dtypes,
+  products of ``plan.kernel_sizes`` (on all), other dtypes,
   reference steps, then per mesh axis its collectives and overlap probes.
 
   Raises:
@@ -170,7 +180,8 @@ def prepare(plan, devices, sync=None):
   out = []
   for impl in (alone, everyone):
     out += probes_lib.compute_probes(impl, plan, dtype, itemsize, sync)
-  out += probes_lib.kernel_probes(everyone, dtype, itemsize, sync)
+  out += probes_lib.kernel_probes(everyone, dtype, itemsize, sync,
+                                  plan.kernel_sizes, plan.max_reps)
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices)

@@ -118,8 +118,12 @@ def _square(impl, x):
   return impl.slicewise(lambda t: t * t, x, slice_shape=x.slice_shape)
 
 
-def _reps_for(nbytes):
-  return 6 if nbytes <= 131072 else 3 if nbytes <= 1048576 else 2
+def _reps_for(nbytes, max_reps=0):
+  """Reps of a chain of ``nbytes`` slices: fewer as they grow, and at most
+  ``max_reps`` (0: no cap; the quick plan's cap: tracing a chain costs in
+  proportion to its reps, and is most of what a probe costs)."""
+  reps = 6 if nbytes <= 131072 else 3 if nbytes <= 1048576 else 2
+  return min(reps, max_reps) if max_reps else reps
 
 
 def _chain(impl, rep, x, reps):
@@ -157,16 +161,19 @@ def _einsum_kernel(eq):
   return einsum_kernels.einsum_kernel(eq)
 
 
-def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None):
+def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None,
+                  max_reps=0):
   """A Probe of ``eq`` on ``[xs] x [ws]`` slices chained on every device of
   ``impl``: ``sample`` with its bytes (read + written), FLOPs and
   ``matrix`` (the ``(batch, rows, cols)`` the kernel runs) filled in;
-  ``reps`` by default 6, or 3 above 2e7 FLOPs."""
+  ``reps`` by default 6, or 3 above 2e7 FLOPs, at most ``max_reps`` (0: no
+  cap)."""
   from mesh_tf.lowering import einsum_kernels  # pylint: disable=import-outside-toplevel
   dtype = sample.dtype
   a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
   flops = einsum_flops(eq, xs, ws)
   reps = reps or (6 if flops <= 2e7 else 3)
+  reps = min(reps, max_reps) if max_reps else reps
   oshape = _einsum_out_shape(eq, xs, ws)
   nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
   matrix = einsum_kernels.product_matrix(eq, (xs, ws))
@@ -226,7 +233,7 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
     out.append(_einsum_probe(
         impl, f"einsum {pattern} {eq}, {group} device(s)",
         Sample("matmul", "", group, 0, 0.0, 0.0, dtype, pattern=pattern),
-        eq, xs, ws, itemsize, sync))
+        eq, xs, ws, itemsize, sync, max_reps=plan.max_reps))
   for kind, (n, s, c, f, k) in plan.convs:
     xs, ws, oshape, flops = conv_shapes(kind, n, s, c, f, k)
     a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
@@ -240,7 +247,7 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
                            flops), a, 2, sync))
   for nbytes in plan.elementwise_bytes:
     x = _variables(impl, (nbytes // itemsize,), dtype)
-    reps = _reps_for(nbytes) * 2
+    reps = _reps_for(nbytes, plan.max_reps) * 2
     out.append(_probe(
         f"elementwise {nbytes // 1024} KiB, {group} device(s)",
         Sample("elementwise", "", group, 2 * nbytes, nbytes // itemsize, 0.0,
@@ -261,19 +268,21 @@ KERNEL_SIZES = ((1, 8, 8), (1, 16, 8), (1, 32, 8), (1, 64, 8), (1, 8, 32),
                 (64, 8, 8), (256, 8, 8), (1024, 8, 8))
 
 
-def kernel_probes(impl, dtype, itemsize, sync):
+def kernel_probes(impl, dtype, itemsize, sync, sizes=KERNEL_SIZES,
+                  max_reps=0):
   """Probes ``kernel``: chains of ``[batch, rows, 8] x [batch, 8, cols]``
-  products on every device of ``impl`` at once, one per
-  :data:`KERNEL_SIZES` entry (their FLOPs are negligible: what they time
-  is whether the kernel hands its work to a thread pool, and what each
-  matrix of a batch costs; see
-  :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
+  products on every device of ``impl`` at once, one per ``sizes`` entry
+  (default :data:`KERNEL_SIZES`), of 6 reps or at most ``max_reps`` (0: no
+  cap).  Their FLOPs are negligible: what they time is whether the kernel
+  hands its work to a thread pool, and what each matrix of a batch costs
+  (see :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
   return [_einsum_probe(
       impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
       Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="batched",
              matrix=(batch, rows, cols)),
       "abc,acd->abd", (batch, rows, 8), (batch, 8, cols), itemsize, sync,
-      reps=6) for batch, rows, cols in KERNEL_SIZES]
+      reps=6, max_reps=max_reps)
+          for batch, rows, cols in sizes]
 
 
 def einsum_flops(eq, xs, ws):
@@ -350,7 +359,7 @@ def collective_probes(impl, axis, link, plan, dtype, itemsize, sync):
       m, w = slice_shape_for(nbytes, itemsize, axis.size)
       x = _variables(impl, (m, w), dtype)
       rep, (cflops, cbytes) = _collective_rep(impl, kind, axis.name, m, w)
-      reps = _reps_for(nbytes)
+      reps = _reps_for(nbytes, plan.max_reps)
       out.append(_probe(
           f"{kind} {axis.name}={axis.size} {m * w * itemsize // 1024} KiB",
           Sample(kind, axis.name, axis.size, m * w * itemsize, float(cflops),

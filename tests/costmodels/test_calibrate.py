@@ -303,7 +303,7 @@ def test_quick_calibration_end_to_end(tmp_path):
   # The tiny products' sweep, timed on all devices, and its fit.
   sweep = {tuple(s["matrix"]) for s in meta["samples"]
            if s["what"] == "kernel" and s["group_size"] == 8}
-  assert sweep == set(probes.KERNEL_SIZES)
+  assert sweep == set(probes.KERNEL_SIZES[::2])  # the quick plan's
   assert "threaded kernel" in {r[0] for r in c.fits}
   assert topo.chip.threaded_kernel_s >= 0
   from mesh_tf import models

@@ -54,7 +54,7 @@ def _counts(collectives, weight):
 
 
 @pytest.mark.parametrize("k,stage,recompute", [
-    (2, 0, 0), (4, 0, 0), (2, 3, 0), (4, 2, 0), (2, 3, 2), (4, 1, 1)])
+    (2, 0, 0), (2, 3, 0), (4, 2, 0), (2, 3, 2), (4, 1, 1)])
 def test_k_microbatches_equal_the_whole_batch(values, baseline, k, stage,
                                               recompute):
   base_loss, base_w, base_r = baseline
