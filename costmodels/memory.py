@@ -158,7 +158,7 @@ def schedule(graph, outputs=None, check=None):
   Returns:
     A list of every operation of the graph, in execution order.
   """
-  check = check or (lambda: None)
+  check = check or _no_check
   greedy = _greedy_schedule(graph, outputs, check)
   build = list(graph.operations)
   check()
@@ -181,6 +181,10 @@ def _whole_peak(graph, order, outputs):
 
 
 _CHECK_EVERY = 256  # operations scheduled between two calls of ``check``
+
+
+def _no_check():
+  pass
 
 
 def _greedy_schedule(graph, outputs, check):
@@ -430,10 +434,10 @@ def liveness(graph, outputs=None, schedule_ops=None, check=None):
   :func:`schedule`) and :func:`live_intervals` under it, with ``outputs``
   (default: unread tensors) kept live to the end.  ``check``: as
   :func:`schedule`, also called before the intervals."""
+  check = check or _no_check
   if schedule_ops is None:
     schedule_ops = schedule(graph, outputs, check)
-  if check is not None:
-    check()
+  check()
   step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),

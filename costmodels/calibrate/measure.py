@@ -85,8 +85,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   other tiny product of :data:`probes_lib.KERNEL_SIZES` and chains at most
   2 reps, since tracing a probe's chain is most of what it costs).  On 8
   logical CPU devices of a 2-core machine the default is meant for about
-  60 s and ``quick`` for about 20 s; ``quick`` measured 28-32 s beside 32-39
-  s before the cap on a slow day (measured in, CLI, alternated)."""
+  60 s and ``quick`` for about 20 s; on a slow day ``quick`` measured for
+  28-32 s (32-39 s without the cap and the fewer products)."""
   # Forms the zoo's dense layers, attention and their gradients issue.
   matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
             for k in (64, 128, 256)] + [

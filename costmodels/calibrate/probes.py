@@ -118,12 +118,18 @@ def _square(impl, x):
   return impl.slicewise(lambda t: t * t, x, slice_shape=x.slice_shape)
 
 
-def _reps_for(nbytes, max_reps=0):
-  """Reps of a chain of ``nbytes`` slices: fewer as they grow, and at most
-  ``max_reps`` (0: no cap; the quick plan's cap: tracing a chain costs in
-  proportion to its reps, and is most of what a probe costs)."""
-  reps = 6 if nbytes <= 131072 else 3 if nbytes <= 1048576 else 2
+def _capped(reps, max_reps):
+  """``reps``, at most ``max_reps`` (0: no cap; the quick plan's cap:
+  tracing a chain costs in proportion to its reps, and is most of what a
+  probe costs)."""
   return min(reps, max_reps) if max_reps else reps
+
+
+def _reps_for(nbytes, max_reps=0):
+  """Reps of a chain of ``nbytes`` slices: fewer as they grow, at most
+  ``max_reps`` (see :func:`_capped`)."""
+  return _capped(6 if nbytes <= 131072 else 3 if nbytes <= 1048576 else 2,
+                 max_reps)
 
 
 def _chain(impl, rep, x, reps):
@@ -172,8 +178,7 @@ def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None,
   dtype = sample.dtype
   a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
   flops = einsum_flops(eq, xs, ws)
-  reps = reps or (6 if flops <= 2e7 else 3)
-  reps = min(reps, max_reps) if max_reps else reps
+  reps = _capped(reps or (6 if flops <= 2e7 else 3), max_reps)
   oshape = _einsum_out_shape(eq, xs, ws)
   nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
   matrix = einsum_kernels.product_matrix(eq, (xs, ws))
