@@ -68,6 +68,11 @@ class LinkSpec(NamedTuple):
       priced by that fit, with the algorithm the lowering really runs on
       these devices; ``()`` (every preset) keeps the ring formulas of
       :mod:`costmodels.collectives`.
+    barrier_s: fixed seconds every collective over this link costs in a
+      step beyond its law, whatever its group size: the group's members
+      wait for each other before the step goes on.  0 for the presets;
+      calibration fits it on whole training steps
+      (:mod:`costmodels.calibrate.record_costs`).
   """
   name: str
   kind: str
@@ -75,6 +80,7 @@ class LinkSpec(NamedTuple):
   latency_s: float
   collectives: tuple = ()
   overlap_efficiency: Optional[float] = None
+  barrier_s: float = 0.0
 
   def __repr__(self):
     return (f"LinkSpec({self.name}: {self.bandwidth_bytes_per_s / 1e9:g} GB/s"

@@ -4,13 +4,15 @@ Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
 topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
-    {"schema": "mesh-tf-topology", "version": 5, "name": "...",
+    {"schema": "mesh-tf-topology", "version": 6, "name": "...",
      "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
      "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
      "calibration": {...what was measured, fit residuals...}}
 
 Every number keeps its unit in its key; JSON has no infinity, so ``null``
-stands for an infinite bandwidth.  Version 5 added
+stands for an infinite bandwidth.  Version 6 added ``link.barrier_s``
+(the fixed cost of each collective over the link in a step); version 5
+files read with 0.  Version 5 added
 ``chip.batch_matrix_s`` (what each matrix of a batched product costs
 beyond the first) and made ``chip.inline_kernel_max`` ``[batch, rows,
 cols]``; version 4 files read with 0 and their ``[rows, cols]`` as a batch
@@ -42,13 +44,14 @@ from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
-VERSION = 5
+VERSION = 6
 #: Versions this mesh-tf reads (1: before compute fits and overlap; 2:
 #: before the achievable matmul fraction; 3: before the threaded-kernel
-#: cost; 4: before the cost per matrix of a batch).  The version was bumped
+#: cost; 4: before the cost per matrix of a batch; 5: before the cost per
+#: collective in a step).  The version was bumped
 #: each time, rather than the field added silently, so that an older mesh-tf refuses a file whose new term it would
 #: ignore instead of pricing matmuls too fast.
-READ_VERSIONS = (1, 2, 3, 4, 5)
+READ_VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 class TopologyFileError(TopologyError):
@@ -83,6 +86,7 @@ def _link_json(link):
           "bandwidth_bytes_per_s": _num(link.bandwidth_bytes_per_s),
           "latency_s": link.latency_s,
           "overlap_efficiency": link.overlap_efficiency,
+          "barrier_s": link.barrier_s,
           "collectives": [_fit_json(f) for f in link.collectives]}
 
 
@@ -174,10 +178,15 @@ def _link(obj, where):
     raise TopologyFileError(f"{where}.overlap_efficiency is {eta!r}; it is "
                             "a fraction in [0, 1] (or null for the default "
                             "of the link kind)")
+  barrier = _get(obj, "barrier_s", float, where, 0.0)
+  if not barrier >= 0:
+    raise TopologyFileError(f"{where}.barrier_s is {barrier!r}; it must be "
+                            ">= 0 (seconds per collective)")
   return LinkSpec(_get(obj, "name", str, where), _get(obj, "kind", str, where),
                   _rate(obj, "bandwidth_bytes_per_s", where),
                   _get(obj, "latency_s", float, where),
-                  collectives=tuple(fits), overlap_efficiency=eta)
+                  collectives=tuple(fits), overlap_efficiency=eta,
+                  barrier_s=barrier)
 
 
 def _inline_max(c, where, version):

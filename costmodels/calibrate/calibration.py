@@ -179,8 +179,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   # The collectives' shape-restoring kernels ran in the probes' chains, at
   # the chained kernels' launch cost: price them so, not as a step record.
   chained = chip
-  chip, record_rows, message_s = _with_record_costs(samples, chip,
-                                                    len(procs) == 1)
+  chip, record_rows, message_s, barrier_s = _with_record_costs(
+      samples, chip, len(procs) == 1)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
            cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
@@ -226,9 +226,10 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
                             _link_spec("process", "grpc", proc_fits,
                                        samples, rows),
                             "switch"))
+  local = _link_spec("device", "gpu" if is_gpu else "host", local_fits,
+                     samples, rows)._replace(barrier_s=barrier_s)
   dims.append(PhysicalDim("device", per_task if len(procs) > 1 else n,
-                          _link_spec("device", "gpu" if is_gpu else "host",
-                                     local_fits, samples, rows), "switch"))
+                          local, "switch"))
   chip = chip._replace(link=dims[-1].link)
   topology = Topology(name, chip, tuple(dims))
   rows += _allsplit_check(samples, chip)
@@ -242,12 +243,13 @@ def _with_record_costs(samples, chip, one_process):
   ``latency_s`` (the excess of each class over it); on ``one_process``
   (the steps' messages all on the one ``device`` link), the
   cost of a message in a step, which each of the link's collective fits'
-  ``latency_s`` is raised to (else 0); and the fit's rows."""
+  ``latency_s`` is raised to, and the cost of a collective in a step, the
+  link's ``barrier_s`` (else 0 and 0); and the fit's rows."""
   rc = record_costs.fit_record_costs(
       samples, chip.compute_fit,
       threaded=lambda matrix: compute_lib.handoff_time(matrix, chip))
   if rc is None:
-    return chip, [], 0.0
+    return chip, [], 0.0, 0.0
   launch = rc.costs.get("elementwise", rc.common_s)
 
   def in_step(f):
@@ -269,13 +271,19 @@ def _with_record_costs(samples, chip, one_process):
                  "same steps (each pattern fit's bandwidth lowered by it)",
                  0.0, 1.0 / rc.byte_s, "B/s", rc.rel_residual))
   chip = chip._replace(launch_overhead_s=launch, compute_fits=fits)
-  if not (one_process and rc.message_s > 0):
-    return chip, rows, 0.0
-  rows.append(("message in a step", "device", "fixed cost per slice a "
-               "device receives in a collective, fitted on the model steps "
-               "with collectives (each fit's latency at least this)",
-               rc.message_s, 0.0, "", rc.rel_residual))
-  return chip, rows, rc.message_s
+  if not one_process:
+    return chip, rows, 0.0, 0.0
+  if rc.message_s > 0:
+    rows.append(("message in a step", "device", "fixed cost per slice a "
+                 "device receives in a collective, fitted on the model "
+                 "steps with collectives (each fit's latency at least "
+                 "this)", rc.message_s, 0.0, "", rc.rel_residual))
+  if rc.collective_s > 0:
+    rows.append(("collective in a step", "device", "fixed cost per "
+                 "collective, whatever its group (the members wait for each "
+                 "other), fitted on the same steps (the link's barrier_s)",
+                 rc.collective_s, 0.0, "", rc.rel_residual))
+  return chip, rows, rc.message_s, rc.collective_s
 
 
 def _allsplit_check(samples, chip):

@@ -65,6 +65,9 @@ class Sample(NamedTuple):
       product (files written before have no ``matrices``).
     messages: of a ``model_step`` timing: ``sum(group_size - 1)`` over the
       step's collectives (the slices each device receives).
+    collectives: of a ``model_step`` timing: how many collectives the step
+      runs (files written before have 0: their steps ran on ``x:n`` alone,
+      ``messages / (n - 1)`` of them).
     matrix: of a ``kernel`` timing (a chain of tiny matrix products, their
       FLOPs negligible, all devices at once) or an einsum's (``matmul``):
       the product's ``(batch, rows, cols)``; see
@@ -90,6 +93,7 @@ class Sample(NamedTuple):
   messages: int = 0
   matrix: tuple = ()
   input_bytes: int = 0
+  collectives: int = 0
 
 
 def sample_from_dict(d):

@@ -67,14 +67,17 @@ class Plan(NamedTuple):
   @property
   def num_benchmarks(self):
     from mesh_tf.core import dims as dims_lib
-    axes = sum(len(dims_lib.convert_to_shape(m).dims) for m in self.meshes)
+    shapes = [dims_lib.convert_to_shape(m) for m in self.meshes]
+    axes = sum(len(shape.dims) for shape in shapes)
+    n = shapes[0].size if shapes else 1
     return (axes * (len(COLLECTIVES) * len(self.collective_bytes)
                     + 3 * len(self.overlap_bytes)
                     * len(self.overlap_compute_reps))
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
-            + len(self.dtypes) - 1 + 3 + len(self.model_steps)
-            * len(probes_lib.MODEL_STEP_LAYOUTS)
+            + len(self.dtypes) - 1 + 3 + sum(
+                len(probes_lib.model_step_layouts(m, n))
+                for m in self.model_steps)
             + len(self.kernel_sizes))
 
 

@@ -500,26 +500,36 @@ def record_classes(trace):
   return tuple((c,) + v for c, v in sorted(out.items()))
 
 
-#: The layouts of each ``model_step`` probe on mesh ``x:n``: replicated
-#: (every device runs every record, as the cost of a record assumes) and
-#: data parallel (the same records and the gradients' all-reduces: the
-#: cost of a collective's messages in a step).
-MODEL_STEP_LAYOUTS = ("", "batch:x")
+def model_step_layouts(name, n):
+  """The ``(mesh, rules)`` of each ``model_step`` probe of model ``name``
+  on ``n`` devices: replicated on ``x:n`` (every device runs every record,
+  as the cost of a record assumes), data parallel on ``x:n`` (the same
+  records and the gradients' all-reduces: the cost of a collective's
+  messages in a step) and, for the models with a hidden layer on an even
+  ``n >= 4``, mixed on ``a:2;b:n/2``: data parallel over ``b`` and the
+  hidden layer split over ``a``, whose all-reduces of activations over 2
+  devices sit beside gradient syncs over ``n / 2`` and ``n``.  Its
+  messages per collective differ from data parallel's ``n - 1``, which
+  tells the cost of a collective in a step from that of a message (see
+  :mod:`costmodels.calibrate.record_costs`)."""
+  out = [(f"x:{n}", ""), (f"x:{n}", "batch:x")]
+  if n >= 4 and n % 2 == 0 and "d_ff" in MODEL_STEPS[name]:
+    out.append((f"a:2;b:{n // 2}", "batch:b;d_ff:a"))
+  return tuple(out)
 
 
-def model_step_probes(devices, names=tuple(MODEL_STEPS),
-                      layouts=MODEL_STEP_LAYOUTS):
+def model_step_probes(devices, names=tuple(MODEL_STEPS)):
   """Probes ``model_step``: one SGD training step of each small zoo model
-  of ``names`` under each of ``layouts`` on every device, warmed up;
-  ``pattern`` names the model, ``records`` counts its records per class
-  and ``messages`` its collectives' slices received per device."""
+  of ``names`` under each of its :func:`model_step_layouts` on every
+  device, warmed up; ``pattern`` names the model and its rules,
+  ``records`` counts its records per class, ``messages`` its collectives'
+  slices received per device and ``collectives`` its collectives."""
   import costmodels  # pylint: disable=import-outside-toplevel
   from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
   n = len(devices)
-  mesh = f"x:{n}"
   out = []
   for name in names:
-    for rules in layouts:
+    for mesh, rules in model_step_layouts(name, n):
       model = _zoo_model(name)
       step = training.train_step_for_model(model, mesh, rules, devices,
                                            optimize.SgdOptimizer(0.01))
@@ -533,7 +543,7 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS),
           f"{name} model step {rules or 'replicated'}, {total} records",
           Sample("model_step", "", n, 0, float(total), 0.0,
                  pattern=f"{name} {rules}".strip(), records=records,
-                 messages=messages),
+                 messages=messages, collectives=len(trace.collectives)),
           [lambda step=step, f=feeds: step(**f).numpy()], 1,
           lambda _: None))
   return out

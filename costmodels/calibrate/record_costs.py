@@ -17,11 +17,12 @@ prediction of ``benchmarks/cost_model_truth.py`` came out about 2x too fast.
 The fit: each ``model_step`` :class:`~costmodels.calibrate.fit.Sample` is
 one training step of a small model with its compute records counted per
 pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
-the key :func:`costmodels.compute.compute_time` prices it by), replicated
-or data parallel.  Its time, less the FLOP and byte terms the class fits
-already price, is
+the key :func:`costmodels.compute.compute_time` prices it by), replicated,
+data parallel or mixed
+(:func:`~costmodels.calibrate.probes.model_step_layouts`).  Its time, less
+the FLOP and byte terms the class fits already price, is
 
-    ``T - work = sum_c n_c * F_c + m * F_msg + B * beta``
+    ``T - work = sum_c n_c * F_c + m * F_msg + k * F_coll + B * beta``
 
 with ``B`` the bytes its records read and write per device and ``beta``
 the seconds a byte costs in a step beyond what the class fits charge.
@@ -37,7 +38,18 @@ slices each device receives; 0 replicated).  The same holds for the
 collectives as for the records: a chained all-reduce probe repeats one
 collective hot, while each slice a device receives in a step is a
 send/receive pair among hundreds of other ops (about 50-120 us a message
-in steps, against 2-30 us in the chains, measured as above).
+in steps, against 2-30 us in the chains, measured as above).  ``k`` is
+the number of its collectives, whatever their groups: at each one the
+group's members wait for each other before the step goes on, which a
+chain, where one collective follows another with nothing between, never
+shows.  Measured in ``benchmarks/cost_model_truth.py`` (49 layouts of four
+models on 8 logical CPU devices), a blocking all-reduce over 2 devices
+costs 0.1-0.2 ms in a step against the 0.02 ms its messages are priced at,
+and every layout with activation collectives came out 15-18% fast without
+it.  ``F_msg`` and ``F_coll`` are told apart only by steps whose messages
+per collective differ (data parallel on ``x:n``, ``n - 1`` a collective,
+beside a mixed layout on ``a:2;b:n/2``, 1-7): else only ``F_msg`` is
+fitted.
 
 with ``F_c >= 0`` the fixed seconds of one record of class ``c``: non-
 negative least squares on relative residuals, with a weak ridge that pulls
@@ -53,8 +65,9 @@ In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise``,
 each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)`` and
 its ``bandwidth_bytes_per_s`` ``1 / (1 / bandwidth + beta)``;
 on one process, each collective fit's ``latency_s`` (seconds per step of
-its law) becomes at least ``F_msg``: data, as before, with the same
-pricing formulas.
+its law) becomes at least ``F_msg``, and the link's ``barrier_s``
+(:attr:`costmodels.hardware.LinkSpec.barrier_s`) ``F_coll``: data, as
+before, with the same pricing formulas.
 
 Example:
   >>> from costmodels.calibrate.fit import Sample
@@ -94,6 +107,9 @@ class RecordCosts(NamedTuple):
       else 0.
     byte_s: seconds per byte a record moves in a step beyond its class
       fit's byte term (``beta``; 0 where the steps show none).
+    collective_s: fixed seconds per collective in a step, whatever its
+      group (``F_coll``; 0 where the steps cannot tell it from
+      ``message_s``).
   """
   costs: Dict[str, float]
   common_s: float
@@ -101,6 +117,7 @@ class RecordCosts(NamedTuple):
   samples: int
   message_s: float = 0.0
   byte_s: float = 0.0
+  collective_s: float = 0.0
 
 
 def _work_s(cls, count, flops, nbytes, class_fit):
@@ -171,12 +188,19 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   with_msgs = any(msgs)
   if with_msgs:
     xs = [x + [m] for x, m in zip(xs, msgs)]
+  # The cost per collective only where the messages per collective vary
+  # (else it is the cost per message again under another name).
+  colls = [float(s.collectives or s.messages // max(1, s.group_size - 1))
+           for s in steps]
+  with_colls = with_msgs and _tells_apart(msgs, colls)
+  if with_colls:
+    xs = [x + [k] for x, k in zip(xs, colls)]
   # The byte term only where the steps' bytes vary apart from their
   # records (else it is the record costs again under another name).
   with_bytes = _tells_apart(moved, [sum(x[:len(classes)]) for x in xs])
   if with_bytes:
     xs = [x + [b] for x, b in zip(xs, moved)]
-  extra = int(with_msgs) + int(with_bytes)
+  extra = int(with_msgs) + int(with_colls) + int(with_bytes)
   x = np.array(xs) / np.array(ys)[:, None]
   y = np.ones(len(ys))
   if ridge > 0 and len(classes) > 1:
@@ -192,10 +216,12 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   return RecordCosts({c: float(f) for c, f in zip(classes, coef)},
                      float(common), res, len(steps),
                      float(coef[len(classes)]) if with_msgs else 0.0,
-                     float(coef[-1]) if with_bytes else 0.0)
+                     float(coef[-1]) if with_bytes else 0.0,
+                     float(coef[len(classes) + 1]) if with_colls else 0.0)
 
 
 def _tells_apart(moved, records):
-  """Whether bytes per record vary by 2x or more across the steps."""
+  """Whether ``moved`` per record varies by 2x or more across the steps
+  (bytes per record, or messages per collective)."""
   per = [b / n for b, n in zip(moved, records) if n > 0]
   return bool(per) and min(per) > 0 and max(per) >= 2 * min(per)

@@ -45,7 +45,7 @@ class Segment(NamedTuple):
     """The :class:`LinkParams` the collective formulas take."""
     return LinkParams(self.size, self.bandwidth_bytes_per_s,
                       self.link.latency_s, self.structure, self.owners,
-                      self.link.collectives)
+                      self.link.collectives, self.link.barrier_s)
 
 
 def _segment(pdim, index, size, stride, owners):

@@ -115,3 +115,32 @@ def test_transformer_training_tables_equal_the_cost_model_on_many_layouts():
     assert math.isclose(c, r.comm_time_s, rel_tol=1e-9, abs_tol=1e-18)
     assert res.step_time_s <= r.step_time_s * (1 + 1e-12)
   assert merged > 0  # some sampled layouts merge pending gradient sums
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_cost_per_collective_is_priced_alike_by_the_search(overlap):
+  """A link's fixed cost per collective (``barrier_s``, as calibration
+  fits it) enters the program's tables as it enters costmodels.evaluate:
+  the solver's answer is still the brute-force optimum, its value the cost
+  model's, and the cost moves the answer away from layouts of many small
+  collectives."""
+  topo = costmodels.get_topology(graphs.TOPOLOGY)
+  slow = topo._replace(dims=tuple(
+      d._replace(link=d.link._replace(barrier_s=2e-3)) for d in topo.dims))
+  graph, outputs = graphs.training_mlp(batch=64, d_model=256, d_ff=1024)
+  mesh = "rows:2;cols:4"
+  res = graphs.assert_solver_matches_brute_force(graph, mesh, outputs,
+                                                 "time", overlap, slow)
+  plain = costmodels.evaluate(graph, mesh, res.rules, topo, outputs=outputs,
+                              overlap=overlap)
+  n = len(res.report.collectives)
+  assert n == len(plain.collectives)
+  assert res.report.total_comm_time_s == pytest.approx(
+      plain.total_comm_time_s + n * 2e-3)
+  t, _ = autolayout.solve.table_values(
+      autolayout.solve.build_problem(graph, mesh, outputs, slow,
+                                     overlap=overlap), res.rules)
+  assert math.isclose(t, res.report.step_time_s, rel_tol=1e-9)
+  # Without the cost the search picks a layout with more collectives.
+  free = autolayout.auto_layout(graph, mesh, outputs, topo, overlap=overlap)
+  assert len(free.report.collectives) > n

@@ -297,9 +297,17 @@ def test_quick_calibration_end_to_end(tmp_path):
   assert "record in a step" in {r[0] for r in c.fits}
   steps = [s for s in meta["samples"] if s["what"] == "model_step"]
   assert {s["pattern"] for s in steps} == {
-      "transformer", "transformer batch:x", "conv3d", "conv3d batch:x",
-      "mlp_wide", "mlp_wide batch:x"}
+      "transformer", "transformer batch:x", "transformer batch:b;d_ff:a",
+      "conv3d", "conv3d batch:x", "mlp_wide", "mlp_wide batch:x",
+      "mlp_wide batch:b;d_ff:a"}
   assert all(s["records"] for s in steps)
+  # The mixed steps run collectives of 1 to 7 messages (over a, b and
+  # both), data parallel's of 7 each: what tells a collective's cost in a
+  # step from a message's.
+  per = {s["pattern"]: s["messages"] / s["collectives"] for s in steps
+         if s["collectives"]}
+  assert per["transformer batch:x"] == 7
+  assert per["transformer batch:b;d_ff:a"] < 7 / 2
   # The tiny products' sweep, timed on all devices, and its fit.
   sweep = {tuple(s["matrix"]) for s in meta["samples"]
            if s["what"] == "kernel" and s["group_size"] == 8}

@@ -56,7 +56,8 @@ def test_mapping_covers_every_chip_exactly_once(case):
 LINKS = st.lists(
     st.builds(LinkParams, st.integers(1, 16),
               st.floats(1.0, 1e12), st.floats(0.0, 1e-3),
-              st.sampled_from(["ring", "line", "switch"])),
+              st.sampled_from(["ring", "line", "switch"]),
+              barrier_s=st.floats(0.0, 1e-3)),
     min_size=1, max_size=3)
 
 

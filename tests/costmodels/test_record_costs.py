@@ -238,6 +238,53 @@ def test_messages_of_data_parallel_steps_price_a_message_in_a_step():
   assert any(r[0] == "message in a step" for r in rows)
 
 
+def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
+  # Data-parallel steps on x:8 (7 messages a collective) beside mixed
+  # steps (1-7): a cost per message and one per collective, both known,
+  # are both recovered, and the topology's device link pays the latter
+  # once per collective.
+  per_msg, per_coll = 2e-5, 1.5e-4
+  data = [s._replace(pattern=s.pattern + " batch:x", messages=7 * k,
+                     collectives=k)
+          for s, k in zip(_samples(), (10, 25, 7, 43))]
+  mixed = [s._replace(pattern=s.pattern + " batch:b;d_ff:a", messages=m,
+                      collectives=k)
+           for s, (m, k) in zip(_samples(), ((30, 18), (61, 40), (20, 15),
+                                             (90, 52)))]
+  def extra(s):
+    return s.messages * per_msg + s.collectives * per_coll
+  steps = _samples() + [s._replace(seconds=s.seconds + extra(s))
+                        for s in data + mixed]
+  got = fit_record_costs(steps, FITS.get, ridge=0.0)
+  assert got.message_s == pytest.approx(per_msg, rel=1e-6)
+  assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
+  for cls, want in TRUTH.items():
+    assert got.costs[cls] == pytest.approx(want, rel=1e-6), cls
+  # Data parallel alone cannot tell the two apart: no cost per collective
+  # (files written before the mixed steps have 0 collectives and read so).
+  old = _samples() + [s._replace(seconds=s.seconds + extra(s),
+                                 collectives=0) for s in data]
+  assert fit_record_costs(old, FITS.get, ridge=0.0).collective_s == 0.0
+  base, topo, rows = _fit_steps(data + mixed, extra)
+  assert base.chip.link.barrier_s == 0.0
+  assert topo.chip.link.barrier_s == pytest.approx(per_coll, rel=0.35)
+  assert topo.dims[-1].link == topo.chip.link
+  assert "collective in a step" in {r[0] for r in rows}
+  # Priced once per collective, whatever its group or kind.
+  m = costmodels.map_mesh(topo, "a:2;b:4")
+  m0 = costmodels.map_mesh(topo._replace(dims=tuple(
+      d._replace(link=d.link._replace(barrier_s=0.0)) for d in topo.dims)),
+                           "a:2;b:4")
+  for rec in (("allreduce", ("a",), 2, 4096), ("allreduce", ("a", "b"), 8,
+                                                4096),
+              ("allconcat", ("b",), 4, 512), ("receive", ("a",), 2, 64)):
+    assert (costmodels.collective_time(rec, m)
+            - costmodels.collective_time(rec, m0)) == pytest.approx(
+                topo.chip.link.barrier_s, rel=1e-9)
+    assert sum(costmodels.collective_time_by_axis(rec, m).values()) == (
+        pytest.approx(costmodels.collective_time(rec, m), rel=1e-12))
+
+
 def test_bytes_a_step_moves_get_their_own_cost_when_the_steps_vary_them():
   # Steps whose bytes per record differ by 10x: the extra seconds per
   # byte a step pays beyond the class fits is recovered exactly, and the
