@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from costmodels.calibrate import probes as probes_lib
 from costmodels.calibrate.fit import CalibrationError
@@ -50,6 +50,10 @@ class Plan(NamedTuple):
     kernel_sizes: ``(batch, rows, cols)`` of the tiny matrix products
       (:data:`probes_lib.KERNEL_SIZES` or some of them).
     max_reps: the most reps of a probe's chain (0: no cap).
+    mixed_steps: the models of ``model_steps`` also stepped mixed (see
+      :func:`probes_lib.model_step_layouts`; None: every one with a hidden
+      layer).  One is enough to tell a collective's cost in a step from a
+      message's.
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -63,6 +67,7 @@ class Plan(NamedTuple):
   model_steps: Tuple[str, ...] = ()
   kernel_sizes: tuple = probes_lib.KERNEL_SIZES
   max_reps: int = 0
+  mixed_steps: Optional[Tuple[str, ...]] = None
 
   @property
   def num_benchmarks(self):
@@ -76,9 +81,13 @@ class Plan(NamedTuple):
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + 3 + sum(
-                len(probes_lib.model_step_layouts(m, n))
+                len(probes_lib.model_step_layouts(m, n, self.mixes(m)))
                 for m in self.model_steps)
             + len(self.kernel_sizes))
+
+  def mixes(self, model):
+    """Whether ``model``'s training step is also timed mixed."""
+    return self.mixed_steps is None or model in self.mixed_steps
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
@@ -89,7 +98,9 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   2 reps, since tracing a probe's chain is most of what it costs).  On 8
   logical CPU devices of a 2-core machine the default is meant for about
   60 s and ``quick`` for about 20 s; on a slow day ``quick`` measured for
-  28-32 s (32-39 s without the cap and the fewer products)."""
+  28-32 s (32-39 s without the cap and the fewer products), and on a
+  slower one 53-56 s, 58-59 s with its one mixed step (the Transformer's:
+  a training step costs about 3 s to build)."""
   # Forms the zoo's dense layers, attention and their gradients issue.
   matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
             for k in (64, 128, 256)] + [
@@ -113,7 +124,7 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::4]),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
-                probes_lib.KERNEL_SIZES[::2], 2)
+                probes_lib.KERNEL_SIZES[::2], 2, ("transformer",))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
@@ -188,7 +199,8 @@ def prepare(plan, devices, sync=None):
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices)
-  out += probes_lib.model_step_probes(devices, plan.model_steps)
+  out += probes_lib.model_step_probes(devices, plan.model_steps,
+                                      plan.mixes)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:

@@ -500,7 +500,7 @@ def record_classes(trace):
   return tuple((c,) + v for c, v in sorted(out.items()))
 
 
-def model_step_layouts(name, n):
+def model_step_layouts(name, n, mixed=True):
   """The ``(mesh, rules)`` of each ``model_step`` probe of model ``name``
   on ``n`` devices: replicated on ``x:n`` (every device runs every record,
   as the cost of a record assumes), data parallel on ``x:n`` (the same
@@ -511,17 +511,19 @@ def model_step_layouts(name, n):
   devices sit beside gradient syncs over ``n / 2`` and ``n``.  Its
   messages per collective differ from data parallel's ``n - 1``, which
   tells the cost of a collective in a step from that of a message (see
-  :mod:`costmodels.calibrate.record_costs`)."""
+  :mod:`costmodels.calibrate.record_costs`); ``mixed=False`` leaves the
+  mixed step out."""
   out = [(f"x:{n}", ""), (f"x:{n}", "batch:x")]
-  if n >= 4 and n % 2 == 0 and "d_ff" in MODEL_STEPS[name]:
+  if mixed and n >= 4 and n % 2 == 0 and "d_ff" in MODEL_STEPS[name]:
     out.append((f"a:2;b:{n // 2}", "batch:b;d_ff:a"))
   return tuple(out)
 
 
-def model_step_probes(devices, names=tuple(MODEL_STEPS)):
+def model_step_probes(devices, names=tuple(MODEL_STEPS),
+                      mixed=lambda name: True):
   """Probes ``model_step``: one SGD training step of each small zoo model
-  of ``names`` under each of its :func:`model_step_layouts` on every
-  device, warmed up; ``pattern`` names the model and its rules,
+  of ``names`` under each of its :func:`model_step_layouts` (the mixed
+  one where ``mixed(name)``) on every device, warmed up; ``pattern`` names the model and its rules,
   ``records`` counts its records per class, ``messages`` its collectives'
   slices received per device and ``collectives`` its collectives."""
   import costmodels  # pylint: disable=import-outside-toplevel
@@ -529,7 +531,7 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS)):
   n = len(devices)
   out = []
   for name in names:
-    for mesh, rules in model_step_layouts(name, n):
+    for mesh, rules in model_step_layouts(name, n, mixed(name)):
       model = _zoo_model(name)
       step = training.train_step_for_model(model, mesh, rules, devices,
                                            optimize.SgdOptimizer(0.01))
