@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Tuple
 
 from costmodels.calibrate import probes as probes_lib
 from costmodels.calibrate.fit import CalibrationError
@@ -51,9 +51,8 @@ class Plan(NamedTuple):
       (:data:`probes_lib.KERNEL_SIZES` or some of them).
     max_reps: the most reps of a probe's chain (0: no cap).
     mixed_steps: the models of ``model_steps`` also stepped mixed (see
-      :func:`probes_lib.model_step_layouts`; None: every one with a hidden
-      layer).  One is enough to tell a collective's cost in a step from a
-      message's.
+      :func:`probes_lib.model_step_layouts`).  One is enough to tell a
+      collective's cost in a step from a message's.
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -67,7 +66,7 @@ class Plan(NamedTuple):
   model_steps: Tuple[str, ...] = ()
   kernel_sizes: tuple = probes_lib.KERNEL_SIZES
   max_reps: int = 0
-  mixed_steps: Optional[Tuple[str, ...]] = None
+  mixed_steps: Tuple[str, ...] = ()
 
   @property
   def num_benchmarks(self):
@@ -81,13 +80,10 @@ class Plan(NamedTuple):
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + 3 + sum(
-                len(probes_lib.model_step_layouts(m, n, self.mixes(m)))
+                len(probes_lib.model_step_layouts(m, n,
+                                                  m in self.mixed_steps))
                 for m in self.model_steps)
             + len(self.kernel_sizes))
-
-  def mixes(self, model):
-    """Whether ``model``'s training step is also timed mixed."""
-    return self.mixed_steps is None or model in self.mixed_steps
 
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
@@ -129,7 +125,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
               tuple(convs),
-              (262144, 1048576), (1, 3), tuple(probes_lib.MODEL_STEPS))
+              (262144, 1048576), (1, 3), tuple(probes_lib.MODEL_STEPS),
+              mixed_steps=tuple(probes_lib.MODEL_STEPS))
 
 
 def _tf():
@@ -200,7 +197,7 @@ def prepare(plan, devices, sync=None):
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices)
   out += probes_lib.model_step_probes(devices, plan.model_steps,
-                                      plan.mixes)
+                                      plan.mixed_steps)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:

@@ -519,19 +519,19 @@ def model_step_layouts(name, n, mixed=True):
   return tuple(out)
 
 
-def model_step_probes(devices, names=tuple(MODEL_STEPS),
-                      mixed=lambda name: True):
+def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=()):
   """Probes ``model_step``: one SGD training step of each small zoo model
   of ``names`` under each of its :func:`model_step_layouts` (the mixed
-  one where ``mixed(name)``) on every device, warmed up; ``pattern`` names the model and its rules,
-  ``records`` counts its records per class, ``messages`` its collectives'
-  slices received per device and ``collectives`` its collectives."""
+  one for the models of ``mixed``) on every device, warmed up;
+  ``pattern`` names the model and its rules, ``records`` counts its
+  records per class, ``messages`` its collectives' slices received per
+  device and ``collectives`` its collectives."""
   import costmodels  # pylint: disable=import-outside-toplevel
   from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
   n = len(devices)
   out = []
   for name in names:
-    for mesh, rules in model_step_layouts(name, n, mixed(name)):
+    for mesh, rules in model_step_layouts(name, n, name in mixed):
       model = _zoo_model(name)
       step = training.train_step_for_model(model, mesh, rules, devices,
                                            optimize.SgdOptimizer(0.01))
