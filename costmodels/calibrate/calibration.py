@@ -239,7 +239,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
 def _with_record_costs(samples, chip, one_process):
   """``chip`` with the fixed cost per record fitted on the ``model_step``
   timings (:mod:`costmodels.calibrate.record_costs`), if any, as its
-  ``launch_overhead_s`` (the elementwise record's) and its class fits'
+  ``launch_overhead_s`` (the elementwise record's, at least the chained
+  kernels' launch cost it had) and its class fits'
   ``latency_s`` (the excess of each class over it); on ``one_process``
   (the steps' messages all on the one ``device`` link), the
   cost of a message in a step, which each of the link's collective fits'
@@ -250,7 +251,10 @@ def _with_record_costs(samples, chip, one_process):
       threaded=lambda matrix: compute_lib.handoff_time(matrix, chip))
   if rc is None:
     return chip, [], 0.0, 0.0
-  launch = rc.costs.get("elementwise", rc.common_s)
+  # A record of a step costs at least what one kernel of a chain does: a
+  # few noisy steps must not fit it to nothing.
+  launch = max(rc.costs.get("elementwise", rc.common_s),
+               chip.launch_overhead_s)
 
   def in_step(f):
     if rc.byte_s > 0:
