@@ -169,13 +169,15 @@ def prepare(plan, devices, sync=None):
   compute (alone on the first device, then on all), the tiny matrix
   products of ``plan.kernel_sizes`` (on all), other dtypes,
   reference steps, then per mesh axis its collectives and overlap probes.
+  ``sync(outputs)`` waits for a call's work (default
+  :func:`default_sync` of ``devices``).
 
   Raises:
     CalibrationError: if a mesh's size differs from the device count.
   """
   from mesh_tf.core import dims as dims_lib  # pylint: disable=import-outside-toplevel
   from mesh_tf.lowering.placement import PlacementMeshImpl  # pylint: disable=import-outside-toplevel
-  sync = sync or (lambda out: None)
+  sync = sync or default_sync(devices)
   n = len(devices)
   dtype = plan.dtypes[0]
   itemsize = 4 if dtype == "float32" else 2 if dtype in (
@@ -266,6 +268,24 @@ def _gpu_memory_bytes():
 
 def _gpu_sync(out):
   _tf().test.experimental.sync_devices()
+
+
+def _fetch_sync(out):
+  """Waits for a probe's call on remote devices by fetching one element of
+  its first output: remote eager enqueues a function on one remote device
+  and returns before it ran (its chain then times as nothing against its
+  empty call), while a function over several devices returns when done."""
+  tf = _tf()
+  tf.reshape(out[0], [-1])[:1].numpy()
+
+
+def default_sync(devices):
+  """What waits for a probe's call on ``devices``: a fetch where any is in
+  another process (``mtf-worker`` tasks), else nothing (local calls return
+  when done; GPUs get ``_gpu_sync`` from the caller)."""
+  if any(process_of(d) and "/job:localhost" not in str(d) for d in devices):
+    return _fetch_sync
+  return lambda out: None
 
 
 def main(argv=None):
