@@ -180,7 +180,7 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   # the chained kernels' launch cost: price them so, not as a step record.
   chained = chip
   chip, record_rows, message_s, barrier_s = _with_record_costs(
-      samples, chip, len(procs) == 1)
+      samples, chip, len(procs) == 1, cf.launch_alone_s)
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
            cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
@@ -236,11 +236,11 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   return topology, rows
 
 
-def _with_record_costs(samples, chip, one_process):
+def _with_record_costs(samples, chip, one_process, floor_s=0.0):
   """``chip`` with the fixed cost per record fitted on the ``model_step``
   timings (:mod:`costmodels.calibrate.record_costs`), if any, as its
-  ``launch_overhead_s`` (the elementwise record's, at least the chained
-  kernels' launch cost it had) and its class fits'
+  ``launch_overhead_s`` (the elementwise record's, at least ``floor_s``:
+  what one kernel costs to launch alone) and its class fits'
   ``latency_s`` (the excess of each class over it); on ``one_process``
   (the steps' messages all on the one ``device`` link), the
   cost of a message in a step, which each of the link's collective fits'
@@ -251,10 +251,9 @@ def _with_record_costs(samples, chip, one_process):
       threaded=lambda matrix: compute_lib.handoff_time(matrix, chip))
   if rc is None:
     return chip, [], 0.0, 0.0
-  # A record of a step costs at least what one kernel of a chain does: a
-  # few noisy steps must not fit it to nothing.
-  launch = max(rc.costs.get("elementwise", rc.common_s),
-               chip.launch_overhead_s)
+  # A record of a step costs at least what one kernel alone does: a few
+  # noisy steps must not fit it to nothing.
+  launch = max(rc.costs.get("elementwise", rc.common_s), floor_s)
 
   def in_step(f):
     if rc.byte_s > 0:

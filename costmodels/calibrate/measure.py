@@ -271,12 +271,13 @@ def _gpu_sync(out):
 
 
 def _fetch_sync(out):
-  """Waits for a probe's call on remote devices by fetching one element of
-  its first output: remote eager enqueues a function on one remote device
-  and returns before it ran (its chain then times as nothing against its
-  empty call), while a function over several devices returns when done."""
-  tf = _tf()
-  tf.reshape(out[0], [-1])[:1].numpy()
+  """Waits for a probe's call on one remote device by fetching one element
+  of its output: remote eager enqueues a function on one remote device and
+  returns before it ran (its chain then times as nothing against its empty
+  call), while a function over several devices (one output each) returns
+  when done, and is left as it is."""
+  if len(out) == 1:
+    _tf().reshape(out[0], [-1])[:1].numpy()
 
 
 def default_sync(devices):

@@ -62,8 +62,8 @@ records and the layout search prices records, not steps, so it is spread
 over the records.
 
 In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise``
-(at least the chained kernels' launch cost, which noisy steps cannot
-undercut),
+(at least what one kernel costs to launch alone, which noisy steps
+cannot undercut),
 each class fit's ``latency_s`` becomes ``max(F_c - F_elementwise, 0)`` and
 its ``bandwidth_bytes_per_s`` ``1 / (1 / bandwidth + beta)``;
 on one process, each collective fit's ``latency_s`` (seconds per step of
