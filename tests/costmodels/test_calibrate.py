@@ -14,7 +14,7 @@ import costmodels
 import mesh_tf as mtf
 from costmodels import calibrate as cal
 from costmodels import compute
-from costmodels.calibrate import calibration, probes, topology_file
+from costmodels.calibrate import calibration, measure, probes, topology_file
 from costmodels.calibrate.fit import Sample
 from costmodels.collective_fits import CollectiveFit, find_fit
 from costmodels.hardware import ChipSpec, LinkSpec
@@ -289,6 +289,9 @@ def test_quick_calibration_end_to_end(tmp_path):
   assert kinds == {"allreduce", "allgather", "alltoall", "permute"}
   meta = topology_file.read_topology_file(out)[1]
   assert meta["meshes"] == ["x:8", "a:2;b:4"] and meta["samples"]
+  # One sample per probe, as many as the progress bar was told.
+  assert len(meta["samples"]) == measure.make_plan(
+      tuple(meta["meshes"]), True, ("float32", "bfloat16")).num_benchmarks
   assert {"x", "a", "b"} <= {s["axis"] for s in meta["samples"]}
   assert set(c.frame().columns) == set(calibration.FIT_COLUMNS)
   # The fixed cost of a record inside a lowered step, from the small
