@@ -61,6 +61,29 @@ def test_one_device_probes_on_a_remote_worker_time_their_work(tmp_path):
   assert got["launch"] > 1e-8, got
 
 
+def test_a_probes_empty_call_copies_each_slice_on_its_own_device():
+  # Unplaced, the empty call's copies ran on the default device: on
+  # mtf-worker tasks every slice then went to the client, and the pairs
+  # mistimed the chains (a fused multiply at 1 GB/s a device, not 6-8).
+  import mesh_tf as mtf
+  from costmodels.calibrate import measure, probes
+  from mesh_tf.lowering.placement import PlacementMeshImpl
+  devices = mtf.logical_cpu_devices(4)
+  impl = PlacementMeshImpl("x:4", "", devices)
+  plan = measure.make_plan(("x:4",), True)._replace(
+      einsums=(), convs=(), elementwise_bytes=(4096,))
+  probe = [p for p in probes.compute_probes(impl, plan, "float32", 4,
+                                            lambda o: None)
+           if p.sample.what == "elementwise"][0]
+  empty = probe._fns[1]  # pylint: disable=protected-access
+  graph = empty.get_concrete_function().graph
+  copies = [op for op in graph.get_operations() if op.type == "Identity"
+            and op.inputs and op.inputs[0].op.type == "ReadVariableOp"]
+  assert len(copies) == 4
+  placed = sorted(op.device.split("device:")[-1] for op in copies)
+  assert placed == sorted(d.split("device:")[-1] for d in devices)
+
+
 if __name__ == "__main__":
   sys.path.insert(0, ROOT)
   _client(sys.argv[1], sys.argv[2])
