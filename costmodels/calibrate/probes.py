@@ -93,12 +93,12 @@ def _probe(label, sample, chain, inputs, reps, sync):
   and times as nothing even when waited for (measured), while one that
   also touches the caller's device returns when done."""
   tf = _tf()
-  devices = inputs.devices if len(inputs.devices) > 1 else [None]
+  place = len(inputs.devices) > 1
 
   def empty():
     out = []
-    for d, t in zip(devices * len(inputs.devices), inputs.tensor_list):
-      with tf.device(d):
+    for d, t in zip(inputs.devices, inputs.tensor_list):
+      with tf.device(d if place else None):
         out.append(tf.identity(t))
     return out
   fns = [tf.function(chain, autograph=False),
