@@ -53,6 +53,8 @@ class Plan(NamedTuple):
     mixed_steps: the models of ``model_steps`` also stepped mixed (see
       :func:`probes_lib.model_step_layouts`).  One is enough to tell a
       collective's cost in a step from a message's.
+    step_depths: depths of the reference steps (at least two: the slope
+      of their times over their records prices a record).
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -67,6 +69,7 @@ class Plan(NamedTuple):
   kernel_sizes: tuple = probes_lib.KERNEL_SIZES
   max_reps: int = 0
   mixed_steps: Tuple[str, ...] = ()
+  step_depths: Tuple[int, ...] = (1, 4, 8)
 
   @property
   def num_benchmarks(self):
@@ -79,7 +82,7 @@ class Plan(NamedTuple):
                     * len(self.overlap_compute_reps))
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
-            + len(self.dtypes) - 1 + 3 + sum(
+            + len(self.dtypes) - 1 + len(self.step_depths) + sum(
                 len(probes_lib.model_step_layouts(m, n,
                                                   m in self.mixed_steps))
                 for m in self.model_steps)
@@ -88,15 +91,16 @@ class Plan(NamedTuple):
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan, or the ``quick`` one (collective sizes span 4 KiB
-  to a few MiB a device; ``quick`` times the training steps of two of the
-  small models and the wide MLP, the full plan all five; it takes every
-  other tiny product of :data:`probes_lib.KERNEL_SIZES` and chains at most
-  2 reps, since tracing a probe's chain is most of what it costs).  On 8
-  logical CPU devices of a 2-core machine the default is meant for about
-  60 s and ``quick`` for about 20 s; on a slow day ``quick`` measured for
-  28-32 s (32-39 s without the cap and the fewer products), and on a
-  slower one 53-56 s, 58-59 s with its one mixed step (the Transformer's:
-  a training step costs about 3 s to build)."""
+  to a few MiB a device; ``quick`` times three of them, the training steps
+  of two of the small models and the wide MLP (the full plan: all five),
+  two reference steps, every other tiny product of
+  :data:`probes_lib.KERNEL_SIZES`, and chains at most 2 reps, since
+  tracing a probe's chain is most of what it costs).  On 8 logical CPU
+  devices of a 2-core machine the default is meant for about 60 s and
+  ``quick`` for about 20 s: ``mtf-layout calibrate --quick`` took 20.1 s
+  of wall time (16 s measuring, the rest TensorFlow's start), 26.6 s
+  before each replicated slice's initial value was computed once and the
+  collectives of one size shared their input and empty call."""
   # Forms the zoo's dense layers, attention and their gradients issue.
   matmul = [("matmul", "abc,cd->abd", (16, 32, k), (k, k))
             for k in (64, 128, 256)] + [
@@ -116,11 +120,11 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
            for shape in ((2, 16, 8, 8, 3), (4, 16, 4, 8, 3), (1, 16, 1, 8, 3),
                          (1, 16, 8, 1, 3))]
   if quick:
-    return Plan(tuple(meshes), (4096, 131072, 524288, 2097152),
+    return Plan(tuple(meshes), (4096, 262144, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::4]),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
-                probes_lib.KERNEL_SIZES[::2], 2, ("transformer",))
+                probes_lib.KERNEL_SIZES[::2], 2, ("transformer",), (1, 4))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
@@ -197,7 +201,7 @@ def prepare(plan, devices, sync=None):
                                   plan.kernel_sizes, plan.max_reps)
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
-  out += probes_lib.step_probes(devices)
+  out += probes_lib.step_probes(devices, plan.step_depths)
   out += probes_lib.model_step_probes(devices, plan.model_steps,
                                       plan.mixed_steps)
   for mesh in plan.meshes:

@@ -82,16 +82,16 @@ class Probe:
     return self.sample._replace(seconds=pick[statistic](times))
 
 
-def _probe(label, sample, chain, inputs, reps, sync):
-  """A Probe timing ``chain()`` against a call returning copies of the
-  ``inputs``' slices (a :func:`_variables` reader), over several devices
-  each made on its slice's device.  (Unplaced, the copies ran on the
-  caller's default device: on ``mtf-worker`` tasks every slice then went
-  to the client, and the pairs timed a fused multiply on 8 devices at
-  about 1 GB/s a device where it runs at 6-8.)  On one device they stay
-  unplaced: a call on one remote device alone returns before it has run
-  and times as nothing even when waited for (measured), while one that
-  also touches the caller's device returns when done."""
+def empty_call(inputs):
+  """A ``tf.function`` returning copies of the ``inputs``' slices (a
+  :func:`_variables` reader), over several devices each made on its
+  slice's device.  (Unplaced, the copies ran on the caller's default
+  device: on ``mtf-worker`` tasks every slice then went to the client, and
+  the pairs timed a fused multiply on 8 devices at about 1 GB/s a device
+  where it runs at 6-8.)  On one device they stay unplaced: a call on one
+  remote device alone returns before it has run and times as nothing even
+  when waited for (measured), while one that also touches the caller's
+  device returns when done."""
   tf = _tf()
   place = len(inputs.devices) > 1
 
@@ -101,8 +101,13 @@ def _probe(label, sample, chain, inputs, reps, sync):
       with tf.device(d if place else None):
         out.append(tf.identity(t))
     return out
-  fns = [tf.function(chain, autograph=False),
-         tf.function(empty, autograph=False)]
+  return tf.function(empty, autograph=False)
+
+
+def _probe(label, sample, chain, inputs, reps, sync, empty=None):
+  """A Probe timing ``chain()`` against :func:`empty_call` of its
+  ``inputs`` (or ``empty``, that call shared by probes of one input)."""
+  fns = [_tf().function(chain, autograph=False), empty or empty_call(inputs)]
   return Probe(label, sample, fns, reps, sync)
 
 
@@ -380,17 +385,19 @@ def slice_shape_for(nbytes, itemsize, p):
 def collective_probes(impl, axis, link, plan, dtype, itemsize, sync):
   """Probes of every collective kind over ``axis`` at the plan's sizes."""
   out = []
-  for kind in COLLECTIVES:
-    for nbytes in plan.collective_bytes:
-      m, w = slice_shape_for(nbytes, itemsize, axis.size)
-      x = _variables(impl, (m, w), dtype)
+  for nbytes in plan.collective_bytes:
+    # The kinds of one size read one input and share its empty call.
+    m, w = slice_shape_for(nbytes, itemsize, axis.size)
+    x = _variables(impl, (m, w), dtype)
+    empty = empty_call(x)
+    for kind in COLLECTIVES:
       rep, (cflops, cbytes) = _collective_rep(impl, kind, axis.name, m, w)
       reps = _reps_for(nbytes, plan.max_reps)
       out.append(_probe(
           f"{kind} {axis.name}={axis.size} {m * w * itemsize // 1024} KiB",
           Sample(kind, axis.name, axis.size, m * w * itemsize, float(cflops),
                  0.0, dtype, link, int(cbytes * itemsize)),
-          _chain(impl, rep, x, reps), x, reps, sync))
+          _chain(impl, rep, x, reps), x, reps, sync, empty))
   return out
 
 
@@ -408,6 +415,7 @@ def overlap_probes(impl, axis, link, plan, dtype, itemsize, sync):
   for nbytes in plan.overlap_bytes:
     m, w = slice_shape_for(nbytes, itemsize, axis.size)
     x = _variables(impl, (m, w), dtype)
+    empty = empty_call(x)
     for reps in plan.overlap_compute_reps:
       comp = _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape,
                                 reps, flops)
@@ -423,7 +431,7 @@ def overlap_probes(impl, axis, link, plan, dtype, itemsize, sync):
             f"{what[8:]} {axis.name}={axis.size} {nbytes // 1024} KiB, "
             f"{reps} einsums", Sample(what, axis.name, axis.size, nbytes,
                                       float(reps * flops), 0.0, dtype, link),
-            fn, x, 1, sync))
+            fn, x, 1, sync, empty))
   return out
 
 

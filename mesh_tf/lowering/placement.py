@@ -248,11 +248,16 @@ class PlacementMeshImpl(MeshBackend):
       return existing
     slices = []
     full = tuple(shape.to_integer_list())
+    # Processors that hold the same slice (a replicated dim) share its
+    # initial value: the initializer runs once per distinct slice.
+    values = {}
     with tf.init_scope():
       for p in range(self.size):
         begin = self.slice_begin(shape, p)
         with self._on(p):
-          init = initializer(full, begin, slice_shape, dtype)
+          if begin not in values:
+            values[begin] = initializer(full, begin, slice_shape, dtype)
+          init = values[begin]
           slices.append(tf.Variable(init, trainable=trainable,
                                     name=f"{name}_slice_{p}".replace(":", "_")))
     v = LaidOutVariable(name, shape, slice_shape, dtype, slices)

@@ -7,7 +7,8 @@ for every layout and mesh, because an element's value depends only on
 
 The mixer is Chris Wellons' "lowbias32" integer hash (public-domain
 constants from his hash-prospector write-up), applied twice with the seed.
-Multiplications are done in 16-bit halves so that int64 never overflows.
+The TF kernel multiplies in 16-bit halves so that int64 never overflows;
+NumPy multiplies in uint64, whose wrap-around keeps the low 32 bits.
 """
 
 import numpy as np
@@ -30,8 +31,10 @@ def _strides(full_shape):
 
 # --- NumPy reference --------------------------------------------------------
 def _np_mul32(x, c):
-  lo, hi = x & 0xFFFF, x >> 16
-  return (lo * c + (((hi * c) & 0xFFFF) << 16)) & _M32
+  # The low 32 bits of a product survive its wrap-around modulo 2**64.
+  with np.errstate(over="ignore"):
+    return ((np.asarray(x).astype(np.uint64) * np.uint64(c))
+            & np.uint64(_M32)).astype(np.int64)
 
 
 def _np_hash(x):

@@ -339,3 +339,23 @@ def test_shape_backend_holds_no_values():
   assert lowering.laid_out(x).tensor_list is None
   with pytest.raises(NotImplementedError, match="no values"):
     lowering.export_to_tf_tensor(x)
+
+
+def test_a_variables_initializer_runs_once_per_distinct_slice():
+  """Processors that hold the same slice share one initial value: on
+  ``a:2;b:4`` with ``r`` split over ``a`` there are 2 slices for 8
+  processors, and each processor's slice is the right block."""
+  impl = mtf.PlacementMeshImpl("a:2;b:4", "r:a", mtf.logical_cpu_devices(8))
+  full = np.arange(32, dtype=np.float32).reshape(8, 4)
+  calls = []
+
+  def init(full_shape, begin, slice_shape, dtype):
+    calls.append(tuple(begin))
+    return full[begin[0]:begin[0] + slice_shape[0]]
+  v = impl.make_variable("v", mtf.Shape([mtf.Dimension("r", 8), K]),
+                         "float32", init)
+  assert sorted(calls) == [(0, 0), (4, 0)]
+  for p, s in enumerate(v.slices):
+    a = p // 4
+    np.testing.assert_array_equal(s.numpy(), full[4 * a:4 * a + 4])
+    assert s.device.endswith(f"CPU:{p}")
