@@ -98,7 +98,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   tracing a probe's chain is most of what it costs).  On 8 logical CPU
   devices of a 2-core machine the default is meant for about 60 s and
   ``quick`` for about 20 s: ``mtf-layout calibrate --quick`` took 20.1 s
-  of wall time (16 s measuring, the rest TensorFlow's start), 26.6 s
+  of wall time (16 s measuring, the rest TensorFlow's start; 21-25 s
+  on a loaded day), 26.6 s
   before each replicated slice's initial value was computed once and the
   collectives of one size shared their input and empty call."""
   # Forms the zoo's dense layers, attention and their gradients issue.
