@@ -28,7 +28,9 @@ batched, with transposes, convolution; ``elementwise`` for every record
 that is not a contraction; see :mod:`costmodels.compute_fits`) has a
 measured fit on the chip takes
 ``launch_overhead_s + max(fit.time_s(flops, bytes), shared_compute_factor
-* bytes / hbm_bandwidth_bytes_per_s)`` instead: the fit was measured with
+* bytes / hbm_bandwidth_bytes_per_s)`` instead (a convolution's FLOPs
+rounded up to its fit's tile, :func:`costmodels.compute_fits.tiled_flops`):
+the fit was measured with
 every device of the topology computing at once, so shared compute is in
 it.  Its FLOP rate is scaled by the chip's peak of the record's dtype over
 its calibrated peak.
@@ -85,7 +87,7 @@ def compute_time(record, chip):
              / chip.peak_bf16_flops_per_s)
     return chip.launch_overhead_s + threaded_kernel_time(record, chip) + max(
         fit.time_s(record.flops_per_device, nbytes, scale,
-                   record.input_bytes_per_device),
+                   record.input_bytes_per_device, record.conv),
         chip.shared_compute_factor * nbytes
         / chip.hbm_bandwidth_bytes_per_s)
   t = roofline_time(record.flops_per_device, nbytes, chip, record.dtype,

@@ -20,6 +20,22 @@ computes (so shared compute is in the fit), beyond the chip's launch cost
 (``bytes`` read and written; the bytes term is the transposes' copies).
 A record whose pattern has no fit (every preset) keeps the chip's roofline.
 
+A convolution's fit may also carry a ``tile``: ``(width, in_channels,
+out_channels)`` blocks in which its kernel computes the output.  CPU
+convolution kernels (oneDNN's, under TF) vectorise over output channels
+and unroll over the output's innermost spatial dim, so a block that the
+record's slice fills only in part costs a whole one: its ``flops`` term is
+the FLOPs of the record's dims rounded up to whole blocks
+(:func:`tiled_flops`, with the record's
+:attr:`~mesh_tf.lowering.trace.ComputeRecord.conv`).  Measured on 8
+logical CPU devices of a 2-core machine, all at once: a ``[8, 18, 18, 4,
+8]`` volume (output width 2) convolved to 8 channels took 2.2x the time of
+``[8, 4, 18, 18, 8]`` (width 16), the same FLOPs; one convolved to a
+single output channel 4.6x that of 8 output channels on an eighth of the
+volume.  A layout that splits a convolution's width or channels makes
+such slices; without tiles the model priced them at their FLOPs and ranked
+them as good as splitting the depth.
+
 Example:
   >>> f = ComputeClassFit("transposed", 2e-6, 1e10, 4e9)
   >>> round(f.time_s(1e8, 4e6) * 1e3, 3)   # 2 us + 10 ms + 1 ms
@@ -51,6 +67,8 @@ class ComputeClassFit(NamedTuple):
       volume it reads, its FLOPs hardly (on 8 logical CPU devices of a
       2-core machine, ``[1, 16^3, 8] -> 1`` filter took as long as ``-> 8``
       filters, 8x its FLOPs, and 2x the time of ``[1, 16^3, 1] -> 8``).
+    tile: ``(width, in_channels, out_channels)`` blocks of a convolution
+      kernel (module docstring), ``()``: FLOPs as they are.
   """
   pattern: str
   latency_s: float
@@ -59,18 +77,43 @@ class ComputeClassFit(NamedTuple):
   rel_residual: float = 0.0
   samples: int = 0
   input_bandwidth_bytes_per_s: float = math.inf
+  tile: tuple = ()
 
-  def time_s(self, flops, nbytes, flops_scale=1.0, input_bytes=0):
+  def time_s(self, flops, nbytes, flops_scale=1.0, input_bytes=0, conv=()):
     """Seconds of one record alone (``nbytes`` read and written,
-    ``input_bytes`` of them read); ``flops_scale`` multiplies the FLOP
-    rate (a dtype faster or slower than the calibrated one)."""
+    ``input_bytes`` of them read, ``conv`` the dims of a convolution
+    record); ``flops_scale`` multiplies the FLOP rate (a dtype faster or
+    slower than the calibrated one)."""
+    flops = tiled_flops(flops, conv, self.tile)
     return (self.latency_s + flops / (self.flops_per_s * flops_scale)
             + nbytes / self.bandwidth_bytes_per_s
             + input_bytes / self.input_bandwidth_bytes_per_s)
 
 
+def tiled_flops(flops, dims, tile):
+  """``flops`` of a convolution whose ``dims`` (``(out_width,
+  in_channels, out_channels)``) are rounded up to whole blocks of
+  ``tile``; ``flops`` as they are where either is ``()``.
+
+  Example:
+    >>> tiled_flops(1000, (2, 8, 1), (8, 1, 4))   # width 2 of 8, 1 of 4
+    16000.0
+    >>> tiled_flops(1000, (16, 8, 8), (8, 1, 4)), tiled_flops(1000, (), (8,))
+    (1000.0, 1000)
+  """
+  if not dims or not tile:
+    return flops
+  return flops * math.prod(-(-d // b) * b / d for d, b in zip(dims, tile))
+
+
 def check_compute_fit(fit):
   """``fit`` if its numbers are usable, else TopologyError naming them."""
+  if fit.tile and (len(fit.tile) != 3 or not all(
+      isinstance(b, int) and b >= 1 for b in fit.tile)):
+    raise TopologyError(
+        f"compute fit of pattern {fit.pattern!r} needs a tile of 3 positive "
+        f"integers (width, in_channels, out_channels) or none, got "
+        f"{fit.tile!r}; recalibrate")
   if not (fit.flops_per_s > 0 and fit.bandwidth_bytes_per_s > 0
           and fit.input_bandwidth_bytes_per_s > 0 and fit.latency_s >= 0):
     raise TopologyError(

@@ -4,13 +4,15 @@ Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
 topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
-    {"schema": "mesh-tf-topology", "version": 6, "name": "...",
+    {"schema": "mesh-tf-topology", "version": 7, "name": "...",
      "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
      "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
      "calibration": {...what was measured, fit residuals...}}
 
 Every number keeps its unit in its key; JSON has no infinity, so ``null``
-stands for an infinite bandwidth.  Version 6 added ``link.barrier_s``
+stands for an infinite bandwidth.  Version 7 added ``compute_fits[].tile``
+(the blocks a convolution kernel computes its output in); version 6
+files read without it.  Version 6 added ``link.barrier_s``
 (the fixed cost of each collective over the link in a step); version 5
 files read with 0.  Version 5 added
 ``chip.batch_matrix_s`` (what each matrix of a batched product costs
@@ -44,14 +46,14 @@ from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
-VERSION = 6
+VERSION = 7
 #: Versions this mesh-tf reads (1: before compute fits and overlap; 2:
 #: before the achievable matmul fraction; 3: before the threaded-kernel
 #: cost; 4: before the cost per matrix of a batch; 5: before the cost per
-#: collective in a step).  The version was bumped
+#: collective in a step; 6: before convolution tiles).  The version was bumped
 #: each time, rather than the field added silently, so that an older mesh-tf refuses a file whose new term it would
 #: ignore instead of pricing matmuls too fast.
-READ_VERSIONS = (1, 2, 3, 4, 5, 6)
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 
 
 class TopologyFileError(TopologyError):
@@ -78,7 +80,7 @@ def _compute_fit_json(f):
           "bandwidth_bytes_per_s": _num(f.bandwidth_bytes_per_s),
           "rel_residual": f.rel_residual, "samples": f.samples,
           "input_bandwidth_bytes_per_s": _num(
-              f.input_bandwidth_bytes_per_s)}
+              f.input_bandwidth_bytes_per_s), "tile": list(f.tile)}
 
 
 def _link_json(link):
@@ -212,7 +214,8 @@ def _compute_fits(c, where):
         _rate(f, "flops_per_s", w),
         _rate(f, "bandwidth_bytes_per_s", w, math.inf),
         _get(f, "rel_residual", float, w, 0.0), _get(f, "samples", int, w, 0),
-        _rate(f, "input_bandwidth_bytes_per_s", w, math.inf))
+        _rate(f, "input_bandwidth_bytes_per_s", w, math.inf),
+        tuple(_get(f, "tile", list, w, [])))
     try:
       out.append(check_compute_fit(fit))
     except TopologyError as e:

@@ -209,7 +209,9 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   rows += record_rows
   rows += [(f"einsum {f.pattern}", "chip", f"{dtype}, all {n} devices "
             f"(+{f.latency_s * 1e6:.3g} us, bytes at "
-            f"{f.bandwidth_bytes_per_s / 1e9:.3g} GB/s)", f.latency_s,
+            f"{f.bandwidth_bytes_per_s / 1e9:.3g} GB/s"
+            + (", tile width/in/out {}/{}/{}".format(*f.tile) if f.tile
+               else "") + ")", f.latency_s,
             f.flops_per_s, "FLOP/s", f.rel_residual)
            for f in chip.compute_fits]
   local_fits, table = _link_fits(samples, "device", chained)

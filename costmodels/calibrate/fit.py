@@ -26,6 +26,7 @@ import numpy as np
 
 from costmodels.collective_fits import (STEP_LAWS, VOLUME_LAWS,
                                         CollectiveFit)
+from costmodels.calibrate import conv_tiles
 from costmodels.compute_fits import ComputeClassFit
 from mesh_tf.core.errors import MtfError
 
@@ -74,6 +75,8 @@ class Sample(NamedTuple):
       :func:`fit_threaded_kernel` and :func:`fit_patterns`.
     input_bytes: of a convolution timing: the bytes of ``nbytes`` it reads
       (its two operands), as a record counts them.
+    conv: of a convolution timing: ``(out_width, in_channels,
+      out_channels)``, as a record's ``conv`` (files written before: ``()``).
 
   ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
   all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
@@ -94,6 +97,7 @@ class Sample(NamedTuple):
   matrix: tuple = ()
   input_bytes: int = 0
   collectives: int = 0
+  conv: tuple = ()
 
 
 def sample_from_dict(d):
@@ -105,6 +109,7 @@ def sample_from_dict(d):
       tuple(r[:4]) + ((tuple(tuple(m) for m in r[4]),) if len(r) > 4 else ())
       for r in d.get("records", ()))
   d["matrix"] = tuple(d.get("matrix", ()))
+  d["conv"] = tuple(d.get("conv", ()))
   return Sample(**d)
 
 
@@ -381,6 +386,10 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
       xs = [[1.0, s.flops, s.nbytes] + [s.input_bytes] * reads for s in rows]
     else:
       xs = [[fixed, s.flops, 0.0] for s in rows]
+    # ... and, at shapes that vary their width and channels, the tile
+    # their kernel computes the output in (conv_tiles).
+    tile, xs = (conv_tiles.best_tile(rows, xs, ys, nonneg_lstsq) if reads
+                else ((), xs))
     coef, res = nonneg_lstsq(xs, ys)
     lat, inv_peak, inv_bw = coef[:3]
     inv_in = coef[3] if reads else 0.0
@@ -398,7 +407,7 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
       xs = [[0.0, 0.0, 0.0] for _ in rows]
       for x, s in zip(xs, rows):
         x[col] = s.nbytes if col == 2 else s.flops
-      fixed = 0.0
+      fixed, tile = 0.0, ()
       (lat, inv_peak, inv_bw), res = nonneg_lstsq(xs, net)
     if inv_peak <= 0 and inv_bw <= 0 and inv_in <= 0:
       raise CalibrationError(f"the {pattern} timings cannot be fitted to "
@@ -410,7 +419,8 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
                                1.0 / inv_peak if inv_peak > 0 else math.inf,
                                1.0 / inv_bw if inv_bw > 0 else math.inf,
                                float(res), len(rows),
-                               1.0 / inv_in if inv_in > 0 else math.inf))
+                               1.0 / inv_in if inv_in > 0 else math.inf,
+                               tile))
   return tuple(out)
 
 

@@ -41,8 +41,9 @@ class Plan(NamedTuple):
     elementwise_bytes: bytes of each elementwise benchmark's slice.
     dtypes: matmul dtypes (the first is the one models use).
     calls: timed calls per benchmark (their median is kept).
-    convs: ``(kind, (n, side, channels, filters, ksize))`` of the 3-D
-      convolution probes (``conv`` and ``conv_filter``).
+    convs: ``(kind, (n, (depth, height, width), channels, filters,
+      ksize))`` of the 3-D convolution probes (``conv`` and
+      ``conv_filter``).
     overlap_bytes: all-reduce sizes of the overlap probes.
     overlap_compute_reps: einsum chain lengths run beside them.
     model_steps: small zoo models whose training steps price the fixed
@@ -114,16 +115,20 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
       ("transposed", "abcd,ace->ebd", (16, 8, 32, 16), (16, 32, 64)),
       ("transposed", "abcd,bde->ace", (16, 8, 32, 16), (8, 16, 64)),
       ("transposed", "abcd,bed->abce", (16, 8, 4, 128), (8, 128, 128))]
-  # Channels and filters vary apart from the FLOPs, down to one (a layout
-  # that splits them leaves that), so that the fit tells the bytes a
-  # convolution reads from its FLOPs.
+  # Channels, filters and the output's width vary apart from the FLOPs,
+  # down to one channel and a width of 2 (a layout that splits them leaves
+  # that), so that the fit tells the bytes a convolution reads, and the
+  # tile its kernel computes in (conv_tiles), from its FLOPs.
+  cube = (16, 16, 16)
   convs = [(kind, shape) for kind in ("conv", "conv_filter")
-           for shape in ((2, 16, 8, 8, 3), (4, 16, 4, 8, 3), (1, 16, 1, 8, 3),
-                         (1, 16, 8, 1, 3))]
+           for shape in ((2, cube, 8, 8, 3), (4, cube, 4, 8, 3),
+                         (1, cube, 1, 8, 3), (1, cube, 8, 1, 3),
+                         (8, (4, 18, 18), 8, 8, 3), (8, (18, 18, 4), 8, 8, 3),
+                         (4, (18, 18, 6), 8, 8, 3), (2, cube, 8, 2, 3))]
   if quick:
     return Plan(tuple(meshes), (4096, 262144, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
-                (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::4]),
+                (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::8]),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
                 probes_lib.KERNEL_SIZES[::2], 2, ("transformer",), (1, 4))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),

@@ -238,15 +238,18 @@ def _conv_kernel(kind, ksize):
   return grad_filter
 
 
-def conv_shapes(kind, n, s, c, f, k):
+def conv_shapes(kind, n, volume, c, f, k):
   """``(input shape, second operand shape, output shape, flops)`` of the
-  conv probe ``kind`` on ``n`` volumes of side ``s`` (``c`` -> ``f``
-  channels, ``k``-cube filter), as the conv lowering counts FLOPs."""
-  o = s - k + 1
-  flops = 2 * n * o ** 3 * f * k ** 3 * c
+  conv probe ``kind`` on ``n`` volumes of ``volume`` (``(depth, height,
+  width)``, or one side of a cube; ``c`` -> ``f`` channels, ``k``-cube
+  filter), as the conv lowering counts FLOPs."""
+  dims = tuple(volume) if isinstance(volume, (tuple, list)) else (volume,) * 3
+  out = tuple(d - k + 1 for d in dims)
+  flops = 2 * n * math.prod(out) * f * k ** 3 * c
+  x, y = (n,) + dims + (c,), (n,) + out + (f,)
   if kind == "conv":
-    return (n, s, s, s, c), (k, k, k, c, f), (n, o, o, o, f), flops
-  return (n, s, s, s, c), (n, o, o, o, f), (k, k, k, c, f), flops
+    return x, (k, k, k, c, f), y, flops
+  return x, y, (k, k, k, c, f), flops
 
 
 def compute_probes(impl, plan, dtype, itemsize, sync):
@@ -265,15 +268,17 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
         impl, f"einsum {pattern} {eq}, {group} device(s)",
         Sample("matmul", "", group, 0, 0.0, 0.0, dtype, pattern=pattern),
         eq, xs, ws, itemsize, sync, max_reps=plan.max_reps))
-  for kind, (n, s, c, f, k) in plan.convs:
-    xs, ws, oshape, flops = conv_shapes(kind, n, s, c, f, k)
+  for kind, (n, v, c, f, k) in plan.convs:
+    xs, ws, oshape, flops = conv_shapes(kind, n, v, c, f, k)
     a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
     nbytes = (math.prod(xs) + math.prod(ws) + math.prod(oshape)) * itemsize
     out.append(_probe(
-        f"{kind} {n}x{s}^3x{c}->{f}, {group} device(s)",
+        f"{kind} {n}x{'x'.join(map(str, xs[1:4]))}x{c}->{f}, {group} "
+        "device(s)",
         Sample("matmul", "", group, nbytes, float(flops), 0.0, dtype,
                pattern=kind,
-               input_bytes=(math.prod(xs) + math.prod(ws)) * itemsize),
+               input_bytes=(math.prod(xs) + math.prod(ws)) * itemsize,
+               conv=(xs[3] - k + 1, c, f)),
         _contraction_chain(impl, _conv_kernel(kind, k), a, b, oshape, 2,
                            flops), a, 2, sync))
   for nbytes in plan.elementwise_bytes:

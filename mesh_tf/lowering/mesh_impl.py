@@ -415,7 +415,7 @@ class MeshImpl:
     return self.receive(x, mesh_axis, source)
 
   def slicewise(self, fn, *inputs, shape=None, slice_shape=None, dtype=None,
-                flops=None, matmul=False, fused=None, matrix=()):
+                flops=None, matmul=False, fused=None, matrix=(), conv=()):
     """Applies ``fn`` to each processor's slices of ``inputs``.
 
     ``inputs`` are LaidOutTensors (or lazy sums, which are forced) or plain
@@ -430,11 +430,11 @@ class MeshImpl:
     producer, bool: the output stays in the fused kernel)``; those bytes are
     not recorded as memory traffic (see :mod:`mesh_tf.ops.base`).
     ``matrix``: the record's ``(batch, rows, cols)`` of a matrix product (see
-    :class:`mesh_tf.lowering.trace.ComputeRecord`).
+    :class:`mesh_tf.lowering.trace.ComputeRecord`); ``conv`` likewise.
     """
     return self._slicewise_common(fn, inputs, shape, slice_shape, dtype,
                                   flops, with_pnum=False, matmul=matmul,
-                                  fused=fused, matrix=matrix)
+                                  fused=fused, matrix=matrix, conv=conv)
 
   def slicewise_pnum(self, fn, *inputs, shape=None, slice_shape=None,
                      dtype=None, flops=None):
@@ -443,7 +443,8 @@ class MeshImpl:
                                   flops, with_pnum=True)
 
   def _slicewise_common(self, fn, inputs, shape, slice_shape, dtype, flops,
-                        with_pnum, matmul=False, fused=None, matrix=()):
+                        with_pnum, matmul=False, fused=None, matrix=(),
+                        conv=()):
     inputs = [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor")
               else x for x in inputs]
     multi = isinstance(shape, (list, tuple)) or (
@@ -475,7 +476,8 @@ class MeshImpl:
     self.trace.compute.append(ComputeRecord(
         self._op_name, int(flops), written, read,
         (laid_in[0] if laid_in else outs[0]).dtype, bool(matmul),
-        matmul if isinstance(matmul, str) else "", tuple(matrix)))
+        matmul if isinstance(matmul, str) else "", tuple(matrix),
+        tuple(conv)))
     self._slicewise(fn, inputs, outs, with_pnum)
     return outs if multi else outs[0]
 

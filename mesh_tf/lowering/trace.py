@@ -51,7 +51,13 @@ class ComputeRecord(NamedTuple):
   two operands runs (:func:`mesh_tf.lowering.einsum_kernels.product_matrix`),
   else ``()``: whether its kernel is small enough to run inline, without
   handing work to a thread pool (a calibrated fixed cost, see
-  :func:`costmodels.compute.compute_time`).
+  :func:`costmodels.compute.compute_time`).  ``conv`` is ``(out_width,
+  in_channels, out_channels)`` of the convolution kernel a ``conv`` or
+  ``conv_filter`` record runs on each device (the innermost spatial dim of
+  its output, and the channels it reads and writes), else ``()``: CPU
+  kernels compute the output in tiles along those dims, so a thin width or
+  a channel count of 1 costs far more than its FLOPs (see
+  :mod:`costmodels.compute_fits`).
   """
   op_name: str
   flops_per_device: int
@@ -61,6 +67,7 @@ class ComputeRecord(NamedTuple):
   matmul: bool = False
   pattern: str = ""
   matrix: tuple = ()
+  conv: tuple = ()
 
 
 class CollectiveTrace:

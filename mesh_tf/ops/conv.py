@@ -241,7 +241,10 @@ class ConvOperation(Operation):
         w_slice[w.shape.index(n)] for n in self.filter_spatial_names) * (
             w_slice[w.shape.index(self.contract_name)])
     y = impl.slicewise(kernel, laid_x, laid_w, slice_shape=out_slice,
-                       dtype=out.dtype, flops=flops, matmul="conv")
+                       dtype=out.dtype, flops=flops, matmul="conv",
+                       conv=_conv_dims(out, out_slice, self.spatial_names,
+                                       w, w_slice, self.contract_name,
+                                       self.produce_name))
     axes = impl.split_axes([x.shape.get_dim_by_name(self.contract_name)])
     if axes:
       lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y,
@@ -331,13 +334,26 @@ class ConvFilterGradOperation(Operation):
     flops = 2 * math.prod(laid_dy.slice_shape) * math.prod(
         w_local[:nsp]) * w_local[nsp]
     y = impl.slicewise(kernel, laid_x, laid_dy, slice_shape=out_slice,
-                       dtype=out.dtype, flops=flops, matmul="conv_filter")
+                       dtype=out.dtype, flops=flops, matmul="conv_filter",
+                       conv=_conv_dims(dy, laid_dy.slice_shape,
+                                       c.spatial_names, out, out_slice,
+                                       c.contract_name, c.produce_name))
     axes = set(impl.split_axes([x.shape.get_dim_by_name(n)
                                 for n in batch + c.spatial_names]))
     if axes:
       lowering.set_tensor_lowering(out, LazyAllreduceSum(impl, y, axes))
     else:
       lowering.set_tensor_lowering(out, y)
+
+
+def _conv_dims(y, y_slice, spatial, w, w_slice, contract, produce):
+  """``(out_width, in_channels, out_channels)`` of a convolution kernel on
+  one device (:class:`mesh_tf.lowering.trace.ComputeRecord`'s ``conv``):
+  the slice of the innermost spatial dim of its output ``y`` (the kernels
+  see ``[batch, spatial..., channels]``) and the filter's channel slices."""
+  return (int(y_slice[y.shape.index(spatial[-1])]),
+          int(w_slice[w.shape.index(contract)]),
+          int(w_slice[w.shape.index(produce)]))
 
 
 def _filter_spatial_names(conv_filter, spatial, in_dim, out_dim):
