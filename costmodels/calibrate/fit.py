@@ -395,7 +395,7 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
     inv_in = coef[3] if reads else 0.0
     # A term that explains under a millionth of any timing is round-off.
     tiny = 1e-6 * max(ys)
-    inv_peak = inv_peak if inv_peak * max(s.flops for s in rows) > tiny else 0
+    inv_peak = inv_peak if inv_peak * max(x[1] for x in xs) > tiny else 0
     inv_bw = inv_bw if inv_bw * max(s.nbytes for s in rows) > tiny else 0.0
     if inv_in * max(s.input_bytes for s in rows) <= tiny:
       inv_in = 0.0

@@ -238,6 +238,13 @@ def _conv_kernel(kind, ksize):
   return grad_filter
 
 
+def conv_dims(volume, c, f, k):
+  """``(out_width, in_channels, out_channels)`` of a conv probe (see
+  :func:`conv_shapes`), as a record's ``conv`` gives them."""
+  width = volume[-1] if isinstance(volume, (tuple, list)) else volume
+  return (width - k + 1, c, f)
+
+
 def conv_shapes(kind, n, volume, c, f, k):
   """``(input shape, second operand shape, output shape, flops)`` of the
   conv probe ``kind`` on ``n`` volumes of ``volume`` (``(depth, height,
@@ -278,7 +285,7 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
         Sample("matmul", "", group, nbytes, float(flops), 0.0, dtype,
                pattern=kind,
                input_bytes=(math.prod(xs) + math.prod(ws)) * itemsize,
-               conv=(xs[3] - k + 1, c, f)),
+               conv=conv_dims(v, c, f, k)),
         _contraction_chain(impl, _conv_kernel(kind, k), a, b, oshape, 2,
                            flops), a, 2, sync))
   for nbytes in plan.elementwise_bytes:

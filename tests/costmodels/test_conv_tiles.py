@@ -91,7 +91,7 @@ def _plan_rows(kind, tile, noise=0.0, rng=None):
     xs, ws, os_, flops = probes.conv_shapes(kind, n, v, c, f, ks)
     read = (math.prod(xs) + math.prod(ws)) * 4
     nbytes = read + math.prod(os_) * 4
-    dims = (xs[3] - ks + 1, c, f)
+    dims = probes.conv_dims(v, c, f, ks)
     t = launch + truth.time_s(flops, nbytes, input_bytes=read, conv=dims)
     rows.append(Sample("matmul", "", 8, nbytes, float(flops),
                        t * (1 + rng.uniform(-noise, noise)), pattern=kind,
