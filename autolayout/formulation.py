@@ -149,15 +149,20 @@ def host_scopes(scopes):
 
 
 def _comm_by_axis(tables, f, sub, memo):
+  """``(((axis, seconds), ...), {axis: barrier seconds})`` of one
+  factor's instance."""
   key = ("axes", f.kind, f.key, sub)
   hit = memo.get(key)
   if hit is None:
-    hit = memo[key] = tables.comm_by_axis(f, sub)
+    hit = memo[key] = (tables.comm_by_axis(f, sub),
+                       dict(tables.wait_by_axis(f, sub)))
   return hit
 
 
 def _overlap_terms(extra, pl, v, by_axis):
-  """Adds one factor's overlap terms under one choice to ``extra``."""
+  """Adds one factor's overlap terms under one choice to ``extra``
+  (a gradient sync without its barrier, which the step does not wait
+  for: :mod:`costmodels.overlap`)."""
   if v[1]:
     for seg, n in pl.segments:
       if seg:
@@ -165,9 +170,10 @@ def _overlap_terms(extra, pl, v, by_axis):
     for w, n in pl.windows:
       extra[("window", w)] += n * v[1]
   if v[2] and (pl.sync_buckets or pl.gathers):
-    for a, t in by_axis():
+    times, waits = by_axis()
+    for a, t in times:
       for b, n in pl.sync_buckets:
-        extra[("sync", b, a)] += n * t
+        extra[("sync", b, a)] += n * (t - waits.get(a, 0.0))
       for b, seg, n in pl.gathers:
         extra[("gather", b, a)] += n * t
         if seg:

@@ -46,6 +46,16 @@ class Pricer:
           record, self.mapping)
     return v
 
+  def collective_wait_by_axis(self, record):
+    """``{mesh axis: seconds}`` of the barrier part of
+    :meth:`collective_by_axis` (``costmodels.collective_wait_by_axis``)."""
+    key = ("wait",) + record.key()
+    v = self._cache.get(key)
+    if v is None:
+      v = self._cache[key] = costmodels.collective_wait_by_axis(
+          record, self.mapping)
+    return v
+
   def collective_s(self, record):
     key = record.key()
     v = self._cache.get(key)

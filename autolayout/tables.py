@@ -66,6 +66,8 @@ class Outcome(NamedTuple):
   # ((axis, seconds), ...) of comm_s, for ops whose collectives overlap
   # (storage gathers and scatters; see autolayout.overlap_terms).
   comm_by_axis: Tuple[Tuple[str, float], ...] = ()
+  # Of comm_by_axis, the barrier's part (a gradient sync's is hidden).
+  wait_by_axis: Tuple[Tuple[str, float], ...] = ()
 
 
 class Factor(NamedTuple):
@@ -109,6 +111,7 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
     return Outcome(False, 0.0, 0.0, (), frozenset(), str(e))
   forced, comm = set(), 0.0
   by_axis = {} if _overlaps(op) else None
+  waits = {}
   for rec in lowered.trace.collectives:
     if rec.source_op in sources:
       forced.add(sources[rec.source_op])
@@ -117,6 +120,8 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
     if by_axis is not None:
       for a, t in pricer.collective_by_axis(rec).items():
         by_axis[a] = by_axis.get(a, 0.0) + t
+      for a, t in pricer.collective_wait_by_axis(rec).items():
+        waits[a] = waits.get(a, 0.0) + t
   compute = sum(pricer.compute_s(rec) for rec in lowered.trace.compute)
   outs = []
   for v in lowered.outputs:
@@ -125,7 +130,8 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
     else:
       outs.append(None)
   return Outcome(True, compute, comm, tuple(outs), frozenset(forced),
-                 comm_by_axis=tuple(sorted((by_axis or {}).items())))
+                 comm_by_axis=tuple(sorted((by_axis or {}).items())),
+                 wait_by_axis=tuple(sorted(waits.items())))
 
 
 def pending_allreduce_record(mesh_shape, state):
@@ -441,7 +447,8 @@ class GraphTables:
     scope = self._key_scope[key]
     own = set(self._dims(self._key_op[key]))
     table = self._table(key)
-    cost = {sigma: (o.valid, o.compute_s, o.comm_s, o.comm_by_axis)
+    cost = {sigma: (o.valid, o.compute_s, o.comm_s, o.comm_by_axis,
+                    o.wait_by_axis)
             if o.valid else (False,) for sigma, o in table.items()}
     keep = list(scope)
     # The own dims first as a whole (the usual case), then one dim at a time.
@@ -525,6 +532,15 @@ class GraphTables:
     rec = self.allreduce_record(factor, sigma)
     return (() if rec is None else
             tuple(self.pricer.collective_by_axis(rec).items()))
+
+  def wait_by_axis(self, factor, sigma):
+    """Of :meth:`comm_by_axis`, the barrier's part (``((mesh axis,
+    seconds), ...)``; see ``costmodels.OpCost.wait_by_axis``)."""
+    if factor.kind == "op":
+      return self._op_outcome(factor, sigma).wait_by_axis
+    rec = self.allreduce_record(factor, sigma)
+    return (() if rec is None else
+            tuple(self.pricer.collective_wait_by_axis(rec).items()))
 
   def allreduce_record(self, factor, sigma):
     """The CollectiveRecord one instance of the all-reduce ``factor`` makes

@@ -52,14 +52,15 @@ def _env():
   return local.worker_env(ROOT)
 
 
-def _client(addresses, topo_path, rounds, out_path, quick=False):
+def _client(addresses, topo_path, rounds, out_path, quick=False,
+            runoff_rounds=None):
   """Runs in the client subprocess: connect, lower, time the steps and
   every calibration probe in the same shuffled rounds, fit the probes,
   write rows (as ``cost_model_truth.run_model`` does in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
   from benchmarks.cost_model_truth import (_statistic, _training_graph,
-                                           steady_times, time_probe,
+                                           runoff, steady_times, time_probe,
                                            with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
@@ -103,6 +104,9 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
         k = i - len(steps)
         probe_times[k].extend(time_probe(probes[k]))
   # As the single-process part (see cost_model_truth.run_model).
+  before = runoff([(s[0], lambda s=s: s[3](**s[4]).numpy(), s[5])
+                   for s in steps],
+                  rounds if runoff_rounds is None else runoff_rounds, rng)
   samples = [p.measured(t, _statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
   info = {"devices": list(devices), "device_types": ["CPU"]}
@@ -121,12 +125,13 @@ def _client(addresses, topo_path, rounds, out_path, quick=False):
     fallback, interleaved = str(e), topology
   rows = [(s[0], MESH, s[1], costmodels.evaluate(
       _training_graph(_build).graph, MESH, s[1], interleaved).step_time_s,
-           statistics.median(s[5]), min(s[5]), s[2]) for s in steps]
+           statistics.median(s[5]), min(s[5]), s[2], s[5], before[s[0]])
+          for s in steps]
   with open(out_path, "w", encoding="utf-8") as f:
     json.dump({"rows": rows, "fallback": fallback}, f)
 
 
-def run(rounds, quick, console):
+def run(rounds, quick, console, runoff_rounds=None):
   """Returns ``(name, rows)`` as ``cost_model_truth.run_model`` does."""
   from costmodels import calibrate as cal_lib
   ports = local.free_ports(2)
@@ -147,7 +152,9 @@ def run(rounds, quick, console):
     out = os.path.join(tmp, "rows.json")
     client = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--client", addresses,
-         topo_path, str(rounds), out] + (["--quick"] if quick else []),
+         topo_path, str(rounds), out,
+         str(rounds if runoff_rounds is None else runoff_rounds)]
+        + (["--quick"] if quick else []),
         cwd=ROOT, env=_env(),
         capture_output=True, text=True, timeout=1200)
     if client.returncode != 0 or not os.path.exists(out):
@@ -155,7 +162,8 @@ def run(rounds, quick, console):
                          + client.stderr[-3000:])
     with open(out, encoding="utf-8") as f:
       got = json.load(f)
-    rows = [tuple(r) for r in got["rows"]]
+    from benchmarks.cost_model_truth import Row
+    rows = [Row(*r[:7], tuple(r[7]), r[8]) for r in got["rows"]]
     if got["fallback"]:
       console.print(f"[yellow]{MESH}: the interleaved probes could not be "
                     f"fitted ({got['fallback']}); predicted from the "
@@ -166,10 +174,11 @@ def run(rounds, quick, console):
 
 
 if __name__ == "__main__":
-  if len(sys.argv) in (6, 7) and sys.argv[1] == "--client":
+  if len(sys.argv) in (7, 8) and sys.argv[1] == "--client":
     sys.path.insert(0, ROOT)
     _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5],
-            quick=sys.argv[6:] == ["--quick"])
+            quick=sys.argv[7:] == ["--quick"],
+            runoff_rounds=int(sys.argv[6]))
     # Remote eager contexts can take seconds to tear down; rows are written.
     os._exit(0)  # pylint: disable=protected-access
   sys.exit(__doc__)

@@ -290,14 +290,34 @@ def phase_times(kind, nbytes, links):
   if not links:
     return []
   phases = list(_law_phases(kind, nbytes, links))
-  slow = max(links, key=lambda l: l.barrier_s)
-  if not slow.barrier_s > 0 or math.prod(l.size for l in links) < 2:
+  wait = barrier_phase(links)
+  if wait is None:
     return phases
+  slow = wait[0]
   for i, (l, t) in enumerate(phases):
     if l is slow:
       phases[i] = (l, t + slow.barrier_s)
       return phases
   return phases + [(slow, slow.barrier_s)]
+
+
+def barrier_phase(links):
+  """``(link, seconds)`` of the barrier a collective over ``links`` pays
+  (the largest ``barrier_s``, on its link; see :func:`phase_times`), or
+  None when it pays none (no barrier, or a group of one).
+
+  Example:
+    >>> a = LinkParams(2, 1e9, 0.0, "switch", ("a",), barrier_s=1e-4)
+    >>> b = LinkParams(4, 1e9, 0.0, "switch", ("b",), barrier_s=3e-4)
+    >>> barrier_phase([a, b])[1]
+    0.0003
+  """
+  if not links:
+    return None
+  slow = max(links, key=lambda l: l.barrier_s)
+  if not slow.barrier_s > 0 or math.prod(l.size for l in links) < 2:
+    return None
+  return slow, slow.barrier_s
 
 
 def _law_phases(kind, nbytes, links):

@@ -65,6 +65,11 @@ class OpCost(NamedTuple):
       axes whose links each phase uses (a phase on a physical dimension
       shared by several axes is split evenly between them).
     reduction: the collective's reduction, if any.
+    wait_by_axis: of ``time_by_axis``, the barrier's part
+      (:attr:`costmodels.hardware.LinkSpec.barrier_s`: the group's members
+      waiting for each other), on the axes that pay it; ``()`` without one.
+      The step waits for it on the critical path, not for a gradient sync
+      (:mod:`costmodels.overlap`).
     repeats: how often the record runs per step (the microbatch count for
       per-microbatch work, see :mod:`mesh_tf.microbatch`); ``time_s``,
       ``time_by_axis``, ``flops_per_device`` and ``bytes_per_device`` are
@@ -82,6 +87,7 @@ class OpCost(NamedTuple):
   time_by_axis: Tuple[Tuple[str, float], ...] = ()
   reduction: str = None
   repeats: int = 1
+  wait_by_axis: Tuple[Tuple[str, float], ...] = ()
 
 
 def _unpack(record):
@@ -134,15 +140,35 @@ def collective_time_by_axis(record, mapping):
   return dict(_price(kind, axes, group, nbytes, mapping)[1])
 
 
+def collective_wait_by_axis(record, mapping):
+  """``{axis: seconds}`` of the barrier part of
+  :func:`collective_time_by_axis` (see ``OpCost.wait_by_axis``); empty
+  when the links have no barrier."""
+  kind, axes, group, nbytes, _ = _unpack(record)
+  return dict(_price(kind, axes, group, nbytes, mapping)[2])
+
+
+def _owners(link, axes):
+  """The mesh axes among ``axes`` a phase on ``link`` is charged to."""
+  return [o for o in link.owners if o in axes] or list(axes)
+
+
 def _price(kind, axes, group, nbytes, mapping):
-  """``(seconds, ((axis, seconds), ...))`` of one collective."""
-  phases = coll.phase_times(kind, nbytes, _links(mapping, axes, group))
+  """``(seconds, ((axis, seconds), ...), ((axis, barrier seconds),
+  ...))`` of one collective."""
+  links = _links(mapping, axes, group)
+  phases = coll.phase_times(kind, nbytes, links)
   by_axis = {a: 0.0 for a in axes}
   for link, t in phases:
-    owners = [o for o in link.owners if o in by_axis] or list(axes)
+    owners = _owners(link, axes)
     for o in owners:
       by_axis[o] += t / len(owners)
-  return sum(t for _, t in phases), tuple(by_axis.items())
+  wait = coll.barrier_phase(links)
+  waits = ()
+  if wait is not None:
+    owners = _owners(wait[0], axes)
+    waits = tuple((o, wait[1] / len(owners)) for o in owners)
+  return sum(t for _, t in phases), tuple(by_axis.items()), waits
 
 
 def op_costs(trace, mapping, microbatches=None):
@@ -165,14 +191,15 @@ def op_costs(trace, mapping, microbatches=None):
                            + r.input_bytes_per_device),
                       k * compute_lib.compute_time(r, chip), repeats=k))
   for r in trace.collectives:
-    t, by_axis = _price(r.kind, tuple(r.mesh_axes), r.group_size,
-                        r.bytes_per_device, mapping)
+    t, by_axis, waits = _price(r.kind, tuple(r.mesh_axes), r.group_size,
+                               r.bytes_per_device, mapping)
     src = r.source_op or r.op_name
     k = rep(src)
     out.append(OpCost(r.op_name, src, "comm", r.kind,
                       tuple(r.mesh_axes), r.group_size, 0,
                       k * r.bytes_per_device, k * t,
-                      tuple((a, k * x) for a, x in by_axis), r.reduction, k))
+                      tuple((a, k * x) for a, x in by_axis), r.reduction, k,
+                      tuple((a, k * x) for a, x in waits)))
   return out
 
 

@@ -69,6 +69,10 @@ class Sample(NamedTuple):
     collectives: of a ``model_step`` timing: how many collectives the step
       runs (files written before have 0: their steps ran on ``x:n`` alone,
       ``messages / (n - 1)`` of them).
+    blocking: of a ``model_step`` timing: how many of its collectives
+      the step waits for (all but its gradient syncs, whose barrier it
+      does not wait for: :mod:`costmodels.overlap`); None in files
+      written before (their barrier was fitted on every collective).
     matrix: of a ``kernel`` timing (a chain of tiny matrix products, their
       FLOPs negligible, all devices at once) or an einsum's (``matmul``):
       the product's ``(batch, rows, cols)``; see
@@ -98,6 +102,7 @@ class Sample(NamedTuple):
   input_bytes: int = 0
   collectives: int = 0
   conv: tuple = ()
+  blocking: int = None
 
 
 def sample_from_dict(d):

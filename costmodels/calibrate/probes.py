@@ -566,7 +566,8 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=()):
   one for the models of ``mixed``) on every device, warmed up;
   ``pattern`` names the model and its rules, ``records`` counts its
   records per class, ``messages`` its collectives' slices received per
-  device and ``collectives`` its collectives."""
+  device, ``collectives`` its collectives and ``blocking`` those of them
+  the step waits for (all but its gradient syncs)."""
   import costmodels  # pylint: disable=import-outside-toplevel
   from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
   n = len(devices)
@@ -582,11 +583,15 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=()):
       records = record_classes(trace)
       total = sum(r[1] for r in records)
       messages = sum(c.group_size - 1 for c in trace.collectives)
+      buckets = costmodels.overlap.gradient_buckets(step.graph)
+      blocking = sum(buckets.record_bucket(c) is None
+                     for c in trace.collectives)
       out.append(Probe(
           f"{name} model step {rules or 'replicated'}, {total} records",
           Sample("model_step", "", n, 0, float(total), 0.0,
                  pattern=f"{name} {rules}".strip(), records=records,
-                 messages=messages, collectives=len(trace.collectives)),
+                 messages=messages, collectives=len(trace.collectives),
+                 blocking=blocking),
           [lambda step=step, f=feeds: step(**f).numpy()], 1,
           lambda _: None))
   return out
