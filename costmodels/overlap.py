@@ -324,6 +324,8 @@ class AxisOverlap(NamedTuple):
   exposed_sync_s: float = 0.0      # E_a
   exposed_prefetch_s: float = 0.0  # P_a
   interference_s: float = 0.0      # I_a: compute lost to the hidden part
+  # Of hidden_s, the gradient syncs' barriers (no compute lost to them).
+  sync_wait_s: float = 0.0
 
 
 class Overlap(NamedTuple):
@@ -435,5 +437,5 @@ def overlap(op_costs, buckets, mapping, enabled=True, prefetch=None):
     wait = math.fsum(waited.get(a, ()))
     by_axis.append(AxisOverlap(
         a, total, exposed_plain + e + p, hidden + wait, sync_total + wait,
-        eta, gather_total, e, p, interference_time(hidden, eta)))
+        eta, gather_total, e, p, interference_time(hidden, eta), wait))
   return Overlap(bool(enabled), tuple(by_axis), tuple(parts))

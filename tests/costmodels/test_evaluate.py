@@ -45,7 +45,8 @@ def assert_overlap_adds_up(report):
     assert math.isclose(a.exposed_s + a.hidden_s, a.total_s,
                         rel_tol=1e-12, abs_tol=1e-18), a
     assert report.comm_time_by_axis[a.axis] == a.exposed_s
-    assert math.isclose(a.interference_s, (1 - a.efficiency) * a.hidden_s,
+    assert math.isclose(a.interference_s,
+                        (1 - a.efficiency) * (a.hidden_s - a.sync_wait_s),
                         rel_tol=1e-12, abs_tol=1e-18), a
   assert math.isclose(report.comm_time_s + report.hidden_comm_time_s,
                       report.total_comm_time_s, rel_tol=1e-12)

@@ -113,3 +113,63 @@ def test_gpt3_tensor_parallelism_inside_the_node_ranks_above_across():
   # Its gradient syncs over InfiniBand are largely hidden.
   assert inside.hidden_comm_time_by_axis["data"] > 0.3 * (
       inside.total_comm_time_by_axis["data"])
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.5])
+def test_a_gradient_sync_does_not_wait_for_its_barrier(eta):
+  """A link's barrier (calibrated: the group's members wait for each
+  other) is paid by every collective the step waits for, and by none of
+  its gradient syncs while overlap is on; with overlap off every collective
+  pays it.  Whatever the efficiency: nothing waits for a sync's barrier."""
+  barrier = 1e-3
+  topo = cm.get_topology("tpu-v5e-2x4")
+  def with_link(**kw):
+    return topo._replace(dims=tuple(
+        d._replace(link=d.link._replace(**kw)) for d in topo.dims))
+  base, slow = (with_link(overlap_efficiency=eta),
+                with_link(overlap_efficiency=eta, barrier_s=barrier))
+  model = _train(models.build_model("transformer_tiny"))
+  mesh, rules = "rows:2;cols:4", "batch:rows;d_ff:cols"
+  buckets = overlap.gradient_buckets(model.graph)
+  trace = cm.trace_graph(model.graph, mesh, rules, [model.loss])
+  syncs = sum(buckets.record_bucket(c) is not None
+              for c in trace.collectives)
+  waited = len(trace.collectives) - syncs
+  assert syncs > 0 and waited > 0
+  for on in (True, False):
+    a, b = (cm.evaluate(model.graph, mesh, rules, t, outputs=[model.loss],
+                        overlap=on) for t in (base, slow))
+    for x in b.overlap.by_axis:
+      assert math.isclose(x.exposed_s + x.hidden_s, x.total_s,
+                          rel_tol=1e-12)
+      assert math.isclose(x.interference_s, (1 - x.efficiency) * (
+          x.hidden_s - x.sync_wait_s), rel_tol=1e-12, abs_tol=1e-18)
+    paid = len(trace.collectives) if not on else waited
+    assert b.step_time_s - a.step_time_s == pytest.approx(paid * barrier,
+                                                          rel=1e-6)
+    # Every collective's barrier is in the total; a sync's is hidden.
+    assert b.total_comm_time_s - a.total_comm_time_s == pytest.approx(
+        len(trace.collectives) * barrier, rel=1e-6)
+    assert b.hidden_comm_time_s - a.hidden_comm_time_s == pytest.approx(
+        (syncs if on else 0) * barrier, abs=1e-12)
+  # The barrier's part of each priced collective, on the axes that pay it.
+  costs = cm.evaluate(model.graph, mesh, rules, slow,
+                      outputs=[model.loss]).collectives
+  for c in costs:
+    assert math.fsum(t for _, t in c.wait_by_axis) == pytest.approx(barrier)
+    assert {a for a, _ in c.wait_by_axis} <= set(c.mesh_axes)
+
+
+def test_data_parallel_steps_wait_for_none_of_their_collectives():
+  """What calibration counts as a model step's waited collectives
+  (``Sample.blocking``): under data parallelism the loss's mean alone
+  (every other all-reduce a gradient sync), under a hidden-dim split the
+  activations' all-reduces, forward and backward."""
+  from costmodels.calibrate import probes
+  for rules, waited in (("batch:x", 1), ("d_ff:x", 4 + 4)):
+    model = _train(models.mlp(**probes.MODEL_STEPS["mlp"]))
+    trace = cm.trace_graph(model.graph, "x:8", rules, [model.loss])
+    buckets = overlap.gradient_buckets(model.graph)
+    got = sum(buckets.record_bucket(c) is None for c in trace.collectives)
+    assert got == waited, rules
+  assert len(trace.collectives) == waited  # d_ff:x has no gradient sync

@@ -329,3 +329,34 @@ def test_bytes_a_step_moves_get_their_own_cost_when_the_steps_vary_them():
     f = topo.chip.compute_fit(f0.pattern)
     assert 1 / f.bandwidth_bytes_per_s == pytest.approx(
         1 / f0.bandwidth_bytes_per_s + per_byte, rel=0.35)
+
+
+def test_the_cost_per_collective_counts_the_collectives_a_step_waits_for():
+  # Data-parallel steps wait for none of their collectives (every one a
+  # gradient sync), mixed steps for some: the cost per message and the one
+  # per waited collective are both recovered, the latter as the link's
+  # barrier, which data-parallel steps never pay.
+  per_msg, per_coll = 1e-5, 9e-5
+  data = [s._replace(pattern=s.pattern + " batch:x", messages=7 * k,
+                     collectives=k, blocking=0)
+          for s, k in zip(_samples(), (10, 25, 7, 43))]
+  mixed = [s._replace(pattern=s.pattern + " batch:b;d_ff:a", messages=m,
+                      collectives=k + w, blocking=w)
+           for s, (m, k, w) in zip(_samples(), ((30, 10, 8), (61, 20, 21),
+                                                (20, 7, 8), (90, 30, 22)))]
+  def extra(s):
+    return s.messages * per_msg + s.blocking * per_coll
+  steps = _samples() + [s._replace(seconds=s.seconds + extra(s))
+                        for s in data + mixed]
+  got = fit_record_costs(steps, FITS.get, ridge=0.0)
+  assert got.message_s == pytest.approx(per_msg, rel=1e-6)
+  assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
+  # Counting every collective instead misprices both.
+  old = [s._replace(blocking=None) for s in steps]
+  assert fit_record_costs(old, FITS.get, ridge=0.0).rel_residual > 1e-3
+  # Steps that wait for none of their collectives tell no barrier.
+  assert fit_record_costs(_samples() + [
+      s._replace(seconds=s.seconds + extra(s)) for s in data], FITS.get,
+                          ridge=0.0).collective_s == 0.0
+  _, topo, _ = _fit_steps(data + mixed, extra)
+  assert topo.chip.link.barrier_s == pytest.approx(per_coll, rel=0.35)
