@@ -285,8 +285,9 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0):
                  "this)", rc.message_s, 0.0, "", rc.rel_residual))
   if rc.collective_s > 0:
     rows.append(("collective in a step", "device", "fixed cost per "
-                 "collective, whatever its group (the members wait for each "
-                 "other), fitted on the same steps (the link's barrier_s)",
+                 "collective the step waits for (not a gradient sync), "
+                 "whatever its group (the members wait for each other), "
+                 "fitted on the same steps (the link's barrier_s)",
                  rc.collective_s, 0.0, "", rc.rel_residual))
   return chip, rows, rc.message_s, rc.collective_s
 
