@@ -70,7 +70,9 @@ class LinkSpec(NamedTuple):
       :mod:`costmodels.collectives`.
     barrier_s: fixed seconds every collective over this link costs in a
       step beyond its law, whatever its group size: the group's members
-      wait for each other before the step goes on.  0 for the presets;
+      wait for each other before the step goes on.  A gradient sync's is
+      hidden while overlap is on: no compute waits for it
+      (:mod:`costmodels.overlap`).  0 for the presets;
       calibration fits it on whole training steps
       (:mod:`costmodels.calibrate.record_costs`).
   """

@@ -56,6 +56,10 @@ class Plan(NamedTuple):
       collective's cost in a step from a message's.
     step_depths: depths of the reference steps (at least two: the slope
       of their times over their records prices a record).
+    split_steps: the models of ``model_steps`` also stepped with their
+      hidden layer split over every device (see
+      :func:`probes_lib.model_step_layouts`): every collective one the step
+      waits for, over the whole mesh.
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -71,6 +75,7 @@ class Plan(NamedTuple):
   max_reps: int = 0
   mixed_steps: Tuple[str, ...] = ()
   step_depths: Tuple[int, ...] = (1, 4, 8)
+  split_steps: Tuple[str, ...] = ()
 
   @property
   def num_benchmarks(self):
@@ -85,7 +90,8 @@ class Plan(NamedTuple):
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + len(self.step_depths) + sum(
                 len(probes_lib.model_step_layouts(m, n,
-                                                  m in self.mixed_steps))
+                                                  m in self.mixed_steps,
+                                                  m in self.split_steps))
                 for m in self.model_steps)
             + len(self.kernel_sizes))
 
@@ -136,7 +142,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
               tuple(convs),
               (262144, 1048576), (1, 3), tuple(probes_lib.MODEL_STEPS),
-              mixed_steps=tuple(probes_lib.MODEL_STEPS))
+              mixed_steps=tuple(probes_lib.MODEL_STEPS),
+              split_steps=("mlp", "transformer"))
 
 
 def _tf():
@@ -209,7 +216,7 @@ def prepare(plan, devices, sync=None):
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices, plan.step_depths)
   out += probes_lib.model_step_probes(devices, plan.model_steps,
-                                      plan.mixed_steps)
+                                      plan.mixed_steps, plan.split_steps)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:

@@ -541,7 +541,7 @@ def record_classes(trace):
   return tuple((c,) + v for c, v in sorted(out.items()))
 
 
-def model_step_layouts(name, n, mixed=True):
+def model_step_layouts(name, n, mixed=True, split=False):
   """The ``(mesh, rules)`` of each ``model_step`` probe of model ``name``
   on ``n`` devices: replicated on ``x:n`` (every device runs every record,
   as the cost of a record assumes), data parallel on ``x:n`` (the same
@@ -553,17 +553,28 @@ def model_step_layouts(name, n, mixed=True):
   messages per collective differ from data parallel's ``n - 1``, which
   tells the cost of a collective in a step from that of a message (see
   :mod:`costmodels.calibrate.record_costs`); ``mixed=False`` leaves the
-  mixed step out."""
+  mixed step out.  ``split=True`` adds the hidden layer split over all
+  ``n`` devices (``x:n``, ``d_ff:x``): every collective one the step waits
+  for, over the whole mesh, as in a model-parallel layout; the mixed
+  step's waits are over 2 devices and sit beside its gradient syncs, and
+  on its own the fit put the cost of a waited collective at 260-350 us,
+  twice what steps of a tiny MLP measured (about 150 us over 8 devices),
+  and ranked the MoE's layouts with many collectives too slow."""
   out = [(f"x:{n}", ""), (f"x:{n}", "batch:x")]
-  if mixed and n >= 4 and n % 2 == 0 and "d_ff" in MODEL_STEPS[name]:
+  hidden = n >= 4 and n % 2 == 0 and "d_ff" in MODEL_STEPS[name]
+  if mixed and hidden:
     out.append((f"a:2;b:{n // 2}", "batch:b;d_ff:a"))
+  if split and hidden:
+    out.append((f"x:{n}", "d_ff:x"))
   return tuple(out)
 
 
-def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=()):
+def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
+                      split=()):
   """Probes ``model_step``: one SGD training step of each small zoo model
   of ``names`` under each of its :func:`model_step_layouts` (the mixed
-  one for the models of ``mixed``) on every device, warmed up;
+  one for the models of ``mixed``, the split one for those of ``split``)
+  on every device, warmed up;
   ``pattern`` names the model and its rules, ``records`` counts its
   records per class, ``messages`` its collectives' slices received per
   device, ``collectives`` its collectives and ``blocking`` those of them
@@ -573,7 +584,8 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=()):
   n = len(devices)
   out = []
   for name in names:
-    for mesh, rules in model_step_layouts(name, n, name in mixed):
+    for mesh, rules in model_step_layouts(name, n, name in mixed,
+                                          name in split):
       model = _zoo_model(name)
       step = training.train_step_for_model(model, mesh, rules, devices,
                                            optimize.SgdOptimizer(0.01))
