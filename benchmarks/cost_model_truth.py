@@ -39,8 +39,9 @@ then predicted from calibration probes timed in the same rounds as its
 steps, as above).
 
 Reproduce:
-  python benchmarks/cost_model_truth.py                 # full, ~8-10 min idle
-                                                        # (11 min at load 9)
+  python benchmarks/cost_model_truth.py                 # full, ~10-11 min
+  python benchmarks/cost_model_truth.py --cluster       # and 2 processes:
+                                                        # 835-860 s here
   python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
 """
 

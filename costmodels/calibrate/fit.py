@@ -64,15 +64,11 @@ class Sample(NamedTuple):
       record's pattern, or ``"elementwise"``), with their FLOPs and bytes
       per device summed and the ``(batch, rows, cols)`` of each matrix
       product (files written before have no ``matrices``).
-    messages: of a ``model_step`` timing: ``sum(group_size - 1)`` over the
-      step's collectives (the slices each device receives).
-    collectives: of a ``model_step`` timing: how many collectives the step
-      runs (files written before have 0: their steps ran on ``x:n`` alone,
-      ``messages / (n - 1)`` of them).
-    blocking: of a ``model_step`` timing: how many of its collectives
-      the step waits for (all but its gradient syncs, whose barrier it
-      does not wait for: :mod:`costmodels.overlap`); None in files
-      written before (their barrier was fitted on every collective).
+    messages, collectives, blocking: of a ``model_step`` timing:
+      ``sum(group_size - 1)`` over the step's collectives (the slices each
+      device receives), how many collectives it runs (0 in older files:
+      ``messages / (n - 1)``, on ``x:n``) and how many of them it waits
+      for (all but its gradient syncs; None in older files).
     matrix: of a ``kernel`` timing (a chain of tiny matrix products, their
       FLOPs negligible, all devices at once) or an einsum's (``matmul``):
       the product's ``(batch, rows, cols)``; see

@@ -21,6 +21,7 @@ import sys
 import time
 from typing import NamedTuple, Tuple
 
+from costmodels.calibrate import model_steps as model_steps_lib
 from costmodels.calibrate import probes as probes_lib
 from costmodels.calibrate.fit import CalibrationError
 
@@ -47,18 +48,18 @@ class Plan(NamedTuple):
     overlap_bytes: all-reduce sizes of the overlap probes.
     overlap_compute_reps: einsum chain lengths run beside them.
     model_steps: small zoo models whose training steps price the fixed
-      cost of a record in a step (:data:`probes_lib.MODEL_STEPS`).
+      cost of a record in a step (:data:`model_steps_lib.MODEL_STEPS`).
     kernel_sizes: ``(batch, rows, cols)`` of the tiny matrix products
       (:data:`probes_lib.KERNEL_SIZES` or some of them).
     max_reps: the most reps of a probe's chain (0: no cap).
     mixed_steps: the models of ``model_steps`` also stepped mixed (see
-      :func:`probes_lib.model_step_layouts`).  One is enough to tell a
+      :func:`model_steps_lib.model_step_layouts`).  One is enough to tell a
       collective's cost in a step from a message's.
     step_depths: depths of the reference steps (at least two: the slope
       of their times over their records prices a record).
     split_steps: the models of ``model_steps`` also stepped with their
       hidden layer split over every device (see
-      :func:`probes_lib.model_step_layouts`): every collective one the step
+      :func:`model_steps_lib.model_step_layouts`): every collective one the step
       waits for, over the whole mesh.
   """
   meshes: Tuple[str, ...]
@@ -89,7 +90,7 @@ class Plan(NamedTuple):
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + len(self.step_depths) + sum(
-                len(probes_lib.model_step_layouts(m, n,
+                len(model_steps_lib.model_step_layouts(m, n,
                                                   m in self.mixed_steps,
                                                   m in self.split_steps))
                 for m in self.model_steps)
@@ -141,8 +142,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
               tuple(convs),
-              (262144, 1048576), (1, 3), tuple(probes_lib.MODEL_STEPS),
-              mixed_steps=tuple(probes_lib.MODEL_STEPS),
+              (262144, 1048576), (1, 3), tuple(model_steps_lib.MODEL_STEPS),
+              mixed_steps=tuple(model_steps_lib.MODEL_STEPS),
               split_steps=("mlp", "transformer"))
 
 
@@ -215,7 +216,7 @@ def prepare(plan, devices, sync=None):
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices, plan.step_depths)
-  out += probes_lib.model_step_probes(devices, plan.model_steps,
+  out += model_steps_lib.model_step_probes(devices, plan.model_steps,
                                       plan.mixed_steps, plan.split_steps)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)

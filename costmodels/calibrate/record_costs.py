@@ -19,7 +19,7 @@ one training step of a small model with its compute records counted per
 pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
 the key :func:`costmodels.compute.compute_time` prices it by), replicated,
 data parallel or mixed
-(:func:`~costmodels.calibrate.probes.model_step_layouts`).  Its time, less
+(:func:`~costmodels.calibrate.model_steps.model_step_layouts`).  Its time, less
 the FLOP and byte terms the class fits already price, is
 
     ``T - work = sum_c n_c * F_c + m * F_msg + k * F_coll + B * beta``
@@ -32,7 +32,7 @@ the devices' records share one memory bus.  Measured on 8 logical CPU
 devices of a 2-core machine (``benchmarks/cost_model_truth.py``, 49
 layouts of four models): the steps cost about 100 us a record plus 0.35-0.5
 ms per MB a device moves, against the chains' 9 GB/s (0.1 ms per MB); only
-the wide MLP of :data:`~costmodels.calibrate.probes.MODEL_STEPS` moves
+the wide MLP of :data:`~costmodels.calibrate.model_steps.MODEL_STEPS` moves
 enough bytes to show it.  ``m`` is the messages of its collectives (``sum(group_size - 1)``: the
 slices each device receives; 0 replicated).  The same holds for the
 collectives as for the records: a chained all-reduce probe repeats one

@@ -165,9 +165,9 @@ def test_data_parallel_steps_wait_for_none_of_their_collectives():
   (``Sample.blocking``): under data parallelism the loss's mean alone
   (every other all-reduce a gradient sync), under a hidden-dim split the
   activations' all-reduces, forward and backward."""
-  from costmodels.calibrate import probes
+  from costmodels.calibrate import model_steps
   for rules, waited in (("batch:x", 1), ("d_ff:x", 4 + 4)):
-    model = _train(models.mlp(**probes.MODEL_STEPS["mlp"]))
+    model = _train(models.mlp(**model_steps.MODEL_STEPS["mlp"]))
     trace = cm.trace_graph(model.graph, "x:8", rules, [model.loss])
     buckets = overlap.gradient_buckets(model.graph)
     got = sum(buckets.record_bucket(c) is None for c in trace.collectives)

@@ -12,7 +12,7 @@ import costmodels
 from costmodels import compute
 from costmodels.calibrate import calibration
 from costmodels.calibrate import fit as fit_lib
-from costmodels.calibrate import probes
+from costmodels.calibrate import model_steps
 from costmodels.calibrate import topology_file
 from costmodels.calibrate.fit import CalibrationError, Sample
 from costmodels.calibrate.record_costs import fit_record_costs
@@ -203,7 +203,7 @@ def test_record_classes_counts_a_trace_per_pricing_class():
   y = mtf.relu(mtf.einsum([x, w], "batch:4;e:16"))
   trace = costmodels.trace_graph(g, "x:2", "batch:x", outputs=[y])
   got = dict((c, (n, f, b, m))
-             for c, n, f, b, m in probes.record_classes(trace))
+             for c, n, f, b, m in model_steps.record_classes(trace))
   assert got["matmul"][0] == 1 and got["matmul"][1] == 2 * 2 * 8 * 16
   assert got["matmul"][3] == ((1, 2, 16),)   # batch split in two
   assert got["elementwise"][3] == ()
