@@ -18,7 +18,6 @@ Reproduce:
 import argparse
 import json
 import os
-import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,15 +38,7 @@ def main(argv=None):
   probes = measure.prepare(plan, mtf.logical_cpu_devices(8))
   probes = [q for q in probes if q.sample.group_size == 8
             and q.sample.pattern in ("conv", "conv_filter")]
-  for q in probes:
-    q.warm()
-  times = [[] for _ in probes]
-  order = list(range(len(probes)))
-  rng = random.Random(0)
-  for _ in range(args.rounds):
-    rng.shuffle(order)
-    for i in order:
-      times[i].append(probes[i].once())
+  times = measure.interleaved(probes, args.rounds)
   samples = [q.measured(t) for q, t in zip(probes, times)]
   out = {}
   for kind in ("conv", "conv_filter"):

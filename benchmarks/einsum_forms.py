@@ -22,7 +22,6 @@ Reproduce (about 20 s after a calibration):
 import argparse
 import json
 import os
-import random
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,15 +57,7 @@ def main(argv=None):
                       kernel_sizes=(), step_depths=())
   probes = [q for q in measure.prepare(plan, mtf.logical_cpu_devices(8))
             if q.sample.what == "matmul" and q.sample.group_size == 8]
-  for q in probes:
-    q.warm()
-  times = [[] for _ in probes]
-  order = list(range(len(probes)))
-  rng = random.Random(0)
-  for _ in range(args.rounds):
-    rng.shuffle(order)
-    for i in order:
-      times[i].extend(probes[i].once() for _ in range(3))
+  times = measure.interleaved(probes, args.rounds, calls=3)
   print(f"{'equation':>16} {'lhs':>16} {'rhs':>16} {'MFLOP':>6} "
         f"{'measured':>9} {'priced':>8} {'ratio':>6}  GFLOP/s")
   out = []

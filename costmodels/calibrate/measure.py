@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 import time
 from typing import NamedTuple, Tuple
@@ -249,6 +250,22 @@ def run(plan, devices, emit, sync=None):
     emit({"event": "progress", "done": i + 1, "total": len(probes),
           "label": p.label})
   return samples
+
+
+def interleaved(probes, rounds, calls=1, seed=0):
+  """Warms ``probes`` up, then times each ``calls`` times a round, in
+  ``rounds`` rounds of a shuffled order (so that machine noise spreads
+  over all of them); returns each probe's timings."""
+  for p in probes:
+    p.warm()
+  times = [[] for _ in probes]
+  order = list(range(len(probes)))
+  rng = random.Random(seed)
+  for _ in range(rounds):
+    rng.shuffle(order)
+    for i in order:
+      times[i].extend(probes[i].once() for _ in range(calls))
+  return times
 
 
 def _devices_info(devices):

@@ -320,3 +320,29 @@ def test_quick_calibration_end_to_end(tmp_path):
   model = models.build_model("mlp_tiny")
   r = costmodels.evaluate(model.graph, "a:2;b:4", "batch:a", str(out))
   assert r.step_time_s > 0
+
+
+def test_interleaved_times_every_probe_in_shuffled_rounds():
+  """``measure.interleaved`` warms each probe once, then times it ``calls``
+  times a round, the probes in a new order each round."""
+  log = []
+
+  class Fake:
+    def __init__(self, name):
+      self.name, self.warmed = name, 0
+
+    def warm(self):
+      self.warmed += 1
+
+    def once(self):
+      log.append(self.name)
+      return float(len(log))
+
+  probes = [Fake(k) for k in "abcde"]
+  times = measure.interleaved(probes, rounds=6, calls=2)
+  assert [p.warmed for p in probes] == [1] * 5
+  assert [len(t) for t in times] == [12] * 5
+  rounds = [log[i:i + 10:2] for i in range(0, len(log), 10)]
+  assert all(sorted(r) == list("abcde") for r in rounds)
+  assert len({tuple(r) for r in rounds}) > 1   # shuffled
+  assert all(log[i] == log[i + 1] for i in range(0, len(log), 2))

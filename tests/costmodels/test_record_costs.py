@@ -255,23 +255,32 @@ def test_messages_of_data_parallel_steps_price_a_message_in_a_step():
   assert any(r[0] == "message in a step" for r in rows)
 
 
+def _laid_out(rules, fields):
+  """The steps of :func:`_samples` under ``rules``, each with its
+  ``fields`` (messages, collectives...)."""
+  return [s._replace(pattern=f"{s.pattern} {rules}", **f)
+          for s, f in zip(_samples(), fields)]
+
+
+def _slower(steps, extra_s):
+  """``steps``, each ``extra_s(step)`` seconds slower."""
+  return [s._replace(seconds=s.seconds + extra_s(s)) for s in steps]
+
+
 def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
   # Data-parallel steps on x:8 (7 messages a collective) beside mixed
   # steps (1-7): a cost per message and one per collective, both known,
   # are both recovered, and the topology's device link pays the latter
   # once per collective.
   per_msg, per_coll = 2e-5, 1.5e-4
-  data = [s._replace(pattern=s.pattern + " batch:x", messages=7 * k,
-                     collectives=k)
-          for s, k in zip(_samples(), (10, 25, 7, 43))]
-  mixed = [s._replace(pattern=s.pattern + " batch:b;d_ff:a", messages=m,
-                      collectives=k)
-           for s, (m, k) in zip(_samples(), ((30, 18), (61, 40), (20, 15),
-                                             (90, 52)))]
+  data = _laid_out("batch:x", [dict(messages=7 * k, collectives=k)
+                               for k in (10, 25, 7, 43)])
+  mixed = _laid_out("batch:b;d_ff:a", [
+      dict(messages=m, collectives=k)
+      for m, k in ((30, 18), (61, 40), (20, 15), (90, 52))])
   def extra(s):
     return s.messages * per_msg + s.collectives * per_coll
-  steps = _samples() + [s._replace(seconds=s.seconds + extra(s))
-                        for s in data + mixed]
+  steps = _samples() + _slower(data + mixed, extra)
   got = fit_record_costs(steps, FITS.get, ridge=0.0)
   assert got.message_s == pytest.approx(per_msg, rel=1e-6)
   assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
@@ -337,17 +346,14 @@ def test_the_cost_per_collective_counts_the_collectives_a_step_waits_for():
   # per waited collective are both recovered, the latter as the link's
   # barrier, which data-parallel steps never pay.
   per_msg, per_coll = 1e-5, 9e-5
-  data = [s._replace(pattern=s.pattern + " batch:x", messages=7 * k,
-                     collectives=k, blocking=0)
-          for s, k in zip(_samples(), (10, 25, 7, 43))]
-  mixed = [s._replace(pattern=s.pattern + " batch:b;d_ff:a", messages=m,
-                      collectives=k + w, blocking=w)
-           for s, (m, k, w) in zip(_samples(), ((30, 10, 8), (61, 20, 21),
-                                                (20, 7, 8), (90, 30, 22)))]
+  data = _laid_out("batch:x", [dict(messages=7 * k, collectives=k,
+                                    blocking=0) for k in (10, 25, 7, 43)])
+  mixed = _laid_out("batch:b;d_ff:a", [
+      dict(messages=m, collectives=k + w, blocking=w)
+      for m, k, w in ((30, 10, 8), (61, 20, 21), (20, 7, 8), (90, 30, 22))])
   def extra(s):
     return s.messages * per_msg + s.blocking * per_coll
-  steps = _samples() + [s._replace(seconds=s.seconds + extra(s))
-                        for s in data + mixed]
+  steps = _samples() + _slower(data + mixed, extra)
   got = fit_record_costs(steps, FITS.get, ridge=0.0)
   assert got.message_s == pytest.approx(per_msg, rel=1e-6)
   assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
@@ -355,8 +361,7 @@ def test_the_cost_per_collective_counts_the_collectives_a_step_waits_for():
   old = [s._replace(blocking=None) for s in steps]
   assert fit_record_costs(old, FITS.get, ridge=0.0).rel_residual > 1e-3
   # Steps that wait for none of their collectives tell no barrier.
-  assert fit_record_costs(_samples() + [
-      s._replace(seconds=s.seconds + extra(s)) for s in data], FITS.get,
+  assert fit_record_costs(_samples() + _slower(data, extra), FITS.get,
                           ridge=0.0).collective_s == 0.0
   _, topo, _ = _fit_steps(data + mixed, extra)
   assert topo.chip.link.barrier_s == pytest.approx(per_coll, rel=0.35)
