@@ -28,32 +28,32 @@ class Pricer:
     self.mapping = costmodels.map_mesh(topology, mesh_shape)
     self._cache = {}
 
-  def _priced(self, key, price, record, *args):
-    """``price(record, *args)``, computed once per ``key``."""
+  def compute_s(self, record):
+    key = ("c",) + tuple(record[1:])  # all but the op's name
     v = self._cache.get(key)
     if v is None:
-      v = self._cache[key] = price(record, *args)
+      v = self._cache[key] = cm_compute.compute_time(record,
+                                                     self.topology.chip)
     return v
 
-  def compute_s(self, record):
-    # The key is all but the op's name.
-    return self._priced(("c",) + tuple(record[1:]), cm_compute.compute_time,
-                        record, self.topology.chip)
+  def _collective(self, record):
+    """``costmodels.collective_price`` of ``record``, priced once."""
+    key = record.key()
+    v = self._cache.get(key)
+    if v is None:
+      v = self._cache[key] = costmodels.collective_price(record,
+                                                         self.mapping)
+    return v
+
+  def collective_s(self, record):
+    return self._collective(record)[0]
 
   def collective_by_axis(self, record):
     """``{mesh axis: seconds}`` of a collective (sums to
     :meth:`collective_s`)."""
-    return self._priced(("axes",) + record.key(),
-                        costmodels.collective_time_by_axis, record,
-                        self.mapping)
+    return self._collective(record)[1]
 
   def collective_wait_by_axis(self, record):
     """``{mesh axis: seconds}`` of the barrier part of
     :meth:`collective_by_axis` (``costmodels.collective_wait_by_axis``)."""
-    return self._priced(("wait",) + record.key(),
-                        costmodels.collective_wait_by_axis, record,
-                        self.mapping)
-
-  def collective_s(self, record):
-    return self._priced(record.key(), costmodels.collective_time, record,
-                        self.mapping)
+    return self._collective(record)[2]

@@ -262,8 +262,8 @@ class Row(NamedTuple):
 
 
 def run_model(name, build, layouts, topology, devices, rounds, console,
-              calibration, plan, topo_path, probe_statistic="mean",
-              runoff_rounds=None):
+              calibration, plan, topo_path, runoff_rounds,
+              probe_statistic="mean"):
   """:class:`Row` s of one model, and the machine load.
 
   ``topology`` (the up-front calibration) picks the auto layout.  Then
@@ -294,15 +294,13 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   leave out, and priced every layout 30% too slow at a load ratio of 3.8.
 
   After the main rounds, the contenders for the best measured step get
-  ``runoff_rounds`` more rounds of their own (:func:`runoff`; default
-  ``rounds``).
+  ``runoff_rounds`` more rounds of their own (:func:`runoff`).
   """
   import costmodels
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
   mesh, rules = _auto(build, topology)
   layouts = with_auto(layouts, mesh, rules)
-  runoff_rounds = rounds if runoff_rounds is None else runoff_rounds
   steps = []
   for label, mesh, rules in layouts:
     step, feeds = _make_step(build, mesh, rules, devices)
@@ -430,11 +428,11 @@ def auto_vs_best_interval(rows, resamples=2000, seed=0):
   best one's: each layout's timings resampled with replacement, the
   medians and their best taken again.  ``None`` without timings."""
   import numpy as np
-  if not all(getattr(r, "times", ()) for r in rows):
+  if not all(r.times for r in rows):
     return None
   rng = np.random.default_rng(seed)
   ratios = np.empty(resamples)
-  auto = next(i for i, r in enumerate(rows) if is_auto(r[0]))
+  auto = next(i for i, r in enumerate(rows) if is_auto(r.label))
   times = [np.asarray(r.times) for r in rows]
   for k in range(resamples):
     meds = [np.median(rng.choice(t, t.size)) for t in times]
@@ -462,26 +460,24 @@ def _statistic(probe, default):
 
 
 def summarize(name, rows, load=None):
-  pred = [r[3] for r in rows]
-  meas = [r[4] for r in rows]
+  pred = [r.predicted_s for r in rows]
+  meas = [r.measured_s for r in rows]
   errs = [abs(p - m) / m for p, m in zip(pred, meas)]
-  auto = next(r[4] for r in rows if is_auto(r[0]))
-  main = [r.main_s if getattr(r, "main_s", None) else r[4] for r in rows]
-  auto_main = next(m for r, m in zip(rows, main) if is_auto(r[0]))
-  fastest = [r[5] for r in rows]
-  upfront = [r[6] for r in rows if len(r) > 6]
+  auto = next(r for r in rows if is_auto(r.label))
+  fastest = [r.fastest_s for r in rows]
+  upfront = [r.predicted_upfront_s for r in rows]
   return {"model": name, "spearman": spearman(pred, meas), "load": load,
-          "median_abs_err_upfront": (statistics.median(
-              [abs(p - m) / m for p, m in zip(upfront, meas)])
-              if upfront else None),
-          "spearman_upfront": spearman(upfront, meas) if upfront else None,
+          "median_abs_err_upfront": statistics.median(
+              [abs(p - m) / m for p, m in zip(upfront, meas)]),
+          "spearman_upfront": spearman(upfront, meas),
           "spearman_fastest": spearman(pred, fastest),
           "median_abs_err_fastest": statistics.median(
               [abs(p - m) / m for p, m in zip(pred, fastest)]),
           "kendall": kendall(pred, meas),
           "median_abs_err": statistics.median(errs),
-          "worst_abs_err": max(errs), "auto_vs_best": auto / min(meas),
-          "auto_vs_best_main": auto_main / min(main),
+          "worst_abs_err": max(errs),
+          "auto_vs_best": auto.measured_s / min(meas),
+          "auto_vs_best_main": auto.main_s / min(r.main_s for r in rows),
           "auto_vs_best_interval": auto_vs_best_interval(rows)}
 
 
@@ -494,12 +490,11 @@ def _table(console, name, rows, summary):
     t.add_column(c, justify="left" if c in ("layout", "mesh", "rules")
                  else "right", overflow="fold")
   t.add_column("steps", justify="right")
-  for r in sorted(rows, key=lambda r: r[4]):
+  for r in sorted(rows, key=lambda r: r.measured_s):
     label, mesh, rules, p, m, fastest = r[:6]
     t.add_row(label, mesh, _rules_text(rules), f"{p * 1e3:.2f} ms",
               f"{m * 1e3:.2f} ms", f"{(p - m) / m:+.0%}",
-              f"{fastest * 1e3:.2f} ms", str(len(getattr(r, "times", ()))
-                                             or ""))
+              f"{fastest * 1e3:.2f} ms", str(len(r.times)))
   console.print(t)
   console.print(
       f"{name}: Spearman {summary['spearman']:.3f}, Kendall "
@@ -532,8 +527,8 @@ def _plot(path, results):
   fig, ax = plt.subplots(figsize=(6, 6))
   lo, hi = float("inf"), 0.0
   for name, rows in results.items():
-    p = [r[3] * 1e3 for r in rows]
-    m = [r[4] * 1e3 for r in rows]
+    p = [r.predicted_s * 1e3 for r in rows]
+    m = [r.measured_s * 1e3 for r in rows]
     ax.scatter(m, p, label=name, s=22)
     lo, hi = min(lo, *p, *m), max(hi, *p, *m)
   ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="predicted = measured")
@@ -560,7 +555,7 @@ def main(argv=None):
                  help="rounds over the layouts and probes, each timing "
                  "STEP_CALLS steady steps of every layout (the median of "
                  "all of them is kept); default 11")
-  p.add_argument("--runoff-rounds", type=int, default=None,
+  p.add_argument("--runoff-rounds", type=int,
                  help="more rounds for the contenders for the best step "
                  "(within 10%% of it, and the auto layout); default: as "
                  "many as --rounds")
@@ -600,22 +595,23 @@ def main(argv=None):
                      "with this benchmark or `mtf-layout calibrate`")
   from costmodels.calibrate import measure
   plan = measure.make_plan(MESHES, args.quick)
+  runoff_rounds = (args.rounds if args.runoff_rounds is None
+                   else args.runoff_rounds)
   zoo = _models()
   for name in args.models:
     build, layouts = zoo[name]
     rows, load = run_model(
         name, build, layouts, topology, devices, args.rounds, console, meta,
-        plan, topo_path[:-5] + f"-{name}.json", args.probe_statistic,
-        args.runoff_rounds)
+        plan, topo_path[:-5] + f"-{name}.json", runoff_rounds,
+        args.probe_statistic)
     results[name] = rows
     s = summarize(name, rows, load)
     summaries.append(s)
     _table(out, name, rows, s)
   if args.cluster:
     from benchmarks import cost_model_truth_cluster
-    name, rows = cost_model_truth_cluster.run(
-        args.rounds, args.quick, console,
-        args.rounds if args.runoff_rounds is None else args.runoff_rounds)
+    name, rows = cost_model_truth_cluster.run(args.rounds, runoff_rounds,
+                                              args.quick, console)
     results[name] = rows
     s = summarize(name, rows)
     summaries.append(s)

@@ -52,8 +52,8 @@ def _env():
   return local.worker_env(ROOT)
 
 
-def _client(addresses, topo_path, rounds, out_path, quick=False,
-            runoff_rounds=None):
+def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
+            quick=False):
   """Runs in the client subprocess: connect, lower, time the steps and
   every calibration probe in the same shuffled rounds, fit the probes,
   write rows (as ``cost_model_truth.run_model`` does in one process)."""
@@ -106,7 +106,7 @@ def _client(addresses, topo_path, rounds, out_path, quick=False,
   # As the single-process part (see cost_model_truth.run_model).
   before = runoff([(s[0], lambda s=s: s[3](**s[4]).numpy(), s[5])
                    for s in steps],
-                  rounds if runoff_rounds is None else runoff_rounds, rng)
+                  runoff_rounds, rng)
   samples = [p.measured(t, _statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
   info = {"devices": list(devices), "device_types": ["CPU"]}
@@ -131,7 +131,7 @@ def _client(addresses, topo_path, rounds, out_path, quick=False,
     json.dump({"rows": rows, "fallback": fallback}, f)
 
 
-def run(rounds, quick, console, runoff_rounds=None):
+def run(rounds, runoff_rounds, quick, console):
   """Returns ``(name, rows)`` as ``cost_model_truth.run_model`` does."""
   from costmodels import calibrate as cal_lib
   ports = local.free_ports(2)
@@ -152,8 +152,7 @@ def run(rounds, quick, console, runoff_rounds=None):
     out = os.path.join(tmp, "rows.json")
     client = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--client", addresses,
-         topo_path, str(rounds), out,
-         str(rounds if runoff_rounds is None else runoff_rounds)]
+         topo_path, str(rounds), str(runoff_rounds), out]
         + (["--quick"] if quick else []),
         cwd=ROOT, env=_env(),
         capture_output=True, text=True, timeout=1200)
@@ -176,9 +175,8 @@ def run(rounds, quick, console, runoff_rounds=None):
 if __name__ == "__main__":
   if len(sys.argv) in (7, 8) and sys.argv[1] == "--client":
     sys.path.insert(0, ROOT)
-    _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5],
-            quick=sys.argv[7:] == ["--quick"],
-            runoff_rounds=int(sys.argv[6]))
+    _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
+            sys.argv[6], quick=sys.argv[7:] == ["--quick"])
     # Remote eager contexts can take seconds to tear down; rows are written.
     os._exit(0)  # pylint: disable=protected-access
   sys.exit(__doc__)

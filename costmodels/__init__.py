@@ -54,7 +54,7 @@ from costmodels import overlap
 from costmodels.memory import (live_intervals, live_sets, peak_memory,
                                schedule, tensor_bytes_per_device)
 from costmodels.report import CostReport
-from costmodels.evaluate import (OpCost, collective_time,
-                                 collective_time_by_axis,
+from costmodels.evaluate import (OpCost, collective_price,
+                                 collective_time, collective_time_by_axis,
                                  collective_wait_by_axis, evaluate, op_costs,
                                  trace_graph)

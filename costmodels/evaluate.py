@@ -144,8 +144,16 @@ def collective_wait_by_axis(record, mapping):
   """``{axis: seconds}`` of the barrier part of
   :func:`collective_time_by_axis` (see ``OpCost.wait_by_axis``); empty
   when the links have no barrier."""
+  return collective_price(record, mapping)[2]
+
+
+def collective_price(record, mapping):
+  """``(seconds, {axis: seconds}, {axis: barrier seconds})`` of one
+  collective: :func:`collective_time`, :func:`collective_time_by_axis` and
+  :func:`collective_wait_by_axis` at once."""
   kind, axes, group, nbytes, _ = _unpack(record)
-  return dict(_price(kind, axes, group, nbytes, mapping)[2])
+  t, by_axis, waits = _price(kind, axes, group, nbytes, mapping)
+  return t, dict(by_axis), dict(waits)
 
 
 def _owners(link, axes):

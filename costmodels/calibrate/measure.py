@@ -54,14 +54,14 @@ class Plan(NamedTuple):
       (:data:`probes_lib.KERNEL_SIZES` or some of them).
     max_reps: the most reps of a probe's chain (0: no cap).
     mixed_steps: the models of ``model_steps`` also stepped mixed (see
-      :func:`model_steps_lib.model_step_layouts`).  One is enough to tell a
-      collective's cost in a step from a message's.
+      :func:`model_steps_lib.model_step_layouts`).  One is enough to tell
+      a collective's cost in a step from a message's.
     step_depths: depths of the reference steps (at least two: the slope
       of their times over their records prices a record).
     split_steps: the models of ``model_steps`` also stepped with their
       hidden layer split over every device (see
-      :func:`model_steps_lib.model_step_layouts`): every collective one the step
-      waits for, over the whole mesh.
+      :func:`model_steps_lib.model_step_layouts`): every collective one
+      the step waits for, over the whole mesh.
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -91,9 +91,8 @@ class Plan(NamedTuple):
             + 2 * (len(self.einsums) + len(self.convs)
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + len(self.step_depths) + sum(
-                len(model_steps_lib.model_step_layouts(m, n,
-                                                  m in self.mixed_steps,
-                                                  m in self.split_steps))
+                len(model_steps_lib.model_step_layouts(
+                    m, n, m in self.mixed_steps, m in self.split_steps))
                 for m in self.model_steps)
             + len(self.kernel_sizes))
 
@@ -217,8 +216,8 @@ def prepare(plan, devices, sync=None):
   out += [probes_lib.dtype_probe(alone, plan, other, sync)
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices, plan.step_depths)
-  out += model_steps_lib.model_step_probes(devices, plan.model_steps,
-                                      plan.mixed_steps, plan.split_steps)
+  out += model_steps_lib.model_step_probes(
+      devices, plan.model_steps, plan.mixed_steps, plan.split_steps)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:

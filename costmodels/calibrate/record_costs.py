@@ -19,8 +19,8 @@ one training step of a small model with its compute records counted per
 pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
 the key :func:`costmodels.compute.compute_time` prices it by), replicated,
 data parallel or mixed
-(:func:`~costmodels.calibrate.model_steps.model_step_layouts`).  Its time, less
-the FLOP and byte terms the class fits already price, is
+(:func:`~costmodels.calibrate.model_steps.model_step_layouts`).  Its
+time, less the FLOP and byte terms the class fits already price, is
 
     ``T - work = sum_c n_c * F_c + m * F_msg + k * F_coll + B * beta``
 
@@ -246,6 +246,6 @@ def _varies_apart(counts, msgs):
 
 def _tells_apart(moved, records):
   """Whether ``moved`` per record varies by 2x or more across the steps
-  (bytes per record, or messages per collective)."""
+  (bytes per record)."""
   per = [b / n for b, n in zip(moved, records) if n > 0]
   return bool(per) and min(per) > 0 and max(per) >= 2 * min(per)
