@@ -17,7 +17,9 @@ computes (so shared compute is in the fit), beyond the chip's launch cost
 
     ``latency_s + flops / flops_per_s + bytes / bandwidth_bytes_per_s``
 
-(``bytes`` read and written; the bytes term is the transposes' copies).
+(``bytes`` read and written: memory-bound work's, a convolution's, and
+in a calibrated topology every pattern's cost of a byte in a step,
+see :mod:`costmodels.calibrate.record_costs`).
 A record whose pattern has no fit (every preset) keeps the chip's roofline.
 
 A convolution's fit may also carry a ``tile``: ``(width, in_channels,

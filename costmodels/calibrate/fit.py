@@ -334,7 +334,10 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
   each other, e.g. transposes are memory-bound).
 
   Model: ``T = launch_s + latency + F / flops_per_s + B / bandwidth``
-  (``B`` read + written), non-negative least squares on relative
+  (``B`` read + written; the bytes term for ``elementwise`` and the
+  convolutions only: a matrix product's chain is priced by its FLOPs, its
+  bytes by the cost of a byte in a step, see the code), non-negative least
+  squares on relative
   residuals of the whole timing ``T``, with one fixed term ``c`` whose
   excess over the chip's ``launch_s`` is the pattern's ``latency``
   (``max(c - launch_s, 0)``; for a matrix product, whose probes are all
@@ -383,8 +386,16 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
         {s.input_bytes for s in rows}) > 1
     if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
       xs = [[fixed, 0.0, s.nbytes] for s in rows]
-    elif len(rows) >= 3:
+    elif len(rows) >= 3 and pattern in CONV_PATTERNS:
       xs = [[1.0, s.flops, s.nbytes] + [s.input_bytes] * reads for s in rows]
+    elif len(rows) >= 3:
+      # A chain's product reads and writes the same few buffers, hot in
+      # cache, and at the probes' shapes its bytes grow with its FLOPs: a
+      # byte term there is the FLOP term again, which the fit took or left
+      # from one calibration to the next (matmul at 1.6 GB/s in one, none in
+      # the next), and with it went the cost of bytes in a step
+      # (costmodels.calibrate.record_costs), which prices bytes instead.
+      xs = [[1.0, s.flops, 0.0] for s in rows]
     else:
       xs = [[fixed, s.flops, 0.0] for s in rows]
     # ... and, at shapes that vary their width and channels, the tile

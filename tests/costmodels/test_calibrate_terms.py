@@ -106,19 +106,39 @@ def _synthetic(fit, sizes, n=8, launch=2e-5):
 
 def test_fit_patterns_recovers_known_parameters():
   sizes = [(4e6, 3e5), (6.7e7, 1.3e6), (8e6, 4e6), (1.7e7, 1e6)]
-  samples = (_synthetic(FITS[1], sizes) + _synthetic(FITS[0], sizes)
+  chained = (FITS[0], FITS[1]._replace(bandwidth_bytes_per_s=math.inf))
+  samples = (_synthetic(chained[1], sizes) + _synthetic(chained[0], sizes)
              # One-device timings do not enter the all-devices fits.
              + [Sample("matmul", "", 1, 1, 1e6, 1.0, pattern="matmul")])
   got = {f.pattern: f for f in fit_lib.fit_patterns(samples, "float32", 8,
                                                     2e-5)}
   assert set(got) == {"matmul", "transposed"}
-  for want in FITS[:2]:
+  for want in chained:
     f = got[want.pattern]
     assert f.latency_s == pytest.approx(want.latency_s, rel=1e-6)
     assert f.flops_per_s == pytest.approx(want.flops_per_s, rel=1e-6)
     assert f.bandwidth_bytes_per_s == pytest.approx(
         want.bandwidth_bytes_per_s, rel=1e-6)
     assert f.rel_residual < 1e-9 and f.samples == 4
+
+
+def test_a_products_chain_is_priced_by_its_flops_not_its_bytes():
+  # Chained products whose times grow with their bytes too: the fit gives
+  # no byte term (a chain's bytes are hot in cache, and its probes' bytes
+  # grow with their FLOPs; bytes are priced by the cost of a byte in a
+  # step), it prices the timings by FLOPs and a fixed cost, and it is
+  # exact where the bytes follow the FLOPs.
+  truth = FITS[1]   # transposed: 8 GFLOP/s and 2 GB/s
+  sizes = [(f, f / 40) for f in (4e6, 8e6, 1.7e7, 6.7e7)]
+  (got,) = fit_lib.fit_patterns(_synthetic(truth, sizes), "float32", 8,
+                                2e-5)
+  assert got.bandwidth_bytes_per_s == math.inf
+  assert got.latency_s == pytest.approx(truth.latency_s, rel=1e-6)
+  assert 1 / got.flops_per_s == pytest.approx(
+      1 / truth.flops_per_s + 1 / (40 * truth.bandwidth_bytes_per_s),
+      rel=1e-6)
+  # Convolutions keep their bytes term (test_conv_tiles), memory-bound
+  # work its bandwidth (test_elementwise_work_gets_a_bytes_fit...).
 
 
 def test_fit_patterns_falls_back_to_a_rate_when_timings_do_not_grow():
