@@ -334,27 +334,24 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
   each other, e.g. transposes are memory-bound).
 
   Model: ``T = launch_s + latency + F / flops_per_s + B / bandwidth``
-  (``B`` read + written; the bytes term for ``elementwise`` and the
-  convolutions only: a matrix product's chain is priced by its FLOPs, its
-  bytes by the cost of a byte in a step, see the code), non-negative least
-  squares on relative
-  residuals of the whole timing ``T``, with one fixed term ``c`` whose
-  excess over the chip's ``launch_s`` is the pattern's ``latency``
-  (``max(c - launch_s, 0)``; for a matrix product, whose probes are all
-  too large to run inline, less the ``threaded_s`` the chip adds to such
-  products too; and each timing of a batched product first less the
-  ``matrix_s`` the chip adds per matrix of its batch beyond the first, by
-  its sample's ``matrix``); a pattern timed at fewer than two sizes
-  fits its FLOP rate alone.  (Subtracting ``launch_s`` from each timing
-  before fitting, as this once did, left the smallest timings near zero,
-  and their relative residuals then decided the fit: the elementwise
-  bandwidth came out at 220 GB/s per device where every timing said 4-8.)
+  (``B`` read + written, for ``elementwise`` and convolutions: a product's
+  chain bytes, hot in cache, grow with its FLOPs and a byte term for them
+  came and went run to run, taking the in-step byte cost along), non-
+  negative least squares on relative residuals of the whole
+  timing ``T``, with one fixed term ``c`` whose excess over the chip's
+  ``launch_s`` is the pattern's ``latency`` (``max(c - launch_s, 0)``; for
+  a matrix product, whose probes are all too large to run inline, less the
+  ``threaded_s`` the chip adds to such products too; and each timing of a
+  batched product first less the ``matrix_s`` the chip adds per matrix of
+  its batch beyond the first, by its sample's ``matrix``); a pattern timed
+  at fewer than two sizes fits its FLOP rate alone.  (With ``launch_s``
+  taken off each timing first, the smallest, near zero, decided the fit:
+  elementwise bandwidth 220 GB/s per device where every timing said 4-8.)
 
   Returns:
     A tuple of fits, sorted by pattern.
 
-  Timings that do not grow with size (noise) fall back to one rate
-  through the origin.
+  Timings that do not grow with size (noise): one rate through the origin.
 
   Raises:
     CalibrationError: if a pattern's timings cannot be fitted at all.
@@ -366,9 +363,8 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
     if s.what == "matmul" and s.pattern:
       by.setdefault(s.pattern, []).append(s)
     elif s.what == "elementwise":
-      # Memory-bound work on every device at once shares the memory
-      # bandwidth, which slows it more than the shared-compute factor of
-      # the matmuls says (measured about 10-14x against 6-7x).
+      # Memory-bound work on all devices shares the memory bandwidth:
+      # slowed 10-14x where the matmuls' shared-compute factor says 6-7x.
       by.setdefault("elementwise", []).append(s)
   out = []
   for pattern, rows in sorted(by.items()):
@@ -386,16 +382,10 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
         {s.input_bytes for s in rows}) > 1
     if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
       xs = [[fixed, 0.0, s.nbytes] for s in rows]
-    elif len(rows) >= 3 and pattern in CONV_PATTERNS:
-      xs = [[1.0, s.flops, s.nbytes] + [s.input_bytes] * reads for s in rows]
-    elif len(rows) >= 3:
-      # A chain's product reads and writes the same few buffers, hot in
-      # cache, and at the probes' shapes its bytes grow with its FLOPs: a
-      # byte term there is the FLOP term again, which the fit took or left
-      # from one calibration to the next (matmul at 1.6 GB/s in one, none in
-      # the next), and with it went the cost of bytes in a step
-      # (costmodels.calibrate.record_costs), which prices bytes instead.
-      xs = [[1.0, s.flops, 0.0] for s in rows]
+    elif len(rows) >= 3:   # bytes: convolutions' only (docstring)
+      conv = float(pattern in CONV_PATTERNS)
+      xs = [[1.0, s.flops, conv * s.nbytes] + [s.input_bytes] * reads
+            for s in rows]
     else:
       xs = [[fixed, s.flops, 0.0] for s in rows]
     # ... and, at shapes that vary their width and channels, the tile
