@@ -15,13 +15,15 @@ On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
    SGD), warms it up, then times steady steps (``STEP_CALLS`` calls in a
    row after one untimed call) in shuffled rounds over the layouts *and
    every calibration probe* (so that machine noise spreads over all of
-   them, and the fit sees the machine the steps see), keeps each layout's
-   median of its ``--rounds`` x ``STEP_CALLS`` steps, fits the probes'
-   medians and writes that
+   them, and the fit sees the machine the steps see; each round then
+   passes over the steps alone ``--step-passes`` - 1 more times, see
+   :data:`STEP_PASSES`), keeps each layout's median of its ``--rounds`` x
+   ``--step-passes`` x ``STEP_CALLS`` steps, fits the probes' medians and
+   writes that
    topology file (``<file>-<model>.json``); the predictions are read from
    it as ``-t FILE.json`` reads it; then the contenders for the best step
    (within 10% of it, and the auto layout) are timed again, side by side,
-   in as many rounds more (``--runoff-rounds``; see :func:`runoff`);
+   in as many steps more (``--runoff-rounds``; see :func:`runoff`);
 4. prints, per model, the table of predicted and measured step times,
    Spearman and Kendall rank correlations, median and worst absolute %
    error, and the auto layout's measured step over the best measured one;
@@ -39,9 +41,9 @@ then predicted from calibration probes timed in the same rounds as its
 steps, as above).
 
 Reproduce:
-  python benchmarks/cost_model_truth.py                 # full, ~10-11 min
+  python benchmarks/cost_model_truth.py                 # full
   python benchmarks/cost_model_truth.py --cluster       # and 2 processes:
-                                                        # 835-860 s here
+                                                        # about 25 min here
   python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
 """
 
@@ -263,7 +265,7 @@ class Row(NamedTuple):
 
 def run_model(name, build, layouts, topology, devices, rounds, console,
               calibration, plan, topo_path, runoff_rounds,
-              probe_statistic="mean"):
+              probe_statistic="mean", step_passes=1):
   """:class:`Row` s of one model, and the machine load.
 
   ``topology`` (the up-front calibration) picks the auto layout.  Then
@@ -293,8 +295,10 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   mean carried the bursts of a loaded machine that the steps' medians
   leave out, and priced every layout 30% too slow at a load ratio of 3.8.
 
-  After the main rounds, the contenders for the best measured step get
-  ``runoff_rounds`` more rounds of their own (:func:`runoff`).
+  Each main round passes over the steps ``step_passes`` times in all
+  (:func:`more_passes`).  After the main rounds, the contenders for the
+  best measured step get ``runoff_rounds`` more rounds of their own
+  (:func:`runoff`).
   """
   import costmodels
   from costmodels.calibrate import calibration as cal_mod
@@ -322,6 +326,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
       else:
         k = i - len(steps)
         probe_times[k].extend(time_probe(probes[k]))
+    more_passes([(s[3], s[4]) for s in steps], step_passes, rng)
   before = runoff([(s[0], s[3], s[4]) for s in steps], runoff_rounds, rng)
   samples = [p.measured(t, _statistic(p, probe_statistic))
              for p, t in zip(probes, probe_times)]
@@ -371,6 +376,32 @@ def steady_times(call, calls=STEP_CALLS):
     call()
     times.append(time.perf_counter() - t0)
   return times
+
+
+#: Passes a main round makes over the layouts' steps: one beside the
+#: calibration probes, the rest over the steps alone, each in a new
+#: shuffled order, so the steps are timed all through the probes' rounds.
+#: The MoE's 13 layouts span 1.5x, 1-3 ms apart, and each median of 11
+#: rounds (55 steps) is uncertain by about 4%: timed in 33 rounds of
+#: their own, their Spearman against one prediction was 0.80, 0.87 and 0.95
+#: over the three runs of 11 consecutive rounds, 0.87 on average over
+#: random sets of 11 rounds, 0.88 over sets of 22 and 0.91 over all 33;
+#: two disjoint halves of the 33 rounds ranked the layouts at 0.91 against
+#: each other (mean of 20 splits, lowest 0.83).
+STEP_PASSES = 3
+
+
+def more_passes(calls, passes, rng):
+  """Times each of ``calls`` (``[(call, times)]``) :data:`STEP_CALLS` more
+  steady steps (:func:`steady_times`, appended to its ``times``) in each of
+  ``passes - 1`` passes, each in a new shuffled order; none for ``passes``
+  of 1 or less."""
+  order = list(range(len(calls)))
+  for _ in range(passes - 1):
+    rng.shuffle(order)
+    for i in order:
+      call, times = calls[i]
+      times.extend(steady_times(call))
 
 
 #: A layout contends for the best measured step when the median of its
@@ -555,10 +586,14 @@ def main(argv=None):
                  help="rounds over the layouts and probes, each timing "
                  "STEP_CALLS steady steps of every layout (the median of "
                  "all of them is kept); default 11")
+  p.add_argument("--step-passes", type=int, default=STEP_PASSES,
+                 help="passes over the layouts' steps a round makes: one "
+                 "beside the probes, the rest over the steps alone "
+                 f"(default {STEP_PASSES})")
   p.add_argument("--runoff-rounds", type=int,
                  help="more rounds for the contenders for the best step "
-                 "(within 10%% of it, and the auto layout); default: as "
-                 "many as --rounds")
+                 "(within 10%% of it, and the auto layout); default: "
+                 "--rounds x --step-passes (the steps' main rounds again)")
   p.add_argument("--plot", default=os.path.join(
       tempfile.gettempdir(), "cost_model_truth.png"))
   p.add_argument("--save-topology", help="where to keep the calibrated file")
@@ -595,15 +630,15 @@ def main(argv=None):
                      "with this benchmark or `mtf-layout calibrate`")
   from costmodels.calibrate import measure
   plan = measure.make_plan(MESHES, args.quick)
-  runoff_rounds = (args.rounds if args.runoff_rounds is None
-                   else args.runoff_rounds)
+  runoff_rounds = (args.rounds * max(args.step_passes, 1)
+                   if args.runoff_rounds is None else args.runoff_rounds)
   zoo = _models()
   for name in args.models:
     build, layouts = zoo[name]
     rows, load = run_model(
         name, build, layouts, topology, devices, args.rounds, console, meta,
         plan, topo_path[:-5] + f"-{name}.json", runoff_rounds,
-        args.probe_statistic)
+        args.probe_statistic, args.step_passes)
     results[name] = rows
     s = summarize(name, rows, load)
     summaries.append(s)
@@ -611,7 +646,8 @@ def main(argv=None):
   if args.cluster:
     from benchmarks import cost_model_truth_cluster
     name, rows = cost_model_truth_cluster.run(args.rounds, runoff_rounds,
-                                              args.quick, console)
+                                              args.quick, console,
+                                              args.step_passes)
     results[name] = rows
     s = summarize(name, rows)
     summaries.append(s)

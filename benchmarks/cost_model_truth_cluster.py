@@ -53,15 +53,15 @@ def _env():
 
 
 def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
-            quick=False):
+            quick=False, step_passes=1):
   """Runs in the client subprocess: connect, lower, time the steps and
   every calibration probe in the same shuffled rounds, fit the probes,
   write rows (as ``cost_model_truth.run_model`` does in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
   from benchmarks.cost_model_truth import (_statistic, _training_graph,
-                                           runoff, steady_times, time_probe,
-                                           with_auto)
+                                           more_passes, runoff, steady_times,
+                                           time_probe, with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
   from costmodels.calibrate.fit import CalibrationError
@@ -103,6 +103,8 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
       else:
         k = i - len(steps)
         probe_times[k].extend(time_probe(probes[k]))
+    more_passes([(lambda s=s: s[3](**s[4]).numpy(), s[5]) for s in steps],
+                step_passes, rng)
   # As the single-process part (see cost_model_truth.run_model).
   before = runoff([(s[0], lambda s=s: s[3](**s[4]).numpy(), s[5])
                    for s in steps],
@@ -131,7 +133,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
     json.dump({"rows": rows, "fallback": fallback}, f)
 
 
-def run(rounds, runoff_rounds, quick, console):
+def run(rounds, runoff_rounds, quick, console, step_passes=1):
   """Returns ``(name, rows)`` as ``cost_model_truth.run_model`` does."""
   from costmodels import calibrate as cal_lib
   ports = local.free_ports(2)
@@ -152,7 +154,8 @@ def run(rounds, runoff_rounds, quick, console):
     out = os.path.join(tmp, "rows.json")
     client = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--client", addresses,
-         topo_path, str(rounds), str(runoff_rounds), out]
+         topo_path, str(rounds), str(runoff_rounds), str(step_passes),
+         out]
         + (["--quick"] if quick else []),
         cwd=ROOT, env=_env(),
         capture_output=True, text=True, timeout=1200)
@@ -173,10 +176,11 @@ def run(rounds, runoff_rounds, quick, console):
 
 
 if __name__ == "__main__":
-  if len(sys.argv) in (7, 8) and sys.argv[1] == "--client":
+  if len(sys.argv) in (8, 9) and sys.argv[1] == "--client":
     sys.path.insert(0, ROOT)
     _client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]),
-            sys.argv[6], quick=sys.argv[7:] == ["--quick"])
+            sys.argv[7], quick=sys.argv[8:] == ["--quick"],
+            step_passes=int(sys.argv[6]))
     # Remote eager contexts can take seconds to tear down; rows are written.
     os._exit(0)  # pylint: disable=protected-access
   sys.exit(__doc__)

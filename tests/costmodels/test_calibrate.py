@@ -346,3 +346,22 @@ def test_interleaved_times_every_probe_in_shuffled_rounds():
   assert all(sorted(r) == list("abcde") for r in rounds)
   assert len({tuple(r) for r in rounds}) > 1   # shuffled
   assert all(log[i] == log[i + 1] for i in range(0, len(log), 2))
+
+
+def test_the_truth_benchmarks_extra_passes_time_every_step_in_new_orders():
+  """``cost_model_truth.more_passes`` times each layout's step ``STEP_CALLS``
+  more steady steps (after an untimed call) in each of ``passes - 1``
+  passes, the layouts in a new order each pass; one pass adds nothing."""
+  import random
+  from benchmarks import cost_model_truth as truth
+  log = []
+  calls = [(lambda k=k: log.append(k), []) for k in "abcde"]
+  truth.more_passes(calls, 1, random.Random(0))
+  assert not log and all(not t for _, t in calls)
+  truth.more_passes(calls, 4, random.Random(0))
+  per_call = truth.STEP_CALLS + 1
+  assert [len(t) for _, t in calls] == [3 * truth.STEP_CALLS] * 5
+  passes = [log[i:i + 5 * per_call:per_call]
+            for i in range(0, len(log), 5 * per_call)]
+  assert len(passes) == 3 and all(sorted(p) == list("abcde") for p in passes)
+  assert len({tuple(p) for p in passes}) > 1   # shuffled
