@@ -99,7 +99,8 @@ class Plan(NamedTuple):
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan, or the ``quick`` one (collective sizes span 4 KiB
-  to a few MiB a device; ``quick`` times three of them, the training steps
+  to a few MiB a device; ``quick`` times the smallest and largest, the
+  training steps
   of two of the small models and the wide MLP (the full plan: all five),
   two reference steps, every other tiny product of
   :data:`probes_lib.KERNEL_SIZES`, and chains at most 2 reps, since
@@ -107,7 +108,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   devices of a 2-core machine the default is meant for about 60 s and
   ``quick`` for about 20 s: ``mtf-layout calibrate --quick`` took 20.1 s
   of wall time (16 s measuring, the rest TensorFlow's start; 21-25 s
-  on a loaded day), 26.6 s
+  on a loaded day; 20.9 s on a day TensorFlow's import alone took 4.8 s,
+  against 22.2-22.6 s with a third collective size), 26.6 s
   before each replicated slice's initial value was computed once and the
   collectives of one size shared their input and empty call."""
   # Forms the zoo's dense layers, attention and their gradients issue.
@@ -133,7 +135,7 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                          (8, (4, 18, 18), 8, 8, 3), (8, (18, 18, 4), 8, 8, 3),
                          (4, (18, 18, 6), 8, 8, 3), (2, cube, 8, 2, 3))]
   if quick:
-    return Plan(tuple(meshes), (4096, 262144, 2097152),
+    return Plan(tuple(meshes), (4096, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::8]),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
