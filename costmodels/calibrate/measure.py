@@ -20,7 +20,7 @@ import os
 import random
 import sys
 import time
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 from costmodels.calibrate import model_steps as model_steps_lib
 from costmodels.calibrate import probes as probes_lib
@@ -62,6 +62,8 @@ class Plan(NamedTuple):
       hidden layer split over every device (see
       :func:`model_steps_lib.model_step_layouts`): every collective one
       the step waits for, over the whole mesh.
+    data_steps: the models of ``model_steps`` also stepped data parallel
+      (None: all of them).
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -78,6 +80,7 @@ class Plan(NamedTuple):
   mixed_steps: Tuple[str, ...] = ()
   step_depths: Tuple[int, ...] = (1, 4, 8)
   split_steps: Tuple[str, ...] = ()
+  data_steps: Optional[Tuple[str, ...]] = None
 
   @property
   def num_benchmarks(self):
@@ -92,7 +95,8 @@ class Plan(NamedTuple):
                    + len(self.elementwise_bytes) + 1)
             + len(self.dtypes) - 1 + len(self.step_depths) + sum(
                 len(model_steps_lib.model_step_layouts(
-                    m, n, m in self.mixed_steps, m in self.split_steps))
+                    m, n, m in self.mixed_steps, m in self.split_steps,
+                    self.data_steps is None or m in self.data_steps))
                 for m in self.model_steps)
             + len(self.kernel_sizes))
 
@@ -100,9 +104,9 @@ class Plan(NamedTuple):
 def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan, or the ``quick`` one (collective sizes span 4 KiB
   to a few MiB a device; ``quick`` times the smallest and largest, the
-  training steps
-  of two of the small models and the wide MLP (the full plan: all five),
-  two reference steps, every other tiny product of
+  training steps of two of the small models and the wide MLP (the full
+  plan: all five), only the Transformer's data parallel, two reference
+  steps, every other tiny product of
   :data:`probes_lib.KERNEL_SIZES`, and chains at most 2 reps, since
   tracing a probe's chain is most of what it costs).  On 8 logical CPU
   devices of a 2-core machine the default is meant for about 60 s and
@@ -139,7 +143,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::8]),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
-                probes_lib.KERNEL_SIZES[::2], 2, ("transformer",), (1, 4))
+                probes_lib.KERNEL_SIZES[::2], 2, ("transformer",), (1, 4),
+                data_steps=("transformer",))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,
@@ -219,7 +224,8 @@ def prepare(plan, devices, sync=None):
           for other in plan.dtypes[1:]]
   out += probes_lib.step_probes(devices, plan.step_depths)
   out += model_steps_lib.model_step_probes(
-      devices, plan.model_steps, plan.mixed_steps, plan.split_steps)
+      devices, plan.model_steps, plan.mixed_steps, plan.split_steps,
+      plan.data_steps)
   for mesh in plan.meshes:
     impl = PlacementMeshImpl(mesh, "", devices)
     for axis in impl.shape.dims:

@@ -55,7 +55,7 @@ def record_classes(trace):
   return tuple((c,) + v for c, v in sorted(out.items()))
 
 
-def model_step_layouts(name, n, mixed=True, split=False):
+def model_step_layouts(name, n, mixed=True, split=False, data=True):
   """The ``(mesh, rules)`` of each ``model_step`` probe of model ``name``
   on ``n`` devices: replicated on ``x:n`` (every device runs every record,
   as the cost of a record assumes), data parallel on ``x:n`` (the same
@@ -73,8 +73,10 @@ def model_step_layouts(name, n, mixed=True, split=False):
   step's waits are over 2 devices and sit beside its gradient syncs, and
   on its own the fit put the cost of a waited collective at 260-350 us,
   twice what steps of a tiny MLP measured (about 150 us over 8 devices),
-  and ranked the MoE's layouts with many collectives too slow."""
-  out = [(f"x:{n}", ""), (f"x:{n}", "batch:x")]
+  and ranked the MoE's layouts with many collectives too slow.
+  ``data=False`` leaves the data-parallel step out (the quick plan steps
+  one model data parallel: enough for the cost of a message)."""
+  out = [(f"x:{n}", "")] + ([(f"x:{n}", "batch:x")] if data else [])
   hidden = n >= 4 and n % 2 == 0 and "d_ff" in MODEL_STEPS[name]
   if mixed and hidden:
     out.append((f"a:2;b:{n // 2}", "batch:b;d_ff:a"))
@@ -84,7 +86,7 @@ def model_step_layouts(name, n, mixed=True, split=False):
 
 
 def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
-                      split=()):
+                      split=(), data=None):
   """Probes ``model_step``: one SGD training step of each small zoo model
   of ``names`` under each of its :func:`model_step_layouts` (the mixed
   one for the models of ``mixed``, the split one for those of ``split``)
@@ -98,8 +100,8 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
   n = len(devices)
   out = []
   for name in names:
-    for mesh, rules in model_step_layouts(name, n, name in mixed,
-                                          name in split):
+    for mesh, rules in model_step_layouts(
+        name, n, name in mixed, name in split, data is None or name in data):
       model = _zoo_model(name)
       step = training.train_step_for_model(model, mesh, rules, devices,
                                            optimize.SgdOptimizer(0.01))
