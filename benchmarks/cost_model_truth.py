@@ -43,7 +43,7 @@ steps, as above).
 Reproduce:
   python benchmarks/cost_model_truth.py                 # full
   python benchmarks/cost_model_truth.py --cluster       # and 2 processes:
-                                                        # about 25 min here
+                                                        # 19-21 min here
   python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
 """
 
@@ -317,6 +317,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
     p.warm()
   probe_times = [[] for _ in probes]
   order = list(range(len(steps) + len(probes)))
+  passes = [(s[3], s[4]) for s in steps]
   rng = random.Random(0)
   for _ in range(rounds):
     rng.shuffle(order)
@@ -326,7 +327,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
       else:
         k = i - len(steps)
         probe_times[k].extend(time_probe(probes[k]))
-    more_passes([(s[3], s[4]) for s in steps], step_passes, rng)
+    more_passes(passes, step_passes, rng)
   before = runoff([(s[0], s[3], s[4]) for s in steps], runoff_rounds, rng)
   samples = [p.measured(t, _statistic(p, probe_statistic))
              for p, t in zip(probes, probe_times)]

@@ -86,29 +86,27 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
     feeds = m.random_values(seed=1)
     for _ in range(2):
       step(**feeds).numpy()
-    steps.append([label, rules, pred, step, feeds, []])
+    steps.append([label, rules, pred,
+                  lambda step=step, f=feeds: step(**f).numpy(), []])
   probes = measure.prepare(measure.make_plan((MESH,), quick), devices)
   for p in probes:
     p.warm()
   probe_times = [[] for _ in probes]
   order = list(range(len(steps) + len(probes)))
+  passes = [(s[3], s[4]) for s in steps]
   rng = random.Random(0)
   for _ in range(rounds):
     rng.shuffle(order)
     for i in order:
       if i < len(steps):
         # The steady steps, as in the single-process part (run_model).
-        steps[i][5].extend(steady_times(
-            lambda s=steps[i]: s[3](**s[4]).numpy()))
+        steps[i][4].extend(steady_times(steps[i][3]))
       else:
         k = i - len(steps)
         probe_times[k].extend(time_probe(probes[k]))
-    more_passes([(lambda s=s: s[3](**s[4]).numpy(), s[5]) for s in steps],
-                step_passes, rng)
+    more_passes(passes, step_passes, rng)
   # As the single-process part (see cost_model_truth.run_model).
-  before = runoff([(s[0], lambda s=s: s[3](**s[4]).numpy(), s[5])
-                   for s in steps],
-                  runoff_rounds, rng)
+  before = runoff([(s[0], s[3], s[4]) for s in steps], runoff_rounds, rng)
   samples = [p.measured(t, _statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
   info = {"devices": list(devices), "device_types": ["CPU"]}
@@ -127,7 +125,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
     fallback, interleaved = str(e), topology
   rows = [(s[0], MESH, s[1], costmodels.evaluate(
       _training_graph(_build).graph, MESH, s[1], interleaved).step_time_s,
-           statistics.median(s[5]), min(s[5]), s[2], s[5], before[s[0]])
+           statistics.median(s[4]), min(s[4]), s[2], s[4], before[s[0]])
           for s in steps]
   with open(out_path, "w", encoding="utf-8") as f:
     json.dump({"rows": rows, "fallback": fallback}, f)

@@ -130,14 +130,12 @@ def collective_time(record, mapping):
     >>> round(t * 1e6, 2)   # 14 steps of 1 us + 2*7/8 MiB at 450 GB/s
     18.08
   """
-  kind, axes, group, nbytes, _ = _unpack(record)
-  return _price(kind, axes, group, nbytes, mapping)[0]
+  return collective_price(record, mapping)[0]
 
 
 def collective_time_by_axis(record, mapping):
   """``{axis: seconds}``; the values add up to :func:`collective_time`."""
-  kind, axes, group, nbytes, _ = _unpack(record)
-  return dict(_price(kind, axes, group, nbytes, mapping)[1])
+  return collective_price(record, mapping)[1]
 
 
 def collective_wait_by_axis(record, mapping):

@@ -20,7 +20,7 @@ import os
 import random
 import sys
 import time
-from typing import NamedTuple, Optional, Tuple
+from typing import NamedTuple, Tuple
 
 from costmodels.calibrate import model_steps as model_steps_lib
 from costmodels.calibrate import probes as probes_lib
@@ -63,7 +63,8 @@ class Plan(NamedTuple):
       :func:`model_steps_lib.model_step_layouts`): every collective one
       the step waits for, over the whole mesh.
     data_steps: the models of ``model_steps`` also stepped data parallel
-      (None: all of them).
+      (the full plan: all of them; see
+      :func:`model_steps_lib.model_step_layouts`).
   """
   meshes: Tuple[str, ...]
   collective_bytes: Tuple[int, ...]
@@ -80,7 +81,7 @@ class Plan(NamedTuple):
   mixed_steps: Tuple[str, ...] = ()
   step_depths: Tuple[int, ...] = (1, 4, 8)
   split_steps: Tuple[str, ...] = ()
-  data_steps: Optional[Tuple[str, ...]] = None
+  data_steps: Tuple[str, ...] = ()
 
   @property
   def num_benchmarks(self):
@@ -96,7 +97,7 @@ class Plan(NamedTuple):
             + len(self.dtypes) - 1 + len(self.step_depths) + sum(
                 len(model_steps_lib.model_step_layouts(
                     m, n, m in self.mixed_steps, m in self.split_steps,
-                    self.data_steps is None or m in self.data_steps))
+                    m in self.data_steps))
                 for m in self.model_steps)
             + len(self.kernel_sizes))
 
@@ -151,7 +152,8 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
               tuple(convs),
               (262144, 1048576), (1, 3), tuple(model_steps_lib.MODEL_STEPS),
               mixed_steps=tuple(model_steps_lib.MODEL_STEPS),
-              split_steps=("mlp", "transformer"))
+              split_steps=("mlp", "transformer"),
+              data_steps=tuple(model_steps_lib.MODEL_STEPS))
 
 
 def _tf():

@@ -86,10 +86,11 @@ def model_step_layouts(name, n, mixed=True, split=False, data=True):
 
 
 def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
-                      split=(), data=None):
+                      split=(), data=tuple(MODEL_STEPS)):
   """Probes ``model_step``: one SGD training step of each small zoo model
   of ``names`` under each of its :func:`model_step_layouts` (the mixed
-  one for the models of ``mixed``, the split one for those of ``split``)
+  one for the models of ``mixed``, the split one for those of ``split``,
+  the data-parallel one for those of ``data``)
   on every device, warmed up;
   ``pattern`` names the model and its rules, ``records`` counts its
   records per class, ``messages`` its collectives' slices received per
@@ -101,7 +102,7 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
   out = []
   for name in names:
     for mesh, rules in model_step_layouts(
-        name, n, name in mixed, name in split, data is None or name in data):
+        name, n, name in mixed, name in split, name in data):
       model = _zoo_model(name)
       step = training.train_step_for_model(model, mesh, rules, devices,
                                            optimize.SgdOptimizer(0.01))

@@ -267,6 +267,13 @@ def _slower(steps, extra_s):
   return [s._replace(seconds=s.seconds + extra_s(s)) for s in steps]
 
 
+def _fitted(data, mixed, extra_s):
+  """``(steps, fit)``: :func:`_samples` beside ``data`` and ``mixed`` steps
+  made ``extra_s(step)`` slower, and their record-cost fit (no ridge)."""
+  steps = _samples() + _slower(data + mixed, extra_s)
+  return steps, fit_record_costs(steps, FITS.get, ridge=0.0)
+
+
 def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
   # Data-parallel steps on x:8 (7 messages a collective) beside mixed
   # steps (1-7): a cost per message and one per collective, both known,
@@ -280,8 +287,7 @@ def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
       for m, k in ((30, 18), (61, 40), (20, 15), (90, 52))])
   def extra(s):
     return s.messages * per_msg + s.collectives * per_coll
-  steps = _samples() + _slower(data + mixed, extra)
-  got = fit_record_costs(steps, FITS.get, ridge=0.0)
+  _, got = _fitted(data, mixed, extra)
   assert got.message_s == pytest.approx(per_msg, rel=1e-6)
   assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
   for cls, want in TRUTH.items():
@@ -353,8 +359,7 @@ def test_the_cost_per_collective_counts_the_collectives_a_step_waits_for():
       for m, k, w in ((30, 10, 8), (61, 20, 21), (20, 7, 8), (90, 30, 22))])
   def extra(s):
     return s.messages * per_msg + s.blocking * per_coll
-  steps = _samples() + _slower(data + mixed, extra)
-  got = fit_record_costs(steps, FITS.get, ridge=0.0)
+  steps, got = _fitted(data, mixed, extra)
   assert got.message_s == pytest.approx(per_msg, rel=1e-6)
   assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
   # Counting every collective instead misprices both.
