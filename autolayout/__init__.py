@@ -42,7 +42,7 @@ from autolayout.view import (build_view, dims_used_together, repeated_ops,
                              write_graphml)
 from autolayout.assignments import all_layouts
 from autolayout.plan import Plan, make_plan
-from autolayout.plan_file import load_plan
+from autolayout.plan_decisions import load_plan
 from autolayout.plan_diff import diff
 
 __all__ = ["AutoLayoutError", "ImportOrderError", "InfeasibleLayoutError",
