@@ -44,7 +44,7 @@ import math
 
 from autolayout import (arguments, decision_program, formulation, solve,
                         stage_groups)
-from mesh_tf import storage
+from mesh_tf.training import storage
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.validate import check_agreement, rounding_slack, validate
 

@@ -76,7 +76,7 @@ from typing import Any, Dict, NamedTuple, Tuple
 from ortools.sat.python import cp_model
 
 from autolayout import formulation, overlap_program, solve, stage_groups
-from mesh_tf import storage
+from mesh_tf.training import storage
 from autolayout.errors import SolverError
 from autolayout.formulation import DimAxis, TableChoice
 from autolayout.result import LayoutResult, ModelSize
