@@ -5,7 +5,9 @@ import argparse
 
 import pandas as pd
 
-from autolayout import decision_diff, plan_decisions, plan_diff
+from autolayout.plans import decision_diff
+from autolayout.plans import diff as plan_diff
+from autolayout.plans import decisions as plan_decisions
 from autolayout.cli import inputs
 from autolayout.cli import output as out
 from autolayout.cli import plans

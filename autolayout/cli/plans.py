@@ -3,7 +3,8 @@
 the CLI's two lines (``error:`` and ``hint:``)."""
 
 import costmodels
-from autolayout import plan_decisions, plan_file
+from autolayout.plans import decisions as plan_decisions
+from autolayout.plans import file as plan_file
 from autolayout.errors import PlanError, PlanFormatError, PlanMismatchError
 from autolayout.cli import inputs
 from autolayout.cli.errors import CliInputError
@@ -91,7 +92,7 @@ def model_for(plan, path, args):
     raise CliInputError(
         str(e), hint=f"solve -m {name} again; `mtf-layout solve ... --hint "
         f"{path}` starts from the old plan") from None
-  from autolayout import stage_groups  # pylint: disable=g-import-not-at-top
+  from autolayout.training import stage_groups  # pylint: disable=g-import-not-at-top
   d = built.decisions
   desc = (f"{name}: {len(built.graph.operations)} ops, training step (Adam) for the plan's decisions: "
           f"{d.param_dtype}, ZeRO {stage_groups.describe(d.zero_stage)}, "
