@@ -21,6 +21,7 @@ never imported here.
 """
 
 import dataclasses
+import itertools
 import math
 import statistics
 import time
@@ -83,23 +84,42 @@ class RunReport:
 
 
 def scale_down(mesh_shape, devices):
-  """The mesh with the same axis names that fits ``devices``: the largest
-  axis halved (or cut to 1) until the product fits; each axis's size still
-  divides the old one, so every dim the rules split still splits evenly.
+  """The mesh with the same axis names that fits ``devices``: each axis's
+  new size divides its old one (so every dim the rules split still splits
+  evenly), the most devices that fit, and among those the one that shrinks
+  its most-shrunk axis least.
 
   Raises:
     PlanError: if ``devices`` < 1.
   """
   if devices < 1:
     raise PlanError(f"cannot scale a mesh down to {devices} devices")
-  sizes = {d.name: d.size for d in mesh_shape.dims}
-  while math.prod(sizes.values()) > devices:
-    name = max(sizes, key=lambda n: (sizes[n], n))
-    s = sizes[name]
-    smallest = min((p for p in range(2, s + 1) if s % p == 0))
-    sizes[name] = s // smallest
-  return mesh_lib.MeshShape([(d.name, sizes[d.name])
-                             for d in mesh_shape.dims])
+  old = [d.size for d in mesh_shape.dims]
+  choices = [[q for q in range(1, s + 1) if s % q == 0] for s in old]
+  best = max((c for c in itertools.product(*choices)
+              if math.prod(c) <= devices),
+             key=lambda c: (math.prod(c), min(q / s for q, s in zip(c, old)),
+                            c))
+  return mesh_lib.MeshShape([(d.name, q)
+                             for d, q in zip(mesh_shape.dims, best)])
+
+
+def scale_topology(topology, chips):
+  """``topology`` cut to ``chips`` chips, keeping its innermost (fastest)
+  physical dims first: e.g. h100x8-nodes2 (node:2, gpu:8) cut to 8 chips is
+  one node of 8 GPUs.  None if no cut of its dims has that many chips."""
+  if topology.num_chips == chips:
+    return topology
+  left, dims = chips, []
+  for d in reversed(topology.dims):
+    q = max(x for x in range(1, d.size + 1) if d.size % x == 0
+            and left % x == 0)
+    left //= q
+    dims.append(d._replace(size=q))
+  if left != 1:
+    return None
+  return topology._replace(name=f"{topology.name} cut to {chips} chips",
+                           dims=tuple(reversed(dims)))
 
 
 def _mesh_text(mesh):
@@ -216,7 +236,11 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
                                    plan_decisions.decisions_of(
                                        plan.decisions), None)
   mesh = mesh_shape or plan.mesh_shape
-  report = costmodels.evaluate(step.graph, mesh, plan.rules, plan.topology,
+  own = scale_topology(plan.topology, mesh.size)
+  if own is None:
+    raise PlanError(f"plan's topology {plan.topology.name} cannot be cut to "
+                    f"the {mesh.size} chips of mesh {_mesh_text(mesh)}")
+  report = costmodels.evaluate(step.graph, mesh, plan.rules, own,
                                microbatches=built.microbatches)
   repriced = None
   if topology is not None:
@@ -227,8 +251,7 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
   state = int(sum(report.variable_bytes_per_device.values()))
   return RunReport(
       plan.model.name, _mesh_text(mesh), tuple(devices), warmup,
-      tuple(times), tuple(losses), float(report.step_time_s),
-      plan.topology.name,
+      tuple(times), tuple(losses), float(report.step_time_s), own.name,
       None if repriced is None else float(repriced.step_time_s),
       None if topology is None else topology.name, state,
       _state_bytes(step, devices), int(report.peak_memory_bytes), peaks,
