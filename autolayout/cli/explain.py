@@ -27,6 +27,11 @@ def _mem_delta(new, base):
   return ("+" if d >= 0 else "-") + out.fmt_bytes(abs(d))
 
 
+def _missing(v):
+  """None, NaN or an empty name: a value the explanation does not have."""
+  return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
+
+
 def _why(r, base):
   rule = f"{r['dim']}:{r['axis']}"
   t0, w = base.step_time_s, r["without_step_time_s"]
@@ -47,9 +52,14 @@ def _why(r, base):
       parts.append(f"and needs {out.fmt_bytes(dm)} more per device")
       if r["without_peak_memory_bytes"] > base.hbm_bytes:
         parts.append("(over HBM)")
-  if r["runner_up_axis"]:
-    dr = r["runner_up_step_time_s"] - t0
-    parts.append(f"; on {r['runner_up_axis']} instead it would be "
+  axis, ru = r["runner_up_axis"], r["runner_up_step_time_s"]
+  if _missing(axis) or _missing(ru):
+    # No other axis gives a valid layout (or none was reached): say so,
+    # never "on nan".
+    parts.append("; it has no runner-up axis")
+  else:
+    dr = ru - t0
+    parts.append(f"; on {axis} instead it would be "
                  f"{out.fmt_time(abs(dr))} "
                  f"{'slower' if dr >= 0 else 'faster'}")
   return f"{rule}: " + " ".join(parts).replace(" ;", ";")
@@ -93,7 +103,8 @@ def _run(args, ctx):
                                       base.step_time_s),
           "mem without": _mem_delta(r["without_peak_memory_bytes"],
                                     base.peak_memory_bytes),
-          "runner-up": r["runner_up_axis"] or "-",
+          "runner-up": "-" if _missing(r["runner_up_axis"])
+                       else r["runner_up_axis"],
           "on runner-up": out.fmt_delta(r["runner_up_step_time_s"],
                                         base.step_time_s)})
     out.render(ctx.console, pd.DataFrame(rows, columns=[
