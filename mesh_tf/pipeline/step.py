@@ -1,13 +1,13 @@
 """A pipelined training step on devices, as one ``tf.function``.
 
-Example:
-  >>> from mesh_tf import models, optimize                 # doctest: +SKIP
-  >>> parts = models.transformer_parts(models.TransformerConfig(layers=4))
-  >>> pipe = Pipeline("stage", stages=2, microbatches=4, layers=4)
-  >>> step = PipelineTrainStep(parts, pipe, "stage:2;data:2;model:2",
-  ...     "batch:data;d_ff:model;heads:model", mtf.logical_cpu_devices(8),
-  ...     optimize.SgdOptimizer(0.1))
-  >>> loss = step(inputs=ids, targets=ids)   # the mean of the microbatches'
+Example (on 8 devices)::
+
+  parts = models.transformer_parts(models.TransformerConfig(layers=4))
+  pipe = Pipeline("stage", stages=2, microbatches=4, layers=4)
+  step = PipelineTrainStep(parts, pipe, "stage:2;data:2;model:2",
+      "batch:data;d_ff:model;heads:model", mtf.logical_cpu_devices(8),
+      optimize.SgdOptimizer(0.1))
+  loss = step(inputs=ids, targets=ids)  # the mean of the microbatches'
 """
 
 from mesh_tf.core.errors import MtfError
