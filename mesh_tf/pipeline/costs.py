@@ -53,6 +53,12 @@ class StageCost(NamedTuple):
     peak_activation_bytes: what those hold at the peak (per chunk, its
       forward's bytes).
     tied_bytes: tied variables' gradients sent, once per step.
+    flops_per_microbatch: the stage's forward and backward FLOPs (all
+      chunks) for one microbatch: its share of the steady time.
+    collective_bytes_per_microbatch: the stage's own collectives (tensor
+      parallel all-reduces, ZeRO-3 gathers...) for one microbatch.
+    step_collective_bytes: its collectives once per step (setup and
+      update: ZeRO-1/2 gathers, the data-parallel gradient reduction).
   """
   stage: int
   sent_bytes_per_microbatch: int
@@ -61,6 +67,14 @@ class StageCost(NamedTuple):
   max_in_flight: int
   peak_activation_bytes: int
   tied_bytes: int
+  flops_per_microbatch: int = 0
+  collective_bytes_per_microbatch: int = 0
+  step_collective_bytes: int = 0
+
+
+def _own(collectives):
+  return sum(c.bytes_per_device for c in collectives
+             if c.kind not in ("send", "recv"))
 
 
 def stage_costs(pipeline, trace) -> Tuple[StageCost, ...]:
@@ -76,14 +90,19 @@ def stage_costs(pipeline, trace) -> Tuple[StageCost, ...]:
   """
   p = pipeline.stages
   sent, received, tied = [0] * p, [0] * p, [0] * p
+  flops, own, once = [0] * p, [0] * p, [0] * p
   fwd = {}   # (stage, chunk) -> forward output bytes of one microbatch
   for seg in trace.segments:
     s = seg.stage
     if seg.step == "tied":
       tied[s] += sum(c.bytes_per_device for c in seg.collectives
                      if c.kind == "send")
+    if seg.step in ("setup", "update"):
+      once[s] += _own(seg.collectives)
     if not isinstance(seg.step, Step) or seg.step.microbatch != 0:
       continue
+    flops[s] += sum(r.flops_per_device for r in seg.compute)
+    own[s] += _own(seg.collectives)
     sent[s] += sum(c.bytes_per_device for c in seg.collectives
                    if c.kind == "send")
     received[s] += sum(c.bytes_per_device for c in seg.collectives
@@ -102,7 +121,7 @@ def stage_costs(pipeline, trace) -> Tuple[StageCost, ...]:
       peak = max(peak, held)
     act = sum(fwd.get((s, c), 0) for c in range(pipeline.chunks))
     out.append(StageCost(s, sent[s], received[s], act, flight, peak,
-                         tied[s]))
+                         tied[s], flops[s], own[s], once[s]))
   return tuple(out)
 
 

@@ -114,7 +114,7 @@ def _phases(graph, output, needed):
 
 def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name):
   from mesh_tf.gradients import gradients  # pylint: disable=g-import-not-at-top
-  from mesh_tf.storage import shard_storage  # pylint: disable=g-import-not-at-top
+  from mesh_tf.training.storage import shard_storage  # pylint: disable=g-import-not-at-top
   stage, chunk = pipeline.location(j)
   last = j == pipeline.virtual_stages - 1
   graph = Graph()
@@ -189,8 +189,8 @@ def build_program(parts, pipeline, optimizer, storage=None,
     parts: the model's :class:`~mesh_tf.models.repeated.RepeatedLayers`.
     pipeline: a :class:`~mesh_tf.pipeline.spec.Pipeline` whose ``layers``
       is ``parts.layers``.
-    optimizer: an optimizer of :mod:`mesh_tf.optimize`.
-    storage: a ZeRO stage or :class:`~mesh_tf.storage.StoragePlan` applied
+    optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
+    storage: a ZeRO stage or :class:`~mesh_tf.training.storage.StoragePlan` applied
       to every chunk graph (None: unsharded).
     mesh_name: the name of every graph's Mesh.
 

@@ -68,10 +68,10 @@ def _interleaved(pipeline, stage):
     if phase == BACKWARD:
       chunk = v - 1 - chunk
     return Step(stage, chunk, (k // (p * v)) * p + k % p, phase)
-  if m == p:
-    warmup = total
-  else:
-    warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
+  # Megatron-LM runs every forward first when m == p, for its blocking
+  # sends; here sends do not block, and the warm-up formula holds (it
+  # keeps fewer microbatches in flight, in the same time).
+  warmup = min((p - stage - 1) * 2 + (v - 1) * p, total)
   steps = [step(k, FORWARD) for k in range(warmup)]
   for k in range(total - warmup):
     steps += [step(warmup + k, FORWARD), step(k, BACKWARD)]

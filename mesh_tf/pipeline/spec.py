@@ -17,6 +17,8 @@ Example:
   (2, 2, 2, 2)
   >>> p.layers_of(1, 0), p.location(3)
   (range(2, 4), (1, 1))
+  >>> Pipeline.from_dict(p.to_dict()) == p
+  True
 """
 
 import dataclasses
@@ -165,6 +167,32 @@ class Pipeline:
     j = self.virtual_stage(stage, chunk)
     start = sum(self.split[:j])
     return range(start, start + self.split[j])
+
+  # --- as data -----------------------------------------------------------
+  def to_dict(self):
+    """A JSON-ready dict (see :meth:`from_dict`)."""
+    return {"axis": self.axis, "stages": self.stages,
+            "microbatches": self.microbatches, "layers": self.layers,
+            "chunks": self.chunks, "schedule": self.schedule.value,
+            "split": list(self.split)}
+
+  @classmethod
+  def from_dict(cls, d):
+    """The Pipeline of :meth:`to_dict`'s dict (validated again).
+
+    Raises:
+      PipelineError: for missing or unknown keys, or an invalid pipeline.
+    """
+    fields = {f.name for f in dataclasses.fields(cls)}
+    if not isinstance(d, dict) or set(d) - fields or not {
+        "axis", "stages", "microbatches", "layers"} <= set(d):
+      raise PipelineError(
+          f"a pipeline is a dict of {sorted(fields)} (axis, stages, "
+          f"microbatches and layers required), got {d!r}")
+    d = dict(d)
+    if d.get("split") is not None:
+      d["split"] = tuple(d["split"])
+    return cls(**d)
 
   # --- checks against a mesh and a batch ---------------------------------
   def check_mesh(self, mesh_shape, layout_rules):

@@ -39,7 +39,7 @@ class PipelineTrainStep:
       ``"stage:2;data:2;model:2"``.
     layout: layout rules for the other axes.
     devices: one device per processor of the whole mesh.
-    optimizer: an optimizer of :mod:`mesh_tf.optimize`.
+    optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
     storage: a ZeRO stage or StoragePlan for every stage (None: none).
     eager: run the lowering op by op instead of as one traced function
       (the same TF ops and results; a tiny model's step runs in about a

@@ -58,6 +58,8 @@ def test_in_flight_1f1b_holds_at_most_p_minus_s():
 def test_in_flight_interleaved_counts_chunks():
   # Megatron's warmup (p - s - 1) * 2 + (v - 1) * p, plus the steady one.
   assert max_in_flight(_pipe(4, 8, "interleaved_1f1b", 2)) == (11, 9, 7, 5)
+  # ... at most every chunk of every microbatch.
+  assert max_in_flight(_pipe(4, 4, "interleaved_1f1b", 2)) == (8, 8, 7, 5)
 
 
 def test_1f1b_order_of_the_first_stage():

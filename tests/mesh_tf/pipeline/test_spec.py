@@ -7,6 +7,7 @@ import pytest
 from mesh_tf import models, optimize
 from mesh_tf.core.errors import MtfError
 from mesh_tf.pipeline import (Pipeline, PipelineAxisError, PipelineBatchError,
+                              PipelineError,
                               PipelineScheduleError, PipelineSplitError,
                               Schedule, build_program, expected_boundary_bytes)
 
@@ -116,3 +117,11 @@ def test_boundary_bytes_count_both_directions():
   assert expected_boundary_bytes(
       p, "batch:4;length:8;d_model:16", "float32", "stage:2;data:2",
       "batch:data") == (3 * 1024, 3 * 1024)
+
+
+def test_dict_round_trip_and_bad_dict():
+  p = Pipeline("stage", 4, 8, 10, split=(1, 3, 3, 3))
+  assert Pipeline.from_dict(p.to_dict()) == p
+  with pytest.raises(PipelineError, match=r"a pipeline is a dict of .*got "
+                     r"\{'axis': 'stage'\}"):
+    Pipeline.from_dict({"axis": "stage"})
