@@ -4,15 +4,19 @@ and 4 stages x 2 and 4 microbatches, with tensor and data parallelism
 inside the stages (and ZeRO sharded storage); the device lowering records
 the trace that the shape-only lowering predicts."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import models, optimize
+from mesh_tf.core.dims import convert_to_shape
+from mesh_tf import models
 from mesh_tf.pipeline import (Pipeline, PipelineTrainStep,
                               expected_boundary_bytes, stage_costs,
-                              trace_pipeline)
-from mesh_tf.training import train_step_for_model
+                              stage_impls, trace_pipeline)
+from mesh_tf.pipeline.lowering import stage_groups
+from mesh_tf.training import optimize, train_step_for_model
 
 # Float32: the microbatches' gradients are summed in another order than
 # the whole batch's.
@@ -147,3 +151,38 @@ def test_traced_function_step_equals_unpipelined():
   _check(step, _baseline(config, MLP_RULES))
   ops = step._function.get_concrete_function().graph.get_operations()
   assert any(op.control_inputs for op in ops)
+
+
+def test_stateful_optimizer_and_a_middle_stage_axis():
+  """Optimizer state (slots, Adafactor's step count) lives on the stage
+  that holds the variable; the stage axis may sit between other axes."""
+  optimizer = optimize.AdafactorOptimizer(learning_rate=0.1)
+  config = models.MLPConfig(layers=2, batch=8)
+  model = config.build()
+  values = model.random_values()
+  base = train_step_for_model(model, "data:2;model:4", MLP_RULES,
+                              mtf.logical_cpu_devices(8), optimizer)
+  baseline = (values, float(base(**values)), base.variable_values())
+  pipe = Pipeline("stage", 2, 2, config.layers, schedule="gpipe")
+  step = PipelineTrainStep(models.mlp_parts(config), pipe,
+                           "data:2;stage:2;model:2", MLP_RULES,
+                           mtf.logical_cpu_devices(8), optimizer, eager=True)
+  _check(step, baseline)
+
+
+def test_recompute_inside_stages(lm_baseline):
+  config = dataclasses.replace(LM, recompute=LM.layers)
+  pipe = Pipeline("stage", 2, 2, LM.layers, schedule="1f1b")
+  step = PipelineTrainStep(models.transformer_parts(config), pipe,
+                           "stage:2;data:2;model:2", LM_RULES,
+                           mtf.logical_cpu_devices(8),
+                           optimize.SgdOptimizer(LR), eager=True)
+  _check(step, lm_baseline)
+
+
+def test_stage_groups_follow_the_stage_coordinate():
+  pipe = Pipeline("stage", 2, 2, 2)
+  impl = mtf.ShapeMeshImpl("data:2;stage:2;model:2", "batch:data")
+  assert stage_groups(impl, pipe) == ((0, 1, 4, 5), (2, 3, 6, 7))
+  assert [i.shape for i in stage_impls(impl, pipe)] == [
+      convert_to_shape("data:2;model:2")] * 2
