@@ -28,6 +28,7 @@ price a microbatch's work, its sends and the update apart.
 """
 
 import contextlib
+import dataclasses
 from typing import NamedTuple, Optional, Tuple
 
 from mesh_tf.core.dims import Shape
@@ -180,9 +181,9 @@ def _tensor_lists(values):
 class _Run:
   """The state of one pipelined lowering."""
 
-  def __init__(self, program, impls, feeds):
+  def __init__(self, program, impls, feeds, pipeline):
     self.program, self.impls = program, impls
-    self.pipeline = program.pipeline
+    self.pipeline = pipeline
     self.feeds = feeds
     self.marks = _Marks(impls)
     self.lowerings = [Lowering.empty(c.graph, {c.mesh: impls[c.stage]})
@@ -307,7 +308,7 @@ class _Run:
     return tuple(ops)
 
 
-def lower_pipeline(program, impls, feeds=None):
+def lower_pipeline(program, impls, feeds=None, microbatches=None):
   """Lowers a pipelined training step on the stage backends ``impls``.
 
   Args:
@@ -315,6 +316,11 @@ def lower_pipeline(program, impls, feeds=None):
     impls: one backend per stage (:func:`stage_impls`).
     feeds: input name -> list of ``m`` microbatch values (TF tensors); None
       on the shape-only backend.
+    microbatches: lower the schedule of only this many microbatches (of
+      the program's size) instead of ``m``: every microbatch records the
+      same, so a shape-only trace for :func:`~mesh_tf.pipeline.costs.
+      stage_costs` needs one (``p`` for interleaving), at ``1/m`` of the
+      time.  The trace's ``pipeline`` is then the shortened one.
 
   Returns:
     A :class:`LoweredPipeline`.
@@ -326,7 +332,9 @@ def lower_pipeline(program, impls, feeds=None):
   if len(impls) != p.stages:
     raise PipelineError(f"the pipeline on axis {p.axis}={p.stages} needs one "
                         f"backend per stage, got {len(impls)}")
-  run = _Run(program, tuple(impls), feeds)
+  if microbatches is not None:
+    p = dataclasses.replace(p, microbatches=microbatches)
+  run = _Run(program, tuple(impls), feeds, p)
   run.setup()
   for step in schedule_order(p):
     if step.phase == FORWARD:

@@ -134,10 +134,12 @@ class PipelineTrainStep:
 
 
 def trace_pipeline(parts, pipeline, mesh_shape, layout, optimizer,
-                   storage=None):
+                   storage=None, microbatches=None):
   """The :class:`~mesh_tf.pipeline.lowering.PipelineTrace` of the step on
   :class:`~mesh_tf.lowering.ShapeMeshImpl`: the same lowering, shapes only,
-  without TensorFlow.
+  without TensorFlow.  ``microbatches``: lower only that many of the
+  step's microbatches (see :func:`~mesh_tf.pipeline.lowering.
+  lower_pipeline`; enough for :func:`~mesh_tf.pipeline.costs.stage_costs`).
 
   Example:
     >>> from mesh_tf import models, optimize
@@ -150,4 +152,4 @@ def trace_pipeline(parts, pipeline, mesh_shape, layout, optimizer,
   """
   program = build_program(parts, pipeline, optimizer, storage)
   impls = stage_impls(ShapeMeshImpl(mesh_shape, layout), pipeline)
-  return lower_pipeline(program, impls).trace
+  return lower_pipeline(program, impls, microbatches=microbatches).trace

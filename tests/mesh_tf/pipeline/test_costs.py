@@ -66,3 +66,19 @@ def test_gpipe_holds_more_activations_than_1f1b():
       o[0].activation_bytes_per_microbatch > 0
   assert g[0].peak_activation_bytes == 4 * g[0].activation_bytes_per_microbatch
   assert o[0].peak_activation_bytes == 2 * o[0].activation_bytes_per_microbatch
+
+
+@pytest.mark.parametrize("schedule,chunks,traced", [
+    ("1f1b", 1, 1), ("gpipe", 1, 2), ("interleaved_1f1b", 2, 2)])
+def test_a_few_traced_microbatches_give_the_same_costs(schedule, chunks,
+                                                       traced):
+  """Every microbatch records the same, so pricing may lower fewer."""
+  pipe = Pipeline("stage", 2, 4, MLP.layers, chunks=chunks,
+                  schedule=schedule)
+  args = (models.mlp_parts(MLP), pipe, "stage:2;data:2;model:2",
+          "batch:data;d_ff:model", optimize.SgdOptimizer(0.1))
+  full, short = trace_pipeline(*args), trace_pipeline(*args,
+                                                      microbatches=traced)
+  assert short.pipeline.microbatches == traced
+  assert stage_costs(pipe, short) == stage_costs(pipe, full)
+  assert len(short.segments) < len(full.segments)

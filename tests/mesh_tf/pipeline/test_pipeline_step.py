@@ -74,6 +74,7 @@ def _check_trace(step, parts, pipe, mesh, rules, boundary, storage=None):
   for ran, predicted in zip(step.trace.stages, shape.stages):
     assert ran.collectives == predicted.collectives
     assert ran.compute == predicted.compute
+    assert dict(ran.variables) == dict(predicted.variables)
   costs = stage_costs(pipe, shape)
   expected = expected_boundary_bytes(pipe, boundary, "float32", mesh, rules)
   assert tuple(c.sent_bytes_per_microbatch for c in costs) == expected
