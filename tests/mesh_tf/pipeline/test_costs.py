@@ -4,7 +4,8 @@ devices): boundary bytes, work per microbatch, work once per step."""
 import pytest
 
 from mesh_tf import models
-from mesh_tf.pipeline import Pipeline, stage_costs, trace_pipeline
+from mesh_tf.pipeline import (Pipeline, expected_boundary_bytes, stage_costs,
+                              trace_pipeline)
 from mesh_tf.training import optimize
 
 MLP = models.MLPConfig(layers=4, batch=16, d_model=8, d_ff=16)
@@ -82,3 +83,17 @@ def test_a_few_traced_microbatches_give_the_same_costs(schedule, chunks,
   assert short.pipeline.microbatches == traced
   assert stage_costs(pipe, short) == stage_costs(pipe, full)
   assert len(short.segments) < len(full.segments)
+
+
+def test_mixed_precision_sends_the_compute_dtype():
+  config = models.TransformerConfig(layers=2, batch=8,
+                                    param_dtype="bfloat16")
+  pipe = Pipeline("stage", 2, 2, 2)
+  mesh, rules = "stage:2;data:2;model:2", "batch:data;d_ff:model"
+  trace = trace_pipeline(models.transformer_parts(config), pipe, mesh, rules,
+                         optimize.SgdOptimizer(0.1))
+  expected = expected_boundary_bytes(pipe, "batch:4;length:8;d_model:16",
+                                     "bfloat16", mesh, rules)
+  assert expected == (4 * 8 * 16 * 2 // 2,) * 2
+  assert tuple(c.sent_bytes_per_microbatch
+               for c in stage_costs(pipe, trace)) == expected
