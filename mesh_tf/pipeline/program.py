@@ -186,7 +186,8 @@ def build_program(parts, pipeline, optimizer, storage=None,
   """Builds the chunk and update graphs of a pipelined training step.
 
   Args:
-    parts: the model's :class:`~mesh_tf.models.repeated.RepeatedLayers`.
+    parts: the model's :class:`~mesh_tf.models.repeated.RepeatedLayers`,
+      or a config with ``parts()`` (e.g. ``TransformerConfig``).
     pipeline: a :class:`~mesh_tf.pipeline.spec.Pipeline` whose ``layers``
       is ``parts.layers``.
     optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
@@ -202,7 +203,9 @@ def build_program(parts, pipeline, optimizer, storage=None,
     PipelineBatchError: if ``parts.batch`` does not split into the
       microbatches.
   """
+  from mesh_tf.models.repeated import as_parts  # pylint: disable=g-import-not-at-top
   from mesh_tf.pipeline.spec import PipelineSplitError  # pylint: disable=g-import-not-at-top
+  parts = as_parts(parts)
   if pipeline.layers != parts.layers:
     raise PipelineSplitError(
         f"the pipeline on axis {pipeline.axis}={pipeline.stages} splits "
