@@ -91,7 +91,7 @@ def stage_groups(impl, pipeline):
 
 def stage_impls(impl, pipeline):
   """One backend per stage, of ``impl``'s kind, on the mesh without the
-  stage axis.
+  stage axis (a PlacementMeshImpl's stages fuse kernels as it does).
 
   Raises:
     PipelineAxisError: see :meth:`Pipeline.check_mesh`.
@@ -100,10 +100,9 @@ def stage_impls(impl, pipeline):
   groups = stage_groups(impl, pipeline)
   sub = Shape([d for d in impl.shape.dims if d.name != pipeline.axis])
   if isinstance(impl, PlacementMeshImpl):
-    # Unfused: a deferred kernel of one step must not run inside the
-    # control dependencies of another stage step.
     return tuple(PlacementMeshImpl(sub, impl.layout_rules,
-                                   [impl.devices[p] for p in g], fuse=False)
+                                   [impl.devices[p] for p in g],
+                                   fuse=impl.fuser is not None)
                  for g in groups)
   if isinstance(impl, ShapeMeshImpl):
     return tuple(ShapeMeshImpl(sub, impl.layout_rules) for _ in groups)
@@ -170,6 +169,15 @@ class _Marks:
                                  tuple(trace.compute[n_k:])))
 
 
+def _flush(impl):
+  """Runs the kernels a fusing backend still defers, so that they join the
+  step being lowered (its control dependencies), not a later one."""
+  fuser = getattr(impl, "fuser", None)
+  tf = _tf() if fuser is not None else None
+  if fuser is not None and not tf.executing_eagerly():
+    fuser.flush(tf.compat.v1.get_default_graph())
+
+
 def _tensor_lists(values):
   out = []
   for v in values:
@@ -208,6 +216,7 @@ class _Run:
     for c, lw in zip(self.program.chunks, self.lowerings):
       with self.marks.segment(c.stage, "setup"):
         lw.lower_operations(c.pre)
+        _flush(self.impls[c.stage])
 
   def forward(self, step):
     p = self.pipeline
@@ -233,6 +242,7 @@ class _Run:
               f"pipeline/activation/{j}->{j + 1}")
       else:
         self.losses[mb] = y
+      _flush(impl)
     self.deps[step.stage] = _tensor_lists([y])
 
   def backward(self, step):
@@ -261,6 +271,7 @@ class _Run:
           self.grads_in[(j - 1, mb)] = send(
               impl, self.impls[prv], dx, p.axis,
               f"pipeline/activation_grad/{j}->{j - 1}")
+      _flush(impl)
     self.deps[step.stage] = _tensor_lists(made)
 
   def exchange_tied(self):
@@ -303,6 +314,7 @@ class _Run:
         for name, t in u.grad_inputs.items():
           lw.set_tensor_lowering(t, self.acc[u.stage][name])
         lw.lower_operations(u.operations)
+        _flush(impl)
       for op in u.update_ops:
         ops.extend(lw.lowered_operation(op) or [])
     return tuple(ops)

@@ -41,6 +41,8 @@ class PipelineTrainStep:
     devices: one device per processor of the whole mesh.
     optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
     storage: a ZeRO stage or StoragePlan for every stage (None: none).
+    fuse: fuse slicewise kernels as :class:`PlacementMeshImpl` does
+      (each step's kernels among themselves).
     eager: run the lowering op by op instead of as one traced function
       (the same TF ops and results; a tiny model's step runs in about a
       fifth of the time it takes to trace and start the function).
@@ -53,9 +55,9 @@ class PipelineTrainStep:
   """
 
   def __init__(self, parts, pipeline, mesh_shape, layout, devices,
-               optimizer, storage=None, eager=False):
+               optimizer, storage=None, fuse=True, eager=False):
     self.program = build_program(parts, pipeline, optimizer, storage)
-    whole = PlacementMeshImpl(mesh_shape, layout, devices, fuse=False)
+    whole = PlacementMeshImpl(mesh_shape, layout, devices, fuse=fuse)
     self.impls = stage_impls(whole, pipeline)
     self.pipeline, self.trace, self.eager = pipeline, None, eager
     first = self.program.chunks[0].inputs

@@ -152,6 +152,9 @@ def test_traced_function_step_equals_unpipelined():
   _check(step, _baseline(config, MLP_RULES))
   ops = step._function.get_concrete_function().graph.get_operations()
   assert any(op.control_inputs for op in ops)
+  assert all(i.fuser is not None for i in step.impls)
+  _check_trace(step, parts, pipe, "stage:2;data:2;model:2", MLP_RULES,
+               f"batch:{config.batch // 2};d_model:{config.d_model}")
 
 
 def test_stateful_optimizer_and_a_middle_stage_axis():
