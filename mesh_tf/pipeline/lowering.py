@@ -33,6 +33,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from mesh_tf.core.dims import Shape
 from mesh_tf.lowering.laid_out import LaidOutTensor, LazyAllreduceSum
+from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
@@ -111,11 +112,6 @@ def stage_impls(impl, pipeline):
       f"PlacementMeshImpl or a ShapeMeshImpl, not {type(impl).__name__}")
 
 
-def _tf():
-  from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=g-import-not-at-top
-  return tf
-
-
 def send(src, dst, x, axis, name):
   """Sends LaidOutTensor ``x`` from backend ``src``'s devices to ``dst``'s,
   device ``k`` to device ``k``; records the send and the receive."""
@@ -124,7 +120,6 @@ def send(src, dst, x, axis, name):
         name, kind, (axis,), 2, x.slice_bytes))
   if x.tensor_list is None:
     return LaidOutTensor(x.slice_shape, x.dtype)
-  tf = _tf()
   out = []
   for device, t in zip(dst.devices, x.tensor_list):
     with tf.device(device):
@@ -173,7 +168,6 @@ def _flush(impl):
   """Runs the kernels a fusing backend still defers, so that they join the
   step being lowered (its control dependencies), not a later one."""
   fuser = getattr(impl, "fuser", None)
-  tf = _tf() if fuser is not None else None
   if fuser is not None and not tf.executing_eagerly():
     fuser.flush(tf.compat.v1.get_default_graph())
 
@@ -206,7 +200,7 @@ class _Run:
     deps = self.deps[stage]
     if not deps:
       return contextlib.nullcontext()
-    return _tf().control_dependencies(deps)
+    return tf.control_dependencies(deps)
 
   def _feed(self, chunk, lw, mb):
     if self.feeds is not None:

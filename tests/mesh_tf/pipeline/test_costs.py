@@ -1,6 +1,10 @@
 """What the cost model reads off the pipeline trace (shape-only, no
 devices): boundary bytes, work per microbatch, work once per step."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from mesh_tf import models
@@ -8,6 +12,8 @@ from mesh_tf.pipeline import (Pipeline, expected_boundary_bytes, stage_costs,
                               trace_pipeline)
 from mesh_tf.training import optimize
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 MLP = models.MLPConfig(layers=4, batch=16, d_model=8, d_ff=16)
 
 
@@ -97,3 +103,20 @@ def test_mixed_precision_sends_the_compute_dtype():
   assert expected == (4 * 8 * 16 * 2 // 2,) * 2
   assert tuple(c.sent_bytes_per_microbatch
                for c in stage_costs(pipe, trace)) == expected
+
+
+def test_pricing_a_pipeline_does_not_load_tensorflow():
+  code = ("import sys\n"
+          "from mesh_tf import models\n"
+          "from mesh_tf.pipeline import Pipeline, stage_costs, trace_pipeline\n"
+          "from mesh_tf.training import optimize\n"
+          "p = Pipeline('stage', 2, 2, 2)\n"
+          "t = trace_pipeline(models.TransformerConfig(layers=2), p,\n"
+          "                   'stage:2;data:2', 'batch:data',\n"
+          "                   optimize.SgdOptimizer(0.1))\n"
+          "assert stage_costs(p, t)[0].sent_bytes_per_microbatch > 0\n"
+          "print('tensorflow' in sys.modules)\n")
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=True, timeout=120)
+  assert out.stdout.strip() == "False"
