@@ -18,6 +18,7 @@ from mesh_tf.lowering.tf_private import CallOptions
 from mesh_tf.pipeline.lowering import (last_stage_losses, lower_pipeline,
                                        stage_impls)
 from mesh_tf.pipeline.program import build_program
+from mesh_tf.pipeline.spec import PipelineBatchError
 
 __all__ = ["PipelineTrainStep", "trace_pipeline"]
 
@@ -68,6 +69,7 @@ class PipelineTrainStep:
       sizes = t.shape.to_integer_list()
       sizes[0] *= pipeline.microbatches
       specs.append(tf.TensorSpec(sizes, t.dtype))
+    self._specs = specs
     self._initialized = False
     self._call_options = CallOptions()
     self._function = tf.function(self._step, autograph=False,
@@ -110,8 +112,17 @@ class PipelineTrainStep:
     if sorted(inputs) != self.input_names:
       raise MtfError(f"give every input by name, exactly once: "
                      f"{self.input_names} (got {sorted(inputs)})")
-    self.initialize_variables()
     args = [inputs[n] for n in self.input_names]
+    for name, a, spec in zip(self.input_names, args, self._specs):
+      got = tuple(int(d) for d in getattr(a, "shape", ()))
+      if got != tuple(spec.shape):
+        raise PipelineBatchError(
+            f"input {name} has shape {got}, but the step takes "
+            f"{tuple(spec.shape)}: the whole batch of "
+            f"{self.program.parts.batch} rows, split into microbatches="
+            f"{self.pipeline.microbatches} on pipeline axis "
+            f"{self.pipeline.axis}={self.pipeline.stages}")
+    self.initialize_variables()
     if self.eager:
       return self._step(*[tf.convert_to_tensor(a) for a in args])
     self._function.get_concrete_function()  # traced with TF's defaults

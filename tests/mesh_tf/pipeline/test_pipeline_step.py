@@ -12,7 +12,7 @@ import pytest
 import mesh_tf as mtf
 from mesh_tf.core.dims import convert_to_shape
 from mesh_tf import models
-from mesh_tf.pipeline import (Pipeline, PipelineTrainStep,
+from mesh_tf.pipeline import (Pipeline, PipelineBatchError, PipelineTrainStep,
                               expected_boundary_bytes, stage_costs,
                               stage_impls, trace_pipeline)
 from mesh_tf.pipeline.lowering import stage_groups
@@ -190,3 +190,18 @@ def test_stage_groups_follow_the_stage_coordinate():
   assert stage_groups(impl, pipe) == ((0, 1, 4, 5), (2, 3, 6, 7))
   assert [i.shape for i in stage_impls(impl, pipe)] == [
       convert_to_shape("data:2;model:2")] * 2
+
+
+def test_inputs_of_another_batch_raise():
+  config = models.MLPConfig(layers=2, batch=8)
+  step = PipelineTrainStep(config, Pipeline("stage", 2, 2, 2),
+                           "stage:2;data:2;model:2", MLP_RULES,
+                           mtf.logical_cpu_devices(8),
+                           optimize.SgdOptimizer(LR), eager=True)
+  values = models.MLPConfig(layers=2, batch=6).build().random_values()
+  with pytest.raises(PipelineBatchError, match=r"input inputs has shape "
+                     r"\(6, 8\), but the step takes \(8, 8\): the whole batch"
+                     r" of 8 rows, split into microbatches=2"):
+    step(**values)
+  with pytest.raises(mtf.MtfError, match=r"give every input by name"):
+    step(inputs=values["inputs"])
