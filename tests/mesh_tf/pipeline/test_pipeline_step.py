@@ -205,3 +205,15 @@ def test_inputs_of_another_batch_raise():
     step(**values)
   with pytest.raises(mtf.MtfError, match=r"give every input by name"):
     step(inputs=values["inputs"])
+
+
+@pytest.mark.parametrize("split", [(3, 5), (0, 8), (8, 0)])
+def test_uneven_and_empty_stages(mlp_baseline, split):
+  """An explicit split, even one that leaves a stage no repeated layers
+  (its chunk only passes the activation on, or only runs the head)."""
+  pipe = Pipeline("stage", 2, 2, MLP.layers, split=split)
+  step = PipelineTrainStep(models.mlp_parts(MLP), pipe,
+                           "stage:2;data:2;model:2", MLP_RULES,
+                           mtf.logical_cpu_devices(8),
+                           optimize.SgdOptimizer(LR), eager=True)
+  _check(step, mlp_baseline)
