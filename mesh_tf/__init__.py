@@ -79,7 +79,8 @@ from mesh_tf.ops.pool import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
 # Mesh TF's module paths (mtf.placement_mesh_impl, mtf.beam_search, ...).
-from mesh_tf.compat import beam_search, placement_mesh_impl, utils  # noqa: E402,F401
+from mesh_tf.compat import (beam_search, placement_mesh_impl,  # noqa: E402,F401
+                            test_utils, utils)
 from mesh_tf import auto_mtf, checkpoint, training  # noqa: E402,F401
 
 # Autodiff and optimizers.  ``mtf.gradients`` is the function; import the

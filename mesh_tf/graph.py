@@ -60,11 +60,20 @@ class Graph:
 
 
 class Mesh:
-  """A named mesh of processors in a graph; its shape comes at lowering time."""
+  """A named mesh of processors in a graph; its shape comes at lowering time.
 
-  def __init__(self, graph, name):
+  Args:
+    graph: the mtf Graph.
+    name: the mesh's name.
+    variable_placer: Mesh TF's optional TF device function for the
+      variables' masters (e.g. :class:`mtf.utils.BalancedVariablePlacer`);
+      see :mod:`mesh_tf.lowering.masters`.
+  """
+
+  def __init__(self, graph, name, variable_placer=None):
     self.graph = graph
     self.name = name
+    self.variable_placer = variable_placer
 
   def __repr__(self):
     return f"Mesh({self.name!r})"

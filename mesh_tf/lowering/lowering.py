@@ -65,6 +65,11 @@ class Lowering:
         stacked_variables.rewrite_stack_variables(graph, mesh_to_impl)
     self._start(graph, mesh_to_impl, feeds)
     self.lower_operations(graph.operations)
+    if self.variables:
+      # Mesh TF's order: in a tf.compat.v1 graph the masters exist once the
+      # Lowering does, so an initializer built next covers them.
+      from mesh_tf.lowering.masters import make_masters_in_v1_graph  # pylint: disable=g-import-not-at-top
+      make_masters_in_v1_graph(self)
 
   @classmethod
   def empty(cls, graph, mesh_to_impl, feeds=None):
@@ -159,8 +164,8 @@ class Lowering:
     """The trace of ``mesh``'s backend (everything it lowered so far)."""
     return self.mesh_to_impl[mesh].trace
 
-  # Mesh TensorFlow's master variables, for tf.compat.v1 graph programs
-  # (see mesh_tf.lowering.masters; made on the first call).
+  # Mesh TensorFlow's master variables (see mesh_tf.lowering.masters): made
+  # by Lowering in a tf.compat.v1 graph, else on the first call.
   def copy_masters_to_slices(self):
     """A TF op that fills every variable's slices from its master."""
     from mesh_tf.lowering.masters import make_masters  # pylint: disable=g-import-not-at-top
