@@ -26,17 +26,20 @@ class Graph:
     self._consumers = {}  # tensor -> ops reading it, kept as ops are built
 
   def unique_name(self, name):
+    """``name``, or ``name_<n>`` with the first ``n`` not in use.  As in
+    TensorFlow, names in use are compared ignoring case."""
     name = name or "op"
-    n = self._names.get(name)
+    key = name.lower()
+    n = self._names.get(key)
     if n is None:
-      self._names[name] = 1
+      self._names[key] = 1
       return name
     while True:
       candidate = f"{name}_{n}"
       n += 1
-      if candidate not in self._names:
-        self._names[name] = n
-        self._names[candidate] = 1
+      if candidate.lower() not in self._names:
+        self._names[key] = n
+        self._names[candidate.lower()] = 1
         return candidate
 
   @property
@@ -125,7 +128,8 @@ class Operation:
     None) per output, built from mtf ops; or, for ops without one,
     ``no_gradient_reason``, a sentence saying why (integer or random
     outputs, state updates, gradients of gradients);
-  * ``unsplittable_dims``: dim names the layout must not split for it;
+  * ``unsplittable_dims``: dim names the layout must not split for it (Mesh
+    TF's definition), and ``lowering_unsplittable_dims`` (mesh-tf's own);
   * ``cost_params()``: what its lowering cost depends on besides its inputs'
     and outputs' shapes and dtypes (see :attr:`signature`).
   """
@@ -211,8 +215,19 @@ class Operation:
 
   @property
   def unsplittable_dims(self):
-    """Names of dims that this op's lowering cannot split."""
+    """Names of dims that this op cannot split, as Mesh TF defines it per op
+    (its auto-layout, :mod:`mesh_tf.auto_mtf`, and users read it)."""
     return frozenset()
+
+  @property
+  def lowering_unsplittable_dims(self):
+    """Names of dims that mesh-tf's lowering of this op cannot split; the
+    layout search and ``MeshImpl.check_splittable`` read it.  It is
+    ``unsplittable_dims`` except where mesh-tf lowers a split that Mesh TF
+    refused (concat, split, stack, slice and pad gather their dim; pooling
+    and convolution keep spatial dims split), or the reverse (conv
+    backprop, whose spatial dims the original let split)."""
+    return self.unsplittable_dims
 
   @property
   def splittable_dims(self):

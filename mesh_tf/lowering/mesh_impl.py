@@ -40,7 +40,7 @@ class BackendRequiredError(MtfError):
 class MeshImpl:
   """A mesh shape and layout rules: the geometry, and the recorded methods.
 
-  ``MeshImpl(shape, layout)`` itself answers geometry questions, as Mesh TF
+  ``MeshImpl(shape, layout_rules)`` itself answers geometry questions, as Mesh TF
   programs ask them (``tensor_layout``, ``tensor_dimension_to_mesh_axis``,
   ``slice_shape``, ``ndims``, ``size``, ``processor_groups``...).  Running
   ops needs a backend, a :class:`MeshBackend` subclass that implements the
@@ -49,7 +49,8 @@ class MeshImpl:
 
   Args:
     shape: the mesh shape, a Shape or string like ``"rows:2;cols:4"``.
-    layout: layout rules, LayoutRules or string like ``"batch:rows"``.
+    layout_rules: LayoutRules or a string like ``"batch:rows"`` (Mesh TF's
+      keyword; subclasses such as PlacementMeshImpl call it ``layout``).
 
   Example:
     >>> impl = MeshImpl("rows:2;cols:4", "batch:rows")
@@ -57,9 +58,9 @@ class MeshImpl:
     ((4, 6), 2, 8)
   """
 
-  def __init__(self, shape, layout):
+  def __init__(self, shape, layout_rules):
     self.shape = dims_lib.convert_to_shape(shape)
-    self.layout_rules = convert_to_layout_rules(layout)
+    self.layout_rules = convert_to_layout_rules(layout_rules)
     for dim_name, axes in self.layout_rules.rules:
       for axis in axes:
         if axis not in self.shape:
@@ -242,7 +243,7 @@ class MeshImpl:
 
   def check_splittable(self, op):
     """Raises UnsplittableDimError if ``op`` would split a dim it cannot."""
-    bad = op.unsplittable_dims
+    bad = op.lowering_unsplittable_dims
     if not bad:
       return
     for t in list(op.inputs) + list(op.outputs):

@@ -155,6 +155,8 @@ class Variable(Operation):
   def __init__(self, mesh, name, shape, dtype, initializer, trainable=True,
                memory_category=None):
     super().__init__([], mesh=mesh, name=name)
+    if isinstance(dtype, dtypes_lib.VariableDType):
+      dtype = dtype.master_dtype   # Mesh TF's Variable takes a VariableDType
     self.initializer = _as_initializer(initializer)
     value = getattr(self.initializer, "value", None)
     if isinstance(value, np.ndarray) and value.shape != tuple(

@@ -118,7 +118,7 @@ class _Result(unittest.TestResult):
     return test.id().split(".", 1)[1]
 
   def addSuccess(self, test):
-    self.outcomes[self._id(test)] = "pass"
+    self.outcomes.setdefault(self._id(test), "pass")
 
   def addFailure(self, test, err):
     self.outcomes[self._id(test)] = "fail"
@@ -132,6 +132,16 @@ class _Result(unittest.TestResult):
 
   def addSkip(self, test, reason):
     self.outcomes[self._id(test)] = "skip"
+
+  def addSubTest(self, test, subtest, err):
+    if err is not None:   # a failed sub-test fails its test
+      self.addFailure(test, err)
+
+  def addExpectedFailure(self, test, err):
+    self.outcomes[self._id(test)] = "expected failure"
+
+  def addUnexpectedSuccess(self, test):
+    self.outcomes[self._id(test)] = "unexpected success"
 
 
 def run_file(wheel, rel):
