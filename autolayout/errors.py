@@ -67,7 +67,7 @@ class SolverError(AutoLayoutError):
 
 
 class PlanError(AutoLayoutError):
-  """A plan file or :class:`~autolayout.plan.Plan` cannot be used."""
+  """A plan file or :class:`~autolayout.plans.plan.Plan` cannot be used."""
 
 
 class PlanFormatError(PlanError):

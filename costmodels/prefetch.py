@@ -33,7 +33,7 @@ makes it conservative (a whole bucket is due when its first weight is).
 Times are totals per step (per-microbatch work is priced ``k`` times), as
 for the syncs.  The search writes :math:`P_a` in CP-SAT as prefix
 variables and one max equality (see
-:func:`autolayout.overlap_program.add_overlap_constraints`).
+:func:`autolayout.search.overlap_program.add_overlap_constraints`).
 """
 
 import bisect

@@ -61,7 +61,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None, *args,
 def load_plan(path, graph=None, name=None, outputs=()):
   """Reads a plan file (``docs/plan_files.md``); with ``graph``, checks that
   the graph is the one the plan was made for and names what changed.  See
-  :func:`autolayout.plan_file.load_plan`.  Returns a ``Plan``."""
+  :func:`autolayout.plans.file.load_plan`.  Returns a ``Plan``."""
   import autolayout
   return autolayout.load_plan(path, graph, name, outputs)
 

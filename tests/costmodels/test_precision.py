@@ -163,7 +163,7 @@ def test_bf16_decoding_stores_bf16_weights_and_is_predicted_faster():
 
 def test_cli_memory_reserve_sets_the_budget_and_the_report():
   import json
-  from tests.autolayout.test_cli import run_cli
+  from tests.autolayout.cli.test_cli import run_cli
   p = run_cli("solve", "-m", "transformer_tiny", "-t", "dgx-h100", "--mesh",
               "data:8", "--memory-reserve", "10%", "-f", "json")
   assert p.returncode == 0, p.stderr
