@@ -57,6 +57,11 @@ class MasterVariables:
     self.masters = {}
     for var, laid in lowering.variables.items():
       full = tuple(var.shape.to_integer_list())
+      if getattr(var, "master", None) is not None:  # made by a variable placer
+        self.masters[var] = var.master
+        if not self.eager:
+          _make_local(tf.compat.v1.get_default_graph(), laid.slices or [])
+        continue
 
       def initial_value(var=var, full=full):
         return var.initializer(full, (0,) * len(full), full, var.dtype,
