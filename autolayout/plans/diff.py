@@ -207,7 +207,7 @@ def project_rules(rules, graph, mesh_shape):
       sizes.setdefault(d.name, set()).add(d.size)
   unsplittable = {}
   for op in graph.operations:
-    for d in op.unsplittable_dims:
+    for d in op.lowering_unsplittable_dims:
       unsplittable.setdefault(d, op.name)
   axes = {d.name: d.size for d in mesh_shape.dims}
   kept, dropped = [], []
