@@ -62,6 +62,32 @@ def mesh_of(args, topology):
   return mesh
 
 
+SOLVED_MESH = "the mesh `solve` chooses for these arguments"
+DEFAULT_MESH = ("the topology's data x model mesh (give --mesh, or -l auto "
+                "for the mesh `solve` chooses)")
+
+
+def solve_meshes(ctx, setup, args, budget):
+  """The layout a bare ``solve`` gives without ``--mesh``: the best of
+  every mesh shape of the topology's chips (the same search,
+  :func:`autolayout.default_search.solve_default`), so that ``report``,
+  ``explain`` and ``compare`` explain the layout ``solve`` recommends."""
+  from autolayout.default_search import solve_default
+  from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
+  model, topology = setup.model, setup.topology
+  n = topology.num_chips
+  with ctx.progress(f"solving every mesh shape of {n} devices") as update:
+    answer = solve_default(
+        model.graph, None, model.outputs, topology, budget, args.objective,
+        args.time_limit, args.workers, args.seed, num_devices=n,
+        max_axes=DEFAULT_MAX_AXES, search=setup.search,
+        overlap=setup.overlap,
+        memory_reserve_fraction=inputs.memory_reserve(args),
+        mesh_progress=update.on_mesh)
+  args.resolved_mesh = inputs.mesh_str(answer.result.mesh_shape)
+  return answer.result
+
+
 def solve(ctx, setup, mesh, args, budget, hint=None):
   """The optimal layout on ``mesh``, with a live progress display
   (``hint``: a previous Plan to start from)."""

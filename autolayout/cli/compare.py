@@ -37,9 +37,13 @@ def _run(args, ctx):
       rules, mesh, _ = plans.layout("@" + ref[1], model, topology)
       reports[name] = common.evaluate(model, mesh, rules, topology)
     elif rules_text.lower() == "auto":
-      mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
-              else base_mesh)
-      result = common.solve(ctx, setup, mesh, args, budget)
+      if mesh_text or args.mesh:
+        mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
+                else base_mesh)
+        result = common.solve(ctx, setup, mesh, args, budget)
+      else:  # the layout and mesh `solve` would give
+        result = common.solve_meshes(ctx, setup, args, budget)
+        mesh = result.mesh_shape
       reports[name], results[name] = result.report, result
     else:
       mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text

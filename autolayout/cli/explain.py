@@ -69,14 +69,23 @@ def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   from_plan = plans.layout_arg(args.layout, model, topology, args)
-  mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+  auto = not from_plan and args.layout.strip().lower() == "auto"
   budget = inputs.memory_budget(args, topology)
   result = None  # the solver's answer, when it chose the layout
+  which = "the plan's" if from_plan else "given"
+  if auto and not args.mesh:
+    result = common.solve_meshes(ctx, setup, args, budget)
+    mesh, which = result.mesh_shape, common.SOLVED_MESH
+  else:
+    mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+    if not from_plan and not args.mesh:
+      which = common.DEFAULT_MESH
   if from_plan:
     rules = from_plan[0]
     base = common.evaluate(model, mesh, rules, topology)
-  elif args.layout.strip().lower() == "auto":
-    result = common.solve(ctx, setup, mesh, args, budget)
+  elif auto:
+    if result is None:
+      result = common.solve(ctx, setup, mesh, args, budget)
     rules, base = result.rules, result.report
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
@@ -90,7 +99,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "explain", model, topology,
-                  f"mesh {inputs.mesh_str(mesh)}",
+                  f"mesh {inputs.mesh_str(mesh)} ({which})",
                   overlap=setup.overlap)
     ctx.line(f"layout {base.layout_rules or '(none)'}: step "
              f"{out.fmt_time(base.step_time_s)}, peak "

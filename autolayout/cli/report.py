@@ -24,13 +24,23 @@ def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   from_plan = plans.layout_arg(args.layout, model, topology, args)
-  mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+  auto = not from_plan and args.layout.strip().lower() == "auto"
   result = None
+  which = "the plan's" if from_plan else "given"
+  if auto and not args.mesh:
+    result = common.solve_meshes(ctx, setup, args,
+                                 inputs.memory_budget(args, topology))
+    mesh, which = result.mesh_shape, common.SOLVED_MESH
+  else:
+    mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+    if not from_plan and not args.mesh:
+      which = common.DEFAULT_MESH
   if from_plan:
     report = common.evaluate(model, mesh, from_plan[0], topology)
-  elif args.layout.strip().lower() == "auto":
-    result = common.solve(ctx, setup, mesh, args,
-                          inputs.memory_budget(args, topology))
+  elif auto:
+    if result is None:
+      result = common.solve(ctx, setup, mesh, args,
+                            inputs.memory_budget(args, topology))
     report = result.report
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
@@ -40,7 +50,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "report", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)}",
+                  f"mesh {inputs.mesh_str(report.mesh_shape)} ({which})",
                   overlap=setup.overlap)
     common.show_rules(ctx, report)
     common.show_times(ctx, report, result)
