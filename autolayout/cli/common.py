@@ -32,6 +32,12 @@ class Setup:
     self.plan = None
     if isinstance(layout, str) and plans.is_ref(layout):
       self.plan = plans.read(plans.ref_path(layout))
+    hint = getattr(args, "hint", None)
+    self.question_from = None
+    if self.plan is None and hint and not args.model:
+      # `solve --hint plan.json` alone asks the plan's own question.
+      plans.ask_plans_question(args, plans.read(hint))
+      self.question_from = hint
     if self.plan is not None and args.topology is None:
       self.topology = self.plan.topology
       args.topology = self.plan.topology_preset or self.plan.topology.name

@@ -102,6 +102,9 @@ def _run(args, ctx):
                   "memory budget "
                   f"{out.fmt_bytes(budget) if budget else 'none'}",
                   overlap=setup.overlap)
+    if setup.question_from:
+      ctx.line(f"(the question of plan {setup.question_from}: its model, "
+               "overrides, training or forward pass, topology and mesh)")
     if fell_back:
       ctx.line("no layout of the step as built fits the budget, so the "
                "training decisions (precision, ZeRO stage, recompute, "

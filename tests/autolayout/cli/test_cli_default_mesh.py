@@ -37,3 +37,16 @@ def test_compare_auto_is_solves_answer(capsys):
               "dp=batch:data")
   layouts = {l["label"]: l for l in got["layouts"]}
   assert layouts["best"]["mesh"] == solved["mesh"]
+
+
+def test_solve_hint_alone_asks_the_plans_question(tmp_path, capsys):
+  path = str(tmp_path / "fwd.json")
+  assert main(["solve", *ARGS, "--mesh", "data:2;model:4", "--set",
+               "d_ff=64", "--save", path, "-f", "json"]) == 0
+  first = json.loads(capsys.readouterr().out)
+  again = _json(capsys, "solve", "--hint", path)
+  assert again["question"] == "forward"
+  assert again["result"]["mesh"] == "data:2;model:4"
+  assert again["result"]["topology"] == "dgx-h100"
+  assert again["model"]["overrides"] == {"d_ff": 64}
+  assert again["result"]["step_time_s"] == first["result"]["step_time_s"]
