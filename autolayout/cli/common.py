@@ -34,10 +34,13 @@ class Setup:
       self.plan = plans.read(plans.ref_path(layout))
     hint = getattr(args, "hint", None)
     self.question_from = None
+    asked = self.plan
     if self.plan is None and hint and not args.model:
       # `solve --hint plan.json` alone asks the plan's own question.
-      plans.ask_plans_question(args, plans.read(hint))
+      asked = plans.read(hint)
+      plans.ask_plans_question(args, asked)
       self.question_from = hint
+    plans.budget_and_objective(args, asked)
     if self.plan is not None and args.topology is None:
       self.topology = self.plan.topology
       args.topology = self.plan.topology_preset or self.plan.topology.name

@@ -128,6 +128,21 @@ def ask_plans_question(args, plan):
     args.mesh = inputs.mesh_str(plan.mesh_shape)
 
 
+def budget_and_objective(args, plan=None):
+  """Resolves ``--memory-budget`` and ``--objective`` left out: ``plan``'s
+  own (the budget and objective it was solved with), else ``hbm`` and
+  ``time``."""
+  solved = plan is not None and plan.solver.status != "given"
+  if hasattr(args, "memory_budget") and args.memory_budget is None:
+    b = plan.solver.memory_budget_bytes if solved else None
+    args.memory_budget = "hbm" if not solved else (
+        "none" if b is None else str(b))
+  if hasattr(args, "objective") and args.objective is None:
+    mine = plan.solver.objective if solved else None
+    args.objective = mine if mine in ("time", "latency", "comm",
+                                      "memory") else "time"
+
+
 def is_ref(text):
   """Whether a layout argument names a plan file (``@plan.json``)."""
   return text.strip().startswith("@")

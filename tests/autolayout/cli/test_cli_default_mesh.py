@@ -42,7 +42,8 @@ def test_compare_auto_is_solves_answer(capsys):
 def test_solve_hint_alone_asks_the_plans_question(tmp_path, capsys):
   path = str(tmp_path / "fwd.json")
   assert main(["solve", *ARGS, "--mesh", "data:2;model:4", "--set",
-               "d_ff=64", "--save", path, "-f", "json"]) == 0
+               "d_ff=64", "--memory-budget", "60000", "--objective", "comm",
+               "--save", path, "-f", "json"]) == 0
   first = json.loads(capsys.readouterr().out)
   again = _json(capsys, "solve", "--hint", path)
   assert again["question"] == "forward"
@@ -50,3 +51,5 @@ def test_solve_hint_alone_asks_the_plans_question(tmp_path, capsys):
   assert again["result"]["topology"] == "dgx-h100"
   assert again["model"]["overrides"] == {"d_ff": 64}
   assert again["result"]["step_time_s"] == first["result"]["step_time_s"]
+  assert again["result"]["solver"]["memory_budget_bytes"] == 60000
+  assert again["result"]["solver"]["objective"] == "comm"
