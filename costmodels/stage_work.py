@@ -167,7 +167,9 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
     data_axes: the mesh axes over which gradients are reduced.
     layer_prefix: the op-name prefix of the first layer's ops.
     stash_bytes: bytes a layer keeps per microbatch in flight; default:
-      the boundary activation (its input, under full recompute).
+      what a second layer adds to the traced step's peak memory beyond its
+      state, at least the boundary activation (the layer's input, all a
+      fully recomputed layer keeps).
   """
   topology = get_topology(topology)
   mapping = map_mesh(topology, mesh_shape)
@@ -187,11 +189,21 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   nbytes = (memory_lib.tensor_bytes_per_device(boundary, mesh_shape,
                                                layout_rules)
             if boundary is not None else 0)
-  state1 = _state_bytes(g1, mesh_shape, layout_rules)
-  state2 = _state_bytes(g2, mesh_shape, layout_rules)
+  prof1 = memory_lib.memory_profile(g1, mesh_shape, layout_rules)
+  prof2 = memory_lib.memory_profile(g2, mesh_shape, layout_rules)
+  # A stage's state: its variables (weights, optimizer slots) and the
+  # gradients the step holds (at the traced peak).
+  state1 = (_state_bytes(g1, mesh_shape, layout_rules)
+            + prof1.breakdown.get("gradients", 0))
+  state2 = (_state_bytes(g2, mesh_shape, layout_rules)
+            + prof2.breakdown.get("gradients", 0))
   layer_state = state2 - state1
-  prof = memory_lib.memory_profile(g1, mesh_shape, layout_rules)
-  working = prof.breakdown.get("activations", 0)
+  working = prof1.breakdown.get("activations", 0)
+  if stash_bytes is None:
+    # The activations one more layer keeps from its forward pass to its
+    # backward pass (its input alone under full recompute).
+    stash_bytes = max(nbytes, _stash(g2, mesh_shape, layout_rules)
+                      - _stash(g1, mesh_shape, layout_rules))
   base_state = max(0, state1 - layer_state)
   return StageWork(
       layer_s=layer.mb, first_s=min(first.mb, base_mb),
@@ -201,7 +213,7 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       base_sync_s=exposed * (one.sync - layer.sync),
       boundary_bytes=nbytes, layer_state_bytes=layer_state,
       base_state_bytes=base_state,
-      layer_stash_bytes=nbytes if stash_bytes is None else stash_bytes,
+      layer_stash_bytes=stash_bytes,
       working_bytes=working, layer_sync_bytes=layer.sync_bytes,
       base_sync_bytes=one.sync_bytes - layer.sync_bytes,
       first_state_bytes=int(base_state * _read_fraction(
@@ -209,6 +221,22 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       last_state_bytes=int(base_state * _read_fraction(
           g1, {op.name for op in g1.operations} - first_ops, layer_prefix)),
       flops=layer.flops)
+
+
+def _stash(graph, mesh_shape, rules):
+  """Per-device bytes of the activations live when the backward pass
+  starts (the first op whose name says it is a gradient), in the
+  memory model's own schedule: what the forward pass keeps for it."""
+  live = memory_lib.liveness(graph)
+  start = next((i for i, op in enumerate(live.step_ops)
+                if "_grad" in getattr(op, "name", "")), None)
+  if start is None:
+    return 0
+  total = 0
+  for t, a, b in live.intervals:
+    if a < start <= b and memory_lib.tensor_category(t) == "activations":
+      total += memory_lib.tensor_bytes_per_device(t, mesh_shape, rules)
+  return total
 
 
 def _read_fraction(graph, ops, layer_prefix):

@@ -143,6 +143,7 @@ _PODS_RE = re.compile(r"^tpu-(v4|v5p)-(\d+)pods-(\d+(?:x\d+)*)$")
 _DGX_RE = re.compile(r"^dgx-(a100|h100|h200|b200)$")
 _CLUSTER_RE = re.compile(
     r"^(a100|h100|h200|b200)x(\d+)-nodes(\d+)(?:-(hdr|ndr|xdr))?$")
+_CALIBRATED_RE = re.compile(r"^(a100)x(\d+)-nodes(\d+)-cal$")
 
 
 def list_topologies():
@@ -184,6 +185,12 @@ def get_topology(name_or_topology):
   m = _DGX_RE.match(name)
   if m:
     return gpu_cluster(m.group(1), nodes=1, gpus_per_node=8, name=name)
+  m = _CALIBRATED_RE.match(name)
+  if m:
+    # A cluster calibrated once as a whole (costmodels.topology.calibrated).
+    from costmodels.topology.calibrated import calibrated_cluster  # pylint: disable=import-outside-toplevel
+    return calibrated_cluster(m.group(1), nodes=int(m.group(3)),
+                              gpus_per_node=int(m.group(2)), name=name)
   m = _CLUSTER_RE.match(name)
   if m:
     return gpu_cluster(m.group(1), nodes=int(m.group(3)),
@@ -193,6 +200,8 @@ def get_topology(name_or_topology):
       f"unknown topology {name_or_topology!r}; use a preset "
       f"({', '.join(_PRESETS)}), a name of the form tpu-v4-AxBxC "
       "(or tpu-v4-NpodsAxBxC's form tpu-v4-2pods-12x16x16), "
-      "dgx-h100 or h100x8-nodesN[-ndr], a calibrated topology file "
+      "dgx-h100 or h100x8-nodesN[-ndr], a100x8-nodesN-cal (the A100 "
+      "cluster calibrated once, costmodels.topology.calibrated), a "
+      "calibrated topology file "
       "(path ending in .json), or build one with tpu_slice(), "
       "gpu_cluster() or torus()")

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from autolayout import decisions as dec
+from autolayout.training import decisions as dec
 from costmodels import pipeline as pipe
 from costmodels.evaluate import op_costs, trace_graph
 from costmodels.stage_work import price_sync, stage_work

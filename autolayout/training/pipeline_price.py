@@ -29,7 +29,7 @@ from costmodels import pipeline as pipe
 from costmodels.stage_work import price_collective, price_sync, stage_work
 from costmodels.topology import get_topology, map_mesh
 from mesh_tf.core.errors import MtfError
-from autolayout import decisions as dec
+from autolayout.training import decisions as dec
 
 STAGE_AXIS, DATA_AXIS, MODEL_AXIS = "stage", "data", "model"
 #: Megatron-style tensor parallelism: heads and d_ff split, the vocabulary
@@ -136,6 +136,18 @@ def sub_topology(topology, chips):
                              new)
 
 
+def cluster_of(topology, chips):
+  """:func:`sub_topology` of ``chips``, growing a two-level cluster by
+  whole nodes where it has fewer (to measure a stage's work on a
+  data-parallel size the cluster itself does not reach)."""
+  dims = topology.dims
+  if chips > topology.num_chips and len(dims) == 2:
+    node = dims[-1].size
+    topology = topology._replace(dims=(
+        dims[0]._replace(size=-(-chips // node)), dims[1]))
+  return sub_topology(topology, chips)
+
+
 def aligned(topology, chips):
   """Whether :func:`sub_topology` can take ``chips``."""
   inner = topology.dims[-1].size
@@ -167,19 +179,19 @@ def measure_stage(config, topology, model, data, microbatch=1,
   if placement == "outer":
     dm = f"{MODEL_AXIS}:{model};{DATA_AXIS}:{data}"
   rules = tensor_rules(config, data, model)
-  return stage_work(build, dm, rules, sub_topology(topology, data * model),
+  return stage_work(build, dm, rules, cluster_of(topology, data * model),
                     data_axes=(DATA_AXIS,) if data > 1 else ())
 
 
 def measuring_data(layout, topology):
-  """The data-parallel size a layout's stage work is measured at: 1
-  without data parallelism; else the smallest size that puts the model
-  axis where the layout does (2 inner; a node's worth outer)."""
-  if layout.data == 1:
-    return 1
-  if layout.placement == "inner":
+  """The data-parallel size a layout's stage work is measured at: the
+  smallest that puts the model axis where the layout does (2 inner; a
+  node's worth outer).  Per-device work does not depend on it, and the
+  gradient reduction is re-priced for the layout's own size
+  (:func:`costmodels.stage_work.price_sync`)."""
+  if layout.placement == "inner" or len(topology.dims) != 2:
     return 2
-  return min(layout.data, topology.dims[-1].size)
+  return topology.dims[-1].size
 
 
 def price_layout(config, topology, layout, work=None, split=None):

@@ -19,7 +19,7 @@ predicted step time picks between them.  When no layout fits on the
 chips, :class:`PipelineInfeasibleError` names the smallest chip count
 that would hold the model.
 
-**Exact.**  Every point is priced by :func:`autolayout.pipeline_price.
+**Exact.**  Every point is priced by :func:`autolayout.training.pipeline_price.
 price_layout` from one stage measurement per (tensor, placement,
 microbatch, recompute) (the ShapeMeshImpl trace, shared by every stage,
 chunk and data-parallel count), and the search's only pruning is a lower
@@ -38,11 +38,11 @@ from costmodels import hardware
 from costmodels.topology import get_topology
 from mesh_tf.core.errors import MtfError
 from autolayout.errors import InfeasibleLayoutError
-from autolayout.pipeline_price import (PLACEMENTS, RECOMPUTE, PipelineLayout,
-                                       aligned, measure_stage,
-                                       measuring_data, price_layout)
+from autolayout.training.pipeline_price import (
+    PLACEMENTS, RECOMPUTE, PipelineLayout, aligned, measure_stage,
+    measuring_data, price_layout)
 
-DEFAULT_MICROBATCH_SIZES = (1, 2, 4)
+DEFAULT_MICROBATCH_SIZES = (1, 2)
 DEFAULT_MAX_CHUNKS = 4
 
 
@@ -59,7 +59,7 @@ class PipelineSearchResult(NamedTuple):
   """What :func:`search_pipelines` found.
 
   Attributes:
-    best: the :class:`~autolayout.pipeline_price.PipelinedPrice` chosen.
+    best: the :class:`~autolayout.training.pipeline_price.PipelinedPrice` chosen.
     status: ``"optimal"`` (the whole space enumerated) or ``"feasible"``
       (cut by the time limit; the gap is then unknown).
     priced: points priced; ``skipped``: pruned by the memory bound;
@@ -243,11 +243,11 @@ def min_chips(config, topology, memory_budget, works=None):
         continue
       lay = PipelineLayout(t, p, 1, 1, 1, "full", "inner")
       work = None if works is None else works.get(
-          (t, "inner", 1, "full", 1))
+          (t, "inner", 1, "full", 2))
       if work is None:
-        work = measure_stage(config, grown, t, 1, 1, "full", "inner")
+        work = measure_stage(config, grown, t, 2, 1, "full", "inner")
         if works is not None:
-          works[(t, "inner", 1, "full", 1)] = work
+          works[(t, "inner", 1, "full", 2)] = work
       if _state_bound(work, config.layers, p) > memory_budget:
         continue
       r = price_layout(config, grown, lay, work)
