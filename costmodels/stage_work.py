@@ -77,8 +77,10 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
     axes = tuple(r.mesh_axes)
     t = _price(r.kind, axes, r.group_size, r.bytes_per_device, mapping)[0]
     per_mb = plan.repeats(src) > 1
-    sync = (per_mb and r.kind in _SYNC_KINDS and r.reduction == "SUM"
-            and set(axes) <= set(data_axes) and r.bytes_per_device > 64)
+    # A SUM over a data-parallel axis of a per-microbatch value is a
+    # gradient reduction (or the loss, reported once per step too).
+    sync = bool(per_mb and r.kind in _SYNC_KINDS and r.reduction == "SUM"
+                and set(axes) & set(data_axes))
     for acc in (total,) + ((first,) if first_ops and src in first_ops
                            else ()):
       if sync:
@@ -189,8 +191,11 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   nbytes = (memory_lib.tensor_bytes_per_device(boundary, mesh_shape,
                                                layout_rules)
             if boundary is not None else 0)
-  prof1 = memory_lib.memory_profile(g1, mesh_shape, layout_rules)
-  prof2 = memory_lib.memory_profile(g2, mesh_shape, layout_rules)
+  live1, live2 = memory_lib.liveness(g1), memory_lib.liveness(g2)
+  prof1 = memory_lib.memory_profile(g1, mesh_shape, layout_rules,
+                                    liveness_plan=live1)
+  prof2 = memory_lib.memory_profile(g2, mesh_shape, layout_rules,
+                                    liveness_plan=live2)
   # A stage's state: its variables (weights, optimizer slots) and the
   # gradients the step holds (at the traced peak).
   state1 = (_state_bytes(g1, mesh_shape, layout_rules)
@@ -202,8 +207,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   if stash_bytes is None:
     # The activations one more layer keeps from its forward pass to its
     # backward pass (its input alone under full recompute).
-    stash_bytes = max(nbytes, _stash(g2, mesh_shape, layout_rules)
-                      - _stash(g1, mesh_shape, layout_rules))
+    stash_bytes = max(nbytes, _stash(live2, mesh_shape, layout_rules)
+                      - _stash(live1, mesh_shape, layout_rules))
   base_state = max(0, state1 - layer_state)
   return StageWork(
       layer_s=layer.mb, first_s=min(first.mb, base_mb),
@@ -223,11 +228,11 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       flops=layer.flops)
 
 
-def _stash(graph, mesh_shape, rules):
+def _stash(live, mesh_shape, rules):
   """Per-device bytes of the activations live when the backward pass
   starts (the first op whose name says it is a gradient), in the
-  memory model's own schedule: what the forward pass keeps for it."""
-  live = memory_lib.liveness(graph)
+  memory model's schedule ``live`` (a :class:`costmodels.memory.Liveness`):
+  what the forward pass keeps for it."""
   start = next((i for i, op in enumerate(live.step_ops)
                 if "_grad" in getattr(op, "name", "")), None)
   if start is None:
