@@ -70,6 +70,7 @@ class PipelineSearchResult(NamedTuple):
     solve_time_s: wall seconds of the search.
     table: ``((layout, step s, peak bytes, fits), ...)`` of the best
       point per (tensor, stages, placement), fastest first.
+    hint: the hint's PipelinedPrice (None without a hint).
   """
   best: Any
   status: str
@@ -79,6 +80,7 @@ class PipelineSearchResult(NamedTuple):
   by_placement: Any
   solve_time_s: float
   table: Tuple[Any, ...]
+  hint: Any = None
 
   @property
   def gap(self):
@@ -106,6 +108,14 @@ def _data_sizes(config, topology, model, stages, microbatch):
                 and config.batch % (d * microbatch) == 0), None)
   return tuple(sorted({d for d in (fit, exact) if d is not None},
                       reverse=True))
+
+
+def _time_bound(work, layers, lay, batch):
+  """A lower bound on the step time of ``lay``: the slowest stage takes at
+  least the mean of the work, and the bubble adds its fraction."""
+  m = lay.microbatches(batch)
+  mean = (layers * work.layer_s + work.first_s + work.last_s) / lay.stages
+  return m * mean * (1 + (lay.stages - 1) / (lay.chunks * m))
 
 
 def _state_bound(work, layers, stages):
@@ -145,11 +155,13 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
                      stages=None, chunks=None,
                      microbatch=DEFAULT_MICROBATCH_SIZES,
                      recompute=RECOMPUTE, placements=PLACEMENTS,
-                     time_limit_s=30.0):
+                     time_limit_s=30.0, hint=None):
   """The fastest pipelined layout of ``config`` on ``topology`` that fits
   ``memory_budget`` bytes per device (default: the chip's usable memory);
   see the module docstring.  ``tensor``, ``stages``, ``chunks``,
-  ``microbatch``, ``recompute`` and ``placements`` restrict the space.
+  ``microbatch``, ``recompute`` and ``placements`` restrict the space;
+  ``hint`` is a :class:`PipelineLayout` priced first (see the module
+  docstring; it need not be in the space).
 
   Raises:
     PipelineInfeasibleError: if no layout fits (with the smallest chip
@@ -166,8 +178,12 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   table = {}
   cut = False
   smallest_state = None
-  for lay in layouts(config, topology, tensor, stages, chunks, microbatch,
-                     recompute, placements):
+  hint_price = None
+  order = layouts(config, topology, tensor, stages, chunks, microbatch,
+                  recompute, placements)
+  if hint is not None:
+    order = [PipelineLayout(*hint)] + order
+  for n_lay, lay in enumerate(order):
     if time.perf_counter() > deadline:
       cut = True
       break
@@ -180,14 +196,24 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
                                         lay.placement)
     bound = _state_bound(work, config.layers, lay.stages)
     smallest_state = min(bound, smallest_state or bound)
-    if bound > memory_budget:
+    # The time bound prunes against the incumbent of the layout's own
+    # placement, so that the best of each placement is exact too.
+    incumbent = by_place.get(lay.placement)
+    if bound > memory_budget or (
+        incumbent is not None
+        and _time_bound(work, config.layers, lay, config.batch)
+        > incumbent * (1 + 1e-9)):
       skipped += 1
       continue
     try:
       r = price_layout(config, topology, lay, work)
     except MtfError:
+      if hint is not None and n_lay == 0:
+        raise
       skipped += 1
       continue
+    if hint is not None and n_lay == 0:
+      hint_price = r
     priced += 1
     fits = r.peak_memory_bytes <= memory_budget
     row = (lay.model, lay.stages, lay.placement)
@@ -222,7 +248,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   rows = tuple(sorted(table.values(), key=lambda r: r[1]))
   return PipelineSearchResult(best, "feasible" if cut else "optimal",
                               priced, skipped, over, by_place, elapsed,
-                              rows)
+                              rows, hint_price)
 
 
 def min_chips(config, topology, memory_budget, works=None):
