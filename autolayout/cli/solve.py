@@ -10,6 +10,7 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
+from autolayout.cli.pipeline import add_pipeline_args, run_pipeline
 from autolayout.cli.validate import parse_zero_stage
 
 
@@ -40,10 +41,14 @@ def _arguments(p):
                  "rules, predicted costs, solver status) to this file")
   f.add_argument("--hint", metavar="PLAN.json",
                  help="start the solver from a previous plan (e.g. after "
-                 "the shapes, batch or mesh changed) and say what changed")
+                 "the shapes, batch or mesh changed) and say what changed;"
+                 " with --pipeline, a layout such as tp=8,pp=64,dp=6,v=2")
+  add_pipeline_args(p)
 
 
 def _run(args, ctx):
+  if getattr(args, "pipeline", False):
+    return run_pipeline(args, ctx)
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
