@@ -120,7 +120,7 @@ def _chip(fraction):
 
 
 def calibrate(rows):
-  """The matmul fraction that minimises the worst log error over
+  """The matmul fraction that minimises the worst relative error over
   ``rows`` (one parameter); prints it, the least-squares one, and the
   leave-one-out errors (each row predicted from the fraction fitted to
   the others)."""
@@ -137,8 +137,10 @@ def calibrate(rows):
   def fit(keep, worst=True):
     def loss(f):
       s = steps(f)
-      errs = [math.log(tflops(rows[i], s[i]) / pub[i]) for i in keep]
-      return max(map(abs, errs)) if worst else sum(e * e for e in errs)
+      if worst:
+        return max(abs(tflops(rows[i], s[i]) / pub[i] - 1) for i in keep)
+      return sum(math.log(tflops(rows[i], s[i]) / pub[i]) ** 2
+                 for i in keep)
     return optimize.minimize_scalar(loss, bounds=(0.4, 1.0),
                                     method="bounded",
                                     options={"xatol": 1e-5}).x

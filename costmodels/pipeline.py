@@ -35,81 +35,51 @@ first); interleaved 1F1B keeps ``(p - i - 1) * 2 + (v - 1) * p + 1``
 chunk-microbatches, each a ``1/v`` of the stage's layers (Narayanan et
 al., 2021, section 2.2, and Megatron-LM's warm-up count), at most ``v * m``.
 
+The pipeline itself is :class:`mesh_tf.pipeline.Pipeline`, the value the
+lowering runs (stages, microbatches, layers, chunks, schedule, split), and
+the bytes each stage sends are :func:`mesh_tf.pipeline.
+expected_boundary_bytes`, which the tests hold equal to the send and
+receive records of the lowering.  :func:`inflight_microbatches` is the
+closed form of :func:`mesh_tf.pipeline.max_in_flight` (which simulates the
+schedule, ``O(p m v)``, too slow to run for every point of a search); a
+test holds the two equal.
+
 Example:
-  >>> s = PipelineSchedule(stages=4, chunks=1, microbatches=8)
+  >>> from mesh_tf.pipeline import Pipeline
+  >>> s = Pipeline("stage", stages=4, microbatches=8, layers=8)
   >>> bubble_fraction(s)
   0.375
   >>> [inflight_microbatches(s, i) for i in range(4)]
-  [4.0, 3.0, 2.0, 1.0]
+  [4, 3, 2, 1]
 """
 
 import math
 from typing import NamedTuple, Tuple
 
-from mesh_tf.core.errors import MtfError
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
-
-
-class PipelineError(MtfError):
-  """A pipeline configuration that cannot run (named, with the fix)."""
+from mesh_tf.pipeline.costs import expected_boundary_bytes
+from mesh_tf.pipeline.spec import PipelineSplitError, Schedule
 
 
-class PipelineSchedule(NamedTuple):
-  """``stages`` (p), ``chunks`` per stage (v), ``microbatches`` (m) and
-  the ``schedule`` (``"gpipe"``, ``"1f1b"`` or ``"interleaved"``)."""
-  stages: int = 1
-  chunks: int = 1
-  microbatches: int = 1
-  schedule: str = "1f1b"
-
-  def check(self, layers=None):
-    """``self`` if it can run (on ``layers`` repeated layers), else
-    :class:`PipelineError` naming the value and the fix."""
-    p, v, m = self.stages, self.chunks, self.microbatches
-    for name, x in (("stages", p), ("chunks", v), ("microbatches", m)):
-      if not isinstance(x, int) or x < 1:
-        raise PipelineError(f"pipeline {name}={x!r} must be a positive "
-                            "integer")
-    if self.schedule not in SCHEDULES:
-      raise PipelineError(f"pipeline schedule={self.schedule!r} is not one "
-                          f"of {SCHEDULES}")
-    if v > 1 and self.schedule != "interleaved":
-      raise PipelineError(
-          f"chunks={v} needs schedule='interleaved' (got "
-          f"{self.schedule!r}); use chunks=1 for GPipe and 1F1B")
-    if self.schedule == "interleaved" and p > 1 and m % p:
-      raise PipelineError(
-          f"the interleaved schedule runs microbatches in groups of "
-          f"stages={p}, and microbatches={m} is not a multiple; use a "
-          f"multiple of {p}")
-    if layers is not None and layers < p * v:
-      raise PipelineError(
-          f"layers={layers} cannot fill stages={p} x chunks={v} groups; "
-          f"use at most {layers} groups")
-    return self
-
-
-def bubble_fraction(schedule):
+def bubble_fraction(pipeline):
   """``(p - 1) / (v * m)``: the fill and drain, as a fraction of the
-  steady time."""
-  p, v, m = schedule.stages, schedule.chunks, schedule.microbatches
+  steady time (0 without a pipeline)."""
+  if pipeline is None:
+    return 0.0
+  p, v, m = pipeline.stages, pipeline.chunks, pipeline.microbatches
   return (p - 1) / (v * m)
 
 
-def inflight_microbatches(schedule, stage=0):
-  """Microbatches whose stashed activations stage ``stage`` holds at its
-  peak, in units of one microbatch through all its layers (a float for
-  interleaving: a chunk is ``1/v`` of them)."""
-  p, v, m = schedule.stages, schedule.chunks, schedule.microbatches
-  if not 0 <= stage < p:
-    raise PipelineError(f"stage={stage} is not in [0, stages={p})")
-  if schedule.schedule == "gpipe":
-    return float(m)
-  if schedule.schedule == "1f1b" or v == 1:
-    return float(min(m, p - stage))
-  warmup = (p - stage - 1) * 2 + (v - 1) * p + 1
-  return min(v * m, warmup) / v
+def inflight_microbatches(pipeline, stage=0):
+  """The most (chunk, microbatch) forwards stage ``stage`` holds whose
+  backward has not run: GPipe ``v * m``; 1F1B ``min(p - s, m)``;
+  interleaved ``min(v m, 2 (p - s - 1) + (v - 1) p + 1)`` (Megatron-LM's
+  warm-up plus one).  Equal to :func:`mesh_tf.pipeline.max_in_flight`."""
+  p, v, m = pipeline.stages, pipeline.chunks, pipeline.microbatches
+  if pipeline.schedule == Schedule.GPIPE:
+    return v * m
+  if pipeline.schedule == Schedule.ONE_F_ONE_B:
+    return min(m, p - stage)
+  return min(v * m, 2 * (p - stage - 1) + (v - 1) * p + 1)
 
 
 def split_layers(layers, groups, first_extra=0.0, last_extra=0.0,
@@ -126,8 +96,8 @@ def split_layers(layers, groups, first_extra=0.0, last_extra=0.0,
     (3, 3, 3, 1)
   """
   if groups < 1 or layers < groups:
-    raise PipelineError(f"layers={layers} cannot fill {groups} groups; use "
-                        f"at most {layers} groups")
+    raise PipelineSplitError(f"layers={layers} cannot fill {groups} groups;"
+                             f" use at most {layers} groups")
   e0 = first_extra / layer_cost
   e1 = last_extra / layer_cost
   if groups == 1:
@@ -182,6 +152,9 @@ class StageWork(NamedTuple):
     base_sync_s: the ends'.
     boundary_bytes: bytes one device sends across a stage boundary per
       microbatch and direction (the activation, or its gradient).
+    boundary_shape: that activation's shape (a string) at the microbatch
+      size, and ``boundary_dtype`` its dtype: what
+      :func:`mesh_tf.pipeline.expected_boundary_bytes` prices.
     layer_state_bytes: one layer's weights, gradients and optimizer state
       per device.
     base_state_bytes: the ends' (on a single stage).
@@ -207,6 +180,8 @@ class StageWork(NamedTuple):
   layer_sync_s: float = 0.0
   base_sync_s: float = 0.0
   boundary_bytes: int = 0
+  boundary_shape: str = ""
+  boundary_dtype: str = "bfloat16"
   layer_state_bytes: int = 0
   base_state_bytes: int = 0
   layer_stash_bytes: int = 0
@@ -229,8 +204,12 @@ class StageWork(NamedTuple):
 
 
 class PipelineCost(NamedTuple):
-  """The priced pipelined step (seconds, bytes per device)."""
-  schedule: PipelineSchedule
+  """The priced pipelined step (seconds, bytes per device).
+  ``sent_bytes``: per stage, the bytes each device sends across stage
+  boundaries per microbatch (:func:`mesh_tf.pipeline.
+  expected_boundary_bytes`; before a scatter/gather split)."""
+  pipeline: object
+  microbatches: int
   layers_per_group: Tuple[int, ...]
   stage_times_s: Tuple[float, ...]
   boundary_s: float
@@ -239,6 +218,7 @@ class PipelineCost(NamedTuple):
   step_work_s: float
   step_time_s: float
   stage_memory_bytes: Tuple[int, ...]
+  sent_bytes: Tuple[int, ...] = ()
 
   @property
   def peak_memory_bytes(self):
@@ -252,58 +232,73 @@ class PipelineCost(NamedTuple):
 def boundary_time(nbytes, link):
   """Seconds of one point-to-point send of ``nbytes`` per device over
   ``link`` (a :class:`costmodels.LinkParams`-like value with
-  ``bandwidth_bytes_per_s`` and ``latency_s``); 0 for no bytes."""
-  if not nbytes:
+  ``bandwidth_bytes_per_s`` and ``latency_s``); 0 for no bytes or no
+  link (sends not priced)."""
+  if not nbytes or link is None:
     return 0.0
   return link.latency_s + nbytes / link.bandwidth_bytes_per_s
 
 
-def price_pipeline(work, schedule, layers, link=None, split=None,
+def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
+                   mesh_shape=None, layout_rules=None, scatter=1,
                    gather_s=0.0):
   """The :class:`PipelineCost` of ``layers`` repeated layers of ``work``
-  under ``schedule``, the stage boundary on ``link`` (None: no stage
-  axis, one stage).  ``gather_s`` is added to each send: where the
-  boundary activation is replicated over a tensor-parallel group, each
-  member sends a ``1/t`` slice (``work.boundary_bytes`` is that slice) and
-  the receivers all-gather it on their own link (Narayanan et al., 2021,
-  section 4.1, the scatter/gather optimization).
+  under ``pipeline`` (a :class:`mesh_tf.pipeline.Pipeline`; its split is
+  the layers per virtual stage), or as one stage of ``microbatches``
+  microbatches when ``pipeline`` is None.
 
-  ``split`` is the layers per group (``p * v`` groups, stage ``i`` holding
-  groups ``i, i + p, ...``); default: :func:`split_layers`, which balances
-  the ends' extra work.
+  The stage boundary is on ``link`` (a :class:`costmodels.LinkParams`-like
+  value with ``bandwidth_bytes_per_s`` and ``latency_s``); each stage's
+  sends per microbatch are :func:`mesh_tf.pipeline.expected_boundary_bytes`
+  of the boundary activation on ``mesh_shape`` (the whole mesh, the stage
+  axis included) under ``layout_rules``.  With ``scatter`` = t > 1, each
+  send carries ``1/t`` of the slice and the receivers all-gather it in
+  ``gather_s`` (Narayanan et al., 2021, section 4.1, the scatter/gather
+  optimization of an activation replicated over a tensor-parallel group
+  of t).
 
   Example:
+    >>> from mesh_tf.pipeline import Pipeline
     >>> w = StageWork(layer_s=1.0, first_s=0.5, last_s=1.0)
-    >>> c = price_pipeline(w, PipelineSchedule(2, 1, 4), 4)
+    >>> c = price_pipeline(w, Pipeline("stage", 2, 4, 4), 4)
     >>> c.layers_per_group, c.stage_times_s, c.step_time_s
     ((2, 2), (2.5, 3.0), 15.0)
   """
-  schedule = PipelineSchedule(*schedule).check(layers)
-  p, v, m = schedule.stages, schedule.chunks, schedule.microbatches
+  if pipeline is None:
+    p, v, m = 1, 1, int(microbatches or 1)
+    split = (layers,)
+  else:
+    p, v, m = pipeline.stages, pipeline.chunks, pipeline.microbatches
+    split = tuple(pipeline.split)
+    if pipeline.layers != layers:
+      raise PipelineSplitError(
+          f"pipeline of {pipeline.layers} layers priced for a model of "
+          f"layers={layers}; build the Pipeline with layers={layers}")
   groups = p * v
-  if split is None:
-    split = split_layers(layers, groups, work.first_s, work.last_s,
-                         work.layer_s or 1.0)
-  split = tuple(int(n) for n in split)
-  if len(split) != groups or sum(split) != layers or min(split) < 1:
-    raise PipelineError(
-        f"layer split {split} must give each of stages={p} x chunks={v} "
-        f"groups at least one layer and add up to layers={layers}")
   per_stage = [sum(split[g] for g in range(i, groups, p)) for i in range(p)]
-  hop = boundary_time(work.boundary_bytes, link) + gather_s if p > 1 else 0.0
-  # Each chunk of a microbatch receives its input and sends its output
-  # forward, and the gradients back: 2 sends per boundary crossed.
-  sends = 2 * v if p > 1 else 0
+  sent = (0,) * p
+  hops = [0.0] * p
+  if pipeline is not None and work.boundary_bytes:
+    if work.boundary_shape and mesh_shape is not None:
+      sent = expected_boundary_bytes(pipeline, work.boundary_shape,
+                                     work.boundary_dtype, mesh_shape,
+                                     layout_rules or "")
+    else:
+      sent = tuple(2 * v * work.boundary_bytes for _ in range(p))
+    piece = work.boundary_bytes // max(1, scatter)
+    for i in range(p):
+      sends = round(sent[i] / work.boundary_bytes)
+      hops[i] = sends * (boundary_time(piece, link) + gather_s)
   times = []
   for i, n in enumerate(per_stage):
-    t = n * work.layer_s + sends * hop
+    t = n * work.layer_s + hops[i]
     if i == 0:
       t += work.first_s
     if i == p - 1:
       t += work.last_s
     times.append(t)
   steady = m * max(times)
-  bubble = steady * bubble_fraction(schedule)
+  bubble = steady * bubble_fraction(pipeline)
   step_work = max(
       n * (work.layer_step_s + work.layer_sync_s)
       + (work.base_step_s + work.base_sync_s) * work.end_share(i, p)
@@ -311,9 +306,11 @@ def price_pipeline(work, schedule, layers, link=None, split=None,
   memory = []
   for i, n in enumerate(per_stage):
     base = int(work.base_state_bytes * work.end_share(i, p))
-    stash = inflight_microbatches(schedule, i) * n * work.layer_stash_bytes
+    held = 1 if pipeline is None else inflight_microbatches(pipeline, i)
+    # Each held (chunk, microbatch) keeps its chunk's layers' stash.
+    stash = held * (n / v) * work.layer_stash_bytes
     memory.append(int(n * work.layer_state_bytes + base + stash
                       + work.working_bytes))
-  return PipelineCost(schedule, split, tuple(times), sends * hop, steady,
+  return PipelineCost(pipeline, m, split, tuple(times), max(hops), steady,
                       bubble, step_work, steady + bubble + step_work,
-                      tuple(memory))
+                      tuple(memory), tuple(sent))

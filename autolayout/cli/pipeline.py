@@ -47,7 +47,7 @@ def parse_layout_hint(text):
 
   Example:
     >>> parse_layout_hint("tp=8,pp=4,dp=32,v=3").describe()
-    'TP 8 (inner) x PP 4 (v=3, interleaved) x DP 32, microbatch 1, recompute full'
+    'TP 8 (inner) x PP 4 (v=3, interleaved_1f1b) x DP 32, microbatch 1, recompute full'
   """
   fields = {}
   for part in str(text).split(","):

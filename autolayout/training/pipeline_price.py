@@ -7,7 +7,9 @@ replicas, ``microbatch`` sequences per replica and microbatch, the
 recompute choice, and where the tensor axis lies (``"inner"``: innermost,
 on NVLink inside a GPU node when it divides the node; ``"outer"``: across
 the data axis, on the network).  The mesh is ``stage:P;data:D;model:T``
-(inner) or ``stage:P;model:T;data:D`` (outer), laid onto the first
+(inner) or ``stage:P;model:T;data:D`` (outer), and the pipeline a
+:class:`mesh_tf.pipeline.Pipeline` over the stage axis (the value the
+lowering runs), laid onto the first
 ``P * D * T`` chips of the topology row-major; the other chips are idle.
 A batch that ``data * microbatch`` does not divide is padded up to whole
 microbatches (the padding is priced: it is computed like real data).
@@ -29,6 +31,7 @@ from costmodels import pipeline as pipe
 from costmodels.stage_work import price_collective, price_sync, stage_work
 from costmodels.topology import get_topology, map_mesh
 from mesh_tf.core.errors import MtfError
+from mesh_tf.pipeline.spec import Pipeline, Schedule
 from autolayout.training import decisions as dec
 
 STAGE_AXIS, DATA_AXIS, MODEL_AXIS = "stage", "data", "model"
@@ -48,22 +51,26 @@ class PipelineLayout(NamedTuple):
   microbatch: int = 1
   recompute: str = "full"
   placement: str = "inner"
-  schedule: str = None   # None: interleaved if chunks > 1 else 1F1B
+  schedule: str = None   # None: interleaved_1f1b if chunks > 1 else 1f1b
+  scatter_gather: bool = True
 
   @property
   def chips(self):
     return self.model * self.stages * self.data
 
   def schedule_name(self):
+    """The :class:`mesh_tf.pipeline.Schedule` value."""
     if self.schedule is not None:
-      return self.schedule
-    return "interleaved" if self.chunks > 1 else "1f1b"
+      return Schedule(self.schedule).value
+    return (Schedule.INTERLEAVED_1F1B if self.chunks > 1
+            else Schedule.ONE_F_ONE_B).value
 
   def microbatches(self, batch):
     """Microbatches per replica: the batch rounded up to whole ones (and,
     interleaved, to a multiple of the stages)."""
     m = -(-batch // (self.data * self.microbatch))
-    if self.schedule_name() == "interleaved" and self.stages > 1:
+    if self.schedule_name() == Schedule.INTERLEAVED_1F1B.value and (
+        self.stages > 1):
       m = -(-m // self.stages) * self.stages
     return m
 
@@ -217,31 +224,50 @@ def price_layout(config, topology, layout, work=None, split=None):
         f"{topology.name} ({topology.num_chips} chips); use a multiple of "
         f"the node size {topology.dims[-1].size}")
   m = layout.microbatches(config.batch)
-  sched = pipe.PipelineSchedule(layout.stages, layout.chunks, m,
-                                layout.schedule_name()).check(config.layers)
   if work is None:
     work = measure_stage(config, topology, layout.model,
                          measuring_data(layout, topology), layout.microbatch,
                          layout.recompute, layout.placement)
-  mapping = map_mesh(sub_topology(topology, chips), layout.mesh())
-  work = price_sync(work, mapping, (DATA_AXIS,))
-  link, gather = None, 0.0
+  pipeline = None
   if layout.stages > 1:
+    if layout.stages * layout.chunks > config.layers:
+      raise MtfError(
+          f"stages={layout.stages} x chunks={layout.chunks} is more layer "
+          f"groups than the model's layers={config.layers}; use fewer")
+    if split is None:
+      split = pipe.split_layers(config.layers, layout.stages * layout.chunks,
+                                work.first_s, work.last_s,
+                                work.layer_s or 1.0)
+    pipeline = Pipeline(STAGE_AXIS, layout.stages, m, config.layers,
+                        layout.chunks, layout.schedule_name(), tuple(split))
+  mesh = layout.mesh()
+  rules = tensor_rules(config, layout.data, layout.model)
+  mapping = map_mesh(sub_topology(topology, chips), mesh)
+  work = price_sync(work, mapping, (DATA_AXIS,))._replace(
+      boundary_shape=_with_batch(work.boundary_shape,
+                                 layout.data * layout.microbatch))
+  link, gather, scatter = None, 0.0, 1
+  if pipeline is not None:
     link = min(mapping.link_params((STAGE_AXIS,)),
                key=lambda l: l.bandwidth_bytes_per_s)
-    if layout.model > 1:
+    if layout.model > 1 and layout.scatter_gather:
       # Scatter/gather: each tensor-parallel rank sends a slice of the
       # (replicated) boundary activation, the receivers all-gather it.
+      scatter = layout.model
       gather = price_collective("allgather", (MODEL_AXIS,), layout.model,
                                 work.boundary_bytes // layout.model, mapping)
-      work = work._replace(boundary_bytes=work.boundary_bytes
-                           // layout.model)
-  cost = pipe.price_pipeline(work, sched, config.layers, link, split,
-                             gather)
-  return PipelinedPrice(layout, tensor_rules(config, layout.data,
-                                             layout.model),
-                        work, cost, m, layout.padded_sequences(config.batch),
+  cost = pipe.price_pipeline(work, pipeline, config.layers, m, link, mesh,
+                             rules, scatter, gather)
+  return PipelinedPrice(layout, rules, work, cost, m,
+                        layout.padded_sequences(config.batch),
                         topology.num_chips - chips)
+
+
+def _with_batch(shape, batch):
+  """``shape`` (``"batch:2;length:..."``) with the batch dim at the
+  layout's microbatch rows (it was measured at another data size)."""
+  return ";".join(f"batch:{batch}" if part.split(":")[0] == "batch"
+                  else part for part in shape.split(";") if part)
 
 
 def hardware_flops(config, recompute=True):

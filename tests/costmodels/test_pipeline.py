@@ -12,34 +12,41 @@ from costmodels.evaluate import op_costs, trace_graph
 from costmodels.stage_work import price_sync, stage_work
 from costmodels.topology import get_topology, map_mesh
 from mesh_tf import models
+from mesh_tf.pipeline import Pipeline, max_in_flight
+
+
+def _pipe(p, v, m, schedule=None, layers=None):
+  schedule = schedule or ("interleaved_1f1b" if v > 1 else "1f1b")
+  return Pipeline("stage", p, m, layers or p * v, v, schedule)
 
 
 def test_bubble_is_p_minus_one_over_v_m():
-  for p, v, m in itertools.product((1, 2, 4, 8), (1, 2, 3), (8, 16)):
-    s = pipe.PipelineSchedule(p, v, m, "interleaved" if v > 1 else "1f1b")
-    assert pipe.bubble_fraction(s) == (p - 1) / (v * m)
+  for p, v, m in itertools.product((2, 4, 8), (1, 2, 3), (8, 16)):
+    assert pipe.bubble_fraction(_pipe(p, v, m)) == (p - 1) / (v * m)
+  assert pipe.bubble_fraction(None) == 0.0
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved_1f1b"])
+def test_inflight_closed_form_equals_the_schedule_simulation(schedule):
+  """One description: the closed form is the lowering's own schedule."""
+  for p, v, m in itertools.product((2, 3, 4, 8), (1, 2, 3),
+                                   (1, 2, 4, 8, 16)):
+    if (schedule == "interleaved_1f1b") != (v > 1) or (v > 1 and m % p):
+      continue
+    pl = _pipe(p, v, m, schedule)
+    assert tuple(pipe.inflight_microbatches(pl, s) for s in range(p)) == (
+        max_in_flight(pl)), (p, v, m)
 
 
 def test_inflight_activations_by_schedule():
-  gpipe = pipe.PipelineSchedule(4, 1, 8, "gpipe")
-  f1b = pipe.PipelineSchedule(4, 1, 8, "1f1b")
-  inter = pipe.PipelineSchedule(4, 2, 8, "interleaved")
-  assert [pipe.inflight_microbatches(gpipe, i) for i in range(4)] == [8] * 4
-  assert [pipe.inflight_microbatches(f1b, i) for i in range(4)] == [
-      4, 3, 2, 1]
-  # Megatron's warm-up: (p - i - 1) * 2 + (v - 1) * p + 1 chunks, 1/v each.
-  assert pipe.inflight_microbatches(inter, 0) == (3 * 2 + 4 + 1) / 2
+  assert [pipe.inflight_microbatches(_pipe(4, 1, 8, "gpipe"), i)
+          for i in range(4)] == [8] * 4
+  assert [pipe.inflight_microbatches(_pipe(4, 1, 8), i)
+          for i in range(4)] == [4, 3, 2, 1]
+  # Megatron's warm-up: (p - i - 1) * 2 + (v - 1) * p + 1 chunks.
+  assert pipe.inflight_microbatches(_pipe(4, 2, 8), 0) == 3 * 2 + 4 + 1
   # Fewer microbatches than stages: 1F1B holds at most m.
-  assert pipe.inflight_microbatches(pipe.PipelineSchedule(8, 1, 2), 0) == 2
-
-
-def test_bad_schedules_name_the_fix():
-  with pytest.raises(pipe.PipelineError, match="interleaved"):
-    pipe.PipelineSchedule(2, 2, 4, "1f1b").check()
-  with pytest.raises(pipe.PipelineError, match="multiple of 4"):
-    pipe.PipelineSchedule(4, 2, 6, "interleaved").check()
-  with pytest.raises(pipe.PipelineError, match="layers=3"):
-    pipe.PipelineSchedule(2, 2, 4, "interleaved").check(layers=3)
+  assert pipe.inflight_microbatches(_pipe(8, 1, 2), 0) == 2
 
 
 def _brute_split(layers, groups, e0, e1):
@@ -70,13 +77,16 @@ def test_step_is_steady_plus_bubble_plus_step_work():
 
   class Link:
     bandwidth_bytes_per_s, latency_s = 1e9, 0.0
-  c = pipe.price_pipeline(w, pipe.PipelineSchedule(4, 1, 8), 8, Link())
+  split = pipe.split_layers(8, 4, 0.5, 2.0)
+  c = pipe.price_pipeline(w, Pipeline("stage", 4, 8, 8, split=split), 8,
+                          link=Link())
   # Imbalance: the last stage's head makes it the slowest, so the split
   # gives it fewer layers.
   assert c.layers_per_group[-1] < max(c.layers_per_group)
-  hop = 2 * 1e-3
+  hop = 1e-3   # the first and last stage send once, the others twice
   slowest = max(n + (0.5 if i == 0 else 0) + (2.0 if i == 3 else 0)
-                for i, n in enumerate(c.layers_per_group)) + hop
+                + hop * (1 if i in (0, 3) else 2)
+                for i, n in enumerate(c.layers_per_group))
   assert c.steady_s == pytest.approx(8 * slowest)
   assert c.bubble_s == pytest.approx(c.steady_s * 3 / 8)
   assert c.step_time_s == pytest.approx(
@@ -85,14 +95,14 @@ def test_step_is_steady_plus_bubble_plus_step_work():
   n0, n3 = c.layers_per_group[0], c.layers_per_group[3]
   assert c.stage_memory_bytes[0] == n0 * 100 + 4 * n0 * 10 + 5
   assert c.stage_memory_bytes[3] == n3 * 100 + 1 * n3 * 10 + 5
-  gpipe = pipe.price_pipeline(w, pipe.PipelineSchedule(4, 1, 8, "gpipe"), 8,
-                              Link())
+  gpipe = pipe.price_pipeline(
+      w, Pipeline("stage", 4, 8, 8, schedule="gpipe", split=split), 8,
+      link=Link())
   assert gpipe.stage_memory_bytes[3] == n3 * 100 + 8 * n3 * 10 + 5
   # Interleaving halves the bubble and doubles the sends.
-  inter = pipe.price_pipeline(
-      w, pipe.PipelineSchedule(4, 2, 8, "interleaved"), 8, Link())
+  inter = pipe.price_pipeline(w, _pipe(4, 2, 8, layers=8), 8, link=Link())
   assert inter.bubble_fraction == pytest.approx(3 / 16)
-  assert inter.boundary_s == pytest.approx(2 * hop)
+  assert inter.boundary_s == pytest.approx(4 * hop)
 
 
 def _config(layers):
@@ -150,3 +160,46 @@ def test_sync_reprices_for_the_data_parallel_size():
   assert one.layer_sync_s == 0.0
   # Across nodes on InfiniBand, 8 replicas: slower than 2 on NVLink.
   assert big.layer_sync_s > small.layer_sync_s > 0
+
+
+@pytest.mark.parametrize("stages,chunks,micro,mesh,rules", [
+    (2, 1, 2, "stage:2;data:2", "batch:data"),
+    (2, 2, 4, "stage:2;data:2;model:2", "batch:data;heads:model;d_ff:model"),
+    (4, 1, 4, "stage:4;data:2", "batch:data"),
+])
+def test_predicted_sends_equal_the_lowerings_records(stages, chunks, micro,
+                                                     mesh, rules):
+  """The bytes each stage sends and receives per microbatch, as priced,
+  equal the send and recv records of the pipeline's own lowering
+  (mesh_tf.pipeline, traced on ShapeMeshImpl)."""
+  from mesh_tf import optimize
+  from mesh_tf.pipeline import stage_costs, trace_pipeline
+  layers = 4
+  cfg = models.TransformerConfig(layers=layers, batch=8)
+  schedule = "interleaved_1f1b" if chunks > 1 else "1f1b"
+  pl = Pipeline("stage", stages, micro, layers, chunks, schedule)
+  trace = trace_pipeline(models.transformer_parts(cfg), pl, mesh, rules,
+                         optimize.SgdOptimizer(0.1))
+  recorded = stage_costs(pl, trace)
+
+  def build(n):
+    c = dataclasses.replace(cfg, layers=n, batch=2 * 8 // micro)
+    d = dec.TrainingDecisions("float32", 0, 0, 2)
+    t = dec.build_training(c, d)
+    return t.graph, t.plan
+  stage_mesh = ";".join(p for p in mesh.split(";")
+                        if not p.startswith("stage"))
+  from autolayout.training.pipeline_price import sub_topology
+  chips = 1
+  for part in stage_mesh.split(";"):
+    chips *= int(part.split(":")[1])
+  work = stage_work(build, stage_mesh, rules,
+                    sub_topology(get_topology("dgx-a100"), chips),
+                    data_axes=("data",))
+  cost = pipe.price_pipeline(work, pl, layers, mesh_shape=mesh,
+                             layout_rules=rules)
+  assert cost.sent_bytes == tuple(c.sent_bytes_per_microbatch
+                                  for c in recorded)
+  assert sum(cost.sent_bytes) == sum(c.received_bytes_per_microbatch
+                                     for c in recorded)
+  assert pipe.bubble_fraction(pl) == (stages - 1) / (chunks * micro)

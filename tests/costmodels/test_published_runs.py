@@ -24,7 +24,7 @@ def test_published_layout_is_what_the_paper_ran():
   lay = pr.published_layout(row)
   assert (lay.model, lay.stages, lay.data, lay.microbatch, lay.recompute) == (
       8, 64, 6, 1, "full")
-  assert lay.schedule_name() == "interleaved" and lay.chips == 3072
+  assert lay.schedule_name() == "interleaved_1f1b" and lay.chips == 3072
   a = pr.predict_a(row)
   assert a.microbatches == 3072 // 6 and a.idle_chips == 0
   # The paper's FLOP count with recompute: 96 B s l h^2 (1 + s/6h + V/16lh).
