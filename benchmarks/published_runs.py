@@ -29,6 +29,9 @@ Then the worst and mean error of (a) and the Spearman rank correlation of
 matmul fraction (least squares of the log error over the ten rows, one
 parameter) and prints each row's leave-one-out error.
 
+``--zoo`` solves the zoo's large presets (and BLOOM-176B on 384 A100s,
+GPT-3 on 992, MT-NLG's shape on 2240) pipelined, with solve times.
+
 Run: ``PYTHONPATH=. python benchmarks/published_runs.py`` (about a minute
 a row on 2 shared cores: most is (b)'s search), ``--only-a`` for (a)
 alone (seconds), ``--rows 1.7B,1008B`` for some rows.
@@ -44,7 +47,7 @@ from autolayout.meshes.pipeline_search import search_pipelines
 from autolayout.training.pipeline_price import (PipelineLayout,
                                                 hardware_flops, price_layout)
 from costmodels import hardware
-from costmodels.topology import calibrated
+from costmodels.topology import calibrated, get_topology
 from mesh_tf import models
 
 SEQ, VOCAB = 2048, 51200
@@ -155,6 +158,45 @@ def calibrate(rows):
     print(f"  leave out {r[0]:>7}: fraction {f:.4f}, its error {err:+.1%}")
 
 
+# The zoo's large presets and the issue's chip counts, solved pipelined
+# (GPU clusters; the pipeline search lays meshes on two-level clusters).
+ZOO_CASES = (
+    ("gpt2_small", "dgx-a100", {}),
+    ("mtf_5b", "dgx-h100", {}),
+    ("gpt3_175b", "a100x8-nodes128", {}),
+    ("gpt3_175b", "h100x8-nodes64", {}),
+    ("gpt3_175b", "a100x8-nodes124", {}),        # 992 = 2^5 * 31
+    # BLOOM-176B (Le Scao et al., 2022) on its 384 A100-80GB: 70 layers,
+    # d_model 14336, 112 heads, vocab 250880, batch 2048; it ran TP 4 x
+    # PP 12 x DP 8 at about 150 TFLOP/s per GPU.
+    ("gpt3_175b", "a100x8-nodes48", dict(
+        layers=70, d_model=14336, heads=112, d_kv=128, d_ff=57344,
+        vocab=250880, batch=2048)),
+    ("gpt3_175b", "a100x8-nodes280", dict(    # 2240 = 2^6 * 5 * 7, MT-NLG
+        layers=105, d_model=20480, heads=128, d_kv=160, d_ff=81920,
+        vocab=51200, batch=1920)),
+)
+
+
+def zoo(time_limit):
+  """Solve time and status of each :data:`ZOO_CASES` case."""
+  for name, topo, overrides in ZOO_CASES:
+    cfg = models.get_config(name, **overrides)
+    t0 = time.perf_counter()
+    r = search_pipelines(cfg, topo, time_limit_s=time_limit)
+    wall = time.perf_counter() - t0
+    b = r.best
+    tokens = cfg.batch * cfg.length
+    chips = b.layout.chips + b.idle_chips
+    peak = get_topology(topo).chip.peak_bf16_flops_per_s
+    mfu = 6 * cfg.num_parameters() * tokens / (b.step_time_s * chips * peak)
+    print(f"{name}{'*' if overrides else ''} on {topo} ({chips} chips): "
+          f"{b.layout.describe()}, step {b.step_time_s:.2f} s, MFU "
+          f"{mfu:.1%}, peak {b.peak_memory_bytes / GIB:.1f} GiB, idle "
+          f"{b.idle_chips}, padded {b.padded_sequences}; {r.status}, "
+          f"solve {wall:.1f} s")
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--rows", help="comma-separated row names (default all)")
@@ -164,7 +206,12 @@ def main():
                  help="re-derive the cluster's matmul fraction")
   p.add_argument("--time-limit", type=float, default=30.0,
                  help="seconds per search of (b)")
+  p.add_argument("--zoo", action="store_true",
+                 help="the zoo's large presets and the issue's chip counts")
   args = p.parse_args()
+  if args.zoo:
+    zoo(args.time_limit)
+    return
   rows = [r for r in MEGATRON_TABLE_1
           if not args.rows or r[0] in args.rows.split(",")]
   if args.calibrate:
