@@ -25,6 +25,8 @@ The result is a :class:`costmodels.pipeline.StageWork`, which
 chunk count, microbatch count and schedule.
 """
 
+import math
+
 from costmodels import compute as compute_lib
 from costmodels import memory as memory_lib
 from costmodels import overlap as overlap_lib
@@ -75,12 +77,15 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
   for r in trace.collectives:
     src = r.source_op or r.op_name
     axes = tuple(r.mesh_axes)
-    t = _price(r.kind, axes, r.group_size, r.bytes_per_device, mapping)[0]
     per_mb = plan.repeats(src) > 1
     # A SUM over a data-parallel axis of a per-microbatch value is a
     # gradient reduction (or the loss, reported once per step too).
     sync = bool(per_mb and r.kind in _SYNC_KINDS and r.reduction == "SUM"
                 and set(axes) & set(data_axes))
+    if sync and math.prod(mapping[a].size for a in axes) != r.group_size:
+      t = 0.0   # traced on another data size: price_sync prices its bytes
+    else:
+      t = _price(r.kind, axes, r.group_size, r.bytes_per_device, mapping)[0]
     for acc in (total,) + ((first,) if first_ops and src in first_ops
                            else ()):
       if sync:
@@ -155,7 +160,8 @@ def _state_bytes(graph, mesh_shape, rules):
 
 
 def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
-               layer_prefix="layer_0/", stash_bytes=None):
+               layer_prefix="layer_0/", stash_bytes=None, price_mesh=None,
+               memo=None):
   """The :class:`~costmodels.pipeline.StageWork` of a model.
 
   Args:
@@ -172,13 +178,29 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       what a second layer adds to the traced step's peak memory beyond its
       state, at least the boundary activation (the layer's input, all a
       fully recomputed layer keeps).
+    price_mesh: the mesh whose mapping on ``topology`` prices the trace
+      (default ``mesh_shape``): the same axes, its non-data axes the same
+      sizes, in another order or with another data-parallel size (the
+      gradient reduction's time is then only its bytes; see
+      :func:`price_sync`).  One trace then prices a tensor axis inside a
+      node and across nodes.
+    memo: a dict the caller owns, to reuse the graphs, traces and memory
+      schedules of one ``(mesh_shape, layout_rules)`` across calls (e.g.
+      both placements of a search).
   """
   topology = get_topology(topology)
-  mapping = map_mesh(topology, mesh_shape)
-  g1, plan1 = build(1)
-  g2, plan2 = build(2)
-  tr1 = trace_graph(g1, mesh_shape, layout_rules)
-  tr2 = trace_graph(g2, mesh_shape, layout_rules)
+  mapping = map_mesh(topology, price_mesh or mesh_shape)
+  key = (str(mesh_shape), str(layout_rules))
+  hit = None if memo is None else memo.get(key)
+  if hit is None:
+    g1, plan1 = build(1)
+    g2, plan2 = build(2)
+    hit = (g1, plan1, g2, plan2, trace_graph(g1, mesh_shape, layout_rules),
+           trace_graph(g2, mesh_shape, layout_rules),
+           memory_lib.liveness(g1), memory_lib.liveness(g2))
+    if memo is not None:
+      memo[key] = hit
+  g1, plan1, g2, plan2, tr1, tr2, live1, live2 = hit
   first_ops = _first_stage_ops(tr1, layer_prefix)
   one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops)
   two, _ = _price_trace(tr2, plan2, mapping, data_axes)
@@ -191,7 +213,6 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   nbytes = (memory_lib.tensor_bytes_per_device(boundary, mesh_shape,
                                                layout_rules)
             if boundary is not None else 0)
-  live1, live2 = memory_lib.liveness(g1), memory_lib.liveness(g2)
   prof1 = memory_lib.memory_profile(g1, mesh_shape, layout_rules,
                                     liveness_plan=live1)
   prof2 = memory_lib.memory_profile(g2, mesh_shape, layout_rules,

@@ -172,7 +172,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   if memory_budget is None:
     memory_budget = hardware.usable_memory_bytes(topology.chip)
   deadline = t0 + time_limit_s
-  works, best, best_key = {}, None, None
+  works, traces, best, best_key = {}, {}, None, None
   priced = skipped = over = 0
   by_place = {p: None for p in placements}
   table = {}
@@ -193,7 +193,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
     if work is None:
       work = works[key] = measure_stage(config, topology, lay.model, md,
                                         lay.microbatch, lay.recompute,
-                                        lay.placement)
+                                        lay.placement, traces)
     bound = _state_bound(work, config.layers, lay.stages)
     smallest_state = min(bound, smallest_state or bound)
     # The time bound prunes against the incumbent of the layout's own

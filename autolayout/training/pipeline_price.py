@@ -168,16 +168,20 @@ def _decisions(config, recompute):
 
 
 def measure_stage(config, topology, model, data, microbatch=1,
-                  recompute="full", placement="inner"):
+                  recompute="full", placement="inner", memo=None):
   """The :class:`~costmodels.pipeline.StageWork` of one stage of ``model``
-  x ``data`` chips (``data`` 1 or the measuring size, e.g. 2; see
-  :func:`price_layout`)."""
+  x ``data`` chips (``data``: the measuring size of
+  :func:`measuring_data`).  The step is traced on ``data:2;model:T``
+  whatever the placement, and priced on the placement's mesh (``memo``: a
+  dict the caller owns, to trace once for both placements)."""
   topology = get_topology(topology)
   decisions = _decisions(config, recompute)
 
-  def build(layers):
+  traced = 2 if data > 1 else 1
+
+  def build_traced(layers):
     cfg = dataclasses.replace(config, layers=layers,
-                              batch=2 * data * microbatch)
+                              batch=2 * traced * microbatch)
     d = decisions._replace(recompute=layers if recompute == "full" else 0)
     training = dec.build_training(cfg, d)
     return training.graph, training.plan
@@ -185,9 +189,13 @@ def measure_stage(config, topology, model, data, microbatch=1,
   dm = f"{DATA_AXIS}:{data};{MODEL_AXIS}:{model}"
   if placement == "outer":
     dm = f"{MODEL_AXIS}:{model};{DATA_AXIS}:{data}"
-  rules = tensor_rules(config, data, model)
-  return stage_work(build, dm, rules, cluster_of(topology, data * model),
-                    data_axes=(DATA_AXIS,) if data > 1 else ())
+  rules = tensor_rules(config, traced, model)
+  return stage_work(build_traced,
+                    f"{DATA_AXIS}:{traced};{MODEL_AXIS}:{model}", rules,
+                    cluster_of(topology, data * model),
+                    data_axes=(DATA_AXIS,) if data > 1 else (),
+                    price_mesh=dm, memo=None if memo is None else
+                    memo.setdefault((model, microbatch, recompute), {}))
 
 
 def measuring_data(layout, topology):
