@@ -33,6 +33,10 @@ class MLPConfig:
   def build(self, mesh_name="mesh"):
     return mlp(**dataclasses.asdict(self), mesh_name=mesh_name)
 
+  def parts(self):
+    """The model as :func:`mlp_parts`, for pipelining."""
+    return mlp_parts(self)
+
 
 def mlp(layers=2, batch=8, d_model=8, d_ff=16, classes=4, activation="relu",
         dtype="float32", mesh_name="mesh"):

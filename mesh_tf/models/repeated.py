@@ -19,7 +19,7 @@ from typing import Any, Callable, Dict
 
 from mesh_tf.core.errors import MtfError
 
-__all__ = ["RepeatedLayers", "compose"]
+__all__ = ["RepeatedLayers", "as_parts", "compose"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,24 @@ class RepeatedLayers:
   layer: Callable
   last: Callable
   id_bounds: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def as_parts(model):
+  """``model`` as :class:`RepeatedLayers`: itself, or its config's
+  ``parts()`` (``TransformerConfig``, ``MLPConfig``).
+
+  Raises:
+    MtfError: for a model that declares no repeated layers.
+  """
+  if isinstance(model, RepeatedLayers):
+    return model
+  parts = getattr(model, "parts", None)
+  if parts is None:
+    raise MtfError(
+        f"{type(model).__name__} declares no repeated layers; give a "
+        "RepeatedLayers, or a config with a parts() method (e.g. "
+        "TransformerConfig, MLPConfig)")
+  return parts()
 
 
 def compose(parts, mesh, layers=None, batch=None):

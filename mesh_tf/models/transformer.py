@@ -59,6 +59,10 @@ class TransformerConfig:
   def build(self, mesh_name="mesh"):
     return transformer_lm(**dataclasses.asdict(self), mesh_name=mesh_name)
 
+  def parts(self):
+    """The model as :func:`transformer_parts`, for pipelining."""
+    return transformer_parts(self)
+
 
 def _norm_fn(norm):
   if norm == "layer_norm":
@@ -234,11 +238,20 @@ def transformer_parts(config):
   Returns:
     A :class:`~mesh_tf.models.repeated.RepeatedLayers`.
 
+  Raises:
+    ShapeError: for a config of another model (a subclass, e.g. the MoE
+      Transformer's, whose layers these parts do not build).
+
   Example:
     >>> parts = transformer_parts(TransformerConfig(layers=4))
     >>> parts.layers, parts.batch
     (4, 8)
   """
+  if type(config) is not TransformerConfig:
+    raise ShapeError(
+        f"transformer_parts builds the dense TransformerConfig's layers, "
+        f"not a {type(config).__name__}'s; that model declares no repeated "
+        "layers for pipelining yet")
   c = config
   dtype = c.variable_dtype().activation_dtype
   n, m = Dimension("length", c.length), Dimension("d_model", c.d_model)

@@ -28,10 +28,12 @@ price a microbatch's work, its sends and the update apart.
 """
 
 import contextlib
+import dataclasses
 from typing import NamedTuple, Optional, Tuple
 
 from mesh_tf.core.dims import Shape
 from mesh_tf.lowering.laid_out import LaidOutTensor, LazyAllreduceSum
+from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
@@ -90,7 +92,7 @@ def stage_groups(impl, pipeline):
 
 def stage_impls(impl, pipeline):
   """One backend per stage, of ``impl``'s kind, on the mesh without the
-  stage axis.
+  stage axis (a PlacementMeshImpl's stages fuse kernels as it does).
 
   Raises:
     PipelineAxisError: see :meth:`Pipeline.check_mesh`.
@@ -99,21 +101,15 @@ def stage_impls(impl, pipeline):
   groups = stage_groups(impl, pipeline)
   sub = Shape([d for d in impl.shape.dims if d.name != pipeline.axis])
   if isinstance(impl, PlacementMeshImpl):
-    # Unfused: a deferred kernel of one step must not run inside the
-    # control dependencies of another stage step.
     return tuple(PlacementMeshImpl(sub, impl.layout_rules,
-                                   [impl.devices[p] for p in g], fuse=False)
+                                   [impl.devices[p] for p in g],
+                                   fuse=impl.fuser is not None)
                  for g in groups)
   if isinstance(impl, ShapeMeshImpl):
     return tuple(ShapeMeshImpl(sub, impl.layout_rules) for _ in groups)
   raise PipelineError(
       f"pipeline stages on axis {pipeline.axis}={pipeline.stages} run on a "
       f"PlacementMeshImpl or a ShapeMeshImpl, not {type(impl).__name__}")
-
-
-def _tf():
-  from mesh_tf.lowering.lazy_tf import tf  # pylint: disable=g-import-not-at-top
-  return tf
 
 
 def send(src, dst, x, axis, name):
@@ -124,7 +120,6 @@ def send(src, dst, x, axis, name):
         name, kind, (axis,), 2, x.slice_bytes))
   if x.tensor_list is None:
     return LaidOutTensor(x.slice_shape, x.dtype)
-  tf = _tf()
   out = []
   for device, t in zip(dst.devices, x.tensor_list):
     with tf.device(device):
@@ -169,6 +164,14 @@ class _Marks:
                                  tuple(trace.compute[n_k:])))
 
 
+def _flush(impl):
+  """Runs the kernels a fusing backend still defers, so that they join the
+  step being lowered (its control dependencies), not a later one."""
+  fuser = getattr(impl, "fuser", None)
+  if fuser is not None and not tf.executing_eagerly():
+    fuser.flush(tf.compat.v1.get_default_graph())
+
+
 def _tensor_lists(values):
   out = []
   for v in values:
@@ -180,9 +183,9 @@ def _tensor_lists(values):
 class _Run:
   """The state of one pipelined lowering."""
 
-  def __init__(self, program, impls, feeds):
+  def __init__(self, program, impls, feeds, pipeline):
     self.program, self.impls = program, impls
-    self.pipeline = program.pipeline
+    self.pipeline = pipeline
     self.feeds = feeds
     self.marks = _Marks(impls)
     self.lowerings = [Lowering.empty(c.graph, {c.mesh: impls[c.stage]})
@@ -197,7 +200,7 @@ class _Run:
     deps = self.deps[stage]
     if not deps:
       return contextlib.nullcontext()
-    return _tf().control_dependencies(deps)
+    return tf.control_dependencies(deps)
 
   def _feed(self, chunk, lw, mb):
     if self.feeds is not None:
@@ -207,6 +210,7 @@ class _Run:
     for c, lw in zip(self.program.chunks, self.lowerings):
       with self.marks.segment(c.stage, "setup"):
         lw.lower_operations(c.pre)
+        _flush(self.impls[c.stage])
 
   def forward(self, step):
     p = self.pipeline
@@ -232,6 +236,7 @@ class _Run:
               f"pipeline/activation/{j}->{j + 1}")
       else:
         self.losses[mb] = y
+      _flush(impl)
     self.deps[step.stage] = _tensor_lists([y])
 
   def backward(self, step):
@@ -260,6 +265,7 @@ class _Run:
           self.grads_in[(j - 1, mb)] = send(
               impl, self.impls[prv], dx, p.axis,
               f"pipeline/activation_grad/{j}->{j - 1}")
+      _flush(impl)
     self.deps[step.stage] = _tensor_lists(made)
 
   def exchange_tied(self):
@@ -302,12 +308,13 @@ class _Run:
         for name, t in u.grad_inputs.items():
           lw.set_tensor_lowering(t, self.acc[u.stage][name])
         lw.lower_operations(u.operations)
+        _flush(impl)
       for op in u.update_ops:
         ops.extend(lw.lowered_operation(op) or [])
     return tuple(ops)
 
 
-def lower_pipeline(program, impls, feeds=None):
+def lower_pipeline(program, impls, feeds=None, microbatches=None):
   """Lowers a pipelined training step on the stage backends ``impls``.
 
   Args:
@@ -315,6 +322,11 @@ def lower_pipeline(program, impls, feeds=None):
     impls: one backend per stage (:func:`stage_impls`).
     feeds: input name -> list of ``m`` microbatch values (TF tensors); None
       on the shape-only backend.
+    microbatches: lower the schedule of only this many microbatches (of
+      the program's size) instead of ``m``: every microbatch records the
+      same, so a shape-only trace for :func:`~mesh_tf.pipeline.costs.
+      stage_costs` needs one (``p`` for interleaving), at ``1/m`` of the
+      time.  The trace's ``pipeline`` is then the shortened one.
 
   Returns:
     A :class:`LoweredPipeline`.
@@ -326,7 +338,9 @@ def lower_pipeline(program, impls, feeds=None):
   if len(impls) != p.stages:
     raise PipelineError(f"the pipeline on axis {p.axis}={p.stages} needs one "
                         f"backend per stage, got {len(impls)}")
-  run = _Run(program, tuple(impls), feeds)
+  if microbatches is not None:
+    p = dataclasses.replace(p, microbatches=microbatches)
+  run = _Run(program, tuple(impls), feeds, p)
   run.setup()
   for step in schedule_order(p):
     if step.phase == FORWARD:

@@ -25,9 +25,13 @@ its holders before the update, as Megatron-LM does.
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
+from mesh_tf.gradients import gradients
 from mesh_tf.graph import Graph, Mesh, Tensor
+from mesh_tf.models.repeated import as_parts
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import variables as variable_ops
+from mesh_tf.pipeline.spec import PipelineSplitError
+from mesh_tf.training.storage import shard_storage
 
 __all__ = ["ChunkProgram", "PipelineProgram", "UpdateProgram",
            "build_program"]
@@ -113,8 +117,6 @@ def _phases(graph, output, needed):
 
 
 def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name):
-  from mesh_tf.gradients import gradients  # pylint: disable=g-import-not-at-top
-  from mesh_tf.training.storage import shard_storage  # pylint: disable=g-import-not-at-top
   stage, chunk = pipeline.location(j)
   last = j == pipeline.virtual_stages - 1
   graph = Graph()
@@ -186,7 +188,8 @@ def build_program(parts, pipeline, optimizer, storage=None,
   """Builds the chunk and update graphs of a pipelined training step.
 
   Args:
-    parts: the model's :class:`~mesh_tf.models.repeated.RepeatedLayers`.
+    parts: the model's :class:`~mesh_tf.models.repeated.RepeatedLayers`,
+      or a config with ``parts()`` (e.g. ``TransformerConfig``).
     pipeline: a :class:`~mesh_tf.pipeline.spec.Pipeline` whose ``layers``
       is ``parts.layers``.
     optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
@@ -202,7 +205,7 @@ def build_program(parts, pipeline, optimizer, storage=None,
     PipelineBatchError: if ``parts.batch`` does not split into the
       microbatches.
   """
-  from mesh_tf.pipeline.spec import PipelineSplitError  # pylint: disable=g-import-not-at-top
+  parts = as_parts(parts)
   if pipeline.layers != parts.layers:
     raise PipelineSplitError(
         f"the pipeline on axis {pipeline.axis}={pipeline.stages} splits "

@@ -18,6 +18,7 @@ from mesh_tf.lowering.tf_private import CallOptions
 from mesh_tf.pipeline.lowering import (last_stage_losses, lower_pipeline,
                                        stage_impls)
 from mesh_tf.pipeline.program import build_program
+from mesh_tf.pipeline.spec import PipelineBatchError
 
 __all__ = ["PipelineTrainStep", "trace_pipeline"]
 
@@ -41,6 +42,8 @@ class PipelineTrainStep:
     devices: one device per processor of the whole mesh.
     optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
     storage: a ZeRO stage or StoragePlan for every stage (None: none).
+    fuse: fuse slicewise kernels as :class:`PlacementMeshImpl` does
+      (each step's kernels among themselves).
     eager: run the lowering op by op instead of as one traced function
       (the same TF ops and results; a tiny model's step runs in about a
       fifth of the time it takes to trace and start the function).
@@ -53,9 +56,9 @@ class PipelineTrainStep:
   """
 
   def __init__(self, parts, pipeline, mesh_shape, layout, devices,
-               optimizer, storage=None, eager=False):
+               optimizer, storage=None, fuse=True, eager=False):
     self.program = build_program(parts, pipeline, optimizer, storage)
-    whole = PlacementMeshImpl(mesh_shape, layout, devices, fuse=False)
+    whole = PlacementMeshImpl(mesh_shape, layout, devices, fuse=fuse)
     self.impls = stage_impls(whole, pipeline)
     self.pipeline, self.trace, self.eager = pipeline, None, eager
     first = self.program.chunks[0].inputs
@@ -66,6 +69,7 @@ class PipelineTrainStep:
       sizes = t.shape.to_integer_list()
       sizes[0] *= pipeline.microbatches
       specs.append(tf.TensorSpec(sizes, t.dtype))
+    self._specs = specs
     self._initialized = False
     self._call_options = CallOptions()
     self._function = tf.function(self._step, autograph=False,
@@ -108,8 +112,17 @@ class PipelineTrainStep:
     if sorted(inputs) != self.input_names:
       raise MtfError(f"give every input by name, exactly once: "
                      f"{self.input_names} (got {sorted(inputs)})")
-    self.initialize_variables()
     args = [inputs[n] for n in self.input_names]
+    for name, a, spec in zip(self.input_names, args, self._specs):
+      got = tuple(int(d) for d in getattr(a, "shape", ()))
+      if got != tuple(spec.shape):
+        raise PipelineBatchError(
+            f"input {name} has shape {got}, but the step takes "
+            f"{tuple(spec.shape)}: the whole batch of "
+            f"{self.program.parts.batch} rows, split into microbatches="
+            f"{self.pipeline.microbatches} on pipeline axis "
+            f"{self.pipeline.axis}={self.pipeline.stages}")
+    self.initialize_variables()
     if self.eager:
       return self._step(*[tf.convert_to_tensor(a) for a in args])
     self._function.get_concrete_function()  # traced with TF's defaults
@@ -134,10 +147,12 @@ class PipelineTrainStep:
 
 
 def trace_pipeline(parts, pipeline, mesh_shape, layout, optimizer,
-                   storage=None):
+                   storage=None, microbatches=None):
   """The :class:`~mesh_tf.pipeline.lowering.PipelineTrace` of the step on
   :class:`~mesh_tf.lowering.ShapeMeshImpl`: the same lowering, shapes only,
-  without TensorFlow.
+  without TensorFlow.  ``microbatches``: lower only that many of the
+  step's microbatches (see :func:`~mesh_tf.pipeline.lowering.
+  lower_pipeline`; enough for :func:`~mesh_tf.pipeline.costs.stage_costs`).
 
   Example:
     >>> from mesh_tf import models, optimize
@@ -150,4 +165,4 @@ def trace_pipeline(parts, pipeline, mesh_shape, layout, optimizer,
   """
   program = build_program(parts, pipeline, optimizer, storage)
   impls = stage_impls(ShapeMeshImpl(mesh_shape, layout), pipeline)
-  return lower_pipeline(program, impls).trace
+  return lower_pipeline(program, impls, microbatches=microbatches).trace

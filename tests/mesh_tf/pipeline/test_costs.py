@@ -1,12 +1,19 @@
 """What the cost model reads off the pipeline trace (shape-only, no
 devices): boundary bytes, work per microbatch, work once per step."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from mesh_tf import models
-from mesh_tf.pipeline import Pipeline, stage_costs, trace_pipeline
+from mesh_tf.pipeline import (Pipeline, expected_boundary_bytes, stage_costs,
+                              trace_pipeline)
 from mesh_tf.training import optimize
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 MLP = models.MLPConfig(layers=4, batch=16, d_model=8, d_ff=16)
 
 
@@ -66,3 +73,50 @@ def test_gpipe_holds_more_activations_than_1f1b():
       o[0].activation_bytes_per_microbatch > 0
   assert g[0].peak_activation_bytes == 4 * g[0].activation_bytes_per_microbatch
   assert o[0].peak_activation_bytes == 2 * o[0].activation_bytes_per_microbatch
+
+
+@pytest.mark.parametrize("schedule,chunks,traced", [
+    ("1f1b", 1, 1), ("gpipe", 1, 2), ("interleaved_1f1b", 2, 2)])
+def test_a_few_traced_microbatches_give_the_same_costs(schedule, chunks,
+                                                       traced):
+  """Every microbatch records the same, so pricing may lower fewer."""
+  pipe = Pipeline("stage", 2, 4, MLP.layers, chunks=chunks,
+                  schedule=schedule)
+  args = (models.mlp_parts(MLP), pipe, "stage:2;data:2;model:2",
+          "batch:data;d_ff:model", optimize.SgdOptimizer(0.1))
+  full, short = trace_pipeline(*args), trace_pipeline(*args,
+                                                      microbatches=traced)
+  assert short.pipeline.microbatches == traced
+  assert stage_costs(pipe, short) == stage_costs(pipe, full)
+  assert len(short.segments) < len(full.segments)
+
+
+def test_mixed_precision_sends_the_compute_dtype():
+  config = models.TransformerConfig(layers=2, batch=8,
+                                    param_dtype="bfloat16")
+  pipe = Pipeline("stage", 2, 2, 2)
+  mesh, rules = "stage:2;data:2;model:2", "batch:data;d_ff:model"
+  trace = trace_pipeline(models.transformer_parts(config), pipe, mesh, rules,
+                         optimize.SgdOptimizer(0.1))
+  expected = expected_boundary_bytes(pipe, "batch:4;length:8;d_model:16",
+                                     "bfloat16", mesh, rules)
+  assert expected == (4 * 8 * 16 * 2 // 2,) * 2
+  assert tuple(c.sent_bytes_per_microbatch
+               for c in stage_costs(pipe, trace)) == expected
+
+
+def test_pricing_a_pipeline_does_not_load_tensorflow():
+  code = ("import sys\n"
+          "from mesh_tf import models\n"
+          "from mesh_tf.pipeline import Pipeline, stage_costs, trace_pipeline\n"
+          "from mesh_tf.training import optimize\n"
+          "p = Pipeline('stage', 2, 2, 2)\n"
+          "t = trace_pipeline(models.TransformerConfig(layers=2), p,\n"
+          "                   'stage:2;data:2', 'batch:data',\n"
+          "                   optimize.SgdOptimizer(0.1))\n"
+          "assert stage_costs(p, t)[0].sent_bytes_per_microbatch > 0\n"
+          "print('tensorflow' in sys.modules)\n")
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                       capture_output=True, text=True, check=True, timeout=120)
+  assert out.stdout.strip() == "False"

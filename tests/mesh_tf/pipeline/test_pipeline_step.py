@@ -4,15 +4,19 @@ and 4 stages x 2 and 4 microbatches, with tensor and data parallelism
 inside the stages (and ZeRO sharded storage); the device lowering records
 the trace that the shape-only lowering predicts."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import models, optimize
-from mesh_tf.pipeline import (Pipeline, PipelineTrainStep,
+from mesh_tf.core.dims import convert_to_shape
+from mesh_tf import models
+from mesh_tf.pipeline import (Pipeline, PipelineBatchError, PipelineTrainStep,
                               expected_boundary_bytes, stage_costs,
-                              trace_pipeline)
-from mesh_tf.training import train_step_for_model
+                              stage_impls, trace_pipeline)
+from mesh_tf.pipeline.lowering import stage_groups
+from mesh_tf.training import optimize, train_step_for_model
 
 # Float32: the microbatches' gradients are summed in another order than
 # the whole batch's.
@@ -70,6 +74,7 @@ def _check_trace(step, parts, pipe, mesh, rules, boundary, storage=None):
   for ran, predicted in zip(step.trace.stages, shape.stages):
     assert ran.collectives == predicted.collectives
     assert ran.compute == predicted.compute
+    assert dict(ran.variables) == dict(predicted.variables)
   costs = stage_costs(pipe, shape)
   expected = expected_boundary_bytes(pipe, boundary, "float32", mesh, rules)
   assert tuple(c.sent_bytes_per_microbatch for c in costs) == expected
@@ -147,3 +152,68 @@ def test_traced_function_step_equals_unpipelined():
   _check(step, _baseline(config, MLP_RULES))
   ops = step._function.get_concrete_function().graph.get_operations()
   assert any(op.control_inputs for op in ops)
+  assert all(i.fuser is not None for i in step.impls)
+  _check_trace(step, parts, pipe, "stage:2;data:2;model:2", MLP_RULES,
+               f"batch:{config.batch // 2};d_model:{config.d_model}")
+
+
+def test_stateful_optimizer_and_a_middle_stage_axis():
+  """Optimizer state (slots, Adafactor's step count) lives on the stage
+  that holds the variable; the stage axis may sit between other axes."""
+  optimizer = optimize.AdafactorOptimizer(learning_rate=0.1)
+  config = models.MLPConfig(layers=2, batch=8)
+  model = config.build()
+  values = model.random_values()
+  base = train_step_for_model(model, "data:2;model:4", MLP_RULES,
+                              mtf.logical_cpu_devices(8), optimizer)
+  baseline = (values, float(base(**values)), base.variable_values())
+  pipe = Pipeline("stage", 2, 2, config.layers, schedule="gpipe")
+  step = PipelineTrainStep(models.mlp_parts(config), pipe,
+                           "data:2;stage:2;model:2", MLP_RULES,
+                           mtf.logical_cpu_devices(8), optimizer, eager=True)
+  _check(step, baseline)
+
+
+def test_recompute_inside_stages(lm_baseline):
+  config = dataclasses.replace(LM, recompute=LM.layers)
+  pipe = Pipeline("stage", 2, 2, LM.layers, schedule="1f1b")
+  step = PipelineTrainStep(models.transformer_parts(config), pipe,
+                           "stage:2;data:2;model:2", LM_RULES,
+                           mtf.logical_cpu_devices(8),
+                           optimize.SgdOptimizer(LR), eager=True)
+  _check(step, lm_baseline)
+
+
+def test_stage_groups_follow_the_stage_coordinate():
+  pipe = Pipeline("stage", 2, 2, 2)
+  impl = mtf.ShapeMeshImpl("data:2;stage:2;model:2", "batch:data")
+  assert stage_groups(impl, pipe) == ((0, 1, 4, 5), (2, 3, 6, 7))
+  assert [i.shape for i in stage_impls(impl, pipe)] == [
+      convert_to_shape("data:2;model:2")] * 2
+
+
+def test_inputs_of_another_batch_raise():
+  config = models.MLPConfig(layers=2, batch=8)
+  step = PipelineTrainStep(config, Pipeline("stage", 2, 2, 2),
+                           "stage:2;data:2;model:2", MLP_RULES,
+                           mtf.logical_cpu_devices(8),
+                           optimize.SgdOptimizer(LR), eager=True)
+  values = models.MLPConfig(layers=2, batch=6).build().random_values()
+  with pytest.raises(PipelineBatchError, match=r"input inputs has shape "
+                     r"\(6, 8\), but the step takes \(8, 8\): the whole batch"
+                     r" of 8 rows, split into microbatches=2"):
+    step(**values)
+  with pytest.raises(mtf.MtfError, match=r"give every input by name"):
+    step(inputs=values["inputs"])
+
+
+@pytest.mark.parametrize("split", [(3, 5), (0, 8), (8, 0)])
+def test_uneven_and_empty_stages(mlp_baseline, split):
+  """An explicit split, even one that leaves a stage no repeated layers
+  (its chunk only passes the activation on, or only runs the head)."""
+  pipe = Pipeline("stage", 2, 2, MLP.layers, split=split)
+  step = PipelineTrainStep(models.mlp_parts(MLP), pipe,
+                           "stage:2;data:2;model:2", MLP_RULES,
+                           mtf.logical_cpu_devices(8),
+                           optimize.SgdOptimizer(LR), eager=True)
+  _check(step, mlp_baseline)

@@ -125,3 +125,16 @@ def test_dict_round_trip_and_bad_dict():
   with pytest.raises(PipelineError, match=r"a pipeline is a dict of .*got "
                      r"\{'axis': 'stage'\}"):
     Pipeline.from_dict({"axis": "stage"})
+
+
+def test_configs_declare_their_parts():
+  prog = build_program(models.get_config("transformer_tiny", layers=2),
+                       Pipeline("stage", 2, 2, 2), optimize.SgdOptimizer(0.1))
+  assert prog.microbatch_size == 4
+  with pytest.raises(MtfError, match=r"MoETransformerConfig's; that model "
+                     r"declares no repeated layers"):
+    models.get_config("moe_tiny").parts()
+  with pytest.raises(MtfError, match=r"Conv3DConfig declares no repeated "
+                     r"layers; give a RepeatedLayers"):
+    build_program(models.get_config("conv3d_tiny"),
+                  Pipeline("stage", 2, 2, 2), optimize.SgdOptimizer(0.1))
