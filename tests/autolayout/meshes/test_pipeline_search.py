@@ -69,6 +69,8 @@ def test_search_equals_brute_force_with_stages_chunks_microbatches(
     (124, 8),    # 992 = 2^5 * 31
     (48, 8),     # 384 = 2^7 * 3
     (280, 8),    # 2240 = 2^6 * 5 * 7
+    (384, 8),    # 3072 = 2^10 * 3
+    (31, 8),     # a prime number of 8-GPU nodes
 ])
 def test_any_chip_count_gets_a_plan(nodes, per_node):
   config = _tiny(layers=6, batch=96, heads=8) if per_node == 1 else (
