@@ -38,7 +38,7 @@ def mesh_of(args, topology):
   """``--mesh`` (or the topology's default), parsed and checked."""
   text = getattr(args, "mesh", None) or inputs.default_mesh(topology)
   mesh = inputs.parse_mesh(text, topology)
-  args.resolved_mesh = inputs.mesh_str(mesh)
+  args.resolved_mesh = mesh.text
   return mesh
 
 
@@ -47,7 +47,7 @@ def solve(ctx, setup, mesh, args, budget, hint=None):
   (``hint``: a previous Plan to start from)."""
   model, topology = setup.model, setup.topology
   unit = "B" if args.objective == "memory" else "s"
-  with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
+  with ctx.progress(f"solving {model.name} on {mesh.text} "
                     f"({topology.name})", unit) as update:
     return auto_layout(
         model.graph, mesh, model.outputs, topology, budget, args.objective,

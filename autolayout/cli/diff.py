@@ -4,7 +4,6 @@ decision, with the cost delta of each."""
 import pandas as pd
 
 from autolayout.plans import diff as plan_diff
-from autolayout.cli import inputs
 from autolayout.cli import output as out
 from autolayout.cli import plans
 from autolayout.cli.arguments import add_output_args
@@ -42,9 +41,9 @@ def _run(args, ctx):
   def table(ctx):
     ctx.line(f"diff: {args.a} -> {args.b} ({b.model.name})")
     ctx.line(f"  A: {out.wrap_rules(a.rules) or '(replicated)'} on "
-             f"{inputs.mesh_str(a.mesh_shape)}")
+             f"{a.mesh_shape.text}")
     ctx.line(f"  B: {out.wrap_rules(b.rules) or '(replicated)'} on "
-             f"{inputs.mesh_str(b.mesh_shape)}")
+             f"{b.mesh_shape.text}")
     ctx.line()
     view = pd.DataFrame({"change": [_change(k, n, x, y) for k, n, x, y in
                                     zip(df["kind"], df["name"], df["a"],

@@ -43,7 +43,7 @@ def _run(args, ctx):
        for i, s in enumerate(table["step_time_s"])], dtype="Int64"))
 
   def json():
-    by_mesh = {inputs.mesh_str(r.mesh_shape): r for r in results}
+    by_mesh = {r.mesh_shape.text: r for r in results}
     ranking = []
     for rec in out.frame_records(table):
       r = by_mesh.get(rec["mesh"])

@@ -73,7 +73,7 @@ def _run(args, ctx):
     if mesh is None:
       n = topology.num_chips if args.devices is None else args.devices
       inputs.check_devices(n, topology)
-    what = (f"solving {model.name} on {inputs.mesh_str(mesh)} "
+    what = (f"solving {model.name} on {mesh.text} "
             f"({topology.name})" if mesh is not None
             else f"solving every mesh shape of {n} devices")
     unit = "B" if args.objective == "memory" else "s"
@@ -98,7 +98,7 @@ def _run(args, ctx):
     how = ("given" if tried is None else
            f"best of {int(tried['step_time_s'].notna().sum())} shapes tried")
     common.header(ctx, "solve", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)} ({how}), "
+                  f"mesh {report.mesh_shape.text} ({how}), "
                   "memory budget "
                   f"{out.fmt_bytes(budget) if budget else 'none'}",
                   overlap=setup.overlap)
@@ -194,7 +194,7 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
   fixed = _fixed(args)
   param_dtype = model.overrides.get("param_dtype") or "bfloat16"
   with ctx.progress(f"searching training decisions of {model.name} on "
-                    f"{inputs.mesh_str(mesh)} ({topology.name})"):
+                    f"{mesh.text} ({topology.name})"):
     plan = decisions.search_training(
         model.config, mesh, topology, budget, fixed=fixed,
         param_dtype=param_dtype, time_limit_s=args.time_limit,

@@ -157,7 +157,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
       costmodels.map_mesh(topology, mesh_shape)
       if physical_names:
         mesh_shape = physical_axis_names(topology, mesh_shape)
-        mesh = ";".join(f"{d.name}:{d.size}" for d in mesh_shape.dims)
+        mesh = mesh_shape.text
     except costmodels.TopologyError as e:
       rows.append({"mesh": mesh, "status": "no-fit", "rules": None,
                    "step_time_s": None, "peak_memory_bytes": None,

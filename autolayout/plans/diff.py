@@ -368,7 +368,8 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
 def _other_rows(plan_a, plan_b):
   rows = []
   if plan_a.mesh_shape != plan_b.mesh_shape:
-    rows.append(DiffRow("mesh", "mesh", _mesh(plan_a), _mesh(plan_b), None,
+    rows.append(DiffRow("mesh", "mesh", plan_a.mesh_shape.text,
+                        plan_b.mesh_shape.text, None,
                         "rules are priced on B's mesh"))
   if plan_a.topology != plan_b.topology:
     rows.append(DiffRow("topology", "topology", plan_a.topology.name,
@@ -381,5 +382,3 @@ def _other_rows(plan_a, plan_b):
   return rows
 
 
-def _mesh(plan):
-  return ";".join(f"{d.name}:{d.size}" for d in plan.mesh_shape.dims)

@@ -20,7 +20,7 @@ from autolayout.plans import identity as plan_identity
 from autolayout.errors import PlanFormatError, PlanMismatchError
 from autolayout.plans.plan import (KNOWN_DECISIONS, SCHEMA, SCHEMA_VERSION, Plan,
                                    PredictedCosts, SolverInfo, freeze_decisions,
-                                   mesh_str, version)
+                                   version)
 
 
 class _Reader:
@@ -140,7 +140,7 @@ def plan_from_json_dict(data, where="<dict>"):
     for a in names:
       if a not in axis_names:
         rd.fail(f"rule {dim}:{'+'.join(names)} names mesh axis {a!r}, which "
-                f"the plan's mesh {mesh_str(mesh_shape)} does not have; use "
+                f"the plan's mesh {mesh_shape.text} does not have; use "
                 f"one of {axis_names}")
     if len(set(names)) != len(names):
       rd.fail(f"rule {dim}:{'+'.join(names)} lists a mesh axis twice; list "

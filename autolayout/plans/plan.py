@@ -144,7 +144,7 @@ class Plan:
     return {k: json.loads(v) for k, v in self.decision_items}
 
   def __str__(self):
-    return (f"Plan[{self.model.name} on {mesh_str(self.mesh_shape)} "
+    return (f"Plan[{self.model.name} on {self.mesh_shape.text} "
             f"({self.topology.name}): {self.rules or '(replicated)'}; step "
             f"{self.costs.step_time_s * 1e3:.4g} ms, peak "
             f"{self.costs.peak_memory_bytes / 2**20:.4g} MiB/device, "
@@ -202,10 +202,6 @@ class Plan:
     """Writes the plan to ``path`` as JSON, atomically (a temporary file in
     the same folder, then ``os.replace``), and returns ``path``."""
     return save_plan(self, path)
-
-
-def mesh_str(mesh):
-  return ";".join(f"{d.name}:{d.size}" for d in mesh.dims)
 
 
 def version():
