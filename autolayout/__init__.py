@@ -21,8 +21,8 @@ validate; :class:`LayoutSearch` holds one graph's tables for every query),
 """
 
 # CP-SAT before anything that may load TensorFlow: importing mesh_tf
-# applies the rule (mesh_tf.import_order says why).
-import mesh_tf.import_order  # noqa: F401  isort:skip
+# applies the rule (mesh_tf.startup.import_order says why).
+import mesh_tf.startup.import_order  # noqa: F401  isort:skip
 
 from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
                                InfeasibleLayoutError, PlanError,

@@ -168,7 +168,7 @@ def training_record(result, model, topology, tried=()):
 
 def show_decisions(ctx, result, model, topology):
   from autolayout.training import stage_groups
-  from mesh_tf.storage import GROUPS
+  from mesh_tf.training.storage import GROUPS
   rows = []
   for k, v in result.decisions._asdict().items():
     if k != "zero_stage":

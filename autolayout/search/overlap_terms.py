@@ -6,7 +6,7 @@ with compute (:mod:`costmodels.overlap`, :mod:`costmodels.prefetch`) also
 needs *where* each instance runs:
 
 Counts are instances times their repeats per step (per-microbatch ops run
-``k`` times, see :mod:`mesh_tf.microbatch`), as the factor counts are.
+``k`` times, see :mod:`mesh_tf.training.microbatch`), as the factor counts are.
 
 * an op factor's compute at graph position :math:`p` belongs to segment
   :math:`s(p)`, the number of gradient buckets released before :math:`p`,

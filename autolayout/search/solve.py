@@ -58,7 +58,7 @@ class Problem(NamedTuple):
   form: formulation.Formulation
   host: dict
   build_time_s: float
-  microbatches: object = None   # mesh_tf.microbatch.MicrobatchPlan or None
+  microbatches: object = None   # mesh_tf.training.microbatch.MicrobatchPlan or None
   memory_reserve_fraction: Optional[float] = None
   overlap: bool = True
   liveness: object = None  # costmodels.memory.Liveness shared by the checks
@@ -121,7 +121,7 @@ class LayoutSearch:
     self.max_axes_per_dim = arguments.check_count(
         max_axes_per_dim, "max_axes_per_dim", 1, 8, 1)
     self.outputs = _outputs(graph, cm_args.check_outputs(graph, outputs))
-    # A mesh_tf.microbatch.MicrobatchPlan: per-microbatch work priced k times.
+    # A mesh_tf.training.microbatch.MicrobatchPlan: per-microbatch work priced k times.
     self.microbatches = microbatches
     # What the reports show as kept free of the HBM (None: the default).
     self.memory_reserve_fraction = memory_reserve_fraction

@@ -166,7 +166,7 @@ class GraphTables:
     outputs: tensors whose values are exported (their pending sums forced).
     pricer: prices trace records (see :mod:`autolayout.search.pricing`).
     space: the :class:`~autolayout.search.assignments.DimSpace`.
-    microbatches: a :class:`mesh_tf.microbatch.MicrobatchPlan`, or None:
+    microbatches: a :class:`mesh_tf.training.microbatch.MicrobatchPlan`, or None:
       a factor's count is then the sum of its ops' repeats per step (an
       all-reduce repeats with the op that left the sum pending), as
       :func:`costmodels.evaluate` prices them.

@@ -45,7 +45,7 @@ import math
 from autolayout import arguments
 from autolayout.training import decision_program, stage_groups
 from autolayout.search import formulation, solve
-from mesh_tf import storage
+from mesh_tf.training import storage
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.search.validate import check_agreement, rounding_slack, validate
 

@@ -77,7 +77,7 @@ from ortools.sat.python import cp_model
 
 from autolayout.search import formulation, overlap_program, solve
 from autolayout.training import stage_groups
-from mesh_tf import storage
+from mesh_tf.training import storage
 from autolayout.errors import SolverError
 from autolayout.search.formulation import DimAxis, TableChoice
 from autolayout.search.result import LayoutResult, ModelSize

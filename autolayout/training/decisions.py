@@ -5,13 +5,13 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
 
 * ``param_dtype``: the compute dtype of weights and activations (float32
   masters, see :class:`mesh_tf.VariableDType`);
-* ``zero_stage``: 0-3, how variables are stored (:mod:`mesh_tf.storage`),
+* ``zero_stage``: 0-3, how variables are stored (:mod:`mesh_tf.training.storage`),
   for every variable or per variable group (attention, embedding, ffn,
   norm; :mod:`autolayout.training.stage_groups`); *which* axes the storage splits
   is a layout decision of the CP-SAT program itself (the rules for the
   ``*_storage`` dims), shared by all repeated layers;
 * ``recompute``: how many of the L blocks recompute their activations;
-* ``microbatches``: k, gradient accumulation (:mod:`mesh_tf.microbatch`).
+* ``microbatches``: k, gradient accumulation (:mod:`mesh_tf.training.microbatch`).
 
 Each choice changes the graph (its ops, their repeats), so a candidate is a
 graph built by :func:`build_training` and priced by its own
@@ -74,8 +74,8 @@ class TrainingGraph(NamedTuple):
   """A training step built for one :class:`TrainingDecisions`."""
   decisions: TrainingDecisions
   model: Any            # the ModelGraph (built at the microbatch size)
-  plan: Any             # mesh_tf.microbatch.MicrobatchPlan
-  update: Any           # mesh_tf.microbatch.MicrobatchedUpdate
+  plan: Any             # mesh_tf.training.microbatch.MicrobatchPlan
+  update: Any           # mesh_tf.training.microbatch.MicrobatchedUpdate
 
   @property
   def graph(self):
@@ -100,8 +100,8 @@ def build_training(config, decisions, learning_rate=1e-4):
     MtfError: if the batch does not split into the microbatches, or
       ``recompute`` exceeds the layers.
   """
-  from mesh_tf import optimize, storage
-  from mesh_tf.microbatch import microbatched_update
+  from mesh_tf.training import optimize, storage
+  from mesh_tf.training.microbatch import microbatched_update
   k = decisions.microbatches
   if config.batch % k:
     raise MtfError(f"batch={config.batch} does not split into "
@@ -386,7 +386,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     MtfError: for an unknown decision name in ``fixed``, or an unknown
       ``group_stages``.
   """
-  from mesh_tf.storage import STAGES
+  from mesh_tf.training.storage import STAGES
   fixed = dict(fixed or {})
   bad = sorted(set(fixed) - set(TrainingDecisions._fields))
   if bad:

@@ -4,7 +4,7 @@ A training decision's ``zero_stage`` is either one stage for every variable
 (an int, 0-3; every sharded variable shares the storage dims
 ``d_model_storage``) or a stage per variable group: a sorted tuple
 ``(("attention", 3), ("embedding", 1), ("ffn", 3), ("norm", 0))`` over the
-groups of :func:`mesh_tf.storage.variable_group`.  Then each group has its
+groups of :func:`mesh_tf.training.storage.variable_group`.  Then each group has its
 own storage dims (``d_model_storage_ffn``), so the search decides storage
 and stage per group, and every repeated layer of a group shares the group's
 one decision.  A tuple that gives every group the same stage is that int
@@ -22,7 +22,7 @@ Example:
 
 import itertools
 
-from mesh_tf import storage
+from mesh_tf.training import storage
 from mesh_tf.core.errors import InvalidArgumentError
 
 __all__ = ["as_json", "describe", "groups_of", "neighbours", "normalize",
@@ -73,7 +73,7 @@ def stage_of(zero_stage, group):
 
 
 def storage_plan(zero_stage):
-  """The :class:`mesh_tf.storage.StoragePlan` that lowers ``zero_stage``."""
+  """The :class:`mesh_tf.training.storage.StoragePlan` that lowers ``zero_stage``."""
   if isinstance(zero_stage, int):
     return storage.StoragePlan(zero_stage)
   return storage.StoragePlan(0, stages=tuple(zero_stage))
@@ -100,7 +100,7 @@ def as_json(zero_stage):
 
 
 def groups_of(graph):
-  """The variable groups (:data:`mesh_tf.storage.GROUPS`) of ``graph``'s
+  """The variable groups (:data:`mesh_tf.training.storage.GROUPS`) of ``graph``'s
   trainable variables, sorted."""
   return tuple(sorted({storage.variable_group(v)
                        for v in graph.trainable_variables}))

@@ -7,7 +7,7 @@ import numpy as np
 
 import costmodels
 import mesh_tf as mtf
-from mesh_tf import optimize, storage
+from mesh_tf.training import optimize, storage
 from mesh_tf.gradients import gradients
 
 TOPOLOGY = "dgx-h100"

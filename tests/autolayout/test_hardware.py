@@ -11,7 +11,7 @@ import pytest
 
 import autolayout
 import costmodels
-from mesh_tf import optimize
+from mesh_tf.training import optimize
 from mesh_tf.gradients import gradients
 from mesh_tf.models.transformer import transformer_lm
 

@@ -8,7 +8,8 @@ import pytest
 import mesh_tf as mtf
 import costmodels
 from costmodels import hardware, memory, precision
-from mesh_tf import models, optimize
+from mesh_tf import models
+from mesh_tf.training import optimize
 from mesh_tf.models import decoding as dl
 from mesh_tf.training import train_step_for_model
 

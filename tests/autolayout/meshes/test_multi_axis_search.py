@@ -66,7 +66,7 @@ def _check(graph, mesh, outputs, objective="time", max_axes=2):
 def _dp_mlp(batch=65536, d_model=512, d_ff=1024):
   """An MLP training step with a large batch and small weights: splitting
   the batch over every chip is the best plan."""
-  from mesh_tf import optimize
+  from mesh_tf.training import optimize
   from mesh_tf.gradients import gradients
   g = mtf.Graph()
   mesh = mtf.Mesh(g, "m")

@@ -90,7 +90,7 @@ def test_transformer_training_tables_equal_the_cost_model_on_many_layouts():
   pending sums, Adam update), the program's value of any layout equals
   costmodels.evaluate, and no sampled layout beats the solver's answer."""
   import random
-  from mesh_tf import optimize
+  from mesh_tf.training import optimize
   from mesh_tf.gradients import gradients
   from mesh_tf.models.transformer import transformer_lm
   m = transformer_lm(layers=1, d_model=512, heads=8, d_kv=64, d_ff=2048,

@@ -7,7 +7,7 @@ import pytest
 
 import autolayout
 import mesh_tf as mtf
-from mesh_tf import auto
+from mesh_tf.auto_mtf import door as auto
 from tests.autolayout import graphs
 
 MESH = "rows:2;cols:4"

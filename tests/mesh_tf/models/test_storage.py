@@ -8,7 +8,8 @@ import pytest
 
 import mesh_tf as mtf
 import costmodels
-from mesh_tf import models, optimize, storage
+from mesh_tf import models
+from mesh_tf.training import optimize, storage
 from mesh_tf.training import train_step_for_model
 
 MESHES = {1: ("all:1", ""), 2: ("data:2", "batch:data"),

@@ -25,7 +25,7 @@ def _neutral_topology(num_devices):
 
 
 def _solve(graph, mesh_shape, outputs, topology, time_limit_s):
-  from mesh_tf.auto import auto_layout  # pylint: disable=g-import-not-at-top
+  from mesh_tf.auto_mtf.door import auto_layout  # pylint: disable=g-import-not-at-top
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
   outputs = list(outputs) or None
   if topology is None:

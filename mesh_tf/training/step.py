@@ -93,16 +93,16 @@ class TrainStep(LoweredStep):
       the step's arguments feed, in argument order; or a dict name -> Tensor
       (then the arguments follow the sorted names, or are given by name).
     mesh_impl: the backend, normally a :class:`PlacementMeshImpl`.
-    optimizer: an optimizer from :mod:`mesh_tf.optimize`, or None for a
+    optimizer: an optimizer from :mod:`mesh_tf.training.optimize`, or None for a
       forward-only step (evaluation).
     variables: the variables to train (default: the graph's trainable ones).
     outputs: extra Tensors to return after the loss (e.g. logits).
-    microbatches: gradient accumulation (see :mod:`mesh_tf.microbatch`):
+    microbatches: gradient accumulation (see :mod:`mesh_tf.training.microbatch`):
       the graph is built at the microbatch size, the step takes ``k`` times
       as many rows of each input (split along its first dim), runs ``k``
       forward/backward passes accumulating the gradients, updates once and
       returns the mean of the microbatch losses.  ``plan`` is then the
-      :class:`~mesh_tf.microbatch.MicrobatchPlan` to price it with.
+      :class:`~mesh_tf.training.microbatch.MicrobatchPlan` to price it with.
 
   Raises:
     MtfError: if the loss is not a scalar or an input is not an import.
@@ -115,7 +115,7 @@ class TrainStep(LoweredStep):
   def __init__(self, graph, mesh, loss, inputs, mesh_impl, optimizer=None,
                variables=None, outputs=(), microbatches=1):
     from mesh_tf.gradients import gradients
-    from mesh_tf.microbatch import microbatched_update
+    from mesh_tf.training.microbatch import microbatched_update
     if loss.shape.ndims != 0:
       raise MtfError(f"the loss {loss.name} must be a scalar, but has shape "
                      f"{loss.shape!r}; reduce it, e.g. with reduce_mean")

@@ -5,7 +5,7 @@ Mesh TensorFlow's ``optimize.py`` describes a schedule as a list of
 and the learning rate of a step is their product
 (:func:`product_learning_rate`).  Its multi-schedule optimizers
 (``AdafactorWithMultiLRSchedule``, ``AdamWithMultiLRSchedule`` in
-:mod:`mesh_tf.optimize`) give every variable whose name matches one of a
+:mod:`mesh_tf.training.optimize`) give every variable whose name matches one of a
 list of regexes that regex's schedule; the others keep the optimizer's own
 learning rate.
 

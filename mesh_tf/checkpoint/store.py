@@ -11,7 +11,7 @@ processor, just its slice under the new layout; TF's reader cuts it out of
 whatever slices were saved.  Values are copied bit for bit.
 
 Saving is atomic: the new checkpoint is written under a staged prefix and
-swapped in by renames (:mod:`mesh_tf.checkpoint_files`), so a process
+swapped in by renames (:mod:`mesh_tf.checkpoint.files`), so a process
 killed at any point of a save leaves the previous checkpoint at ``path``
 restorable (the next save or restore rolls the interrupted one back).
 
@@ -22,7 +22,7 @@ Example:
 
 import os
 
-from mesh_tf import checkpoint_files
+from mesh_tf.checkpoint import files as checkpoint_files
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Graph, Tensor

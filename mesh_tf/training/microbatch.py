@@ -22,7 +22,8 @@ gradient: the step equals the whole-batch step up to float rounding.
 
 Example:
   >>> import mesh_tf as mtf
-  >>> from mesh_tf import models, optimize
+  >>> from mesh_tf import models
+  >>> from mesh_tf.training import optimize
   >>> model = models.build_model("transformer_tiny", batch=4)
   >>> upd = microbatched_update(model.graph, model.loss,
   ...                           model.graph.trainable_variables,
@@ -90,7 +91,7 @@ def microbatched_update(graph, loss, variables, optimizer, microbatches):
     graph: the mtf Graph, built at the microbatch size.
     loss: the scalar mean loss of one microbatch.
     variables: the variables to train.
-    optimizer: an optimizer of :mod:`mesh_tf.optimize`.
+    optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
     microbatches: ``k >= 1``; 1 builds the plain update.
 
   Returns:

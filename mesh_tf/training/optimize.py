@@ -19,7 +19,7 @@ import re
 from typing import Any, Optional, Tuple
 
 from mesh_tf.core import dims as dims_lib
-from mesh_tf import lr_schedule
+from mesh_tf.training import lr_schedule
 from mesh_tf.core.errors import MtfError
 from mesh_tf.graph import Tensor
 from mesh_tf.ops import creation as creation_ops
@@ -333,7 +333,7 @@ def adafactor_decay_rate_pow(exponent):
 
 
 def adafactor_optimizer_from_hparams(hparams, lr):
-  """An :class:`~mesh_tf.optimize.AdafactorOptimizer` from tensor2tensor-
+  """An :class:`~mesh_tf.training.optimize.AdafactorOptimizer` from tensor2tensor-
   style hparams (``optimizer_adafactor_decay_type`` "adam" or "pow",
   ``optimizer_adafactor_beta1``, ``_beta2``, ``_memory_exponent``,
   ``_clipping_threshold``, ``_factored``,
