@@ -79,7 +79,7 @@ from autolayout.search import formulation, overlap_program, solve
 from autolayout.training import stage_groups
 from mesh_tf.training import storage
 from autolayout.errors import SolverError
-from autolayout.search.formulation import DimAxis, TableChoice
+from autolayout.search.formulation import DimAxis
 from autolayout.search.result import LayoutResult, ModelSize
 from autolayout.search.validate import bound_and_gap, check_agreement, validate
 
@@ -107,44 +107,6 @@ class DecisionProgram(NamedTuple):
   simplicity: Any              # the decision tie-break expression
   unit: float
   build_time_s: float
-
-
-def _tables(model, v, problem, z):
-  """Candidate tables' :math:`y^c`, summing to :math:`z_c`, and agreeing
-  with the candidate's copy :math:`x^c` (constraints 3 and 4)."""
-  for tb in problem.form.tables:
-    ys = []
-    for sigma in tb.choices:
-      var = model.new_bool_var(f"y[{','.join(tb.scope)}|{sigma}]")
-      v.y[TableChoice(tb.scope, sigma)] = var
-      ys.append(var)
-    model.add(sum(ys) == z)
-    for i, d in enumerate(tb.scope):
-      by_axis = collections.defaultdict(list)
-      for sigma, y in zip(tb.choices, ys):
-        if sigma[i] is not None:
-          by_axis[sigma[i]].append(y)
-      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d}):
-        x = v.x.get(DimAxis(d, a))
-        if x is None:
-          for y in by_axis.get(a, []):
-            model.add(y == 0)
-        else:
-          model.add(x == sum(by_axis.get(a, [])))
-
-
-def _tensor_axes(model, x, graph, axes, z):
-  """Constraint 2 for the candidate's tensors, on its copy :math:`x^c`."""
-  seen = set()
-  for t in graph.tensors:
-    names = tuple(sorted(t.shape.dimension_names))
-    if names in seen or len(names) < 2:
-      continue
-    seen.add(names)
-    for a in axes:
-      xs = [x[DimAxis(d, a)] for d in names if DimAxis(d, a) in x]
-      if len(xs) > 1:
-        model.add(sum(xs) <= z)
 
 
 def build_program(candidates, memory_budget=None):
@@ -205,8 +167,11 @@ def build_program(candidates, memory_budget=None):
         mine.append(v.x[k])
       if mine:
         model.add(sum(mine) <= z)   # one axis per dim (constraint 1)
-    _tables(model, v, problem, z)
-    _tensor_axes(model, v.x, problem.graph, space.axes, z)
+    # Constraints 3-4 and 2 by the layout program's own builders, gated
+    # by z_c.
+    formulation.add_table_vars(model, v, problem.form.tables, chosen=z)
+    formulation.add_tensor_axis_constraints(model, v, problem.graph, space,
+                                            chosen=z)
     if memory_budget is not None:
       formulation.add_memory_constraints(
           model, v, problem.memory_coefficients, problem.host,
