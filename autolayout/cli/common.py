@@ -167,7 +167,7 @@ def training_record(result, model, topology, tried=()):
 
 
 def show_decisions(ctx, result, model, topology):
-  from autolayout.training import stage_groups
+  from autolayout.training import zero
   from mesh_tf.training.storage import GROUPS
   rows = []
   for k, v in result.decisions._asdict().items():
@@ -176,7 +176,7 @@ def show_decisions(ctx, result, model, topology):
     elif isinstance(v, int):
       rows.append((k, f"{v} (every variable group)"))
     else:   # the stage of each variable group
-      rows += [(f"zero_stage {g}", str(stage_groups.stage_of(v, g)))
+      rows += [(f"zero_stage {g}", str(zero.stage_of(v, g)))
                for g in GROUPS]
   mfu = model_flops_utilization(result, model, topology)
   if mfu is not None:

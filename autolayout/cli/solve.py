@@ -10,7 +10,6 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
-from autolayout.cli.validate import parse_zero_stage
 
 
 def _arguments(p):
@@ -155,19 +154,9 @@ def _fall_back(args, model):
 
 
 def _fixed(args):
-  """The training decisions given on the command line (not ``auto``)."""
-  fixed = {}
-  for name in ("zero_stage", "recompute", "microbatches"):
-    text = str(getattr(args, name))
-    if text != "auto":
-      try:
-        fixed[name] = (parse_zero_stage(text) if name == "zero_stage"
-                       else int(text))
-      except ValueError:
-        raise CliInputError(f"--{name.replace('_', '-')} {text!r} is not "
-                            "an integer or auto",
-                            hint=f"e.g. --{name.replace('_', '-')} 2")
-  return fixed
+  """The training decisions given on the command line (not ``auto``), as
+  parsed once by :func:`autolayout.cli.validate.fixed_decisions`."""
+  return dict(args.fixed_decisions)
 
 
 def _training_meshes(ctx, args, model, topology, budget, n):

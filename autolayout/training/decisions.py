@@ -7,7 +7,7 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
   masters, see :class:`mesh_tf.VariableDType`);
 * ``zero_stage``: 0-3, how variables are stored (:mod:`mesh_tf.training.storage`),
   for every variable or per variable group (attention, embedding, ffn,
-  norm; :mod:`autolayout.training.stage_groups`); *which* axes the storage splits
+  norm; :mod:`autolayout.training.zero`); *which* axes the storage splits
   is a layout decision of the CP-SAT program itself (the rules for the
   ``*_storage`` dims), shared by all repeated layers;
 * ``recompute``: how many of the L blocks recompute their activations;
@@ -46,28 +46,14 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import arguments
 from autolayout.search import infeasible
-from autolayout.training import stage_groups
+from autolayout.training import microbatches as microbatches_lib
+from autolayout.training import recompute as recompute_lib
+from autolayout.training import zero
+from autolayout.training.families import FAMILIES, TrainingDecisions
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 
 __all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
            "build_training", "search_training"]
-
-
-class TrainingDecisions(NamedTuple):
-  """One choice of the non-layout decisions (a hashable value).
-  ``zero_stage`` is an int (every variable) or a sorted tuple of
-  ``(group, stage)`` (:func:`autolayout.training.stage_groups.normalize`)."""
-  param_dtype: str = "float32"
-  zero_stage: Any = 0
-  recompute: int = 0
-  microbatches: int = 1
-
-  def as_dict(self):
-    """The decisions as a plain mapping (for plan files and JSON); a
-    per-group stage is ``{group: stage}``."""
-    out = dict(self._asdict())
-    out["zero_stage"] = stage_groups.as_json(self.zero_stage)
-    return out
 
 
 class TrainingGraph(NamedTuple):
@@ -94,28 +80,26 @@ class TrainingPlan(NamedTuple):
 
 def build_training(config, decisions, learning_rate=1e-4):
   """The training step of zoo ``config`` under ``decisions`` (Adam with
-  weight decay).
+  weight decay): each family configures the model, the model is built,
+  each family rewrites its graph (:data:`autolayout.training.families.
+  FAMILIES`, in order), and the update accumulates the microbatches.
 
   Raises:
     MtfError: if the batch does not split into the microbatches, or
       ``recompute`` exceeds the layers.
   """
-  from mesh_tf.training import optimize, storage
+  from mesh_tf.training import optimize
   from mesh_tf.training.microbatch import microbatched_update
-  k = decisions.microbatches
-  if config.batch % k:
-    raise MtfError(f"batch={config.batch} does not split into "
-                   f"microbatches={k}; use a divisor of the batch")
-  cfg = dataclasses.replace(
-      config, batch=config.batch // k, recompute=decisions.recompute,
-      param_dtype=(None if decisions.param_dtype == config.master_dtype
-                   else decisions.param_dtype))
+  cfg = config
+  for family, value in zip(FAMILIES, decisions):
+    cfg = family.configure(cfg, value)
   model = cfg.build()
-  storage.shard_storage(model.graph,
-                        stage_groups.storage_plan(decisions.zero_stage))
+  for family, value in zip(FAMILIES, decisions):
+    family.rewrite(model.graph, value)
   update = microbatched_update(
       model.graph, model.loss, model.graph.trainable_variables,
-      optimize.AdamWeightDecayOptimizer(learning_rate), k)
+      optimize.AdamWeightDecayOptimizer(learning_rate),
+      decisions.microbatches)
   return TrainingGraph(decisions, model, update.plan, update)
 
 
@@ -167,13 +151,8 @@ def _solve(config, decisions, mesh_shape, topology, memory_budget,
   return training, dataclasses.replace(result, decisions=decisions)
 
 
-def recompute_choices(layers, count=5):
-  """The recompute counts the decision program offers: ``count`` evenly
-  spaced counts from 0 to ``layers`` (for 96 layers and 5: 0, 24, 48, 72,
-  96)."""
-  if count < 2 or layers == 0:
-    return (0, layers) if layers else (0,)
-  return tuple(sorted({layers * i // (count - 1) for i in range(count)}))
+# The recompute counts the decision program offers (the recompute family's).
+recompute_choices = recompute_lib.choices
 
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
@@ -225,7 +204,7 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
     # Every pair is over budget: the most memory-saving one says by how
     # much (its own search states the smallest peak and what dominates).
     lean = max(decision_list, key=lambda d: (
-        stage_groups.rank(d.zero_stage), d.recompute))
+        zero.rank(d.zero_stage), d.recompute))
     _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
            max(deadline - time.perf_counter(), 1e-3), forbid,
            candidates.memory_reserve_fraction, overlap, candidates)
@@ -238,7 +217,7 @@ def _better(step, d, best_step, best_d):
   stage, fewer recomputed blocks, fewer microbatches)."""
   if abs(step - best_step) > 1e-9 * max(step, best_step):
     return step < best_step
-  rank = stage_groups.rank
+  rank = zero.rank
   return (rank(d.zero_stage), d.recompute, d.microbatches) < (
       rank(best_d.zero_stage), best_d.recompute, best_d.microbatches)
 
@@ -261,14 +240,14 @@ def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
   group sharded further can free the memory of fewer recomputed blocks);
   again from its answer while it changes, at most DESCENT_ROUNDS times."""
   d = training.decisions
-  groups = stage_groups.groups_of(training.graph)
+  groups = zero.groups_of(training.graph)
   if len(groups) < 2:
     return
   current, best = d.zero_stage, d
   lower = [r for r in recs if r < d.recompute]
   near = ([lower[-1]] if lower else []) + [d.recompute]
   for _ in range(DESCENT_ROUNDS):
-    choices = [current] + stage_groups.neighbours(current, groups)
+    choices = [current] + zero.neighbours(current, groups)
     pairs = [make(zero_stage=s, recompute=r, microbatches=d.microbatches)
              for s in choices for r in near]
     first = best if best in pairs else pairs[0]
@@ -310,10 +289,6 @@ def _check_state(candidates, decisions, mesh_shape, memory_budget):
   infeasible.check_state_fits(training.graph,
                               convert_to_mesh_shape(mesh_shape),
                               memory_budget, "the training step")
-
-
-def _divisors(n, most):
-  return [k for k in range(1, min(n, most) + 1) if n % k == 0]
 
 
 def search_training(config, mesh_shape, topology, memory_budget=None,
@@ -361,7 +336,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     min_microbatches: the walk's first k (e.g. the smallest k at which the
       most memory-saving decisions fit: no smaller k can fit).
     group_stages: how the stage per variable group is searched
-      (:mod:`autolayout.training.stage_groups`): ``"uniform"``, one stage for every
+      (:mod:`autolayout.training.zero`): ``"uniform"``, one stage for every
       variable; ``"all"``, every stage of every group in each program
       (``4 ** groups`` choices: small models); ``"descent"`` (default),
       the walk with uniform stages, then on the best k and recompute count
@@ -396,7 +371,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     raise MtfError(f"group_stages={group_stages!r} is not one of "
                    f"{GROUP_STAGE_SEARCHES}")
   if "zero_stage" in fixed:
-    fixed["zero_stage"] = stage_groups.normalize(fixed["zero_stage"])
+    fixed["zero_stage"] = zero.normalize(fixed["zero_stage"])
   fixed.setdefault("param_dtype", param_dtype)
   topology = arguments.resolve_topology(topology)
   memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
@@ -447,17 +422,17 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
 
   stages = [fixed["zero_stage"]] if "zero_stage" in fixed else list(STAGES)
   if stage_choices is not None and "zero_stage" not in fixed:
-    stages = list(dict.fromkeys(stage_groups.normalize(s)
+    stages = list(dict.fromkeys(zero.normalize(s)
                                 for s in stage_choices))
   elif group_stages == "all" and "zero_stage" not in fixed:
     probe = candidates.get(make(zero_stage=0, recompute=0,
                                 microbatches=1))[0]
-    stages = stage_groups.vectors(stage_groups.groups_of(probe.graph))
+    stages = zero.vectors(zero.groups_of(probe.graph))
   if exhaustive:
     recs = ([fixed["recompute"]] if "recompute" in fixed
             else list(range(layers + 1)))
     ks = ([fixed["microbatches"]] if "microbatches" in fixed
-          else microbatch_choices or _divisors(config.batch, 4))
+          else microbatch_choices or microbatches_lib.divisors(config.batch, 4))
     _check_state(candidates, make(zero_stage=stages[0], recompute=recs[0],
                                   microbatches=min(ks)),
                  mesh_shape, memory_budget)
@@ -484,7 +459,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     walk = "microbatches" not in fixed and microbatch_choices is None
     ks = ([fixed["microbatches"]] if "microbatches" in fixed else
           microbatch_choices or
-          [k for k in _divisors(config.batch, max_microbatches)
+          [k for k in microbatches_lib.divisors(config.batch, max_microbatches)
            if k & (k - 1) == 0 and k >= min_microbatches])
     found = None
     descend = (group_stages == "descent" and stage_choices is None
