@@ -9,7 +9,9 @@ import pandas as pd
 
 import costmodels
 from autolayout.search import assignments
+from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
 from autolayout.search.solve import LayoutSearch, auto_layout
+from autolayout.spec import search_spec
 from autolayout.cli import inputs
 from autolayout.cli import output as out
 from autolayout.cli.models import load_model, parse_overrides
@@ -49,10 +51,28 @@ def solve(ctx, setup, mesh, args, budget, hint=None):
   unit = "B" if args.objective == "memory" else "s"
   with ctx.progress(f"solving {model.name} on {mesh.text} "
                     f"({topology.name})", unit) as update:
-    return auto_layout(
-        model.graph, mesh, model.outputs, topology, budget, args.objective,
-        args.time_limit, args.workers, args.seed, progress=update,
-        search=setup.search, hint=hint, overlap=setup.overlap)
+    return auto_layout(model.graph, outputs=model.outputs,
+                       spec=query(args, setup, mesh, budget),
+                       progress=update, search=setup.search, hint=hint)
+
+
+def query(args, setup, mesh, budget, num_devices=None):
+  """The command's one :class:`autolayout.spec.SearchSpec`, from its parsed
+  options: the topology resolved once (:class:`Setup`), the mesh parsed
+  once (:func:`mesh_of`), the budget in bytes and the training decisions
+  each parsed once by their family (:func:`autolayout.cli.validate.
+  fixed_decisions`)."""
+  model = setup.model
+  return search_spec(
+      model.graph, topology=setup.topology, mesh_shape=mesh,
+      num_devices=num_devices, memory_budget=budget,
+      objective=args.objective, time_limit_s=args.time_limit,
+      num_workers=args.workers, seed=args.seed, training=model.train,
+      fixed=getattr(args, "fixed_decisions", None),
+      param_dtype=model.overrides.get("param_dtype") or "bfloat16",
+      overlap=setup.overlap,
+      max_axes=getattr(args, "max_axes", None) or DEFAULT_MAX_AXES,
+      memory_reserve_fraction=inputs.memory_reserve(args))
 
 
 def evaluate(model, mesh, rules, topology, overlap=True):

@@ -34,7 +34,8 @@ def _run(args, ctx):
   with ctx.progress(f"solving every mesh shape of {n} devices") as update:
     results, table = auto_mesh_and_layout(
         model.graph, n, model.outputs, topology, budget, args.objective,
-        args.max_axes, args.time_limit, args.workers, args.seed,
+        args.max_axes, args.time_limit, num_workers=args.workers,
+        seed=args.seed,
         search=setup.search, overlap=setup.overlap, physical_names=True,
         progress=update.on_mesh)
   table = table.copy()

@@ -78,14 +78,10 @@ def _run(args, ctx):
     unit = "B" if args.objective == "memory" else "s"
     with ctx.progress(what, unit) as update:
       answer = solve_default(
-          model.graph, mesh, model.outputs, topology, budget,
-          args.objective, args.time_limit, args.workers, args.seed,
+          model.graph, outputs=model.outputs,
+          spec=common.query(args, setup, mesh, budget, num_devices=n),
           config=model.config if _fall_back(args, model) else None,
-          num_devices=n, max_axes=args.max_axes or DEFAULT_MAX_AXES,
-          search=setup.search, hint=hint, overlap=setup.overlap,
-          fixed=_fixed(args),
-          param_dtype=model.overrides.get("param_dtype") or "bfloat16",
-          memory_reserve_fraction=inputs.memory_reserve(args),
+          search=setup.search, hint=hint,
           progress=update if mesh is not None else None,
           mesh_progress=update.on_mesh if mesh is None else None)
     result, tried = answer.result, answer.meshes

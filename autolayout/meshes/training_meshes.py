@@ -56,7 +56,7 @@ def _meshes(topology, num_devices, max_axes):
 
 def search_training_meshes(config, topology, memory_budget="hbm",
                            num_devices=None, max_axes=DEFAULT_MAX_AXES,
-                           top=1, fixed=None, param_dtype="bfloat16",
+                           *, top=1, fixed=None, param_dtype="bfloat16",
                            time_limit_s=60.0, forbid=(), overlap=True,
                            recompute_count=5, memory_reserve_fraction=None,
                            progress=None):

@@ -234,7 +234,7 @@ def freeze_decisions(decisions):
 
 
 def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
-              name="model", solver=None, decisions=None, source=None):
+              name="model", solver=None, *, decisions=None, source=None):
   """A :class:`Plan` for ``rules`` on ``graph`` (priced with
   :func:`costmodels.evaluate` unless ``report`` is given).
 
@@ -292,8 +292,9 @@ def plan_from_result(result, name="model", source=None, output_names=None):
   decisions = getattr(result, "decisions", None)
   return make_plan(result.graph, result.mesh_shape, result.rules,
                    result.topology, result.report, outputs, name, solver,
-                   None if decisions is None else decisions.as_dict(),
-                   source)
+                   decisions=None if decisions is None else (
+                       decisions.as_dict()),
+                   source=source)
 
 
 # Only structural brackets are followed by a raw newline (JSON strings never

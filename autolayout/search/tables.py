@@ -187,7 +187,7 @@ class GraphTables:
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
                microbatches=None, deadline=None, outcomes=None,
-               signatures=None, narrow=True):
+               *, signatures=None, narrow=True):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)

@@ -223,12 +223,12 @@ def solve_program(program, memory_budget=None, time_limit_s=60.0,
                                      for c in program.candidates)
   result = decision_result(cand.decisions, cand.problem, pr, memory_budget,
                            [c.problem for c in program.candidates], build,
-                           pr.solve_time_s, program.unit, model)
+                           pr.solve_time_s, program.unit, model=model)
   return index, result
 
 
 def decision_result(decisions, problem, pr, memory_budget, problems,
-                    build_time_s, solve_time_s, unit=None, model=None,
+                    build_time_s, solve_time_s, unit=None, *, model=None,
                     report=None):
   """The LayoutResult of candidate ``decisions`` solved as ``pr`` (a
   :class:`autolayout.search.solve.PhaseResult` in ``unit`` seconds, default the
@@ -255,8 +255,11 @@ def decision_result(decisions, problem, pr, memory_budget, problems,
       table_choices=sum(len(tb.choices) for p in problems
                         for tb in p.form.tables),
       memory_steps=sum(len(p.memory_coefficients) for p in problems))
-  return LayoutResult(rules, problem.mesh_shape, report, "time", value,
-                      pr.status, bound, gap, solve_time_s, build_time_s,
-                      size, memory_budget, problem.topology,
+  return LayoutResult(rules=rules, mesh_shape=problem.mesh_shape,
+                      report=report, objective="time", objective_value=value,
+                      status=pr.status, best_bound=bound, gap=gap,
+                      solve_time_s=solve_time_s, build_time_s=build_time_s,
+                      model_size=size, memory_budget=memory_budget,
+                      topology=problem.topology,
                       decisions=decisions, graph=problem.graph,
                       outputs=problem.outputs)

@@ -157,7 +157,7 @@ recompute_choices = recompute_lib.choices
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
                     memory_budget, time_limit_s=60.0, forbid=(),
-                    overlap=True, joint=False, first=None):
+                    overlap=True, *, joint=False, first=None):
   """The fastest of ``decision_list`` (stage and recompute choices at one
   microbatch count and dtype) and its layout.
 
@@ -292,7 +292,7 @@ def _check_state(candidates, decisions, mesh_shape, memory_budget):
 
 
 def search_training(config, mesh_shape, topology, memory_budget=None,
-                    fixed=None, exhaustive=False, param_dtype="bfloat16",
+                    *, fixed=None, exhaustive=False, param_dtype="bfloat16",
                     max_microbatches=64, time_limit_s=60.0, forbid=(),
                     progress=None, memory_reserve_fraction=None,
                     overlap=True, recompute_count=5, microbatch_choices=None,
