@@ -33,6 +33,7 @@ from mesh_tf.core import mesh_shape as mesh_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from autolayout.plans import identity as plan_identity
+from autolayout.plans.costs import PredictedCosts
 from autolayout.errors import PlanFormatError
 
 SCHEMA = "mesh-tf-plan"
@@ -42,52 +43,6 @@ SCHEMA_VERSION = 1
 # name -> what it means.  A plan holding any other decision is refused on
 # load: applying only part of a plan would silently change its costs.
 KNOWN_DECISIONS = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class PredictedCosts:
-  """What the cost model predicted for the plan (per device, per step).
-
-  ``memory_by_category``, ``comm_time_by_axis`` and ``collectives`` are
-  tuples of pairs / records so that the value stays hashable; see
-  :meth:`as_dict`.  ``collectives`` holds ``(kind, mesh axes, count,
-  bytes per device)`` summed per kind and axes.
-  """
-  step_time_s: float
-  compute_time_s: float
-  comm_time_s: float
-  peak_memory_bytes: int
-  memory_by_category: Tuple[Tuple[str, int], ...]
-  comm_time_by_axis: Tuple[Tuple[str, float], ...]
-  collectives: Tuple[Tuple[str, Tuple[str, ...], int, int], ...] = ()
-
-  @classmethod
-  def from_report(cls, report):
-    """The costs of a :class:`costmodels.CostReport`."""
-    agg = {}
-    for c in report.collectives:
-      key = (c.kind, tuple(c.mesh_axes))
-      n, b = agg.get(key, (0, 0))
-      agg[key] = (n + 1, b + int(c.bytes_per_device))
-    return cls(float(report.step_time_s), float(report.compute_time_s),
-               float(report.comm_time_s), int(report.peak_memory_bytes),
-               tuple((k, int(v)) for k, v in
-                     report.memory_by_category.items()),
-               tuple((k, float(v)) for k, v in
-                     report.comm_time_by_axis.items()),
-               tuple((k, a, n, b) for (k, a), (n, b) in sorted(agg.items())))
-
-  def as_dict(self):
-    """The JSON form (``docs/plan_files.md``)."""
-    return {"step_time_s": self.step_time_s,
-            "compute_time_s": self.compute_time_s,
-            "comm_time_s": self.comm_time_s,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "memory_by_category": dict(self.memory_by_category),
-            "comm_time_by_axis": dict(self.comm_time_by_axis),
-            "collectives": [{"kind": k, "mesh_axes": list(a), "count": n,
-                             "bytes_per_device": b}
-                            for k, a, n, b in self.collectives]}
 
 
 @dataclasses.dataclass(frozen=True)
