@@ -42,7 +42,7 @@ from autolayout.search.view import (build_view, dims_used_together, repeated_ops
                                     write_graphml)
 from autolayout.search.assignments import all_layouts
 from autolayout.plans.plan import Plan, make_plan
-from autolayout.plans.file import load_plan
+from autolayout.plans.decisions import load_plan
 from autolayout.plans.diff import diff
 # ``autolayout.solve`` (the module) as before the sub-packages.
 from autolayout.search import solve

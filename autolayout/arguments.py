@@ -37,6 +37,15 @@ MAX_AXES = 4
 MAX_POINTS = 1000
 MAX_DEVICES = cm_args.MAX_MESH_SIZE
 
+# Model family names a user may type, mapped to a real-sized zoo preset
+# (``transformer`` is GPT-2-small sized); plan files record what was typed.
+MODEL_FAMILIES = {
+    "transformer": "gpt2_small",
+    "mlp": "mlp_large",
+    "moe": "moe_gpt2_small_64e",
+    "conv3d": "conv3d_large",
+}
+
 
 class _Defaults(NamedTuple):
   topology: str = "tpu-v5e-16x16"

@@ -9,10 +9,12 @@ import pandas as pd
 
 import costmodels
 from autolayout.search import assignments
+from autolayout.arguments import DEFAULTS
 from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
 from autolayout.search.solve import LayoutSearch, auto_layout
 from autolayout.spec import search_spec
-from autolayout.cli import inputs
+from autolayout.cli import inputs, plans
+from autolayout.cli.errors import CliInputError
 from autolayout.cli import output as out
 from autolayout.cli.models import load_model, parse_overrides
 
@@ -26,9 +28,27 @@ class Setup:
   """
 
   def __init__(self, args):
-    self.topology = inputs.get_topology(args.topology)
-    self.model = load_model(args.model, parse_overrides(args.set),
-                            args.train)
+    # A layout read from a plan file (-l @plan.json) asks the plan's own
+    # question: its model, training or forward pass, and topology.
+    layout = getattr(args, "layout", None)
+    self.plan = None
+    if isinstance(layout, str) and plans.is_ref(layout):
+      self.plan = plans.read(plans.ref_path(layout))
+    if self.plan is not None and args.topology is None:
+      self.topology = self.plan.topology
+      args.topology = self.plan.topology_preset or self.plan.topology.name
+    else:
+      args.topology = args.topology or DEFAULTS.topology
+      self.topology = inputs.get_topology(args.topology)
+    if self.plan is not None:
+      self.model = plans.model_for(self.plan, plans.ref_path(layout), args)
+    elif not args.model:
+      raise CliInputError("--model is required (or -l @PLAN.json, whose "
+                          "model is the default)",
+                          hint="e.g. --model transformer")
+    else:
+      self.model = load_model(args.model, parse_overrides(args.set),
+                              args.train)
     self.overlap = getattr(args, "overlap", True)
     self.search = LayoutSearch(
         self.model.graph, self.model.outputs,
@@ -78,7 +98,8 @@ def query(args, setup, mesh, budget, num_devices=None):
 def evaluate(model, mesh, rules, topology, overlap=True):
   """The CostReport of ``rules`` on ``mesh``."""
   return costmodels.evaluate(model.graph, mesh, rules, topology,
-                             outputs=model.outputs, overlap=overlap)
+                             outputs=model.outputs, overlap=overlap,
+                             microbatches=model.microbatches)
 
 
 def header(ctx, command, model, topology, extra="", overlap=True):

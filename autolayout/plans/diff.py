@@ -125,7 +125,13 @@ class PlanDiff:
 
 
 def _show(v):
-  return "(not split)" if v is None else assignments.option_text(v)
+  if v is None:
+    return "(not split)"
+  if isinstance(v, dict):  # a decision per group: {"ffn": 3, ...}
+    return " ".join(f"{k}={x}" for k, x in sorted(v.items()))
+  if isinstance(v, (int, float)):  # a decision's value
+    return str(v)
+  return assignments.option_text(v)
 
 
 def describe(delta):
@@ -165,7 +171,7 @@ def project_rules(rules, graph, mesh_shape):
       sizes.setdefault(d.name, set()).add(d.size)
   unsplittable = {}
   for op in graph.operations:
-    for d in op.unsplittable_dims:
+    for d in op.lowering_unsplittable_dims:
       unsplittable.setdefault(d, op.name)
   axes = {d.name: d.size for d in mesh_shape.dims}
   kept, dropped = [], []
@@ -209,7 +215,7 @@ def _with(rules, dim, axis):
 
 
 def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
-               a_note=None):
+               a_note=None, microbatches=None):
   """The :class:`PlanDiff` of two rule sets on one graph, mesh and topology
   (both priced with :func:`costmodels.evaluate`).
 
@@ -219,7 +225,8 @@ def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
   """
   def price(rules):
     return Costs.of(costmodels.evaluate(graph, mesh_shape, rules, topology,
-                                        outputs=outputs))
+                                        outputs=outputs,
+                                        microbatches=microbatches))
   base, final = price(a_rules), price(b_rules)
   a, b = a_rules.as_dict(), b_rules.as_dict()
   rows, parts = [], []
@@ -274,7 +281,7 @@ def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
   return PlanDiff(tuple(rows), base, final, tuple(notes), True)
 
 
-def diff(plan_a, plan_b, graph=None, outputs=None):
+def diff(plan_a, plan_b, graph=None, outputs=None, microbatches=None):
   """How ``plan_b`` differs from ``plan_a``, with the cost of each change.
 
   Args:
@@ -283,6 +290,8 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
       priced with :func:`costmodels.evaluate` on B's mesh and topology;
       without it, only the stored predictions are compared.
     outputs: the step's outputs (default: tensors no op reads).
+    microbatches: the :class:`mesh_tf.microbatch.MicrobatchPlan` of
+      ``graph`` when it is one microbatch of B's training step.
 
   Returns:
     A :class:`PlanDiff`; ``str()`` of it is a readable report.
@@ -307,7 +316,7 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
   notes_by_dim = {d: f"A's rule {d}:{ax} is dropped: {why}"
                   for d, ax, why in dropped}
   d = diff_rules(a_rules, plan_b.rules, graph, plan_b.mesh_shape,
-                 plan_b.topology, outputs, notes_by_dim)
+                 plan_b.topology, outputs, notes_by_dim, microbatches)
   rows = list(d.rows)
   have = {r.name for r in rows}
   for dim, axis, why in dropped:

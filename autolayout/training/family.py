@@ -104,10 +104,9 @@ class DecisionFamily:
     it is built, before the update is added)."""
     del graph, value
 
-  def _out_of_range(self, value, what):
-    return DecisionValueError(
-        f"{self.name}={value!r} is not {what}",
-        f"use e.g. {self.name}={self.example}")
+  def _not_a_count(self, value, least):
+    return DecisionValueError(f"{self.name} is {value!r}",
+                              f"use an integer >= {least}")
 
   def __repr__(self):
     return f"DecisionFamily[{self.name}]"

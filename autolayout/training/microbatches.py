@@ -24,8 +24,7 @@ class Microbatches(DecisionFamily):
   def check(self, value):
     if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
         or value < 1):
-      raise self._out_of_range(value, "a count of microbatches (an integer "
-                               ">= 1)")
+      raise self._not_a_count(value, 1)
     return int(value)
 
   def rank(self, value):

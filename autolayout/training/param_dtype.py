@@ -24,8 +24,7 @@ class ParamDType(DecisionFamily):
   def check(self, value):
     if value not in DTYPES:
       raise DecisionValueError(
-          f"param_dtype={value!r} is not a parameter dtype",
-          f"use one of {', '.join(DTYPES)}")
+          f"param_dtype is {value!r}", 'use "float32" or "bfloat16"')
     return value
 
   def parse(self, text):

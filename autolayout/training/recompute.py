@@ -21,7 +21,7 @@ class Recompute(DecisionFamily):
   def check(self, value):
     if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
         or value < 0):
-      raise self._out_of_range(value, "a count of blocks (an integer >= 0)")
+      raise self._not_a_count(value, 0)
     return int(value)
 
   def rank(self, value):

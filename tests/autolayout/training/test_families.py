@@ -47,9 +47,11 @@ def test_values_are_checked_and_normalised_by_their_family():
   assert TrainingDecisions(zero_stage={"norm": 0, "ffn": 3}).zero_stage == (
       ("ffn", 3), ("norm", 0))
   for kwargs, needle in (({"zero_stage": 5}, "not a ZeRO stage"),
-                         ({"recompute": -1}, "recompute=-1 is not a count"),
-                         ({"microbatches": 0}, "microbatches=0 is not a"),
-                         ({"param_dtype": "int8"}, "param_dtype='int8'")):
+                         ({"recompute": -1}, "recompute is -1; use an "
+                          "integer >= 0"),
+                         ({"microbatches": 0}, "microbatches is 0; use an "
+                          "integer >= 1"),
+                         ({"param_dtype": "int8"}, "param_dtype is 'int8'")):
     with pytest.raises(InvalidArgumentError, match=needle):
       TrainingDecisions(**kwargs)
   with pytest.raises(DecisionValueError, match="'pipeline' is not a"):
