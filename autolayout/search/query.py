@@ -13,14 +13,15 @@ from autolayout.search.phases import phase_order, rules_of, solve_phases
 from autolayout.search.result import LayoutResult, ModelSize
 from autolayout.search.validate import bound_and_gap, check_agreement, validate
 
-__all__ = ["solve_spec"]
+__all__ = ["model_size", "solve_spec"]
 
 # Seconds per op that costmodels.evaluate takes to re-check an answer (25-100
 # us measured here); the solver stops that much before the time limit.
 CHECK_S_PER_OP = 120e-6
 
 
-def _model_size(problem):
+def model_size(problem):
+  """The :class:`ModelSize` of ``problem``'s CP-SAT program."""
   proto = problem.form.model.proto
   return ModelSize(
       variables=len(proto.variables), constraints=len(proto.constraints),
@@ -99,7 +100,7 @@ def solve_spec(search, spec, *, progress=None, hint=None, exclude=()):
       rules=rules, mesh_shape=problem.mesh_shape, report=report,
       objective=objective, objective_value=value, status=pr.status,
       best_bound=bound, gap=gap, solve_time_s=pr.solve_time_s,
-      build_time_s=problem.build_time_s, model_size=_model_size(problem),
+      build_time_s=problem.build_time_s, model_size=model_size(problem),
       memory_budget=memory_budget, topology=problem.topology,
       graph=search.graph, outputs=problem.outputs)
   if hint is not None:

@@ -13,7 +13,7 @@ from autolayout import arguments
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import AutoLayoutError
 from autolayout.search.phases import PhaseResult, rules_of, solve_phases
-from autolayout.search.query import solve_spec
+from autolayout.search.query import model_size, solve_spec
 from autolayout.search.result import LayoutResult, ModelSize
 from autolayout.search.state import (LayoutSearch, Problem, _outputs,
                                      build_problem, min_peak_layout)
@@ -21,7 +21,7 @@ from autolayout.search.validate import table_values, validate
 
 __all__ = ["DEFAULT_NUM_WORKERS", "DEFAULT_SEED", "DEFAULT_TIME_LIMIT_S",
            "LayoutResult", "LayoutSearch", "ModelSize", "OBJECTIVES",
-           "PhaseResult", "Problem", "auto_layout", "build_problem",
+           "PhaseResult", "Problem", "auto_layout", "build_problem", "model_size",
            "min_peak_layout", "rules_of", "solve_phases", "solve_spec",
            "table_values", "validate"]
 
