@@ -25,6 +25,7 @@ from mesh_tf.core.layout import LayoutRules
 from autolayout.search import assignments
 from autolayout.plans import identity as plan_identity
 from autolayout.plans.costs import PredictedCosts
+from autolayout.training.families import TrainingDecisions
 
 
 # A cost vector of a diff (each plan's costs, a row's delta) is the plans'
@@ -347,7 +348,11 @@ def _other_rows(plan_a, plan_b):
   if plan_a.topology != plan_b.topology:
     rows.append(DiffRow("topology", "topology", plan_a.topology.name,
                         plan_b.topology.name))
-  a, b = plan_a.decisions, plan_b.decisions
+  if plan_a.training is None and plan_b.training is None:
+    return rows
+  # A plan without decisions is the step as built: every family's default.
+  a = (plan_a.training or TrainingDecisions()).as_dict()
+  b = (plan_b.training or TrainingDecisions()).as_dict()
   for k in sorted(set(a) | set(b)):
     if a.get(k) != b.get(k):
       rows.append(DiffRow("decision", k, a.get(k), b.get(k), None,

@@ -21,7 +21,7 @@ from autolayout.plans import identity as plan_identity
 from autolayout.errors import PlanFormatError, PlanMismatchError
 from autolayout.plans.plan import (SCHEMA, SCHEMA_VERSION, Plan,
                                    PredictedCosts, SolverInfo,
-                                   freeze_decisions, version)
+                                   training_decisions, version)
 
 
 class _Reader:
@@ -162,7 +162,7 @@ def plan_from_json_dict(data, where="<dict>"):
       rd.get(s, "memory_budget_bytes", int, "solver", True),
       rd.get(s, "solve_time_s", _NUM, "solver", True))
   return Plan(ident, mesh_shape, topology, preset,
-              LayoutRules(rules.items()), freeze_decisions(decisions),
+              LayoutRules(rules.items()), training_decisions(decisions),
               costs, solver, rd.get(data, "mesh_tf_version", str, ""))
 
 

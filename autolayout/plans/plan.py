@@ -25,7 +25,7 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import costmodels
 from costmodels import topology_json
@@ -34,6 +34,7 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from autolayout.plans import identity as plan_identity
 from autolayout.plans.costs import PredictedCosts
+from autolayout.training.families import TrainingDecisions
 from autolayout.errors import PlanFormatError
 
 SCHEMA = "mesh-tf-plan"
@@ -74,8 +75,9 @@ class Plan:
     topology_preset: the preset name if ``topology`` is one, else None (the
       file then embeds the topology).
     rules: the layout rules.
-    decision_items: ``((family, canonical JSON text), ...)`` of the other
-      decisions (see :attr:`decisions`).
+    training: the training decisions (a
+      :class:`~autolayout.training.families.TrainingDecisions`) the plan's
+      step was built for, or None for the step as built.
     costs: the :class:`PredictedCosts`.
     solver: the :class:`SolverInfo`.
     mesh_tf_version: the mesh-tf version that wrote it.
@@ -85,16 +87,17 @@ class Plan:
   topology: Any
   topology_preset: Optional[str]
   rules: LayoutRules
-  decision_items: Tuple[Tuple[str, str], ...]
+  training: Optional[TrainingDecisions]
   costs: PredictedCosts
   solver: SolverInfo
   mesh_tf_version: str
 
   @property
   def decisions(self):
-    """``{family: JSON value}`` of every decision besides the rules (a new
-    dict each time; the plan itself is immutable)."""
-    return {k: json.loads(v) for k, v in self.decision_items}
+    """``{family: JSON value}`` of the training decisions (``{}`` for the
+    step as built), each in its family's JSON form; a new dict each time
+    (the plan holds the typed :attr:`training`)."""
+    return {} if self.training is None else self.training.as_dict()
 
   def __str__(self):
     return (f"Plan[{self.model.name} on {self.mesh_shape.text} "
@@ -174,16 +177,18 @@ def _preset_name(topology):
   return topology.name if preset == topology else None
 
 
-def freeze_decisions(decisions):
-  items = []
-  for k, v in sorted((decisions or {}).items()):
-    if not isinstance(k, str) or not k:
-      raise MtfError(f"decision names are non-empty strings, got {k!r}")
-    try:
-      items.append((k, json.dumps(v, sort_keys=True, allow_nan=False)))
-    except (TypeError, ValueError) as e:
-      raise MtfError(f"decision {k!r} is not JSON data: {e}") from None
-  return tuple(items)
+def training_decisions(decisions):
+  """The typed :class:`TrainingDecisions` of ``decisions`` (one already,
+  or its JSON mapping, decoded by the families' codec), or None for none.
+
+  Raises:
+    DecisionValueError: for a family or value the registry does not take.
+  """
+  if decisions is None or isinstance(decisions, TrainingDecisions):
+    return decisions
+  if not decisions:
+    return None
+  return TrainingDecisions.from_json(decisions)
 
 
 def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
@@ -216,7 +221,8 @@ def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
     outputs = memory.default_outputs(graph)
   ident = plan_identity.model_identity(graph, name, outputs, source)
   return Plan(ident, mesh_shape, topology, _preset_name(topology), rules,
-              freeze_decisions(decisions), PredictedCosts.from_report(report),
+              training_decisions(decisions),
+              PredictedCosts.from_report(report),
               solver or SolverInfo("given"), version())
 
 
@@ -241,12 +247,10 @@ def plan_from_result(result, name="model", source=None, output_names=None):
                      f"the result's {len(outputs)} outputs")
     outputs = dict(zip(output_names, outputs))
   # Training decisions (precision, ZeRO stage, recompute, microbatches)
-  # travel as the plan's extensible decisions mapping.
-  decisions = getattr(result, "decisions", None)
+  # travel as the typed value the search chose.
   return make_plan(result.graph, result.mesh_shape, result.rules,
                    result.topology, result.report, outputs, name, solver,
-                   decisions=None if decisions is None else (
-                       decisions.as_dict()),
+                   decisions=getattr(result, "decisions", None),
                    source=source)
 
 
