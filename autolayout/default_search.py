@@ -208,7 +208,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 num_workers=solve.DEFAULT_NUM_WORKERS, *,
                 seed=solve.DEFAULT_SEED, tie_break=(), solver_params=None,
                 forbid=(), progress=None, search=None, hint=None,
-                overlap=True, max_axes_per_dim=None, config=None):
+                overlap=True, max_axes_per_dim=None, config=None, spec=None):
   """:func:`autolayout.search.solve.auto_layout`, with ``mtf-layout solve``'s
   defaults (:func:`solve_default`, the same function the CLI calls).
 
@@ -220,6 +220,10 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   ``tie_break``, ``solver_params``, ``forbid`` and ``progress`` apply to a
   given mesh only: with ``mesh_shape=None`` they are an
   InvalidArgumentError.
+
+  ``spec``: the whole query as a :class:`autolayout.spec.SearchSpec`
+  (:func:`autolayout.search_spec`), built once at the caller's edge; the
+  loose query arguments are then not read.
 
   ``config``: the zoo config ``graph`` was built from (e.g.
   ``models.build_model(name).config``).  With it, a training step that
@@ -238,4 +242,4 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
       time_limit_s, num_workers, seed=seed, config=config, search=search,
       hint=hint, overlap=overlap, progress=progress, tie_break=tie_break,
       solver_params=solver_params, forbid=forbid,
-      max_axes_per_dim=max_axes_per_dim).result
+      max_axes_per_dim=max_axes_per_dim, spec=spec).result
