@@ -386,7 +386,7 @@ def _run_measurements(cmd, timeout_s, on_event):
 
 def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
               cluster=None, devices_per_task=None, quick=False, name=None,
-              dtypes=("float32", "bfloat16"), progress=None, timeout_s=600.0,
+              *, dtypes=("float32", "bfloat16"), progress=None, timeout_s=600.0,
               cluster_timeout_s=30.0):
   """Measures devices, fits a topology and (optionally) writes it.
 
