@@ -38,7 +38,10 @@ def test_lower_is_the_compat_constructor(layout):
                             mtf.logical_cpu_devices(8))
   explicit = mtf.lower(graph, {mesh: a})
   compat = mtf.Lowering(graph, {mesh: b})
-  assert isinstance(explicit, mtf.Lowering)
+  # mtf.Lowering is Mesh TF's spelling (mesh_tf.compat.lowering, with its
+  # autostack option) of the one Lowering class that lower returns.
+  assert isinstance(explicit, mtf.lowering.Lowering)
+  assert isinstance(compat, mtf.lowering.Lowering)
   np.testing.assert_allclose(explicit.export_to_tf_tensor(y).numpy(),
                              compat.export_to_tf_tensor(y).numpy())
   assert a.trace == b.trace
