@@ -64,7 +64,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
                                            time_probe, with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
-  from costmodels.calibrate.fit import CalibrationError
+  from costmodels.calibrate.timings import CalibrationError
   from mesh_tf import distributed as dist
   from mesh_tf import optimize, training
   topology = costmodels.get_topology(topo_path)

@@ -36,10 +36,15 @@ from typing import NamedTuple, Tuple
 from costmodels import compute as compute_lib
 from costmodels import hardware
 from mesh_tf.core import dims as dims_lib
-from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import collective_fit
+from costmodels.calibrate import compute_fit
+from costmodels.calibrate import overlap_fit
+from costmodels.calibrate import pattern_fit
+from costmodels.calibrate import timings
+from costmodels.calibrate import threaded_kernel
 from costmodels.calibrate import record_costs
 from costmodels.calibrate import topology_file
-from costmodels.calibrate.fit import CalibrationError, Sample
+from costmodels.calibrate.timings import CalibrationError, Sample
 from costmodels.topology.types import PhysicalDim, Topology
 
 # What PlacementMeshImpl runs for each collective kind.
@@ -57,7 +62,7 @@ class Calibration(NamedTuple):
 
   Attributes:
     topology: the fitted :class:`~costmodels.Topology`.
-    samples: every :class:`~costmodels.calibrate.fit.Sample`.
+    samples: every :class:`~costmodels.calibrate.timings.Sample`.
     fits: one row per fitted term: ``(what, link, detail, latency_s,
       rate, unit, rel_residual)`` (see :meth:`frame`); ``rate`` is in
       ``unit`` (``FLOP/s``, ``B/s``, or ``x`` for the shared-compute
@@ -97,7 +102,7 @@ def _link_fits(samples, link, chip):
   rows = [s for s in samples if s.link == link]
   fits, table = [], []
   for kind, algorithm in _ALGORITHMS.items():
-    r = fit_lib.fit_collective(
+    r = collective_fit.fit_collective(
         rows, kind, algorithm,
         offset=lambda s: _compute_price(chip, s.flops, s.companion_bytes))
     if r is None:
@@ -119,7 +124,7 @@ def _link_spec(name, kind, fits, samples, rows):
       fits[0] if fits else None)
   bw = base.bandwidth_bytes_per_s if base else math.inf
   lat = base.latency_s if base else 0.0
-  eta = fit_lib.fit_overlap(samples, name)
+  eta = overlap_fit.fit_overlap(samples, name)
   if eta is not None:
     rows.append(("overlap", name, f"all-reduce beside compute, "
                  f"{eta[1]} timings (median abs. deviation {eta[2]:.2f})",
@@ -133,7 +138,7 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   """Fits a Topology to ``samples`` measured on the devices of ``info``.
 
   Args:
-    samples: :class:`~costmodels.calibrate.fit.Sample` timings.
+    samples: :class:`~costmodels.calibrate.timings.Sample` timings.
     info: ``{"devices": [...], "device_types": [...], ...}`` as the
       measuring process reports it; ``info["devices"]`` fixes the device
       count and whether there are several processes.
@@ -153,8 +158,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   for d in devices:
     if process_of(d) not in procs:
       procs.append(process_of(d))
-  cf = fit_lib.fit_compute(samples, n, dtype)
-  threaded = fit_lib.fit_threaded_kernel(samples, n)
+  cf = compute_fit.fit_compute(samples, n, dtype)
+  threaded = threaded_kernel.fit_threaded_kernel(samples, n)
   threaded_s = threaded.seconds if threaded else 0.0
   matrix_s = threaded.matrix_s if threaded else 0.0
   is_gpu = "GPU" in info.get("device_types", ())
@@ -168,9 +173,9 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       link=hardware.LinkSpec("device", "host", math.inf, 0.0),
       launch_overhead_s=cf.launch_overhead_s,
       shared_compute_factor=cf.shared_compute_factor,
-      matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
+      matmul_flops_by_dtype=compute_fit.matmul_peaks_by_dtype(
           samples, dtype, cf.peak_flops_per_s),
-      compute_fits=fit_lib.fit_patterns(samples, dtype, n,
+      compute_fits=pattern_fit.fit_patterns(samples, dtype, n,
                                         cf.launch_overhead_s, threaded_s,
                                         matrix_s),
       threaded_kernel_s=threaded_s,
@@ -464,7 +469,7 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
   info = {k: v for k, v in info.items() if k != "event"}
   info.setdefault("memory_bytes_per_device", _host_memory_bytes()
                   // max(1, len(info["devices"])))
-  samples = tuple(fit_lib.sample_from_dict(e)
+  samples = tuple(timings.sample_from_dict(e)
                   for e in events if e["event"] == "sample")
   seconds = next(e for e in events if e["event"] == "done")["seconds"]
   if name is None:

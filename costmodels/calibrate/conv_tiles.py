@@ -17,7 +17,8 @@ larger than the timings show.  A tile is kept only where it lowers the
 fit's residual by :data:`MARGIN` or more: noise must not invent one.
 
 Example:
-  >>> from costmodels.calibrate.fit import Sample, nonneg_lstsq
+  >>> from costmodels.calibrate.least_squares import nonneg_lstsq
+  >>> from costmodels.calibrate.timings import Sample
   >>> from costmodels.compute_fits import tiled_flops
   >>> dims = [(14, 8, 8), (2, 8, 8), (4, 8, 8), (14, 1, 8), (14, 8, 1),
   ...         (14, 4, 8)]
@@ -56,11 +57,11 @@ def best_tile(rows, xs, ys, solve, flops_col=1):
   their ``conv`` dims.
 
   Args:
-    rows: the convolution :class:`~costmodels.calibrate.fit.Sample` s.
+    rows: the convolution :class:`~costmodels.calibrate.timings.Sample` s.
     xs: their feature rows, as the pattern fit builds them.
     ys: their timings.
     solve: ``solve(xs, ys) -> (coef, rel_rms)``
-      (:func:`costmodels.calibrate.fit.nonneg_lstsq`).
+      (:func:`costmodels.calibrate.least_squares.nonneg_lstsq`).
   """
   if len({(s.conv, s.flops) for s in rows}) < MIN_SHAPES or not all(
       len(s.conv) == 3 for s in rows):

@@ -24,7 +24,7 @@ from typing import NamedTuple, Tuple
 
 from costmodels.calibrate import model_steps as model_steps_lib
 from costmodels.calibrate import probes as probes_lib
-from costmodels.calibrate.fit import CalibrationError
+from costmodels.calibrate.timings import CalibrationError
 
 COLLECTIVES = probes_lib.COLLECTIVES
 einsum_flops = probes_lib.einsum_flops

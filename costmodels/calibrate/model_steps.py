@@ -6,7 +6,7 @@ and a waited collective inside a lowered step
 TensorFlow is imported only inside the functions that touch devices.
 """
 
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate.timings import Sample
 from costmodels.calibrate.probes import Probe
 
 

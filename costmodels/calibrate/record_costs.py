@@ -14,7 +14,7 @@ models at sizes where compute is negligible costs 60-180 us per record
 the reference MLP and 6-20 us per chained kernel; priced at the latter, every
 prediction of ``benchmarks/cost_model_truth.py`` came out about 2x too fast.
 
-The fit: each ``model_step`` :class:`~costmodels.calibrate.fit.Sample` is
+The fit: each ``model_step`` :class:`~costmodels.calibrate.timings.Sample` is
 one training step of a small model with its compute records counted per
 pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
 the key :func:`costmodels.compute.compute_time` prices it by), replicated,
@@ -76,7 +76,7 @@ its law) becomes at least ``F_msg``, and the link's ``barrier_s``
 before, with the same pricing formulas.
 
 Example:
-  >>> from costmodels.calibrate.fit import Sample
+  >>> from costmodels.calibrate.timings import Sample
   >>> steps = [Sample("model_step", "", 8, 0, 0.0, 10 * 1e-4 + 2 * 5e-4,
   ...                 records=(("elementwise", 10, 0, 0), ("conv", 2, 0, 0))),
   ...          Sample("model_step", "", 8, 0, 0.0, 30 * 1e-4,
@@ -91,8 +91,8 @@ from typing import Dict, NamedTuple
 
 import numpy as np
 
-from costmodels.calibrate import fit as fit_lib
-from costmodels.calibrate.fit import CalibrationError
+from costmodels.calibrate import least_squares
+from costmodels.calibrate.timings import CalibrationError
 
 #: How strongly each class's cost is pulled towards the common cost per
 #: record (a relative deviation of 1 costs as much as ``sqrt(RIDGE)`` of
@@ -138,13 +138,8 @@ def _work_s(cls, count, flops, nbytes, class_fit):
 
 
 def _nnls(a, y):
-  """``argmin |a @ c - y|`` over ``c >= 0`` (exact for the few classes a
-  step has); zeros when nothing non-negative beats them."""
-  best = fit_lib.best_nonneg(
-      a, y, lambda c: float(np.sum((a @ c - y) ** 2)), 1e-18)
-  if best is None or best[1] >= float(y @ y) - 1e-18:
-    return np.zeros(a.shape[1])
-  return best[0]
+  """``argmin |a @ c - y|`` over ``c >= 0`` (SciPy's NNLS)."""
+  return least_squares.nnls(a, y)
 
 
 def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):

@@ -15,7 +15,7 @@ import mesh_tf as mtf
 from costmodels import calibrate as cal
 from costmodels import compute
 from costmodels.calibrate import calibration, measure, probes, topology_file
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate.timings import Sample
 from costmodels.collective_fits import CollectiveFit, find_fit
 from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology import PhysicalDim, Topology

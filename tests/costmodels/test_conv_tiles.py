@@ -12,8 +12,10 @@ import pytest
 import costmodels
 from costmodels import compute
 from costmodels.calibrate import conv_tiles, measure, probes, topology_file
-from costmodels.calibrate import fit as fit_lib
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate import least_squares
+from costmodels.calibrate import pattern_fit
+from costmodels.calibrate import timings
+from costmodels.calibrate.timings import Sample
 from costmodels.compute_fits import ComputeClassFit, tiled_flops
 from mesh_tf import models
 from mesh_tf.lowering.trace import ComputeRecord
@@ -103,7 +105,7 @@ def _plan_rows(kind, tile, noise=0.0, rng=None):
 @pytest.mark.parametrize("tile", [TILE, (16, 1, 8), (1, 1, 8), (4, 2, 1)])
 def test_the_fit_recovers_the_tile_the_timings_were_made_with(kind, tile):
   rows, launch = _plan_rows(kind, tile)
-  (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
   assert got.tile == tile
   assert got.flops_per_s == pytest.approx(2e10, rel=1e-3)
   assert got.input_bandwidth_bytes_per_s == pytest.approx(1e8, rel=1e-3)
@@ -114,11 +116,11 @@ def test_timings_without_a_tile_fit_none_even_with_noise():
   for seed in range(5):
     rows, launch = _plan_rows("conv", (), noise=0.03,
                               rng=random.Random(seed))
-    (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+    (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
     assert got.tile == ()
   # Noise does not hide a real tile either.
   rows, launch = _plan_rows("conv", TILE, noise=0.03)
-  (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
   assert got.tile == TILE
 
 
@@ -128,9 +130,9 @@ def test_too_few_shapes_or_old_samples_fit_no_tile():
   ys = [s.seconds for s in rows]
   few = rows[:conv_tiles.MIN_SHAPES - 1]
   assert conv_tiles.best_tile(few, xs[:len(few)], ys[:len(few)],
-                              fit_lib.nonneg_lstsq) == ((), xs[:len(few)])
+                              least_squares.nonneg_lstsq) == ((), xs[:len(few)])
   old = [s._replace(conv=()) for s in rows]
-  (got,) = fit_lib.fit_patterns(old, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(old, "float32", 8, launch)
   assert got.tile == ()
   # The quick plan's two shapes a kind: no tile, as before.
   assert len(measure.make_plan(("x:8",), quick=True).convs) == 2
@@ -159,4 +161,4 @@ def test_files_keep_the_tile_and_version_6_files_read_without_one(tmp_path):
   path.write_text(json.dumps(dict(data, version=6)))
   assert topology_file.read_topology(path).chip.compute_fits[0].tile == ()
   s = Sample("matmul", "", 8, 1, 1.0, 1e-3, pattern="conv", conv=(2, 8, 1))
-  assert fit_lib.sample_from_dict(json.loads(json.dumps(s._asdict()))) == s
+  assert timings.sample_from_dict(json.loads(json.dumps(s._asdict()))) == s
