@@ -350,11 +350,11 @@ def test_interleaved_times_every_probe_in_shuffled_rounds():
 
 
 def test_the_truth_benchmarks_extra_passes_time_every_step_in_new_orders():
-  """``cost_model_truth.more_passes`` times each layout's step ``STEP_CALLS``
+  """``truth_timing.more_passes`` times each layout's step ``STEP_CALLS``
   more steady steps (after an untimed call) in each of ``passes - 1``
   passes, the layouts in a new order each pass; one pass adds nothing."""
   import random
-  from benchmarks import cost_model_truth as truth
+  from benchmarks import truth_timing as truth
   log = []
   calls = [(lambda k=k: log.append(k), []) for k in "abcde"]
   truth.more_passes(calls, 1, random.Random(0))
