@@ -22,8 +22,10 @@ class CostReport:
       collective on the critical path, and the part of the gradient syncs
       and of the prefetched parameter all-gathers that compute does not
       hide (:mod:`costmodels.overlap`, :mod:`costmodels.prefetch`), plus
-      the compute the hidden part slows (``interference_time_s``).  With overlap
-      off (or nothing to overlap) it is the ``math.fsum`` of every record.
+      the compute the hidden part slows (``interference_time_s``), plus
+      the chip's fixed cost per step (``step_overhead_s``, 0 for the
+      presets).  With overlap off (or nothing to overlap) it is the
+      ``math.fsum`` of every record and ``step_overhead_s``.
     compute_time_s: roofline time of the slicewise compute.
     comm_time_s: exposed communication time.
     total_comm_time_s: time of every collective; ``comm_time_s +
@@ -84,10 +86,19 @@ class CostReport:
   @functools.cached_property
   def step_time_s(self):
     if self.overlap is None:
-      return math.fsum(c.time_s for c in self.op_costs)
+      return math.fsum([c.time_s for c in self.op_costs]
+                       + [self.step_overhead_s])
     return math.fsum([c.time_s for c in self._compute]
                      + list(self.overlap.exposed_parts)
-                     + [a.interference_s for a in self.overlap.by_axis])
+                     + [a.interference_s for a in self.overlap.by_axis]
+                     + [self.step_overhead_s])
+
+  @property
+  def step_overhead_s(self):
+    """The chip's fixed cost of one call of the step
+    (:attr:`costmodels.hardware.ChipSpec.step_overhead_s`; 0 for the
+    presets)."""
+    return self.topology.chip.step_overhead_s
 
   @property
   def interference_time_s(self):

@@ -116,6 +116,10 @@ class RecordCosts(NamedTuple):
     collective_s: fixed seconds per collective in a step, whatever its
       group (``F_coll``; 0 where the steps cannot tell it from
       ``message_s``).
+    collective_byte_s: seconds per byte of a collective's volume in a step
+      beyond its chained fit's bandwidth (``gamma``; 0 where the steps'
+      collective bytes do not vary apart from their messages, see
+      :mod:`costmodels.calibrate.step_costs`).
   """
   costs: Dict[str, float]
   common_s: float
@@ -124,6 +128,7 @@ class RecordCosts(NamedTuple):
   message_s: float = 0.0
   byte_s: float = 0.0
   collective_s: float = 0.0
+  collective_byte_s: float = 0.0
 
 
 def _work_s(cls, count, flops, nbytes, class_fit):
@@ -142,7 +147,8 @@ def _nnls(a, y):
   return least_squares.nnls(a, y)
 
 
-def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
+def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None,
+                     step_s=0.0, collective_volume=None):
   """Fits the fixed cost of one record of each class (module docstring).
 
   Args:
@@ -154,6 +160,15 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
       of that shape costs for its shape alone (the chip's threaded-kernel
       and per-matrix costs, :func:`costmodels.compute.handoff_time`,
       priced apart from the record's fixed cost; default none).
+    step_s: the fixed cost of one call of a step
+      (:func:`~costmodels.calibrate.step_costs.fit_step_overhead`), taken
+      off each step's time first.
+    collective_volume: ``(kind, group, nbytes) -> (volume, seconds)``
+      (:func:`~costmodels.calibrate.step_costs.collective_volumes`): each
+      collective's volume and what its chained fit prices it at; the
+      seconds are taken off each step's time as known work and, where the
+      steps' volumes vary apart from their messages, ``gamma`` is fitted
+      on the volumes (default none: no such term).
 
   Returns:
     A :class:`RecordCosts`, or None without ``model_step`` timings.
@@ -168,7 +183,7 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   if not classes:
     raise CalibrationError("the model steps have no compute records; "
                            "measure steps of models with compute")
-  xs, ys, moved = [], [], []
+  xs, ys, moved, volumes = [], [], [], []
   for s in steps:
     counts = {c: 0 for c in classes}
     work = 0.0
@@ -178,9 +193,15 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
       if threaded is not None and matrices:
         work += sum(threaded(m) for m in matrices[0])
     moved.append(float(sum(r[3] for r in s.records)))
+    vol = 0.0
+    if collective_volume is not None:
+      for kind, group, nbytes in s.transfers:
+        v, t = collective_volume(kind, group, nbytes)
+        vol, work = vol + v, work + t
+    volumes.append(vol)
     # A step is mostly fixed costs by construction; keep a floor so that
     # a noisy one cannot go negative.
-    ys.append(max(s.seconds - work, 0.1 * s.seconds))
+    ys.append(max(s.seconds - step_s - work, 0.1 * s.seconds))
     xs.append([float(counts[c]) for c in classes])
   msgs = [float(s.messages) for s in steps]
   # The common cost per record, from the steps without collectives if any.
@@ -201,7 +222,12 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   with_bytes = _tells_apart(moved, [sum(x[:len(classes)]) for x in xs])
   if with_bytes:
     xs = [x + [b] for x, b in zip(xs, moved)]
-  extra = int(with_msgs) + int(with_colls) + int(with_bytes)
+  # The collectives' bytes only where their volume per message varies
+  # apart (else it is the cost per message again under another name).
+  with_vol = with_msgs and _tells_apart(volumes, msgs)
+  if with_vol:
+    xs = [x + [v] for x, v in zip(xs, volumes)]
+  extra = int(with_msgs) + int(with_colls) + int(with_bytes) + int(with_vol)
   x = np.array(xs) / np.array(ys)[:, None]
   y = np.ones(len(ys))
   if ridge > 0 and len(classes) > 1:
@@ -217,8 +243,10 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   return RecordCosts({c: float(f) for c, f in zip(classes, coef)},
                      float(common), res, len(steps),
                      float(coef[len(classes)]) if with_msgs else 0.0,
-                     float(coef[-1]) if with_bytes else 0.0,
-                     float(coef[len(classes) + 1]) if with_colls else 0.0)
+                     float(coef[len(xs[0]) - 1 - with_vol]) if with_bytes
+                     else 0.0,
+                     float(coef[len(classes) + 1]) if with_colls else 0.0,
+                     float(coef[-1]) if with_vol else 0.0)
 
 
 def _waited(step):
@@ -240,7 +268,7 @@ def _varies_apart(counts, msgs):
 
 
 def _tells_apart(moved, records):
-  """Whether ``moved`` per record varies by 2x or more across the steps
-  (bytes per record)."""
+  """Whether ``moved`` per record (or message) varies by 2x or more
+  across the steps that have records (messages)."""
   per = [b / n for b, n in zip(moved, records) if n > 0]
   return bool(per) and min(per) > 0 and max(per) >= 2 * min(per)

@@ -57,6 +57,11 @@ class Sample(NamedTuple):
     conv: of a convolution timing: ``(out_width, in_channels,
       out_channels)``, as a record's ``conv`` (files written before: ``()``).
 
+    transfers: of a ``model_step`` timing: ``((kind, group_size,
+      bytes_per_device), ...)`` of each of its collectives (files written
+      before: ``()``), whose volumes price a collective's bytes in a step
+      (:mod:`costmodels.calibrate.step_costs`).
+
   ``overlap_comm``, ``overlap_compute`` and ``overlap_both`` timings (an
   all-reduce of ``nbytes`` over ``axis``, an einsum chain of ``flops``, and
   the two in one call) measure the overlap efficiency.
@@ -78,6 +83,7 @@ class Sample(NamedTuple):
   collectives: int = 0
   conv: tuple = ()
   blocking: int = None
+  transfers: tuple = ()
 
 
 def sample_from_dict(d):
@@ -90,4 +96,5 @@ def sample_from_dict(d):
       for r in d.get("records", ()))
   d["matrix"] = tuple(d.get("matrix", ()))
   d["conv"] = tuple(d.get("conv", ()))
+  d["transfers"] = tuple(tuple(t) for t in d.get("transfers", ()))
   return Sample(**d)

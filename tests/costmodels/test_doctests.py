@@ -12,6 +12,7 @@ MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
            "costmodels.collective_fits", "costmodels.calibrate.least_squares",
            "costmodels.calibrate.threaded_kernel",
            "costmodels.calibrate.overlap_fit",
+           "costmodels.calibrate.step_costs",
            "costmodels.calibrate.topology_file", "costmodels.overlap",
            "costmodels.prefetch"]
 
