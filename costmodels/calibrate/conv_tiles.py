@@ -45,12 +45,17 @@ MARGIN = 0.2
 #: fit's four).
 MIN_SHAPES = 6
 
+#: Timings of distinct shapes a channels-only tile needs (the quick plan's
+#: thin convolutions: one shape full, one with a single input channel, one
+#: with a single output channel; two unknowns beside the two of the fit).
+THIN_SHAPES = 3
+
 #: Residuals this close (relative, or within 1e-6) count as equal; the
 #: smallest tile wins.
 TIE = 0.01
 
 
-def best_tile(rows, xs, ys, solve, flops_col=1):
+def best_tile(rows, xs, ys, solve, flops_col=1, channels_only=False):
   """``(tile, xs)``: the tile that fits ``rows`` best, and ``xs`` with its
   FLOP column (``flops_col``) rounded up to it; ``((), xs)`` where no tile
   lowers the residual by :data:`MARGIN`, or the rows are too few or lack
@@ -62,13 +67,21 @@ def best_tile(rows, xs, ys, solve, flops_col=1):
     ys: their timings.
     solve: ``solve(xs, ys) -> (coef, rel_rms)``
       (:func:`costmodels.calibrate.least_squares.nonneg_lstsq`).
+    channels_only: search blocks of input and output channels only (the
+      width block 1), from :data:`THIN_SHAPES` shapes or more: the thin-
+      convolution regime of the quick plan, whose few shapes vary the
+      channels alone.
   """
-  if len({(s.conv, s.flops) for s in rows}) < MIN_SHAPES or not all(
+  need = THIN_SHAPES if channels_only else MIN_SHAPES
+  if len({(s.conv, s.flops) for s in rows}) < need or not all(
       len(s.conv) == 3 for s in rows):
     return (), xs
   floor = solve(xs, ys)[1]
+  if floor < 1e-9:   # the FLOPs as they are explain every timing already
+    return (), xs
   found = []
-  for tile in itertools.product(BLOCKS, repeat=3):
+  widths = (1,) if channels_only else BLOCKS
+  for tile in itertools.product(widths, BLOCKS, BLOCKS):
     if tile == (1, 1, 1):
       continue
     txs = _with_flops(rows, xs, tile, flops_col)

@@ -72,8 +72,15 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
     # their FLOPs also fit the bytes they read (ComputeClassFit).
     reads = pattern in CONV_PATTERNS and len(rows) >= 4 and len(
         {s.input_bytes for s in rows}) > 1
+    # Convolutions timed at a few shapes that vary their channels alone
+    # (the quick plan's thin ones): a FLOP rate and the channel blocks of
+    # a tile, nothing else (conv_tiles.best_tile, channels_only).
+    thin = (pattern in CONV_PATTERNS and not reads and len(
+        {(s.conv, s.flops) for s in rows}) >= conv_tiles.THIN_SHAPES)
     if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
       xs = [[fixed, 0.0, s.nbytes] for s in rows]
+    elif thin:
+      xs = [[1.0, s.flops, 0.0] for s in rows]
     elif len(rows) >= 3:   # bytes: convolutions' only (docstring)
       conv = float(pattern in CONV_PATTERNS)
       xs = [[1.0, s.flops, conv * s.nbytes] + [s.input_bytes] * reads
@@ -82,8 +89,9 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
       xs = [[fixed, s.flops, 0.0] for s in rows]
     # ... and, at shapes that vary their width and channels, the tile
     # their kernel computes the output in (conv_tiles).
-    tile, xs = (conv_tiles.best_tile(rows, xs, ys, nonneg_lstsq) if reads
-                else ((), xs))
+    tile, xs = (conv_tiles.best_tile(rows, xs, ys, nonneg_lstsq,
+                                     channels_only=thin)
+                if reads or thin else ((), xs))
     coef, res = nonneg_lstsq(xs, ys)
     lat, inv_peak, inv_bw = coef[:3]
     inv_in = coef[3] if reads else 0.0

@@ -134,8 +134,44 @@ def test_too_few_shapes_or_old_samples_fit_no_tile():
   old = [s._replace(conv=()) for s in rows]
   (got,) = pattern_fit.fit_patterns(old, "float32", 8, launch)
   assert got.tile == ()
-  # The quick plan's two shapes a kind: no tile, as before.
-  assert len(measure.make_plan(("x:8",), quick=True).convs) == 2
+  # Fewer thin shapes than a channels-only tile needs: none either.
+  thin = _quick_rows("conv", (1, 1, 4))[0][:conv_tiles.THIN_SHAPES - 1]
+  (got,) = pattern_fit.fit_patterns(thin, "float32", 8, launch)
+  assert got.tile == ()
+
+
+def _quick_rows(kind, tile):
+  """Synthetic timings of the quick plan's ``kind`` probes (a full shape
+  and the two thin ones), made from a FLOP rate and ``tile``."""
+  truth = ComputeClassFit(kind, 2e-4, 2e10, tile=tile)
+  launch = 3e-5
+  rows = []
+  for k, (n, v, c, f, ks) in measure.make_plan(("x:8",), quick=True).convs:
+    if k == kind:
+      xs, ws, os_, flops = probes.conv_shapes(kind, n, v, c, f, ks)
+      dims = probes.conv_dims(v, c, f, ks)
+      rows.append(Sample("matmul", "", 8, 4 * (math.prod(xs) + math.prod(
+          os_)), float(flops), launch + truth.time_s(flops, 0, conv=dims),
+                         pattern=kind, conv=dims))
+  return rows, launch
+
+
+@pytest.mark.parametrize("kind", ["conv", "conv_filter"])
+@pytest.mark.parametrize("tile", [(1, 1, 4), (1, 1, 8), (1, 4, 1),
+                                  (1, 2, 8)])
+def test_the_quick_plans_thin_convolutions_recover_their_channel_blocks(
+    kind, tile):
+  # The thin-convolution regime: a single output (input) channel costs a
+  # whole block of them; the quick plan's three shapes a kind price it.
+  rows, launch = _quick_rows(kind, tile)
+  assert len(rows) == conv_tiles.THIN_SHAPES
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
+  assert got.tile == tile
+  assert got.flops_per_s == pytest.approx(2e10, rel=1e-6)
+  # Without the regime (no tile in the timings): none is invented.
+  rows, launch = _quick_rows(kind, ())
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
+  assert got.tile == ()
 
 
 def test_conv_shapes_take_a_volume_or_a_cube():
