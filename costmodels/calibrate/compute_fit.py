@@ -96,14 +96,37 @@ def fit_compute(samples, num_devices, dtype="float32"):
 
 def matmul_peaks_by_dtype(samples, dtype, peak_flops_per_s):
   """``((dtype, flops_per_s), ...)``: ``dtype`` at the fitted
-  ``peak_flops_per_s``, and every other dtype timed on one device alone at
-  that peak times its throughput over ``dtype``'s on the same einsum."""
+  ``peak_flops_per_s``, and every other dtype timed on one device alone:
+  where it was timed at two sizes or more, its own line ``T = l + F /
+  peak`` (the launch cost apart: on a GPU a kernel's launch is a large
+  part of a small product's time, and a ratio of whole timings then
+  takes a bfloat16 tensor-core peak for a third of itself); else that
+  peak times its throughput over ``dtype``'s on the same einsum.
+
+  Example:
+    >>> from costmodels.calibrate.timings import Sample
+    >>> ts = [Sample("matmul", "", 1, 0, f, 1e-5 + f / p, dtype=d)
+    ...       for d, p in (("float32", 1e12), ("bfloat16", 8e12))
+    ...       for f in (1e8, 1e10)]
+    >>> [(d, round(p / 1e12, 6)) for d, p in
+    ...  matmul_peaks_by_dtype(ts, "float32", 1e12)]
+    [('float32', 1.0), ('bfloat16', 8.0)]
+  """
   alone = [s for s in samples if s.what == "matmul" and s.group_size == 1
            and s.seconds > 0 and s.pattern in ("", "matmul")]
   base = {s.flops: s.flops / s.seconds for s in alone if s.dtype == dtype}
   out = [(dtype, float(peak_flops_per_s))]
   for s in alone:
-    if s.dtype != dtype and s.flops in base and s.dtype not in dict(out):
+    if s.dtype == dtype or s.dtype in dict(out):
+      continue
+    mine = [x for x in alone if x.dtype == s.dtype]
+    if len({x.flops for x in mine}) >= 2:
+      (_, inv_peak), _ = nonneg_lstsq([[1.0, x.flops] for x in mine],
+                                      [x.seconds for x in mine])
+      if inv_peak > 0:
+        out.append((s.dtype, 1.0 / float(inv_peak)))
+        continue
+    if s.flops in base:
       out.append((s.dtype, float(peak_flops_per_s) * (s.flops / s.seconds)
                   / base[s.flops]))
   return tuple(out)

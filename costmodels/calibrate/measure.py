@@ -107,8 +107,10 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
   to a few MiB a device; ``quick`` times the smallest and largest, of
   each convolution kernel a full shape and the two thin ones, the
   training steps of two of the small models and the wide MLP (the full
-  plan: all five), only the Transformer's data parallel, two reference
-  steps, every other tiny product of
+  plan: all five), only the Transformer's and the wide MLP's data
+  parallel (the latter's megabyte gradients beside the former's kilobytes
+  price a collective's bytes in a step), two reference steps, every other
+  tiny product of
   :data:`probes_lib.KERNEL_SIZES`, and chains at most 2 reps, since
   tracing a probe's chain is most of what it costs).  On 8 logical CPU
   devices of a 2-core machine the default is meant for about 60 s and
@@ -150,7 +152,7 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                 (262144, 2097152), tuple(dtypes)[:1], 5, tuple(thin),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
                 probes_lib.KERNEL_SIZES[::2], 2, ("transformer",), (1, 4),
-                data_steps=("transformer",))
+                data_steps=("transformer", "mlp_wide"))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,

@@ -13,6 +13,7 @@ MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
            "costmodels.calibrate.threaded_kernel",
            "costmodels.calibrate.overlap_fit",
            "costmodels.calibrate.step_costs",
+           "costmodels.calibrate.compute_fit",
            "costmodels.calibrate.topology_file", "costmodels.overlap",
            "costmodels.prefetch"]
 
