@@ -182,7 +182,7 @@ def _make_step(build, mesh, rules, devices):
 
 def run_model(name, build, layouts, topology, devices, rounds, console,
               calibration, plan, topo_path, runoff_rounds,
-              probe_statistic="mean", step_passes=1):
+              probe_statistic="mean", step_passes=1, other=None):
   """:class:`Row` s of one model, and the machine load.
 
   ``topology`` (the up-front calibration) picks the auto layout.  Then
@@ -215,7 +215,8 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   Each main round passes over the steps ``step_passes`` times in all
   (:func:`more_passes`).  After the main rounds, the contenders for the
   best measured step get ``runoff_rounds`` more rounds of their own
-  (:func:`runoff`).
+  (:func:`runoff`).  ``other`` (a second topology, or None) predicts
+  each row's ``predicted_other_s``.
   """
   import costmodels
   from costmodels.calibrate import calibration as cal_mod
@@ -263,7 +264,9 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
                                                  interleaved),
                     statistics.median(times), min(times),
                     _predict(build, mesh, rules, topology), tuple(times),
-                    before[label]))
+                    before[label],
+                    None if other is None else _predict(build, mesh, rules,
+                                                        other)))
   upfront = {s["flops"]: s["seconds"] for s in calibration.get("samples", ())
              if s["what"] == "step"}
   ratios = [s.seconds / upfront[s.flops] for s in samples
@@ -299,6 +302,10 @@ def main(argv=None):
   p.add_argument("--plot", default=os.path.join(
       tempfile.gettempdir(), "cost_model_truth.png"))
   p.add_argument("--save-topology", help="where to keep the calibrated file")
+  p.add_argument("--also-topology", help="a second calibration file whose "
+                 "predictions are scored against the same measured steps "
+                 "(e.g. the full file beside a --quick one): *_other in the "
+                 "JSON line")
   p.add_argument("--probe-statistic", choices=("mean", "median"),
                  default="mean", help="how the interleaved calibration "
                  "probes' timings are summarised (default mean; see "
@@ -344,7 +351,9 @@ def main(argv=None):
     rows, load = run_model(
         name, build, layouts, topology, devices, args.rounds, console, meta,
         plan, topo_path[:-5] + f"-{name}.json", runoff_rounds,
-        args.probe_statistic, args.step_passes)
+        args.probe_statistic, args.step_passes,
+        costmodels.get_topology(args.also_topology)
+        if args.also_topology else None)
     results[name] = rows
     s = dict(truth_stats.summarize(name, rows, load),
              held_out=name in HELD_OUT)

@@ -56,7 +56,9 @@ class Row(NamedTuple):
   rounds', then the run-off's if it was a contender, see :func:`runoff`),
   ``fastest_s`` the fastest of them, ``main_s`` the median of the main
   rounds' alone; ``predicted_s`` is read from the interleaved fit,
-  ``predicted_upfront_s`` from the up-front calibration file."""
+  ``predicted_upfront_s`` from the up-front calibration file,
+  ``predicted_other_s`` from a second file (``--also-topology``: e.g. the
+  full calibration beside a quick one), or None."""
   label: str
   mesh: str
   rules: str
@@ -66,6 +68,7 @@ class Row(NamedTuple):
   predicted_upfront_s: float
   times: Tuple[float, ...] = ()
   main_s: float = None
+  predicted_other_s: float = None
 
 
 #: Timed calls of a layout's step per round.  One step's time varies by
