@@ -13,11 +13,13 @@ and for the peak an estimate, since the devices' executors need not reach
 their peaks at the same moment (the sum of per-device peaks bounds the
 measured one from above).
 
-Per layout (each built alone, the others freed): ``current`` before the
-step is built, and after its first call (which creates its variables): the
-variables, to compare with ``CostReport.variable_bytes_per_device`` summed
-over the devices; then the allocator's peak is reset and one steady step
-runs: its peak over the bytes held before the step was built, over the
+Per layout (each built alone, the others freed): the variables are the
+bytes of the slices the runtime holds on each device after the first call
+(which creates them), the largest over the devices, against
+``CostReport.variable_bytes_per_device`` summed; the allocator's
+``current`` after that call, less before the step was built, is shown
+beside them (the variables and the step's constants); then the
+allocator's peak is reset and one steady step runs: its peak over the bytes held before the step was built, over the
 devices, against ``CostReport.peak_memory_bytes``.  Ends with one JSON
 line: per model the median and worst absolute error of the peak and of the
 variables.
@@ -53,9 +55,22 @@ def shared_allocator(tf, devices):
   return after - before >= 1 << 22
 
 
+def variable_bytes(step):
+  """The largest per-device bytes of the step's variable slices, as the
+  runtime holds them (each slice a TF variable on its device)."""
+  by_device = {}
+  for laid in step.mesh_impl.variables.values():
+    for v in laid.slices or ():
+      by_device[v.device] = by_device.get(v.device, 0) + (
+          v.shape.num_elements() * v.dtype.size)
+  return max(by_device.values()) if by_device else 0
+
+
 def measure_layout(tf, build, mesh, rules, devices):
-  """``(variables, peak)``: bytes per device the allocator measured (its
-  totals over the devices, see the module docstring)."""
+  """``(variables, held, peak)``: bytes per device of the variable slices
+  the runtime holds, and of what the allocator holds after the first call
+  (variables and the step's constants) and its peak over a steady step
+  (its totals over the devices, see the module docstring)."""
   from mesh_tf import optimize, training
   gc.collect()
   base = tf.config.experimental.get_memory_info("CPU:0")["current"]
@@ -69,9 +84,10 @@ def measure_layout(tf, build, mesh, rules, devices):
   tf.config.experimental.reset_memory_stats("CPU:0")
   step(**feeds).numpy()
   peak = tf.config.experimental.get_memory_info("CPU:0")["peak"] - base
+  variables = variable_bytes(step)
   del step, model, feeds
   gc.collect()
-  return held / len(devices), peak / len(devices)
+  return variables, held / len(devices), peak / len(devices)
 
 
 def predict(build, mesh, rules):
@@ -101,11 +117,12 @@ def main(argv=None):
     var_err, peak_err = [], []
     for label, mesh, rules in layouts:
       pv, pp = predict(build, mesh, rules)
-      mv, mp = measure_layout(tf, build, mesh, rules, devices)
+      mv, mh, mp = measure_layout(tf, build, mesh, rules, devices)
       var_err.append(abs(pv - mv) / mv)
       peak_err.append(abs(pp - mp) / mp)
       print(f"{name:16s} {label:14s} variables predicted {pv / 2**20:8.3f} "
-            f"measured {mv / 2**20:8.3f} MiB ({(pv - mv) / mv:+.1%}); peak "
+            f"measured {mv / 2**20:8.3f} MiB ({(pv - mv) / mv:+.1%}; "
+            f"allocator holds {mh / 2**20:.3f}); peak "
             f"predicted {pp / 2**20:8.3f} measured {mp / 2**20:8.3f} MiB "
             f"({(pp - mp) / mp:+.1%})", flush=True)
     out[name] = {"peak_median_abs_err": statistics.median(peak_err),

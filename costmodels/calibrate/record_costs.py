@@ -61,9 +61,13 @@ each ``F_c`` towards the common ``F = sum(T - work) / sum(n)``, so that a
 class the steps cannot tell apart from another (a convolution and its
 filter gradient always come together) shares their cost instead of taking
 all or none of it.  The intercept (a fixed cost per step: the call and its
-arguments) is not fitted: it is small beside these steps' hundreds of
-records and the layout search prices records, not steps, so it is spread
-over the records.
+arguments) is not fitted here: the reference steps price it
+(:func:`costmodels.calibrate.step_costs.fit_step_overhead`, the chip's
+``step_overhead_s``), and it is taken off each step's time first
+(``step_s``).  Each collective's bytes are priced by its chained fit and,
+where the steps vary them apart from their messages, by ``gamma`` more a
+byte of volume (``collective_volume``; see
+:mod:`costmodels.calibrate.step_costs`).
 
 In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise``
 (at least what one kernel costs to launch alone, which noisy steps
