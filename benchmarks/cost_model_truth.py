@@ -80,7 +80,7 @@ QUICK_ROUNDS = 3
 HELD_OUT = ("transformer_wide", "mlp_deep")
 
 
-def _models():
+def zoo_layouts():
   """name -> (builder of a fresh ModelGraph, [(label, mesh, rules)])."""
   from mesh_tf import models
   tr = dict(layers=2, d_model=64, heads=8, d_kv=16, d_ff=256, vocab=512,
@@ -285,8 +285,8 @@ def main(argv=None):
                  help="quick calibration (about 20 s instead of 60) and "
                  f"{QUICK_ROUNDS} rounds of one pass (unless --rounds, "
                  "--step-passes are given): the routine run")
-  p.add_argument("--models", nargs="+", default=list(_models()),
-                 choices=list(_models()))
+  p.add_argument("--models", nargs="+", default=list(zoo_layouts()),
+                 choices=list(zoo_layouts()))
   p.add_argument("--rounds", type=int,
                  help="rounds over the layouts and probes, each timing "
                  "STEP_CALLS steady steps of every layout (the median of "
@@ -345,7 +345,7 @@ def main(argv=None):
   plan = measure.make_plan(MESHES, args.quick)
   runoff_rounds = (args.rounds * max(args.step_passes, 1)
                    if args.runoff_rounds is None else args.runoff_rounds)
-  zoo = _models()
+  zoo = zoo_layouts()
   for name in args.models:
     build, layouts = zoo[name]
     rows, load = run_model(

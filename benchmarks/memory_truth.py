@@ -99,8 +99,8 @@ def predict(build, mesh, rules):
 
 
 def main(argv=None):
-  from benchmarks.cost_model_truth import _models
-  zoo = _models()
+  from benchmarks.cost_model_truth import zoo_layouts
+  zoo = zoo_layouts()
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--models", nargs="+", default=list(zoo), choices=list(zoo))
   args = p.parse_args(argv)
