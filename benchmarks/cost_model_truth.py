@@ -48,7 +48,10 @@ Reproduce:
   python benchmarks/cost_model_truth.py                 # full
   python benchmarks/cost_model_truth.py --cluster       # and 2 processes:
                                                         # 19-21 min here
-  python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
+  python benchmarks/cost_model_truth.py --quick         # the routine run
+  # a quick file beside a full one, scored on the same steps:
+  mtf-layout calibrate --cpu-devices 8 -o full.json
+  python benchmarks/cost_model_truth.py --quick --also-topology full.json
 """
 
 import argparse
