@@ -175,7 +175,8 @@ def _predict(build, mesh, rules, topology):
 
 
 def _make_step(build, mesh, rules, devices):
-  from mesh_tf import optimize, training
+  from mesh_tf import training
+  from mesh_tf.training import optimize
   model = build()
   step = training.train_step_for_model(model, mesh, rules, devices,
                                        optimize.SgdOptimizer(0.01))

@@ -71,7 +71,8 @@ def measure_layout(tf, build, mesh, rules, devices):
   the runtime holds, and of what the allocator holds after the first call
   (variables and the step's constants) and its peak over a steady step
   (its totals over the devices, see the module docstring)."""
-  from mesh_tf import optimize, training
+  from mesh_tf import training
+  from mesh_tf.training import optimize
   gc.collect()
   base = tf.config.experimental.get_memory_info("CPU:0")["current"]
   model = build()

@@ -11,7 +11,7 @@ from typing import NamedTuple, Tuple
 def training_graph(build):
   """A fresh model with its SGD training step built on its graph (what
   TrainStep adds), for pricing and solving."""
-  from mesh_tf import optimize
+  from mesh_tf.training import optimize
   from mesh_tf.gradients import gradients
   model = build()
   variables = list(model.graph.trainable_variables)

@@ -98,7 +98,8 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
   the step waits for (all but its gradient syncs) and ``transfers`` each
   collective's kind, group and bytes."""
   import costmodels  # pylint: disable=import-outside-toplevel
-  from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  from mesh_tf.training import optimize
   n = len(devices)
   out = []
   for name in names:
