@@ -171,7 +171,8 @@ def _auto(build, topology):
 def _predict(build, mesh, rules, topology):
   import costmodels
   model = training_graph(build)
-  return costmodels.evaluate(model.graph, mesh, rules, topology).step_time_s
+  return costmodels.evaluate(model.graph, mesh, rules,
+                             topology).wall_step_time_s
 
 
 def _make_step(build, mesh, rules, devices):

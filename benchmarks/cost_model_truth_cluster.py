@@ -80,7 +80,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
       str(auto.rules))]
   for label, rules in layouts:
     pred = costmodels.evaluate(training_graph(_build).graph, MESH, rules,
-                               topology).step_time_s
+                               topology).wall_step_time_s
     m = _build()
     step = training.train_step_for_model(m, MESH, rules, devices,
                                          optimize.SgdOptimizer(0.01))
@@ -125,7 +125,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
     # from the up-front file instead of losing the run.
     fallback, interleaved = str(e), topology
   rows = [(s[0], MESH, s[1], costmodels.evaluate(
-      training_graph(_build).graph, MESH, s[1], interleaved).step_time_s,
+      training_graph(_build).graph, MESH, s[1], interleaved).wall_step_time_s,
            statistics.median(s[4]), min(s[4]), s[2], s[4], before[s[0]])
           for s in steps]
   with open(out_path, "w", encoding="utf-8") as f:

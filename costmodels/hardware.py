@@ -149,9 +149,9 @@ class ChipSpec(NamedTuple):
       to the runtime, starting each device's executor and waiting for the
       last device to return its result (``docs/calibration_terms.md``).
       Calibration measures it as the intercept of reference steps of
-      several depths; the report adds it to each step
-      (:attr:`costmodels.CostReport.step_time_s`), the same for every
-      layout, so the search's ranking does not see it.
+      several depths; the report adds it to each step's
+      ``wall_step_time_s`` (not to ``step_time_s``, which the layout
+      search reproduces: it is the same for every layout).
   """
   name: str
   kind: str

@@ -113,16 +113,25 @@ def test_the_topology_carries_both_terms_and_the_report_prices_them(
   topology_file.write_topology(path, topo)
   back = costmodels.get_topology(str(path))
   assert back == topo
-  # The report adds the step's fixed cost once, whatever the layout.
+  # The report adds the step's fixed cost once to the wall step, whatever
+  # the layout; the step the search reproduces stays without it.
   from mesh_tf import models
   g = models.build_model("mlp_tiny").graph
   zero = topo._replace(chip=topo.chip._replace(step_overhead_s=0.0))
   for mesh, rules in (("x:8", ""), ("a:2;b:4", "batch:a")):
     r = costmodels.evaluate(g, mesh, rules, back)
     r0 = costmodels.evaluate(g, mesh, rules, zero)
-    assert r.step_time_s - r0.step_time_s == pytest.approx(STEP_S,
-                                                          rel=1e-9)
+    assert r.step_time_s == r0.step_time_s
+    assert r.wall_step_time_s - r.step_time_s == pytest.approx(STEP_S,
+                                                              rel=1e-9)
     assert r.step_overhead_s == topo.chip.step_overhead_s
+    assert "with the chip's 2.5 ms per step" in r.summary()
+  # The search still reproduces the cost model's step exactly.
+  import autolayout
+  res = autolayout.auto_layout(g, "x:8", topology=back, memory_budget=2**30,
+                               time_limit_s=20)
+  assert res.report.wall_step_time_s == pytest.approx(
+      res.report.step_time_s + STEP_S)
   assert math.isfinite(ar1.bandwidth_bytes_per_s)
 
 
