@@ -10,7 +10,9 @@ import pandas as pd
 import costmodels
 from autolayout.search import assignments
 from autolayout.arguments import DEFAULTS
+from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
 from autolayout.search.solve import LayoutSearch, auto_layout
+from autolayout.spec import search_spec
 from autolayout.cli import inputs, plans
 from autolayout.cli.errors import CliInputError
 from autolayout.cli import output as out
@@ -67,7 +69,7 @@ def mesh_of(args, topology):
   """``--mesh`` (or the topology's default), parsed and checked."""
   text = getattr(args, "mesh", None) or inputs.default_mesh(topology)
   mesh = inputs.parse_mesh(text, topology)
-  args.resolved_mesh = inputs.mesh_str(mesh)
+  args.resolved_mesh = mesh.text
   return mesh
 
 
@@ -82,18 +84,14 @@ def solve_meshes(ctx, setup, args, budget):
   :func:`autolayout.default_search.solve_default`), so that ``report``,
   ``explain`` and ``compare`` explain the layout ``solve`` recommends."""
   from autolayout.default_search import solve_default
-  from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
   model, topology = setup.model, setup.topology
   n = topology.num_chips
   with ctx.progress(f"solving every mesh shape of {n} devices") as update:
     answer = solve_default(
-        model.graph, None, model.outputs, topology, budget, args.objective,
-        args.time_limit, args.workers, args.seed, num_devices=n,
-        max_axes=DEFAULT_MAX_AXES, search=setup.search,
-        overlap=setup.overlap,
-        memory_reserve_fraction=inputs.memory_reserve(args),
-        mesh_progress=update.on_mesh)
-  args.resolved_mesh = inputs.mesh_str(answer.result.mesh_shape)
+        model.graph, outputs=model.outputs,
+        spec=query(args, setup, None, budget, num_devices=n),
+        search=setup.search, mesh_progress=update.on_mesh)
+  args.resolved_mesh = answer.result.mesh_shape.text
   return answer.result
 
 
@@ -102,12 +100,30 @@ def solve(ctx, setup, mesh, args, budget, hint=None):
   (``hint``: a previous Plan to start from)."""
   model, topology = setup.model, setup.topology
   unit = "B" if args.objective == "memory" else "s"
-  with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
+  with ctx.progress(f"solving {model.name} on {mesh.text} "
                     f"({topology.name})", unit) as update:
-    return auto_layout(
-        model.graph, mesh, model.outputs, topology, budget, args.objective,
-        args.time_limit, args.workers, args.seed, progress=update,
-        search=setup.search, hint=hint, overlap=setup.overlap)
+    return auto_layout(model.graph, outputs=model.outputs,
+                       spec=query(args, setup, mesh, budget),
+                       progress=update, search=setup.search, hint=hint)
+
+
+def query(args, setup, mesh, budget, num_devices=None):
+  """The command's one :class:`autolayout.spec.SearchSpec`, from its parsed
+  options: the topology resolved once (:class:`Setup`), the mesh parsed
+  once (:func:`mesh_of`), the budget in bytes and the training decisions
+  each parsed once by their family (:func:`autolayout.cli.validate.
+  fixed_decisions`)."""
+  model = setup.model
+  return search_spec(
+      model.graph, topology=setup.topology, mesh_shape=mesh,
+      num_devices=num_devices, memory_budget=budget,
+      objective=args.objective, time_limit_s=args.time_limit,
+      num_workers=args.workers, seed=args.seed, training=model.train,
+      fixed=getattr(args, "fixed_decisions", None),
+      param_dtype=model.overrides.get("param_dtype") or "bfloat16",
+      overlap=setup.overlap,
+      max_axes=getattr(args, "max_axes", None) or DEFAULT_MAX_AXES,
+      memory_reserve_fraction=inputs.memory_reserve(args))
 
 
 def evaluate(model, mesh, rules, topology, overlap=True):
@@ -223,7 +239,7 @@ def training_record(result, model, topology, tried=()):
 
 
 def show_decisions(ctx, result, model, topology):
-  from autolayout.training import stage_groups
+  from autolayout.training import zero
   from mesh_tf.training.storage import GROUPS
   rows = []
   for k, v in result.decisions._asdict().items():
@@ -232,7 +248,7 @@ def show_decisions(ctx, result, model, topology):
     elif isinstance(v, int):
       rows.append((k, f"{v} (every variable group)"))
     else:   # the stage of each variable group
-      rows += [(f"zero_stage {g}", str(stage_groups.stage_of(v, g)))
+      rows += [(f"zero_stage {g}", str(zero.stage_of(v, g)))
                for g in GROUPS]
   mfu = model_flops_utilization(result, model, topology)
   if mfu is not None:

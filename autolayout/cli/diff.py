@@ -8,7 +8,6 @@ import pandas as pd
 from autolayout.plans import decision_diff
 from autolayout.plans import diff as plan_diff
 from autolayout.plans import decisions as plan_decisions
-from autolayout.cli import inputs
 from autolayout.cli import output as out
 from autolayout.cli import plans
 from autolayout.cli.arguments import add_output_args
@@ -49,9 +48,9 @@ def _run(args, ctx):
   def table(ctx):
     ctx.line(f"diff: {args.a} -> {args.b} ({b.model.name})")
     ctx.line(f"  A: {out.wrap_rules(a.rules) or '(replicated)'} on "
-             f"{inputs.mesh_str(a.mesh_shape)}")
+             f"{a.mesh_shape.text}")
     ctx.line(f"  B: {out.wrap_rules(b.rules) or '(replicated)'} on "
-             f"{inputs.mesh_str(b.mesh_shape)}")
+             f"{b.mesh_shape.text}")
     ctx.line()
     if not d.rows:
       ctx.line("the plans make the same decisions (no rule, decision, mesh "

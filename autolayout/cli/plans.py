@@ -92,10 +92,10 @@ def model_for(plan, path, args):
     raise CliInputError(
         str(e), hint=f"solve -m {name} again; `mtf-layout solve ... --hint "
         f"{path}` starts from the old plan") from None
-  from autolayout.training import stage_groups  # pylint: disable=g-import-not-at-top
+  from autolayout.training import zero  # pylint: disable=g-import-not-at-top
   d = built.decisions
   desc = (f"{name}: {len(built.graph.operations)} ops, training step (Adam) for the plan's decisions: "
-          f"{d.param_dtype}, ZeRO {stage_groups.describe(d.zero_stage)}, "
+          f"{d.param_dtype}, ZeRO {zero.describe(d.zero_stage)}, "
           f"recompute {d.recompute}, microbatches {d.microbatches}")
   return LoadedModel(built.graph, None, name, desc, base.config, overrides,
                      True, built.microbatches, d)
@@ -125,7 +125,7 @@ def ask_plans_question(args, plan):
     args.topology = plan.topology_preset
   if not getattr(args, "mesh", None) and getattr(args, "devices",
                                                  None) is None:
-    args.mesh = inputs.mesh_str(plan.mesh_shape)
+    args.mesh = plan.mesh_shape.text
 
 
 def budget_and_objective(args, plan=None):
@@ -157,7 +157,7 @@ def layout(text, model, topology):
     costmodels.map_mesh(topology, plan.mesh_shape)
   except costmodels.TopologyError:
     raise CliInputError(
-        f"plan {path!r} is for mesh {inputs.mesh_str(plan.mesh_shape)} on "
+        f"plan {path!r} is for mesh {plan.mesh_shape.text} on "
         f"{plan.topology.name}, which does not fit topology {topology.name}",
         hint=f"add -t {plan.topology_preset or plan.topology.name} (the "
         "plan's topology) or use a plan for this one") from None
@@ -218,9 +218,9 @@ def layout_arg(text, model, topology, args):
   if given and inputs.parse_mesh(given, topology) != mesh:
     raise CliInputError(
         f"--mesh {given!r} differs from the mesh "
-        f"{inputs.mesh_str(mesh)} of plan {text.strip()[1:]!r}",
+        f"{mesh.text} of plan {text.strip()[1:]!r}",
         hint="drop --mesh to use the plan's mesh")
-  args.resolved_mesh = inputs.mesh_str(mesh)
+  args.resolved_mesh = mesh.text
   return rules, mesh
 
 

@@ -50,7 +50,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "report", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)} ({which})",
+                  f"mesh {report.mesh_shape.text} ({which})",
                   overlap=setup.overlap)
     common.show_rules(ctx, report)
     common.show_times(ctx, report, result)

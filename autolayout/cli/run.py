@@ -101,8 +101,8 @@ def _run(args, ctx):
   def table(ctx):
     ctx.line(f"run: {args.plan} ({rep.plan_name}) on {len(rep.devices)} "
              f"devices, mesh {rep.mesh}"
-             + ("" if rep.mesh == inputs.mesh_str(plan.mesh_shape) else
-                f" (scaled down from {inputs.mesh_str(plan.mesh_shape)})"))
+             + ("" if rep.mesh == plan.mesh_shape.text else
+                f" (scaled down from {plan.mesh_shape.text})"))
     if rep.decisions:
       ctx.line("decisions: " + ", ".join(f"{k}={v}" for k, v in
                                          sorted(rep.decisions.items())))

@@ -12,28 +12,24 @@ Example:
   {'param_dtype': 'float32', 'zero_stage': (('ffn', 3),), 'recompute': 0, 'microbatches': 2}
 """
 
-from mesh_tf.core.errors import MtfError
-from autolayout.training import stage_groups
 from autolayout.errors import PlanFormatError
+from autolayout.training import families
+from autolayout.training.family import DecisionValueError
 
-# Each family a plan file may hold, with the JSON form of its value.
-FAMILIES = {
-    "param_dtype": "the compute dtype of weights and activations "
-                   "(\"float32\" or \"bfloat16\"; masters stay float32)",
-    "zero_stage": "the ZeRO stage 0-3, or {group: stage} per variable group",
-    "recompute": "how many blocks recompute their activations (0..layers)",
-    "microbatches": "gradient-accumulation steps k (a divisor of the batch)",
-}
-
+# Each family a plan file may hold, with the JSON form of its value: the
+# registry's (autolayout.training.families), one codec for every reader.
+FAMILIES = {f.name: f.description for f in families.FAMILIES}
 
 # The value of a family a file omits.
-DEFAULTS = {"param_dtype": "float32", "zero_stage": 0, "recompute": 0,
-            "microbatches": 1}
+DEFAULTS = {f.name: f.to_json(f.default) for f in families.FAMILIES}
+
 
 def read_decisions(data, where="plan file"):
   """``{family: typed value}`` of a plan's ``decisions`` object (None
-  when it is empty: a plan of the step as built); a ZeRO stage per group
-  is a sorted tuple of pairs (:func:`autolayout.stage_groups.normalize`).
+  when it is empty: a plan of the step as built), each value decoded by
+  its family's codec (:meth:`TrainingDecisions.from_json
+  <autolayout.training.families.TrainingDecisions.from_json>`); a ZeRO
+  stage per group is a sorted tuple of pairs.
 
   Families the file omits keep their defaults (float32, stage 0, no
   recompute, one microbatch).
@@ -52,19 +48,7 @@ def read_decisions(data, where="plan file"):
         "(applying the rest would change its costs); read it with the "
         "mesh-tf version that wrote it or a newer one (known families: "
         f"{', '.join(FAMILIES)})")
-  dtype = data.get("param_dtype", DEFAULTS["param_dtype"])
-  if dtype not in ("float32", "bfloat16", "float16"):
-    raise PlanFormatError(f"{where}: decisions.param_dtype is {dtype!r}; "
-                          "use \"float32\" or \"bfloat16\"")
   try:
-    stage = stage_groups.normalize(data.get("zero_stage", DEFAULTS["zero_stage"]))
-  except MtfError as e:
-    raise PlanFormatError(f"{where}: decisions.zero_stage: {e}") from None
-  counts = {}
-  for name, least in (("recompute", 0), ("microbatches", 1)):
-    v = data.get(name, DEFAULTS[name])
-    if isinstance(v, bool) or not isinstance(v, int) or v < least:
-      raise PlanFormatError(f"{where}: decisions.{name} is {v!r}; use an "
-                            f"integer >= {least}")
-    counts[name] = v
-  return {"param_dtype": dtype, "zero_stage": stage, **counts}
+    return families.TrainingDecisions.from_json(data)._asdict()
+  except DecisionValueError as e:
+    raise PlanFormatError(f"{where}: decisions.{e}") from None

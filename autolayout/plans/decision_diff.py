@@ -15,14 +15,14 @@ import costmodels
 from mesh_tf.core.errors import LayoutError, MtfError
 from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import diff as plan_diff
-from autolayout.training import stage_groups
+from autolayout.training import zero
 from autolayout.training.decisions import build_training
 
 
 def json_value(decisions, family):
   """A family's value in the plan file's JSON form."""
   v = getattr(decisions, family)
-  return stage_groups.as_json(v) if family == "zero_stage" else v
+  return zero.as_json(v) if family == "zero_stage" else v
 
 
 def rows(plan_a, plan_b, config, b_costs, overlap=True):

@@ -21,7 +21,7 @@ from autolayout.plans import identity as plan_identity
 from autolayout.errors import PlanFormatError, PlanMismatchError
 from autolayout.plans.plan import (SCHEMA, SCHEMA_VERSION, Plan,
                                    PredictedCosts, SolverInfo,
-                                   freeze_decisions, mesh_str, version)
+                                   training_decisions, version)
 
 
 class _Reader:
@@ -197,7 +197,7 @@ def plan_from_json_dict(data, where="<dict>"):
     for a in names:
       if a not in axis_names:
         rd.fail(f"rule {dim}:{'+'.join(names)} names mesh axis {a!r}, which "
-                f"the plan's mesh {mesh_str(mesh_shape)} does not have; use "
+                f"the plan's mesh {mesh_shape.text} does not have; use "
                 f"one of {axis_names}")
     if len(set(names)) != len(names):
       rd.fail(f"rule {dim}:{'+'.join(names)} lists a mesh axis twice; list "
@@ -218,7 +218,7 @@ def plan_from_json_dict(data, where="<dict>"):
       rd.get(s, "memory_budget_bytes", int, "solver", True),
       rd.get(s, "solve_time_s", _NUM, "solver", True))
   return Plan(ident, mesh_shape, topology, preset,
-              LayoutRules(rules.items()), freeze_decisions(decisions),
+              LayoutRules(rules.items()), training_decisions(decisions),
               costs, solver, rd.get(data, "mesh_tf_version", str, ""))
 
 

@@ -138,7 +138,7 @@ def build_step(plan, devices, mesh_shape=None, learning_rate=1e-3):
   import dataclasses as dc  # pylint: disable=g-import-not-at-top
   from mesh_tf.lowering.placement import PlacementMeshImpl
   from mesh_tf.training import TrainStep, optimize, storage
-  from autolayout.training import stage_groups
+  from autolayout.training import zero
   config = plan_decisions.config_of(plan)
   src = plan_decisions.source_of(plan) or {}
   if config is None:
@@ -159,7 +159,7 @@ def build_step(plan, devices, mesh_shape=None, learning_rate=1e-3):
   model = config.build()
   if decisions is not None:
     storage.shard_storage(model.graph,
-                          stage_groups.storage_plan(decisions.zero_stage))
+                          zero.storage_plan(decisions.zero_stage))
   mesh_shape = mesh_shape or plan.mesh_shape
   impl = PlacementMeshImpl(mesh_shape, plan.rules, list(devices))
   step = TrainStep(model.graph, model.mesh, model.loss, dict(model.inputs),

@@ -31,7 +31,7 @@ from mesh_tf.training import storage
 from autolayout.plans import decision_codec
 from autolayout.plans.export import common
 from autolayout.plans.identity import TensorEntry
-from autolayout.training import stage_groups
+from autolayout.training import zero
 
 _STORAGE = re.compile(r"^(.*)_storage(?:_[a-z]+)?$")
 
@@ -74,7 +74,7 @@ def training_record(plan, rename=None):
   for new, e in common.entries(plan, rename):
     if not e.trainable:
       continue
-    stage = stage_groups.stage_of(d["zero_stage"], _group(e.name))
+    stage = zero.stage_of(d["zero_stage"], _group(e.name))
     stored = common.dim_axes(plan, e)
     compute = TensorEntry(e.name, tuple((compute_dim(n), s)
                                         for n, s in e.dims), e.dtype)
@@ -90,7 +90,7 @@ def training_record(plan, rename=None):
     }
   layers = _layers(plan)
   return {
-      "zero_stage": stage_groups.as_json(d["zero_stage"]),
+      "zero_stage": zero.as_json(d["zero_stage"]),
       "recompute": d["recompute"],
       "recompute_blocks": [f"layer_{i}" for i in layers[:d["recompute"]]],
       "microbatches": d["microbatches"],

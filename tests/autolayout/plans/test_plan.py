@@ -131,7 +131,7 @@ def _write(tmp_path, solved, edit):
     (lambda d: d.update(decisions={"microbatches": 0}),
      "decisions.microbatches is 0; use an integer >= 1"),
     (lambda d: d.update(decisions={"zero_stage": {"ffn": 5}}),
-     "decisions.zero_stage: .*stage 5"),
+     "decisions.zero_stage .*stage 5"),
     (lambda d: d["mesh"].update(shape=[2]), "one positive integer size"),
     (lambda d: d["model"].pop("fingerprint"), "missing field "
      "'model.fingerprint'"),
