@@ -262,7 +262,7 @@ def _py(v):
 
 # --- rich rendering ----------------------------------------------------------
 def render(console, df, title=None, formats=None, best=None, index=True,
-           justify=None, caption=None, show_header=True):
+           justify=None, caption=None, *, show_header=True):
   """Prints ``df`` as a rich table.
 
   Args:

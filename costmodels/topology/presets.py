@@ -143,6 +143,7 @@ _PODS_RE = re.compile(r"^tpu-(v4|v5p)-(\d+)pods-(\d+(?:x\d+)*)$")
 _DGX_RE = re.compile(r"^dgx-(a100|h100|h200|b200)$")
 _CLUSTER_RE = re.compile(
     r"^(a100|h100|h200|b200)x(\d+)-nodes(\d+)(?:-(hdr|ndr|xdr))?$")
+_CALIBRATED_RE = re.compile(r"^(a100)x(\d+)-nodes(\d+)-cal$")
 
 
 def list_topologies():
@@ -168,6 +169,18 @@ def get_topology(name_or_topology):
   """
   if isinstance(name_or_topology, Topology):
     return name_or_topology
+  return topology_from_name(name_or_topology)
+
+
+def topology_from_name(name_or_topology):
+  """The Topology a name or topology file stands for: the one place a name
+  is resolved (:func:`get_topology` passes a Topology through and calls
+  this for anything else).  The layout search's edges call it once per
+  query (issue 38).
+
+  Raises:
+    TopologyError: as :func:`get_topology`.
+  """
   if str(name_or_topology).strip().lower().endswith(".json"):
     # A topology file written by calibration (docs/topology_files.md).
     from costmodels.calibrate import topology_file  # pylint: disable=import-outside-toplevel
@@ -184,6 +197,12 @@ def get_topology(name_or_topology):
   m = _DGX_RE.match(name)
   if m:
     return gpu_cluster(m.group(1), nodes=1, gpus_per_node=8, name=name)
+  m = _CALIBRATED_RE.match(name)
+  if m:
+    # A cluster calibrated once as a whole (costmodels.topology.calibrated).
+    from costmodels.topology.calibrated import calibrated_cluster  # pylint: disable=import-outside-toplevel
+    return calibrated_cluster(m.group(1), nodes=int(m.group(3)),
+                              gpus_per_node=int(m.group(2)), name=name)
   m = _CLUSTER_RE.match(name)
   if m:
     return gpu_cluster(m.group(1), nodes=int(m.group(3)),
@@ -193,6 +212,8 @@ def get_topology(name_or_topology):
       f"unknown topology {name_or_topology!r}; use a preset "
       f"({', '.join(_PRESETS)}), a name of the form tpu-v4-AxBxC "
       "(or tpu-v4-NpodsAxBxC's form tpu-v4-2pods-12x16x16), "
-      "dgx-h100 or h100x8-nodesN[-ndr], a calibrated topology file "
+      "dgx-h100 or h100x8-nodesN[-ndr], a100x8-nodesN-cal (the A100 "
+      "cluster calibrated once, costmodels.topology.calibrated), a "
+      "calibrated topology file "
       "(path ending in .json), or build one with tpu_slice(), "
       "gpu_cluster() or torus()")

@@ -102,6 +102,22 @@ def test_one_op_forcing_a_pending_input_records_it():
   assert rec.op_name == relu.name and not pending.pending
 
 
+def test_a_pending_input_stand_in_says_whether_the_op_forced_it():
+  """The cost tables' typed pending input (issue 38): forcing it records no
+  all-reduce (the op that left the sum prices it), and ``forced`` says
+  whether the op needed the reduced value."""
+  from mesh_tf.lowering.laid_out import PendingInput
+  graph, _, (_, _, h, _, _) = _mlp()
+  relu = next(op for op in graph.operations if h in op.inputs)
+  impl = mtf.ShapeMeshImpl("rows:2;cols:4", "k:cols")
+  stand_in = PendingInput(
+      impl, mtf.LaidOutTensor(impl.slice_shape(h), h.dtype), (1,))
+  assert not stand_in.forced and stand_in.pending
+  r = mtf.lower_operation(relu, impl, [stand_in])
+  assert stand_in.forced and r.trace.collectives == []
+  assert r.outputs[0].slice_shape == stand_in.slice_shape
+
+
 def test_one_op_errors_name_what_to_change():
   graph, _, (x, w, h, _, upd) = _mlp()
   impl = mtf.ShapeMeshImpl("rows:2;cols:4", "")

@@ -1,0 +1,134 @@
+"""``mtf-layout solve --pipeline``: the fastest pipelined layout of a zoo
+Transformer on a GPU cluster (:mod:`autolayout.meshes.pipeline_search`),
+with a published layout as a starting hint.
+
+``--hint`` takes, besides a plan file, a pipelined layout written
+``tp=8,pp=64,dp=6,v=2[,mb=1][,recompute=full][,placement=inner]``: it is
+priced first, starts the search as its incumbent, and the answer says how
+the plan compares with it.
+
+Example::
+
+  mtf-layout solve -m gpt3_175b -t a100x8-nodes128-cal --pipeline \\
+      --hint tp=8,pp=16,dp=8,v=2
+"""
+
+import pandas as pd
+
+from costmodels import hardware
+from autolayout.cli import inputs
+from autolayout.cli.context import Answer
+from autolayout.cli.errors import CliInputError
+from autolayout.cli.models import parse_overrides
+from autolayout.meshes.pipeline_search import search_pipelines
+from autolayout.training.pipeline_price import PipelineLayout
+from mesh_tf import models
+
+_KEYS = {"tp": "model", "pp": "stages", "dp": "data", "v": "chunks",
+         "mb": "microbatch", "recompute": "recompute",
+         "placement": "placement", "schedule": "schedule"}
+
+
+def add_pipeline_args(p):
+  g = p.add_argument_group("pipeline parallelism (zoo Transformers on GPU "
+                           "clusters)")
+  g.add_argument("--pipeline", action="store_true",
+                 help="search tensor x pipeline x data parallel layouts "
+                 "(stages, chunks, microbatch size, recompute, idle chips "
+                 "or padding); --hint may then be a layout such as "
+                 "tp=8,pp=64,dp=6,v=2")
+
+
+def parse_layout_hint(text):
+  """A :class:`PipelineLayout` from ``tp=8,pp=64,dp=6,v=2[,...]``.
+
+  Raises:
+    CliInputError: naming the item and the form.
+
+  Example:
+    >>> parse_layout_hint("tp=8,pp=4,dp=32,v=3").describe()
+    'TP 8 (inner) x PP 4 (v=3, interleaved_1f1b) x DP 32, microbatch 1, recompute full'
+  """
+  fields = {}
+  for part in str(text).split(","):
+    key, sep, value = part.strip().partition("=")
+    if not sep or key not in _KEYS:
+      raise CliInputError(
+          f"cannot read {part.strip()!r} of pipeline hint {text!r}",
+          hint="write e.g. --hint tp=8,pp=64,dp=6,v=2 (keys: "
+          f"{', '.join(_KEYS)})")
+    name = _KEYS[key]
+    if name in ("recompute", "placement", "schedule"):
+      fields[name] = value
+    else:
+      try:
+        fields[name] = int(value)
+      except ValueError:
+        raise CliInputError(f"pipeline hint {key}={value!r} is not an "
+                            "integer", hint=f"e.g. {key}=2") from None
+  return PipelineLayout(**fields)
+
+
+def run_pipeline(args, ctx):
+  """The ``--pipeline`` answer of ``mtf-layout solve``."""
+  topology = inputs.get_topology(args.topology)
+  try:
+    config = models.get_config(args.model, **parse_overrides(args.set))
+  except Exception as e:  # noqa: BLE001  (an unknown preset or field)
+    raise CliInputError(f"--pipeline needs a zoo Transformer preset: {e}",
+                        hint="e.g. -m gpt3_175b --set layers=48") from None
+  if not hasattr(config, "heads") or not hasattr(config, "recompute"):
+    raise CliInputError(f"--pipeline needs a zoo Transformer, not "
+                        f"{args.model!r}", hint="e.g. -m gpt3_175b")
+  budget = (inputs.memory_budget(args, topology)
+            or hardware.usable_memory_bytes(topology.chip))
+  hint = None
+  if args.hint and not str(args.hint).endswith(".json"):
+    hint = parse_layout_hint(args.hint)
+  with ctx.progress(f"searching pipelined layouts of {args.model} on "
+                    f"{topology.name}"):
+    r = search_pipelines(config, topology, budget,
+                         time_limit_s=args.time_limit, hint=hint)
+  best = r.best
+
+  def rows():
+    out = [("plan", best)] + ([("hint", r.hint)] if r.hint else [])
+    return pd.DataFrame([{
+        "which": name, "layout": p.layout.describe(),
+        "step_s": p.step_time_s, "microbatches": p.microbatches,
+        "bubble": p.cost.bubble_fraction,
+        "peak_gib": p.peak_memory_bytes / 2**30,
+        "idle_chips": p.idle_chips, "padded_sequences": p.padded_sequences}
+        for name, p in out])
+
+  def table(ctx):
+    ctx.line(f"pipelined plan of {args.model} on {topology.name} "
+             f"({topology.num_chips} chips), budget "
+             f"{budget / 2**30:.1f} GiB per device: {r.status}"
+             f"{' (gap 0)' if r.gap == 0 else ''}, {r.priced} layouts "
+             f"priced, {r.skipped} pruned by bounds, "
+             f"{r.solve_time_s:.1f} s")
+    ctx.line(f"  {best.layout.describe()}")
+    ctx.line(f"  mesh {best.layout.mesh()}; rules {best.rules}; layers "
+             f"per stage group {best.cost.layers_per_group[:8]}"
+             f"{'...' if len(best.cost.layers_per_group) > 8 else ''}")
+    ctx.line(f"  step {best.step_time_s:.3f} s ({best.microbatches} "
+             f"microbatches, bubble {best.cost.bubble_fraction:.1%}), peak "
+             f"{best.peak_memory_bytes / 2**30:.1f} GiB, idle chips "
+             f"{best.idle_chips}, padded sequences {best.padded_sequences}")
+    for place, t in r.by_placement.items():
+      where = "inside a node" if place == "inner" else "across nodes"
+      ctx.line(f"  tensor axis {where}: best step "
+               + ("none fits" if t is None else f"{t:.3f} s"))
+    if r.hint is not None:
+      ctx.line(f"  hint {r.hint.layout.describe()}: step "
+               f"{r.hint.step_time_s:.3f} s, peak "
+               f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB")
+
+  return Answer(
+      json=lambda: {"model": args.model, "topology": topology.name,
+                    "status": r.status, "gap": r.gap,
+                    "solve_time_s": r.solve_time_s,
+                    "by_placement": r.by_placement,
+                    "plans": rows().to_dict("records")},
+      csv=rows, csv_index=False, table=table)

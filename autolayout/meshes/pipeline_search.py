@@ -1,0 +1,298 @@
+"""The fastest pipelined layout of a zoo Transformer on any chip count.
+
+:func:`search_pipelines` enumerates the :class:`PipelineLayout` space
+exactly -- tensor parallelism (each divisor of the node size that the
+heads divide, placed on the node's fast link or across nodes), pipeline
+stages (any count up to the layers: a count that does not divide them
+gets an uneven, balanced layer split), chunks per stage (interleaving),
+data parallelism, microbatch size, recompute -- under the per-device
+memory budget, and keeps the layout with the smallest predicted step time
+(ties: fewer chips, then the earlier layout in enumeration order).
+
+**Any chip count.**  A layout uses ``model * stages * data`` chips in
+whole nodes (or part of one node); the rest are *idle* and reported.  For
+each (tensor, stages) pair it tries the largest data-parallel size that
+fits in the chips, whose microbatches the batch need not divide (the
+last microbatch is *padded*, and the padding priced as work), and the
+largest one that divides the batch (no padding, more idle chips): the
+predicted step time picks between them.  When no layout fits on the
+chips, :class:`PipelineInfeasibleError` names the smallest chip count
+that would hold the model.
+
+**Exact.**  Every point is priced by :func:`autolayout.training.pipeline_price.
+price_layout` from one stage measurement per (tensor, placement,
+microbatch, recompute) (the ShapeMeshImpl trace, shared by every stage,
+chunk and data-parallel count), and the search's only pruning is a lower
+bound: a point whose memory lower bound (its stage's weights and
+optimizer state, without activations) is over the budget is skipped
+without pricing.  So the answer is the brute-force optimum of the space
+(the tests compare it with pricing every point), and the report says
+``optimal`` unless the time limit cut the enumeration (``feasible``).
+"""
+
+import math
+import time
+from typing import Any, NamedTuple, Tuple
+
+from costmodels import hardware
+from costmodels.topology import get_topology
+from mesh_tf.core.errors import MtfError
+from autolayout.errors import InfeasibleLayoutError
+from autolayout.training.pipeline_price import (
+    PLACEMENTS, RECOMPUTE, PipelineLayout, aligned, measure_stage,
+    measuring_data, price_layout)
+
+DEFAULT_MICROBATCH_SIZES = (1, 2)
+DEFAULT_MAX_CHUNKS = 4
+
+
+class PipelineInfeasibleError(InfeasibleLayoutError):
+  """No pipelined layout fits; ``min_chips`` is the smallest chip count
+  that would hold the model (None if none up to the search's limit)."""
+
+  def __init__(self, message, min_chips=None):
+    super().__init__(message)
+    self.min_chips = min_chips
+
+
+class PipelineSearchResult(NamedTuple):
+  """What :func:`search_pipelines` found.
+
+  Attributes:
+    best: the :class:`~autolayout.training.pipeline_price.PipelinedPrice` chosen.
+    status: ``"optimal"`` (the whole space enumerated) or ``"feasible"``
+      (cut by the time limit; the gap is then unknown).
+    priced: points priced; ``skipped``: pruned by the memory bound;
+      ``over_budget``: priced but over the budget.
+    by_placement: ``{placement: best step time s or None}``: the fastest
+      layout with the tensor axis on the node's fast link (``inner``) and
+      across nodes (``outer``), so the answer shows it compared both.
+    solve_time_s: wall seconds of the search.
+    table: ``((layout, step s, peak bytes, fits), ...)`` of the best
+      point per (tensor, stages, placement), fastest first.
+    hint: the hint's PipelinedPrice (None without a hint).
+  """
+  best: Any
+  status: str
+  priced: int
+  skipped: int
+  over_budget: int
+  by_placement: Any
+  solve_time_s: float
+  table: Tuple[Any, ...]
+  hint: Any = None
+
+  @property
+  def gap(self):
+    return 0.0 if self.status == "optimal" else None
+
+
+def tensor_degrees(config, topology):
+  """Tensor-parallel sizes: divisors of the node size (the innermost
+  physical dim) that divide the heads."""
+  node = topology.dims[-1].size
+  return tuple(t for t in range(1, node + 1)
+               if node % t == 0 and config.heads % t == 0)
+
+
+def _data_sizes(config, topology, model, stages, microbatch):
+  """The data-parallel sizes tried for (model, stages): the largest that
+  fits in the chips (padding the batch if needed) and the largest that
+  divides the batch into whole microbatches, both on whole nodes."""
+  per = model * stages
+  most = topology.num_chips // per
+  fit = next((d for d in range(most, 0, -1) if aligned(topology, d * per)),
+             None)
+  exact = next((d for d in range(most, 0, -1)
+                if aligned(topology, d * per)
+                and config.batch % (d * microbatch) == 0), None)
+  return tuple(sorted({d for d in (fit, exact) if d is not None},
+                      reverse=True))
+
+
+def _time_bound(work, layers, lay, batch):
+  """A lower bound on the step time of ``lay``: the slowest stage takes at
+  least the mean of the work, and the bubble adds its fraction."""
+  m = lay.microbatches(batch)
+  mean = (layers * work.layer_s + work.first_s + work.last_s) / lay.stages
+  return m * mean * (1 + (lay.stages - 1) / (lay.chunks * m))
+
+
+def _state_bound(work, layers, stages):
+  """A lower bound on the busiest stage's memory: its share of the
+  layers' state (no activations)."""
+  return math.ceil(layers / stages) * work.layer_state_bytes
+
+
+def layouts(config, topology, tensor=None, stages=None, chunks=None,
+            microbatch=DEFAULT_MICROBATCH_SIZES, recompute=RECOMPUTE,
+            placements=PLACEMENTS):
+  """Every :class:`PipelineLayout` of the space, in enumeration order."""
+  topology = get_topology(topology)
+  tensor = tensor or tensor_degrees(config, topology)
+  out = []
+  for t in tensor:
+    for place in placements:
+      if place == "outer" and t == 1:
+        continue
+      for b in microbatch:
+        for rec in recompute:
+          most_p = min(config.layers, topology.num_chips // t)
+          for p in (stages or range(1, most_p + 1)):
+            if t * p > topology.num_chips or p > config.layers:
+              continue
+            for v in (chunks or range(1, DEFAULT_MAX_CHUNKS + 1)):
+              if (p == 1 and v > 1) or p * v > config.layers:
+                continue
+              for d in _data_sizes(config, topology, t, p, b):
+                if place == "outer" and d % topology.dims[-1].size:
+                  continue
+                out.append(PipelineLayout(t, p, d, v, b, rec, place))
+  return out
+
+
+def search_pipelines(config, topology, memory_budget=None, tensor=None,
+                     stages=None, chunks=None,
+                     microbatch=DEFAULT_MICROBATCH_SIZES,
+                     recompute=RECOMPUTE, placements=PLACEMENTS,
+                     time_limit_s=30.0, hint=None):
+  """The fastest pipelined layout of ``config`` on ``topology`` that fits
+  ``memory_budget`` bytes per device (default: the chip's usable memory);
+  see the module docstring.  ``tensor``, ``stages``, ``chunks``,
+  ``microbatch``, ``recompute`` and ``placements`` restrict the space;
+  ``hint`` is a :class:`PipelineLayout` priced first (see the module
+  docstring; it need not be in the space).
+
+  Raises:
+    PipelineInfeasibleError: if no layout fits (with the smallest chip
+      count that would).
+  """
+  t0 = time.perf_counter()
+  topology = get_topology(topology)
+  if memory_budget is None:
+    memory_budget = hardware.usable_memory_bytes(topology.chip)
+  deadline = t0 + time_limit_s
+  works, traces, best, best_key = {}, {}, None, None
+  priced = skipped = over = 0
+  by_place = {p: None for p in placements}
+  table = {}
+  cut = False
+  smallest_state = None
+  hint_price = None
+  order = layouts(config, topology, tensor, stages, chunks, microbatch,
+                  recompute, placements)
+  if hint is not None:
+    order = [PipelineLayout(*hint)] + order
+  for n_lay, lay in enumerate(order):
+    if time.perf_counter() > deadline:
+      cut = True
+      break
+    md = measuring_data(lay, topology)
+    key = (lay.model, lay.placement, lay.microbatch, lay.recompute, md)
+    work = works.get(key)
+    if work is None:
+      work = works[key] = measure_stage(config, topology, lay.model, md,
+                                        lay.microbatch, lay.recompute,
+                                        lay.placement, traces)
+    bound = _state_bound(work, config.layers, lay.stages)
+    smallest_state = min(bound, smallest_state or bound)
+    # The time bound prunes against the incumbent of the layout's own
+    # placement, so that the best of each placement is exact too.
+    incumbent = by_place.get(lay.placement)
+    if bound > memory_budget or (
+        incumbent is not None
+        and _time_bound(work, config.layers, lay, config.batch)
+        > incumbent * (1 + 1e-9)):
+      skipped += 1
+      continue
+    try:
+      r = price_layout(config, topology, lay, work)
+    except MtfError:
+      if hint is not None and n_lay == 0:
+        raise
+      skipped += 1
+      continue
+    if hint is not None and n_lay == 0:
+      hint_price = r
+    priced += 1
+    fits = r.peak_memory_bytes <= memory_budget
+    row = (lay.model, lay.stages, lay.placement)
+    if fits and (row not in table or r.step_time_s < table[row][1]):
+      table[row] = (lay, r.step_time_s, r.peak_memory_bytes, fits)
+    if not fits:
+      over += 1
+      continue
+    k = (r.step_time_s, lay.chips)
+    prev = by_place.get(lay.placement)
+    if prev is None or r.step_time_s < prev:
+      by_place[lay.placement] = r.step_time_s
+    if best_key is None or k < best_key:
+      best, best_key = r, k
+  elapsed = time.perf_counter() - t0
+  if best is None:
+    if cut:
+      raise PipelineInfeasibleError(
+          f"the time limit of {time_limit_s:g} s ran out before any "
+          "pipelined layout that fits was found; raise the time limit")
+    need = min_chips(config, topology, memory_budget, works)
+    where = (f"the smallest chip count that would hold it is {need}"
+             if need else "no chip count up to "
+             f"{config.layers * max(tensor_degrees(config, topology))} "
+             "chips holds it")
+    raise PipelineInfeasibleError(
+        f"no pipelined layout of the model ({config.layers} layers, "
+        f"d_model={config.d_model}) on {topology.num_chips} chips of "
+        f"{topology.name} fits the memory budget of "
+        f"{memory_budget / 2**30:.1f} GiB per device; {where}",
+        min_chips=need)
+  rows = tuple(sorted(table.values(), key=lambda r: r[1]))
+  return PipelineSearchResult(best, "feasible" if cut else "optimal",
+                              priced, skipped, over, by_place, elapsed,
+                              rows, hint_price)
+
+
+def min_chips(config, topology, memory_budget, works=None):
+  """The smallest ``model * stages`` (tensor parallelism within a node,
+  one replica, microbatch 1, full recompute, 1F1B) whose busiest stage
+  fits ``memory_budget``, on a cluster like ``topology`` grown as needed;
+  None if none up to a stage per layer does."""
+  topology = get_topology(topology)
+  node = topology.dims[-1].size
+  best = None
+  for t in tensor_degrees(config, topology):
+    for p in range(1, config.layers + 1):
+      chips = t * p
+      if best is not None and chips >= best:
+        break
+      grown = _grown(topology, chips)
+      if grown is None:
+        continue
+      lay = PipelineLayout(t, p, 1, 1, 1, "full", "inner")
+      work = None if works is None else works.get(
+          (t, "inner", 1, "full", 2))
+      if work is None:
+        work = measure_stage(config, grown, t, 2, 1, "full", "inner")
+        if works is not None:
+          works[(t, "inner", 1, "full", 2)] = work
+      if _state_bound(work, config.layers, p) > memory_budget:
+        continue
+      r = price_layout(config, grown, lay, work)
+      if r.peak_memory_bytes <= memory_budget:
+        best = chips if chips % node == 0 or node % chips == 0 else (
+            -(-chips // node) * node)
+        break
+  return best
+
+
+def _grown(topology, chips):
+  """``topology``'s kind of cluster with at least ``chips`` chips (whole
+  nodes), or None for a topology that cannot grow (a TPU torus)."""
+  dims = topology.dims
+  node = dims[-1].size
+  if len(dims) != 2:
+    return topology if chips <= topology.num_chips else None
+  if chips % node and node % chips:
+    return None
+  nodes = max(1, -(-chips // node))
+  return topology._replace(name=f"{topology.name}+", dims=(
+      dims[0]._replace(size=max(nodes, dims[0].size)), dims[1]))

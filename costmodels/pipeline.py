@@ -1,0 +1,316 @@
+"""The price of a pipelined training step, from the work of one stage.
+
+A pipelined step splits the ``L`` repeated layers of a model into ``p``
+contiguous groups, one per *stage* (the coordinate of a mesh axis that
+carries stages), optionally ``v`` *chunks* per stage (interleaving: stage
+``i`` holds groups ``i, i + p, i + 2p, ...``), and runs ``m`` microbatches
+through them.  This module prices such a step from :class:`StageWork`: the
+per-device seconds and bytes of one layer, of the embedding (first stage)
+and of the output layer and loss (last stage) for one microbatch, and of
+the once-per-step work (optimizer update, data-parallel gradient
+reduction).  :mod:`costmodels.stage_work` measures that work from the
+ShapeMeshImpl trace of the stage's layers: the same trace the lowering
+records, priced record by record as :func:`costmodels.evaluate` does.
+
+**Step time.**  Each stage's time per microbatch is the sum of its layers'
+work plus its extras (the first stage's embedding, the last stage's output
+layer: *stage imbalance*) plus the point-to-point sends of its boundary
+(an activation forward, its gradient back, once per chunk, priced on the
+link of the stage axis).  The slowest stage sets the pace:
+
+    ``steady = m * max_i t_i``
+    ``bubble = steady * (p - 1) / (v * m)``       (fill and drain)
+    ``step   = steady + bubble + step_work``
+
+``step_work`` is the per-step work of the stage that has the most of it
+(its layers' optimizer update and their exposed gradient reduction).
+Costs that repeat per microbatch -- the gathers of ZeRO-3-sharded weights
+before each microbatch's forward and backward, the tensor-parallel
+all-reduces -- are in the per-microbatch work and so counted ``m`` times.
+
+**Memory.**  A stage holds its layers' weights, gradients and optimizer
+state, and the stashed activations of the microbatches in flight: GPipe
+keeps all ``m``; 1F1B keeps up to ``p - i`` on stage ``i`` (``p`` on the
+first); interleaved 1F1B keeps ``(p - i - 1) * 2 + (v - 1) * p + 1``
+chunk-microbatches, each a ``1/v`` of the stage's layers (Narayanan et
+al., 2021, section 2.2, and Megatron-LM's warm-up count), at most ``v * m``.
+
+The pipeline itself is :class:`mesh_tf.pipeline.Pipeline`, the value the
+lowering runs (stages, microbatches, layers, chunks, schedule, split), and
+the bytes each stage sends are :func:`mesh_tf.pipeline.
+expected_boundary_bytes`, which the tests hold equal to the send and
+receive records of the lowering.  :func:`inflight_microbatches` is the
+closed form of :func:`mesh_tf.pipeline.max_in_flight` (which simulates the
+schedule, ``O(p m v)``, too slow to run for every point of a search); a
+test holds the two equal.
+
+Example:
+  >>> from mesh_tf.pipeline import Pipeline
+  >>> s = Pipeline("stage", stages=4, microbatches=8, layers=8)
+  >>> bubble_fraction(s)
+  0.375
+  >>> [inflight_microbatches(s, i) for i in range(4)]
+  [4, 3, 2, 1]
+"""
+
+import math
+from typing import NamedTuple, Tuple
+
+from mesh_tf.pipeline.costs import expected_boundary_bytes
+from mesh_tf.pipeline.spec import PipelineSplitError, Schedule
+
+
+def bubble_fraction(pipeline):
+  """``(p - 1) / (v * m)``: the fill and drain, as a fraction of the
+  steady time (0 without a pipeline)."""
+  if pipeline is None:
+    return 0.0
+  p, v, m = pipeline.stages, pipeline.chunks, pipeline.microbatches
+  return (p - 1) / (v * m)
+
+
+def inflight_microbatches(pipeline, stage=0):
+  """The most (chunk, microbatch) forwards stage ``stage`` holds whose
+  backward has not run: GPipe ``v * m``; 1F1B ``min(p - s, m)``;
+  interleaved ``min(v m, 2 (p - s - 1) + (v - 1) p + 1)`` (Megatron-LM's
+  warm-up plus one).  Equal to :func:`mesh_tf.pipeline.max_in_flight`."""
+  p, v, m = pipeline.stages, pipeline.chunks, pipeline.microbatches
+  if pipeline.schedule == Schedule.GPIPE:
+    return v * m
+  if pipeline.schedule == Schedule.ONE_F_ONE_B:
+    return min(m, p - stage)
+  return min(v * m, 2 * (p - stage - 1) + (v - 1) * p + 1)
+
+
+def split_layers(layers, groups, first_extra=0.0, last_extra=0.0,
+                 layer_cost=1.0):
+  """Layers per group (``groups`` contiguous groups of ``layers``) that
+  minimise the slowest group's cost, when the first group also costs
+  ``first_extra`` and the last ``last_extra`` (in units of
+  ``layer_cost``); ties go to the most even split.
+
+  Example:
+    >>> split_layers(10, 4)
+    (3, 3, 2, 2)
+    >>> split_layers(10, 4, last_extra=2.0)
+    (3, 3, 3, 1)
+  """
+  if groups < 1 or layers < groups:
+    raise PipelineSplitError(f"layers={layers} cannot fill {groups} groups;"
+                             f" use at most {layers} groups")
+  e0 = first_extra / layer_cost
+  e1 = last_extra / layer_cost
+  if groups == 1:
+    return (layers,)
+
+  def counts(bound):
+    # Layers each group takes under ``bound`` (at least one).
+    return (max(1, math.floor(bound - e0 + 1e-9)),
+            max(0, math.floor(bound + 1e-9)),
+            max(1, math.floor(bound - e1 + 1e-9)))
+
+  def total(bound):
+    a, mid, b = counts(bound)
+    return a + b + (groups - 2) * max(1, mid)
+  # Bisection on the slowest group's cost: the smallest bound whose fill
+  # covers every layer.
+  lo, hi = 0.0, layers + max(e0, e1) + 1
+  for _ in range(60):
+    bound = (lo + hi) / 2
+    if total(bound) >= layers:
+      hi = bound
+    else:
+      lo = bound
+  a, mid, b = counts(hi)
+  out = [a] + [max(1, mid)] * (groups - 2) + [b]
+  # Take the surplus off the groups with the most cost, last first.
+  extras = [e0] + [0.0] * (groups - 2) + [e1]
+  surplus = sum(out) - layers
+  while surplus > 0:
+    order = sorted((i for i in range(groups) if out[i] > 1),
+                   key=lambda i: (out[i] + extras[i], i), reverse=True)
+    for i in order[:surplus]:
+      out[i] -= 1
+    surplus = sum(out) - layers
+  return tuple(out)
+
+
+class StageWork(NamedTuple):
+  """Per-device work of one microbatch, and once per step, of one
+  layer and of the model's ends (seconds and bytes).
+
+  Attributes:
+    layer_s: one layer, one microbatch: forward, recompute, backward and
+      its exposed per-microbatch collectives (tensor-parallel all-reduces,
+      gathers of sharded weights).
+    first_s: the first stage's extra work per microbatch (embedding).
+    last_s: the last stage's extra work per microbatch (output layer,
+      loss).
+    layer_step_s: one layer's once-per-step work (optimizer update).
+    base_step_s: the ends' once-per-step work.
+    layer_sync_s: one layer's exposed data-parallel gradient reduction.
+    base_sync_s: the ends'.
+    boundary_bytes: bytes one device sends across a stage boundary per
+      microbatch and direction (the activation, or its gradient).
+    boundary_shape: that activation's shape (a string) at the microbatch
+      size, and ``boundary_dtype`` its dtype: what
+      :func:`mesh_tf.pipeline.expected_boundary_bytes` prices.
+    layer_state_bytes: one layer's weights, gradients and optimizer state
+      per device.
+    base_state_bytes: the ends' (on a single stage).
+    first_state_bytes: of those, what the first stage holds (the
+      embedding's); None: half.
+    last_state_bytes: what the last stage holds (the output layer's; a
+      tied embedding is on both ends); None: half.
+    layer_stash_bytes: activations one layer keeps per microbatch in
+      flight (its input under full recompute).
+    working_bytes: the peak working set of one microbatch's layer beyond
+      the stash (its activations while it runs).
+    flops: FLOPs per device of one layer and microbatch (for reports).
+    layer_sync_bytes: gradient bytes per device one layer reduces over the
+      data-parallel axes per step (:func:`costmodels.stage_work.price_sync`
+      prices them for any data-parallel size).
+    base_sync_bytes: the ends'.
+  """
+  layer_s: float
+  first_s: float = 0.0
+  last_s: float = 0.0
+  layer_step_s: float = 0.0
+  base_step_s: float = 0.0
+  layer_sync_s: float = 0.0
+  base_sync_s: float = 0.0
+  boundary_bytes: int = 0
+  boundary_shape: str = ""
+  boundary_dtype: str = "bfloat16"
+  layer_state_bytes: int = 0
+  base_state_bytes: int = 0
+  layer_stash_bytes: int = 0
+  working_bytes: int = 0
+  first_state_bytes: int = None
+  last_state_bytes: int = None
+  flops: float = 0.0
+  layer_sync_bytes: int = 0
+  base_sync_bytes: int = 0
+
+  def end_share(self, stage, stages):
+    """The part of the ends' per-step work and state on ``stage`` of
+    ``stages``."""
+    if stages == 1:
+      return 1.0
+    if stage not in (0, stages - 1) or not self.base_state_bytes:
+      return 0.0 if stage not in (0, stages - 1) else 0.5
+    held = self.first_state_bytes if stage == 0 else self.last_state_bytes
+    return 0.5 if held is None else held / self.base_state_bytes
+
+
+class PipelineCost(NamedTuple):
+  """The priced pipelined step (seconds, bytes per device).
+  ``sent_bytes``: per stage, the bytes each device sends across stage
+  boundaries per microbatch (:func:`mesh_tf.pipeline.
+  expected_boundary_bytes`; before a scatter/gather split)."""
+  pipeline: object
+  microbatches: int
+  layers_per_group: Tuple[int, ...]
+  stage_times_s: Tuple[float, ...]
+  boundary_s: float
+  steady_s: float
+  bubble_s: float
+  step_work_s: float
+  step_time_s: float
+  stage_memory_bytes: Tuple[int, ...]
+  sent_bytes: Tuple[int, ...] = ()
+
+  @property
+  def peak_memory_bytes(self):
+    return max(self.stage_memory_bytes)
+
+  @property
+  def bubble_fraction(self):
+    return self.bubble_s / self.steady_s if self.steady_s else 0.0
+
+
+def boundary_time(nbytes, link):
+  """Seconds of one point-to-point send of ``nbytes`` per device over
+  ``link`` (a :class:`costmodels.LinkParams`-like value with
+  ``bandwidth_bytes_per_s`` and ``latency_s``); 0 for no bytes or no
+  link (sends not priced)."""
+  if not nbytes or link is None:
+    return 0.0
+  return link.latency_s + nbytes / link.bandwidth_bytes_per_s
+
+
+def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
+                   mesh_shape=None, layout_rules=None, scatter=1,
+                   gather_s=0.0):
+  """The :class:`PipelineCost` of ``layers`` repeated layers of ``work``
+  under ``pipeline`` (a :class:`mesh_tf.pipeline.Pipeline`; its split is
+  the layers per virtual stage), or as one stage of ``microbatches``
+  microbatches when ``pipeline`` is None.
+
+  The stage boundary is on ``link`` (a :class:`costmodels.LinkParams`-like
+  value with ``bandwidth_bytes_per_s`` and ``latency_s``); each stage's
+  sends per microbatch are :func:`mesh_tf.pipeline.expected_boundary_bytes`
+  of the boundary activation on ``mesh_shape`` (the whole mesh, the stage
+  axis included) under ``layout_rules``.  With ``scatter`` = t > 1, each
+  send carries ``1/t`` of the slice and the receivers all-gather it in
+  ``gather_s`` (Narayanan et al., 2021, section 4.1, the scatter/gather
+  optimization of an activation replicated over a tensor-parallel group
+  of t).
+
+  Example:
+    >>> from mesh_tf.pipeline import Pipeline
+    >>> w = StageWork(layer_s=1.0, first_s=0.5, last_s=1.0)
+    >>> c = price_pipeline(w, Pipeline("stage", 2, 4, 4), 4)
+    >>> c.layers_per_group, c.stage_times_s, c.step_time_s
+    ((2, 2), (2.5, 3.0), 15.0)
+  """
+  if pipeline is None:
+    p, v, m = 1, 1, int(microbatches or 1)
+    split = (layers,)
+  else:
+    p, v, m = pipeline.stages, pipeline.chunks, pipeline.microbatches
+    split = tuple(pipeline.split)
+    if pipeline.layers != layers:
+      raise PipelineSplitError(
+          f"pipeline of {pipeline.layers} layers priced for a model of "
+          f"layers={layers}; build the Pipeline with layers={layers}")
+  groups = p * v
+  per_stage = [sum(split[g] for g in range(i, groups, p)) for i in range(p)]
+  sent = (0,) * p
+  hops = [0.0] * p
+  if pipeline is not None and work.boundary_bytes:
+    if work.boundary_shape and mesh_shape is not None:
+      sent = expected_boundary_bytes(pipeline, work.boundary_shape,
+                                     work.boundary_dtype, mesh_shape,
+                                     layout_rules or "")
+    else:
+      sent = tuple(2 * v * work.boundary_bytes for _ in range(p))
+    piece = work.boundary_bytes // max(1, scatter)
+    for i in range(p):
+      sends = round(sent[i] / work.boundary_bytes)
+      hops[i] = sends * (boundary_time(piece, link) + gather_s)
+  times = []
+  for i, n in enumerate(per_stage):
+    t = n * work.layer_s + hops[i]
+    if i == 0:
+      t += work.first_s
+    if i == p - 1:
+      t += work.last_s
+    times.append(t)
+  steady = m * max(times)
+  bubble = steady * bubble_fraction(pipeline)
+  step_work = max(
+      n * (work.layer_step_s + work.layer_sync_s)
+      + (work.base_step_s + work.base_sync_s) * work.end_share(i, p)
+      for i, n in enumerate(per_stage))
+  memory = []
+  for i, n in enumerate(per_stage):
+    base = int(work.base_state_bytes * work.end_share(i, p))
+    held = 1 if pipeline is None else inflight_microbatches(pipeline, i)
+    # Each held (chunk, microbatch) keeps its chunk's layers' stash.
+    stash = held * (n / v) * work.layer_stash_bytes
+    memory.append(int(n * work.layer_state_bytes + base + stash
+                      + work.working_bytes))
+  return PipelineCost(pipeline, m, split, tuple(times), max(hops), steady,
+                      bubble, step_work, steady + bubble + step_work,
+                      tuple(memory), tuple(sent))

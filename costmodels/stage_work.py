@@ -1,0 +1,303 @@
+"""The work of one pipeline stage, measured from the ShapeMeshImpl trace.
+
+:func:`stage_work` lowers the training step of a model built with one and
+with two repeated layers (each a graph of ``k >= 2`` microbatches, so that
+the :class:`mesh_tf.microbatch.MicrobatchPlan` says which ops run per
+microbatch and which once per step) on :class:`mesh_tf.ShapeMeshImpl`, on
+the mesh of one stage (the data and tensor axes), and prices every record
+as :func:`costmodels.evaluate` does.  Then
+
+* one layer's work is the two-layer trace less the one-layer trace (the
+  same records the lowering of any number of layers repeats);
+* the model's ends are the one-layer trace less one layer, and are split
+  between the first stage (the records before the first layer and after
+  its last gradient: the embedding and its gradient) and the last stage
+  (the output layer and the loss);
+* a record runs per microbatch if the plan repeats its (source) op; a
+  SUM all-reduce or reduce-scatter over a data-parallel axis of a
+  per-microbatch gradient is the gradient reduction, which a pipelined
+  step runs once per step on the accumulated gradient, exposed in the
+  fraction ``sync_exposed`` (the topology's ``overlap`` data, see
+  :func:`sync_exposure`).
+
+The result is a :class:`costmodels.pipeline.StageWork`, which
+:func:`costmodels.pipeline.price_pipeline` prices for any stage count,
+chunk count, microbatch count and schedule.
+"""
+
+import math
+
+from costmodels import compute as compute_lib
+from costmodels import memory as memory_lib
+from costmodels import overlap as overlap_lib
+from costmodels.evaluate import _price, trace_graph
+from costmodels.pipeline import StageWork
+from costmodels.topology import get_topology, map_mesh
+
+_SYNC_KINDS = ("allreduce", "reduce_scatter")
+
+
+def sync_exposure(mapping, axes):
+  """The fraction of a once-per-step gradient reduction over ``axes``
+  that the step waits for: ``1 - overlap efficiency`` of the slowest link
+  (:func:`costmodels.overlap.link_overlap_efficiency`), so a cluster whose
+  topology says its gradient reduction does not overlap (efficiency 0)
+  exposes all of it."""
+  etas = [overlap_lib.link_overlap_efficiency(s.link)
+          for a in axes for s in mapping[a].segments]
+  return 1.0 - (min(etas) if etas else 0.0)
+
+
+class _Priced:
+  """Seconds of a trace split into per-microbatch, per-step and sync (and
+  the sync's bytes per device)."""
+
+  def __init__(self):
+    self.mb = 0.0
+    self.step = 0.0
+    self.sync = 0.0
+    self.sync_bytes = 0
+    self.flops = 0.0
+
+
+def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
+  """``(_Priced total, _Priced of the records whose op is in first_ops)``."""
+  chip = mapping.topology.chip
+  total, first = _Priced(), _Priced()
+  for r in trace.compute:
+    t = compute_lib.compute_time(r, chip)
+    per_mb = plan.repeats(r.op_name) > 1
+    for acc in (total,) + ((first,) if first_ops and r.op_name in first_ops
+                           else ()):
+      if per_mb:
+        acc.mb += t
+        acc.flops += r.flops_per_device
+      else:
+        acc.step += t
+  for r in trace.collectives:
+    src = r.source_op or r.op_name
+    axes = tuple(r.mesh_axes)
+    per_mb = plan.repeats(src) > 1
+    # A SUM over a data-parallel axis of a per-microbatch value is a
+    # gradient reduction (or the loss, reported once per step too).
+    sync = bool(per_mb and r.kind in _SYNC_KINDS and r.reduction == "SUM"
+                and set(axes) & set(data_axes))
+    if sync and math.prod(mapping[a].size for a in axes) != r.group_size:
+      t = 0.0   # traced on another data size: price_sync prices its bytes
+    else:
+      t = _price(r.kind, axes, r.group_size, r.bytes_per_device, mapping)[0]
+    for acc in (total,) + ((first,) if first_ops and src in first_ops
+                           else ()):
+      if sync:
+        acc.sync += t
+        acc.sync_bytes += r.bytes_per_device
+      elif per_mb:
+        acc.mb += t
+      else:
+        acc.step += t
+  return total, first
+
+
+def price_collective(kind, axes, group, nbytes, mapping):
+  """Seconds of one collective of ``nbytes`` per device over ``axes``
+  (as :func:`costmodels.collective_time` prices a trace record)."""
+  if not nbytes or group == 1:
+    return 0.0
+  return _price(kind, tuple(axes), group, nbytes, mapping)[0]
+
+
+def price_sync(work, mapping, data_axes):
+  """``work`` with its gradient reduction re-priced on the data axes of
+  ``mapping`` (a mesh with other data-parallel sizes than the one it was
+  measured on): one all-reduce of the layer's, and of the ends',
+  gradient bytes per device (bucketed), exposed in the fraction of
+  :func:`sync_exposure`.  The per-device compute of a stage does not
+  depend on the data-parallel size (each replica's microbatch is the
+  same), so one measurement serves every size."""
+  group = 1
+  for a in data_axes:
+    group *= mapping[a].size
+  if group == 1:
+    return work._replace(layer_sync_s=0.0, base_sync_s=0.0)
+  exposed = sync_exposure(mapping, data_axes)
+  axes = tuple(data_axes)
+
+  def t(nbytes):
+    if not nbytes:
+      return 0.0
+    return exposed * _price("allreduce", axes, group, nbytes, mapping)[0]
+  return work._replace(layer_sync_s=t(work.layer_sync_bytes),
+                       base_sync_s=t(work.base_sync_bytes))
+
+
+def _first_stage_ops(trace, layer_prefix):
+  """Names of the compute records before the first layer's first record
+  and after its last one (the embedding and its gradient)."""
+  names = [r.op_name for r in trace.compute]
+  idx = [i for i, n in enumerate(names) if n.startswith(layer_prefix)]
+  if not idx:
+    return set()
+  return set(names[:idx[0]]) | set(names[idx[-1] + 1:])
+
+
+def boundary_tensor(graph, layer_prefix="layer_0/"):
+  """The activation that crosses a stage boundary: the largest input of
+  the first op of the first layer (the residual stream)."""
+  for op in graph.operations:
+    if op.name.startswith(layer_prefix) and op.inputs:
+      return max(op.inputs, key=lambda t: t.shape.size)
+  return None
+
+
+def _state_bytes(graph, mesh_shape, rules):
+  cats = ("params", "gradients", "optimizer")
+  total = 0
+  for v in graph.all_variables:
+    if memory_lib.tensor_category(v.outputs[0]) in cats:
+      total += memory_lib.tensor_bytes_per_device(v.outputs[0], mesh_shape,
+                                                  rules)
+  return total
+
+
+def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
+               layer_prefix="layer_0/", stash_bytes=None, price_mesh=None,
+               memo=None):
+  """The :class:`~costmodels.pipeline.StageWork` of a model.
+
+  Args:
+    build: ``build(layers) -> (graph, microbatch_plan)``: the training
+      step with ``layers`` repeated layers, of at least 2 microbatches of
+      the pipeline's microbatch size.
+    mesh_shape, layout_rules: the layout of one stage (its data and tensor
+      axes; typed values or strings).
+    topology: the topology the stage's mesh maps onto (the cluster's
+      chips of one stage).
+    data_axes: the mesh axes over which gradients are reduced.
+    layer_prefix: the op-name prefix of the first layer's ops.
+    stash_bytes: bytes a layer keeps per microbatch in flight; default:
+      what a second layer adds to the traced step's peak memory beyond its
+      state, at least the boundary activation (the layer's input, all a
+      fully recomputed layer keeps).
+    price_mesh: the mesh whose mapping on ``topology`` prices the trace
+      (default ``mesh_shape``): the same axes, its non-data axes the same
+      sizes, in another order or with another data-parallel size (the
+      gradient reduction's time is then only its bytes; see
+      :func:`price_sync`).  One trace then prices a tensor axis inside a
+      node and across nodes.
+    memo: a dict the caller owns, to reuse the graphs, traces and memory
+      schedules of one ``(mesh_shape, layout_rules)`` across calls (e.g.
+      both placements of a search).
+  """
+  topology = get_topology(topology)
+  mapping = map_mesh(topology, price_mesh or mesh_shape)
+  key = (str(mesh_shape), str(layout_rules))
+  hit = None if memo is None else memo.get(key)
+  if hit is None:
+    g1, plan1 = build(1)
+    g2, plan2 = build(2)
+    hit = (g1, plan1, g2, plan2, trace_graph(g1, mesh_shape, layout_rules),
+           trace_graph(g2, mesh_shape, layout_rules),
+           memory_lib.liveness(g1), memory_lib.liveness(g2))
+    if memo is not None:
+      memo[key] = hit
+  g1, plan1, g2, plan2, tr1, tr2, live1, live2 = hit
+  first_ops = _first_stage_ops(tr1, layer_prefix)
+  one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops)
+  two, _ = _price_trace(tr2, plan2, mapping, data_axes)
+  layer = _Priced()
+  for f in ("mb", "step", "sync", "sync_bytes", "flops"):
+    setattr(layer, f, getattr(two, f) - getattr(one, f))
+  base_mb = one.mb - layer.mb
+  exposed = sync_exposure(mapping, data_axes) if data_axes else 0.0
+  boundary = boundary_tensor(g1, layer_prefix)
+  nbytes = (memory_lib.tensor_bytes_per_device(boundary, mesh_shape,
+                                               layout_rules)
+            if boundary is not None else 0)
+  prof1 = memory_lib.memory_profile(g1, mesh_shape, layout_rules,
+                                    liveness_plan=live1)
+  prof2 = memory_lib.memory_profile(g2, mesh_shape, layout_rules,
+                                    liveness_plan=live2)
+  # A stage's state: its variables (weights, optimizer slots) and the
+  # gradients the step holds (at the traced peak).
+  state1 = (_state_bytes(g1, mesh_shape, layout_rules)
+            + prof1.breakdown.get("gradients", 0))
+  state2 = (_state_bytes(g2, mesh_shape, layout_rules)
+            + prof2.breakdown.get("gradients", 0))
+  layer_state = state2 - state1
+  working = prof1.breakdown.get("activations", 0)
+  if stash_bytes is None:
+    # The activations one more layer keeps from its forward pass to its
+    # backward pass (its input alone under full recompute).
+    stash_bytes = max(nbytes, _stash(live2, mesh_shape, layout_rules)
+                      - _stash(live1, mesh_shape, layout_rules))
+  base_state = max(0, state1 - layer_state)
+  return StageWork(
+      layer_s=layer.mb, first_s=min(first.mb, base_mb),
+      last_s=max(0.0, base_mb - first.mb),
+      layer_step_s=layer.step, base_step_s=one.step - layer.step,
+      layer_sync_s=exposed * layer.sync,
+      base_sync_s=exposed * (one.sync - layer.sync),
+      boundary_bytes=nbytes,
+      boundary_shape="" if boundary is None else ";".join(
+          f"{d.name}:{d.size}" for d in boundary.shape.dims),
+      boundary_dtype="bfloat16" if boundary is None else str(boundary.dtype),
+      layer_state_bytes=layer_state,
+      base_state_bytes=base_state,
+      layer_stash_bytes=stash_bytes,
+      working_bytes=working, layer_sync_bytes=layer.sync_bytes,
+      base_sync_bytes=one.sync_bytes - layer.sync_bytes,
+      first_state_bytes=int(base_state * _read_fraction(
+          g1, first_ops, layer_prefix)),
+      last_state_bytes=int(base_state * _read_fraction(
+          g1, {op.name for op in g1.operations} - first_ops, layer_prefix)),
+      flops=layer.flops)
+
+
+def _stash(live, mesh_shape, rules):
+  """Per-device bytes of the activations live when the backward pass
+  starts (the first op whose name says it is a gradient), in the
+  memory model's schedule ``live`` (a :class:`costmodels.memory.Liveness`):
+  what the forward pass keeps for it."""
+  start = next((i for i, op in enumerate(live.step_ops)
+                if "_grad" in getattr(op, "name", "")), None)
+  if start is None:
+    return 0
+  total = 0
+  for t, a, b in live.intervals:
+    if a < start <= b and memory_lib.tensor_category(t) == "activations":
+      total += memory_lib.tensor_bytes_per_device(t, mesh_shape, rules)
+  return total
+
+
+def _read_fraction(graph, ops, layer_prefix):
+  """The part of the ends' trainable weights (those outside the layers)
+  that the ops named in ``ops`` read, directly or through a cast."""
+  reads = {}
+  for op in graph.operations:
+    if op.name in ops and not op.name.startswith(layer_prefix):
+      for t in op.inputs:
+        reads[t] = True
+  first = total = 0
+  for v in graph.trainable_variables:
+    if v.name.startswith(layer_prefix):
+      continue
+    n = v.outputs[0].shape.size
+    total += n
+    if _reads_variable(graph, v, reads):
+      first += n
+  return first / total if total else 0.5
+
+
+def _reads_variable(graph, variable, reads):
+  """Whether a first-stage op reads ``variable`` (or its dtype cast)."""
+  frontier = [variable.outputs[0]]
+  for _ in range(3):
+    nxt = []
+    for t in frontier:
+      if t in reads:
+        return True
+      for op in graph.consumers_of(t):
+        nxt.extend(op.outputs)
+    frontier = nxt
+  return False
+

@@ -1,0 +1,165 @@
+"""The pipelined layout search: exact (brute force equals it), any chip
+count gets a plan (idle chips or padding), and "no plan" names the chips
+that would hold the model."""
+
+import math
+
+import pytest
+
+from autolayout.meshes import pipeline_search as ps
+from autolayout.training.pipeline_price import (PipelineLayout,
+                                                measure_stage,
+                                                measuring_data, price_layout)
+from costmodels.topology import gpu_cluster
+from mesh_tf import models
+
+
+def _tiny(layers=4, batch=16, heads=4):
+  return models.get_config("transformer_tiny", layers=layers, batch=batch,
+                           d_model=32, d_ff=128, heads=heads, d_kv=8,
+                           vocab=256, length=16)
+
+
+def _brute(config, topology, budget, **space):
+  """Every layout priced, no pruning."""
+  best, works = None, {}
+  for lay in ps.layouts(config, topology, **space):
+    key = (lay.model, lay.microbatch, lay.recompute, lay.placement)
+    if key not in works:
+      works[key] = measure_stage(config, topology, lay.model,
+                                 measuring_data(lay, topology),
+                                 lay.microbatch, lay.recompute,
+                                 lay.placement)
+    r = price_layout(config, topology, lay, works[key])
+    if r.peak_memory_bytes > budget:
+      continue
+    key = (r.step_time_s, lay.chips)
+    if best is None or key < best[0]:
+      best = (key, r)
+  return best
+
+
+@pytest.mark.parametrize("budget_mib,space", [
+    (None, dict(tensor=(1, 2), microbatch=(1, 2), recompute=("full",))),
+    (0.6, dict(tensor=(1,), microbatch=(1, 2), recompute=("full", "none"))),
+])
+def test_search_equals_brute_force_with_stages_chunks_microbatches(
+    budget_mib, space):
+  config = _tiny(batch=8)
+  topo = gpu_cluster("a100", nodes=2, gpus_per_node=2)
+  budget = 2**40 if budget_mib is None else int(budget_mib * 2**20)
+  got = ps.search_pipelines(config, topo, budget, **space)
+  want = _brute(config, topo, budget, **space)
+  assert got.status == "optimal" and got.gap == 0.0
+  assert got.best.layout == want[1].layout
+  assert got.best.step_time_s == want[1].step_time_s
+  # The space holds several stage counts, chunk counts and microbatch
+  # counts, and the budget binds where it is set.
+  lays = ps.layouts(config, topo, **space)
+  assert {x.stages for x in lays} >= {1, 2, 4}
+  assert {x.chunks for x in lays} >= {1, 2}
+  assert len({x.microbatches(config.batch) for x in lays}) >= 3
+  if budget_mib is not None:
+    assert got.over_budget + got.skipped > 0
+
+
+@pytest.mark.parametrize("nodes,per_node", [
+    (13, 1),     # a prime chip count
+    (9, 1),      # odd
+    (124, 8),    # 992 = 2^5 * 31
+    (48, 8),     # 384 = 2^7 * 3
+    (280, 8),    # 2240 = 2^6 * 5 * 7
+    (384, 8),    # 3072 = 2^10 * 3
+    (31, 8),     # a prime number of 8-GPU nodes
+])
+def test_any_chip_count_gets_a_plan(nodes, per_node):
+  config = _tiny(layers=6, batch=96, heads=8) if per_node == 1 else (
+      models.get_config("gpt3_175b", layers=8, d_model=1024, heads=16,
+                        d_kv=64, d_ff=4096, vocab=51200, length=2048,
+                        batch=1024))
+  topo = gpu_cluster("a100", nodes=nodes, gpus_per_node=per_node)
+  r = ps.search_pipelines(config, topo, microbatch=(1,),
+                          recompute=("full",),
+                          tensor=(1,) if per_node == 1 else (8,))
+  best = r.best
+  assert r.status == "optimal"
+  assert best.layout.chips + best.idle_chips == nodes * per_node
+  m = best.microbatches
+  assert (m * best.layout.data * best.layout.microbatch
+          == config.batch + best.padded_sequences)
+  # The other way (the other data-parallel size of the same tensor and
+  # stage counts) was priced too, and is not faster.
+  for d in ps._data_sizes(config, topo, best.layout.model,
+                          best.layout.stages, 1):
+    other = price_layout(config, topo, best.layout._replace(data=d),
+                         best.work)
+    assert other.step_time_s >= best.step_time_s or (
+        other.peak_memory_bytes > r.best.peak_memory_bytes * 10)
+  # A prime or odd count the batch does not divide: chips idle or the
+  # batch padded, and the plan says which.
+  if (nodes * per_node) % 2:
+    assert best.idle_chips > 0 or best.padded_sequences > 0
+
+
+def test_no_plan_names_the_smallest_chip_count_that_would():
+  config = _tiny(layers=8, batch=8)
+  small = gpu_cluster("a100", nodes=2, gpus_per_node=1)
+  budget = 1000 * 2**10
+  space = dict(microbatch=(1,), recompute=("full",))
+  with pytest.raises(ps.PipelineInfeasibleError,
+                     match="smallest chip count that would hold it is 4"
+                     ) as e:
+    ps.search_pipelines(config, small, budget, **space)
+  assert e.value.min_chips == 4
+  # That many chips hold it, one fewer does not.
+  ok = ps.search_pipelines(config, gpu_cluster("a100", nodes=4,
+                                               gpus_per_node=1), budget,
+                           **space)
+  assert ok.best.peak_memory_bytes <= budget
+  with pytest.raises(ps.PipelineInfeasibleError):
+    ps.search_pipelines(config, gpu_cluster("a100", nodes=3,
+                                            gpus_per_node=1), budget,
+                        **space)
+
+
+def test_tensor_parallelism_lands_on_nvlink_and_both_were_compared():
+  config = models.get_config("gpt3_175b", layers=8, d_model=4096, heads=32,
+                             d_kv=128, d_ff=16384, vocab=51200,
+                             length=2048, batch=64)
+  # 64 chips: with TP 8 and DP 8 the tensor axis can lie inside the nodes
+  # or across all 8 of them.
+  topo = gpu_cluster("a100", nodes=8, gpus_per_node=8)
+  r = ps.search_pipelines(config, topo, tensor=(8,), microbatch=(1,),
+                          recompute=("full",))
+  inner, outer = r.by_placement["inner"], r.by_placement["outer"]
+  assert inner is not None and outer is not None
+  assert r.best.layout.placement == "inner" and inner < outer
+  assert math.isclose(r.best.step_time_s, inner)
+
+
+def test_one_measurement_serves_every_data_parallel_size():
+  """Per-device work measured at data:2 is that measured at data:4 (the
+  reuse the search relies on), and the gradient reduction is re-priced."""
+  config = _tiny(batch=16)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  two = measure_stage(config, topo, 2, 2)
+  four = measure_stage(config, topo, 2, 4)
+  for f in ("layer_s", "first_s", "last_s", "layer_step_s",
+            "layer_stash_bytes", "layer_state_bytes", "boundary_bytes",
+            "layer_sync_bytes"):
+    assert getattr(two, f) == pytest.approx(getattr(four, f), rel=1e-9), f
+  lay = PipelineLayout(2, 1, 4)
+  assert price_layout(config, topo, lay, two).step_time_s == pytest.approx(
+      price_layout(config, topo, lay, four).step_time_s, rel=1e-9)
+
+
+def test_published_layout_is_in_the_space_and_priced_the_same():
+  config = _tiny(layers=4, batch=16)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(2, 2, 2, 2, 1, "full", "inner")
+  assert lay in ps.layouts(config, topo)
+  r = ps.search_pipelines(config, topo, tensor=(2,), stages=(2,),
+                          chunks=(2,), microbatch=(1,), recompute=("full",))
+  direct = price_layout(config, topo, lay)
+  assert r.best.layout == lay
+  assert r.best.step_time_s == direct.step_time_s
