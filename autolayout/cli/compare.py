@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -11,6 +11,7 @@ from autolayout.cli.errors import CliInputError
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--layout", "-l", action="append", required=True,
                  metavar="[NAME=]RULES[@MESH]",
                  help="a layout: rules such as 'batch:data;d_ff:model', "
@@ -78,7 +79,8 @@ def _run(args, ctx):
           out.layout_record(r, results.get(n), n)
           for n, r in reports.items()]),
       csv=lambda: df, table=table,
-      plot=common.compare_plot(reports, model, topology))
+      plot=common.compare_plot(reports, model, topology),
+      views=html.several(reports, results, model.outputs))
 
 
 COMMAND = Command(

@@ -79,12 +79,15 @@ class Answer:
     table: ``(Context) -> None`` that prints the rich tables.
     csv_index: whether the CSV has the DataFrame's index.
     plot: ``(autolayout.plots) -> Figure`` for ``--plot``, or None.
+    views: ``(JSON payload) -> [LayoutView]`` for ``--html``
+      (:mod:`autolayout.cli.html`), or None.
   """
   json: Callable[[], dict]
   csv: Callable[[], Any]
   table: Callable[[Context], None]
   csv_index: bool = True
   plot: Optional[Callable[[Any], Any]] = None
+  views: Optional[Callable[[dict], Any]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,8 +130,14 @@ def emit(ctx, command, answer, args):
                           hint="give --plot a writable path ending in "
                           ".png, .svg or .pdf")
     print(f"wrote {path}", file=sys.stderr)
+  payload = None
+  if getattr(args, "html", None) and answer.views is not None:
+    from autolayout.cli import html
+    payload = answer.json()
+    html.write(args.html, command, payload, answer.views)
   if ctx.fmt == "json":
-    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
+    ctx.json({"schema": out.SCHEMA, "command": command,
+              **(payload or answer.json())})
   elif ctx.fmt == "csv":
     ctx.csv(answer.csv(), index=answer.csv_index)
   else:

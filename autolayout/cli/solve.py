@@ -5,7 +5,7 @@ import pandas as pd
 
 from autolayout.default_search import solve_default
 from autolayout.mesh_search import DEFAULT_MAX_AXES
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -15,6 +15,7 @@ from autolayout.cli.validate import parse_zero_stage
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--devices", "-n", type=int,
                  help="search every mesh shape of this many devices and "
                  "keep the best (the default without --mesh: the "
@@ -136,7 +137,8 @@ def _run(args, ctx):
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
       plot=common.compare_plot({str(result.rules) or "replicated": report},
-                               model, topology))
+                               model, topology),
+      views=html.one(report, result))
 
 
 def _plan_search(args, model):
