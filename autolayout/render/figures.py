@@ -58,7 +58,9 @@ def mesh_figure(view, subject):
       text=[f"{a['size']} x {a['link']}" for a in rec["axes"]],
       textposition="auto", hovertext=hover, hoverinfo="text",
       marker_color="#4c72b0", name="mesh axes"))
-  fig.update_xaxes(title="devices along the axis", type="log")
+  sizes = [a["size"] for a in rec["axes"]]
+  fig.update_xaxes(title="devices along the axis", rangemode="tozero",
+                   type="log" if max(sizes) > 16 * min(sizes) else "linear")
   fig.update_yaxes(autorange="reversed")
   return _layout(fig, f"Mesh {rec['mesh']}: axes, links and the dims they "
                  "carry", subject, height=160 + 60 * len(names))
@@ -69,7 +71,7 @@ def memory_figure(views, subject):
   peak marked, with the usable HBM (less the reserve), HBM and the memory
   budget as lines.  A dropdown switches between layouts."""
   fig = go.Figure()
-  labels, counts, top = [], [], 0
+  labels, counts, top, off = [], [], 0, []
   for i, v in enumerate(views):
     if v.memory is None:
       continue
@@ -94,17 +96,18 @@ def memory_figure(views, subject):
     top = max(top, m.peak_bytes)
     labels.append(v.label)
     counts.append(n)
-    if not fig.layout.shapes:
-      _memory_lines(fig, mem, v.record.get("solver"), top)
+    if len(labels) == 1:   # the lines of the first (chosen) layout
+      off = _memory_lines(fig, mem, v.record.get("solver"), top)
   _toggle(fig, labels, counts)
-  fig.update_xaxes(title="memory step (the schedule's order of ops)")
+  fig.update_xaxes(title="memory step (the schedule's order of ops)"
+                   + ("; off scale: " + ", ".join(off) if off else ""))
   fig.update_yaxes(title="bytes per device")
   return _layout(fig, "Memory per device over the step", subject, 460)
 
 
 def _memory_lines(fig, mem, solver, peak):
-  """HBM, usable HBM and the budget; a line far above the peak is named in
-  an annotation instead, so the curve stays readable."""
+  """Draws HBM, usable HBM and the budget; returns the names of those far
+  above the peak, which are not drawn, so the curve stays readable."""
   lines = [("HBM", mem["hbm_bytes"], "#444"),
            (f"usable ({mem['memory_reserve_fraction']:.0%} reserve)",
             mem["usable_bytes"], "#c44e52")]
@@ -119,10 +122,7 @@ def _memory_lines(fig, mem, solver, peak):
                     annotation_position="top left")
     else:
       off.append(f"{name} {text.nbytes(y)}")
-  if off:
-    fig.add_annotation(text="off scale: " + ", ".join(off), xref="paper",
-                       yref="paper", x=1, y=1.02, showarrow=False,
-                       xanchor="right", yanchor="bottom")
+  return off
 
 
 def time_figure(views, subject):
@@ -173,9 +173,12 @@ def comparison_figure(views, subject):
       cells=dict(values=cells("step_time_s"), align="left", height=24)))
   sortable = [c for c in cols if c.sortable]
   fig.update_layout(updatemenus=[dict(
-      type="buttons", direction="right", x=0, y=1.12, xanchor="left",
+      type="buttons", direction="right", x=0, y=1.0, xanchor="left",
+      yanchor="bottom",
       buttons=[dict(label=f"sort by {c.title}", method="restyle",
                     args=[{"cells.values": [cells(c.key)]}])
                for c in sortable])])
-  return _layout(fig, "Layouts side by side (* chosen)", subject,
-                 200 + 26 * len(rows))
+  _layout(fig, "Layouts side by side (* chosen); the buttons sort it",
+          subject, 260 + 48 * len(rows))
+  fig.update_layout(margin=dict(t=130))
+  return fig
