@@ -27,6 +27,14 @@ def _mem_delta(new, base):
   return ("+" if d >= 0 else "-") + out.fmt_bytes(abs(d))
 
 
+def _runner_up(r):
+  """The runner-up's axis for the dim; "replicated" when the best other
+  layout leaves the dim unsplit (its axis is None, its rules are not)."""
+  if r["runner_up_axis"]:
+    return r["runner_up_axis"]
+  return "replicated" if r["runner_up_rules"] is not None else "-"
+
+
 def _why(r, base):
   rule = f"{r['dim']}:{r['axis']}"
   t0, w = base.step_time_s, r["without_step_time_s"]
@@ -47,9 +55,11 @@ def _why(r, base):
       parts.append(f"and needs {out.fmt_bytes(dm)} more per device")
       if r["without_peak_memory_bytes"] > base.hbm_bytes:
         parts.append("(over HBM)")
-  if r["runner_up_axis"]:
+  if _runner_up(r) != "-":
     dr = r["runner_up_step_time_s"] - t0
-    parts.append(f"; on {r['runner_up_axis']} instead it would be "
+    where = ("replicated" if not r["runner_up_axis"]
+             else f"on {r['runner_up_axis']}")
+    parts.append(f"; {where} instead it would be "
                  f"{out.fmt_time(abs(dr))} "
                  f"{'slower' if dr >= 0 else 'faster'}")
   return f"{rule}: " + " ".join(parts).replace(" ;", ";")
@@ -93,7 +103,7 @@ def _run(args, ctx):
                                       base.step_time_s),
           "mem without": _mem_delta(r["without_peak_memory_bytes"],
                                     base.peak_memory_bytes),
-          "runner-up": r["runner_up_axis"] or "-",
+          "runner-up": _runner_up(r),
           "on runner-up": out.fmt_delta(r["runner_up_step_time_s"],
                                         base.step_time_s)})
     out.render(ctx.console, pd.DataFrame(rows, columns=[
