@@ -216,7 +216,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   Example:
     >>> r = auto_layout(graph, topology="h100x8-nodes4")   # doctest: +SKIP
     >>> str(r.mesh_shape), str(r.rules)                    # doctest: +SKIP
-    ('node_gpu:32', 'batch:node_gpu')
+    ('chips:32', 'batch:chips')
   """
   topology = costmodels.get_topology(topology)
   return solve_default(
