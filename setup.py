@@ -43,9 +43,9 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "mtf-demo=mesh_tf.demo:main",
+            "mtf-demo=mesh_tf.models.demo:main",
             "mtf-layout=autolayout.cli:main",
-            "mtf-worker=mesh_tf.worker:main",
+            "mtf-worker=mesh_tf.distributed.worker:main",
         ],
     },
 )

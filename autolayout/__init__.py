@@ -5,45 +5,47 @@ step time :func:`costmodels.evaluate` predicts on a topology, under a
 per-device memory budget, with an exact integer program solved by OR-Tools
 CP-SAT.
 
-Modules: :mod:`~autolayout.view` (networkx view of named dims),
+Modules: :mod:`~autolayout.search.view` (networkx view of named dims),
 :mod:`~autolayout.explain` (why each rule),
-:mod:`~autolayout.assignments` (valid local assignments),
-:mod:`~autolayout.tables` (per-op cost tables), :mod:`~autolayout.formulation`
-(the program, written out as math), :mod:`~autolayout.solve` (solve and
+:mod:`~autolayout.search.assignments` (valid local assignments),
+:mod:`~autolayout.search.tables` (per-op cost tables), :mod:`~autolayout.search.formulation`
+(the program, written out as math), :mod:`~autolayout.search.solve` (solve and
 validate; :class:`LayoutSearch` holds one graph's tables for every query),
-:mod:`~autolayout.result`, :mod:`~autolayout.mesh_search`,
+:mod:`~autolayout.search.result`, :mod:`~autolayout.meshes.mesh_search`,
 :mod:`~autolayout.pareto` and the ``mtf-layout`` CLI,
-:mod:`autolayout.cli`; plans as files (:mod:`~autolayout.plan`,
-:mod:`~autolayout.plan_file`), :func:`diff` of two plans
-(:mod:`~autolayout.plan_diff`), warm re-solves
-(:mod:`~autolayout.plan_hint`) and exporters to other frameworks
-(:mod:`autolayout.export`).
+:mod:`autolayout.cli`; plans as files (:mod:`~autolayout.plans.plan`,
+:mod:`~autolayout.plans.file`), :func:`diff` of two plans
+(:mod:`~autolayout.plans.diff`), warm re-solves
+(:mod:`~autolayout.plans.hint`) and exporters to other frameworks
+(:mod:`autolayout.plans.export`).
 """
 
 # CP-SAT before anything that may load TensorFlow: importing mesh_tf
-# applies the rule (mesh_tf.import_order says why).
-import mesh_tf.import_order  # noqa: F401  isort:skip
+# applies the rule (mesh_tf.startup.import_order says why).
+import mesh_tf.startup.import_order  # noqa: F401  isort:skip
 
 from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
                                InfeasibleLayoutError, PlanError,
                                PlanFormatError, PlanMismatchError,
                                SolverError)
-from autolayout.result import LayoutResult, ModelSize
-from autolayout.solve import LayoutSearch, validate
-from autolayout.explain import explain
-# auto_layout of a given mesh is autolayout.solve's; this one has the CLI's
+from autolayout.search.result import LayoutResult, ModelSize
+from autolayout.search.solve import LayoutSearch, validate
+from autolayout.search.explain import explain
+# auto_layout of a given mesh is autolayout.search.solve's; this one has the CLI's
 # defaults (autolayout.default_search): it also searches the mesh when given
 # none, and the training decisions when nothing fits.
 from autolayout.default_search import auto_layout
-from autolayout.mesh_search import auto_mesh_and_layout, mesh_factorizations
-from autolayout.pareto import pareto
-from autolayout.view import (build_view, dims_used_together, repeated_ops,
-                             splittable_dims, to_dot, write_dot,
-                             write_graphml)
-from autolayout.assignments import all_layouts
-from autolayout.plan import Plan, make_plan
-from autolayout.plan_file import load_plan
-from autolayout.plan_diff import diff
+from autolayout.meshes.mesh_search import auto_mesh_and_layout, mesh_factorizations
+from autolayout.search.pareto import pareto
+from autolayout.search.view import (build_view, dims_used_together, repeated_ops,
+                                    splittable_dims, to_dot, write_dot,
+                                    write_graphml)
+from autolayout.search.assignments import all_layouts
+from autolayout.plans.plan import Plan, make_plan
+from autolayout.plans.file import load_plan
+from autolayout.plans.diff import diff
+# ``autolayout.solve`` (the module) as before the sub-packages.
+from autolayout.search import solve
 
 __all__ = ["AutoLayoutError", "ImportOrderError", "InfeasibleLayoutError",
            "SolverError", "PlanError", "PlanFormatError", "PlanMismatchError",

@@ -7,12 +7,12 @@ default:
 1. the layout of the step as built, on the given mesh or, without one, on
    the best of every 1- and 2-axis mesh shape of the topology's chips
    (axes named after their physical dims,
-   :func:`autolayout.mesh_search.auto_mesh_and_layout`);
+   :func:`autolayout.meshes.mesh_search.auto_mesh_and_layout`);
 2. when that step fits no layout of the budget, and the graph is the
    training step of a zoo Transformer whose ``config`` is given, the
    training decisions (bf16 compute, ZeRO stage per variable group,
-   recompute, microbatches; :mod:`autolayout.decisions`, and without a mesh
-   :mod:`autolayout.training_meshes`) are searched instead, with the time
+   recompute, microbatches; :mod:`autolayout.training.decisions`, and without a mesh
+   :mod:`autolayout.meshes.training_meshes`) are searched instead, with the time
    left.
 
 Why only then: the decisions that the search takes (ZeRO stage, recompute,
@@ -43,10 +43,11 @@ import time
 from typing import Any, NamedTuple, Optional
 
 import costmodels
-from autolayout import arguments, solve
+from autolayout import arguments
+from autolayout.search import solve
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import InfeasibleLayoutError
-from autolayout.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
+from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
 from mesh_tf.core.errors import InvalidArgumentError
 
 __all__ = ["DefaultAnswer", "auto_layout", "solve_default"]
@@ -101,7 +102,7 @@ def solve_default(graph, mesh_shape=None, outputs=None,
     graph, mesh_shape, outputs, topology, memory_budget, objective,
       time_limit_s, num_workers, seed, search, hint, overlap,
       tie_break, solver_params, forbid, max_axes_per_dim: as
-      :func:`autolayout.solve.auto_layout` (``tie_break``,
+      :func:`autolayout.search.solve.auto_layout` (``tie_break``,
       ``solver_params`` and ``forbid`` with a given mesh only);
       ``time_limit_s`` bounds everything, the fallback included.
     config: the zoo config ``graph`` was built from (``mesh_tf.models``,
@@ -109,7 +110,7 @@ def solve_default(graph, mesh_shape=None, outputs=None,
     num_devices: chips of the mesh search (default: the topology's).
     max_axes: most mesh axes of the mesh search.
     fixed, param_dtype, memory_reserve_fraction: the fallback's, as
-      :func:`autolayout.decisions.search_training`.
+      :func:`autolayout.training.decisions.search_training`.
     progress: ``fn(best, bound, elapsed_s)`` of the solver, given mesh.
     mesh_progress: ``fn(mesh, index, count, best)`` before each mesh shape
       (without a mesh; the fallback calls it with its stage in the name).
@@ -163,13 +164,13 @@ def solve_default(graph, mesh_shape=None, outputs=None,
   left = max(1.0, time_limit_s - (time.perf_counter() - t0))
   budget = memory_budget
   if mesh_shape is not None:
-    from autolayout import decisions
+    from autolayout.training import decisions
     plan = decisions.search_training(
         config, mesh_shape, topology, _resolved(budget, topology),
         fixed=fixed, param_dtype=param_dtype, time_limit_s=left,
         memory_reserve_fraction=memory_reserve_fraction, overlap=overlap)
     return DefaultAnswer(plan.result, None, plan.tried, True)
-  from autolayout.training_meshes import search_training_meshes
+  from autolayout.meshes.training_meshes import search_training_meshes
   plan, table = search_training_meshes(
       config, topology, budget, num_devices, max_axes, fixed=fixed,
       param_dtype=param_dtype, time_limit_s=left, overlap=overlap,
@@ -194,12 +195,12 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 seed=solve.DEFAULT_SEED, tie_break=(), solver_params=None,
                 forbid=(), progress=None, search=None, hint=None,
                 overlap=True, max_axes_per_dim=None, config=None):
-  """:func:`autolayout.solve.auto_layout`, with ``mtf-layout solve``'s
+  """:func:`autolayout.search.solve.auto_layout`, with ``mtf-layout solve``'s
   defaults (:func:`solve_default`, the same function the CLI calls).
 
   ``mesh_shape=None`` (the default) searches every 1- and 2-axis mesh
   shape of the topology's chips, names each axis after the physical dims
-  it lies on (:func:`autolayout.mesh_search.physical_axis_names`), and
+  it lies on (:func:`autolayout.meshes.mesh_search.physical_axis_names`), and
   returns the best result, whose ``meshes_tried`` lists every shape tried,
   best first, as ``(mesh, status, step_time_s or None)``.
   ``tie_break``, ``solver_params``, ``forbid`` and ``progress`` apply to a
@@ -211,7 +212,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   fits no layout of the budget is answered with training decisions
   (bf16, ZeRO stage, recompute, microbatches), as the CLI does; the
   result's ``decisions`` says which, and its ``graph`` is the step built
-  for them (:func:`autolayout.decisions.build_training`).
+  for them (:func:`autolayout.training.decisions.build_training`).
 
   Example:
     >>> r = auto_layout(graph, topology="h100x8-nodes4")   # doctest: +SKIP

@@ -42,8 +42,8 @@ class ImportOrderError(AutoLayoutError):
 
 def tensorflow_loaded_first():
   """True if this process imported TensorFlow before CP-SAT (the rule
-  lives in :mod:`mesh_tf.import_order`)."""
-  from mesh_tf import import_order  # pylint: disable=g-import-not-at-top
+  lives in :mod:`mesh_tf.startup.import_order`)."""
+  from mesh_tf.startup import import_order  # pylint: disable=g-import-not-at-top
   return import_order.tensorflow_loaded_first()
 
 
@@ -67,7 +67,7 @@ class SolverError(AutoLayoutError):
 
 
 class PlanError(AutoLayoutError):
-  """A plan file or :class:`~autolayout.plan.Plan` cannot be used."""
+  """A plan file or :class:`~autolayout.plans.plan.Plan` cannot be used."""
 
 
 class PlanFormatError(PlanError):

@@ -21,7 +21,7 @@ Two anchors (issue 13):
 
 For each it prints the published layout's prediction and the tool's own
 plan (mesh shapes and training decisions searched,
-:func:`autolayout.training_meshes.search_training_meshes`), with step time,
+:func:`autolayout.meshes.training_meshes.search_training_meshes`), with step time,
 MFU, peak memory and the decisions.
 
 Run: ``PYTHONPATH=. python benchmarks/anchors.py [--only palm|megatron]
@@ -32,8 +32,8 @@ import argparse
 import time
 
 import costmodels
-from autolayout import decisions
-from autolayout.training_meshes import search_training_meshes
+from autolayout.training import decisions
+from autolayout.meshes.training_meshes import search_training_meshes
 from costmodels import hardware
 from mesh_tf import models
 

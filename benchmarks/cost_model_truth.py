@@ -132,7 +132,7 @@ def _models():
 def _training_graph(build):
   """A fresh model with its SGD training step built on its graph (what
   TrainStep adds), for pricing and solving."""
-  from mesh_tf import optimize
+  from mesh_tf.training import optimize
   from mesh_tf.gradients import gradients
   model = build()
   variables = list(model.graph.trainable_variables)
@@ -194,7 +194,8 @@ def _predict(build, mesh, rules, topology):
 
 
 def _make_step(build, mesh, rules, devices):
-  from mesh_tf import optimize, training
+  from mesh_tf import training
+  from mesh_tf.training import optimize
   model = build()
   step = training.train_step_for_model(model, mesh, rules, devices,
                                        optimize.SgdOptimizer(0.01))

@@ -66,7 +66,8 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
   from costmodels.calibrate import measure, topology_file
   from costmodels.calibrate.fit import CalibrationError
   from mesh_tf import distributed as dist
-  from mesh_tf import optimize, training
+  from mesh_tf import training
+  from mesh_tf.training import optimize
   topology = costmodels.get_topology(topo_path)
   model = _training_graph(_build)
   auto = autolayout.auto_layout(model.graph, MESH, None, topology=topology,

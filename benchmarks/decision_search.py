@@ -1,10 +1,10 @@
 """The decision search's two ways to pick (ZeRO stage, recompute count) at
 one mesh and k, side by side: one joint CP-SAT program over every candidate
-(:mod:`autolayout.decision_program`) against the candidates' own programs
+(:mod:`autolayout.training.decision_program`) against the candidates' own programs
 solved in turn with the incumbent as a cutoff
-(:mod:`autolayout.candidate_search`, the default).
+(:mod:`autolayout.training.candidate_search`, the default).
 
-Both run on the same warm :class:`autolayout.decisions.Candidates` (graphs
+Both run on the same warm :class:`autolayout.training.decisions.Candidates` (graphs
 and tables built once, before either is timed), alternating, so the times
 compare the solves alone.  Prints each one's chosen decisions, step time
 and median wall time, and the ratio.
@@ -18,7 +18,7 @@ import statistics
 import time
 
 import costmodels
-from autolayout import decisions
+from autolayout.training import decisions
 from costmodels import arguments as cm_args
 from mesh_tf import models
 

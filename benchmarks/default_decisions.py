@@ -5,7 +5,7 @@ stage, recompute and microbatches only when the step as built fits no
 layout.  That is right only if, with memory to spare, none of them wins on
 time.  For each case this prints the decision-free plan (ZeRO 0, no
 recompute, k = 1) next to the fastest plan of the whole decision search
-(every stage, recompute count and k of :func:`autolayout.decisions.
+(every stage, recompute count and k of :func:`autolayout.training.decisions.
 search_training`, with the per-group descent) at the same dtype and no
 memory budget, and their ratio (< 1: a decision wins on time).
 
@@ -16,7 +16,7 @@ two), ``--case transformer_tiny@tpu-v5e-2x4@x:2;y:4``.
 import argparse
 import time
 
-from autolayout import decisions
+from autolayout.training import decisions
 from mesh_tf import models
 
 CASES = (

@@ -6,7 +6,7 @@ the reference the layout search's speed is measured against
 """
 
 import mesh_tf as mtf
-from mesh_tf import optimize
+from mesh_tf.training import optimize
 
 
 def build(layers=2, d_model=1024, heads=16, d_kv=64, d_ff=4096, vocab=32768,

@@ -2,7 +2,7 @@
 
 For each (model, topology) it searches the mesh shape, the training
 decisions (ZeRO stage and recompute count as CP-SAT decision families,
-microbatches as phases; :mod:`autolayout.training_meshes`) and the layout
+microbatches as phases; :mod:`autolayout.meshes.training_meshes`) and the layout
 rules under the chip's usable memory, as ``mtf-layout solve --train``
 does, and prints the plan and its decisions, per-device memory by
 category, communication per mesh axis, step time, model-FLOPs utilisation
@@ -19,8 +19,8 @@ import argparse
 import time
 
 import costmodels
-from autolayout import decisions
-from autolayout.training_meshes import search_training_meshes
+from autolayout.training import decisions
+from autolayout.meshes.training_meshes import search_training_meshes
 from costmodels import hardware
 from mesh_tf import models
 

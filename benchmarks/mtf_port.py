@@ -18,7 +18,7 @@ Paths:
   * ``session_malloc`` / ``original_bfc``: the session / original path
     with TF's host allocator switched (``TF_CPU_ALLOCATOR_USE_BFC``:
     ``import mesh_tf`` asks for TF's BFC allocator, see
-    ``mesh_tf.host_allocator``; the original leaves ``malloc``), to show
+    ``mesh_tf.startup.host_allocator``; the original leaves ``malloc``), to show
     what the allocator alone is worth (not run unless asked for);
   * ``session_unfused``: the session path with
     ``PlacementMeshImpl(fuse=False)`` (not run unless asked for).
@@ -235,7 +235,7 @@ def run_trainstep(layers, steps, session_threads=False):
 def _unfused(example):
   """Makes the example's PlacementMeshImpl lower unfused."""
   import mesh_tf  # pylint: disable=import-outside-toplevel
-  real = mesh_tf.placement_mesh_impl.PlacementMeshImpl
+  real = mesh_tf.compat.placement_mesh_impl.PlacementMeshImpl
 
   def unfused(*args, **kwargs):
     return real(*args, fuse=False, **kwargs)

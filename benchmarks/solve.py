@@ -42,9 +42,9 @@ import rich.console  # noqa: E402
 import rich.table  # noqa: E402
 
 import autolayout  # noqa: E402
-from autolayout import solve as solve_lib  # noqa: E402
+from autolayout.search import solve as solve_lib  # noqa: E402
 from benchmarks import handwritten  # noqa: E402
-from mesh_tf import optimize  # noqa: E402
+from mesh_tf.training import optimize  # noqa: E402
 from mesh_tf.gradients import gradients  # noqa: E402
 from mesh_tf.models.transformer import transformer_lm  # noqa: E402
 

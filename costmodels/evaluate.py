@@ -71,7 +71,7 @@ class OpCost(NamedTuple):
       The step waits for it on the critical path, not for a gradient sync
       (:mod:`costmodels.overlap`).
     repeats: how often the record runs per step (the microbatch count for
-      per-microbatch work, see :mod:`mesh_tf.microbatch`); ``time_s``,
+      per-microbatch work, see :mod:`mesh_tf.training.microbatch`); ``time_s``,
       ``time_by_axis``, ``flops_per_device`` and ``bytes_per_device`` are
       totals over the repeats.
   """
@@ -183,7 +183,7 @@ def op_costs(trace, mapping, microbatches=None):
 
   ``sum`` (or ``math.fsum``) of their ``time_s`` is the step time of
   :func:`evaluate`; see the module docstring.  With a
-  :class:`mesh_tf.microbatch.MicrobatchPlan`, each record's price is times
+  :class:`mesh_tf.training.microbatch.MicrobatchPlan`, each record's price is times
   the repeats of the op whose layout caused it (``source_op``).
   """
   chip = mapping.topology.chip
@@ -270,7 +270,7 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
       schedule over many layouts; replaces ``schedule``.
     memory_reserve_fraction: the part of the chip's HBM kept free for the
       runtime and fragmentation (the report's ``usable_memory_bytes``).
-    microbatches: a :class:`mesh_tf.microbatch.MicrobatchPlan` when the
+    microbatches: a :class:`mesh_tf.training.microbatch.MicrobatchPlan` when the
       graph is one microbatch of a step (per-microbatch work is priced
       ``k`` times; memory is that of one microbatch plus the
       accumulators).

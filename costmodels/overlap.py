@@ -81,7 +81,7 @@ collective is exposed (the conservative figure, ``--no-overlap``).
 
 The layout search writes :math:`E_a` in CP-SAT as :math:`e_a \ge 0`,
 :math:`e_a \ge Z_{b,a}` with :math:`Z_{b,a}` linear in the table choices
-(see :mod:`autolayout.formulation`), which is exact because it minimises.
+(see :mod:`autolayout.search.formulation`), which is exact because it minimises.
 """
 
 import bisect

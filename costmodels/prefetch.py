@@ -1,6 +1,6 @@
 r"""Parameter all-gathers prefetched under earlier compute (ZeRO / FSDP).
 
-With sharded storage (:mod:`mesh_tf.storage`) every read of a weight is a
+With sharded storage (:mod:`mesh_tf.training.storage`) every read of a weight is a
 :class:`~mesh_tf.ops.storage.StorageGatherOperation`: under stage 3 one
 before each use in forward and again in backward.  Nothing but its readers
 waits for a gather, so a runtime issues it ahead of time, while the
@@ -33,7 +33,7 @@ makes it conservative (a whole bucket is due when its first weight is).
 Times are totals per step (per-microbatch work is priced ``k`` times), as
 for the syncs.  The search writes :math:`P_a` in CP-SAT as prefix
 variables and one max equality (see
-:func:`autolayout.overlap_program.add_overlap_constraints`).
+:func:`autolayout.search.overlap_program.add_overlap_constraints`).
 """
 
 import bisect
@@ -79,7 +79,7 @@ def prefetch_buckets(graph, max_buckets=MAX_PREFETCH_BUCKETS):
 
   Example:
     >>> import mesh_tf as mtf
-    >>> from mesh_tf import storage
+    >>> from mesh_tf.training import storage
     >>> g = mtf.Graph(); mesh = mtf.Mesh(g, "m")
     >>> w = mtf.get_variable(mesh, "w", "d_model:4")
     >>> loss = mtf.reduce_sum(w * w)

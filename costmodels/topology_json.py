@@ -1,7 +1,7 @@
 """Topologies as versioned JSON objects, and back: the one serialiser.
 
 Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
-topologies plan files embed (:mod:`autolayout.plan`) use this one schema,
+topologies plan files embed (:mod:`autolayout.plans.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
     {"schema": "mesh-tf-topology", "version": 7, "name": "...",

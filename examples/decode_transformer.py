@@ -56,7 +56,7 @@ def synthetic_batch(batch, length, vocab, seed=0):
 def train(config, steps, path, devices):
   """Trains ``config`` for ``steps`` and saves it to ``path``."""
   import mesh_tf  # noqa: F401
-  from mesh_tf.optimize import AdamWeightDecayOptimizer
+  from mesh_tf.training.optimize import AdamWeightDecayOptimizer
   from mesh_tf.training import train_step_for_model
   model = config.build()
   step = train_step_for_model(model, TRAIN_MESH, TRAIN_LAYOUT, devices,

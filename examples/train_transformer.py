@@ -57,7 +57,8 @@ def main(argv=None):
 
   _setup_tf(8)
   import mesh_tf as mtf
-  from mesh_tf import models, optimize, training
+  from mesh_tf import models, training
+  from mesh_tf.training import optimize
 
   sizes = dict(layers=args.layers, d_model=32, heads=4, d_kv=8, d_ff=64,
                vocab=32, length=16, batch=8)

@@ -2,18 +2,18 @@
 
 ``import mesh_tf as mtf`` gives the public API.  Importing it does not import
 TensorFlow; only lowering onto real devices does.  It imports CP-SAT first
-(:mod:`mesh_tf.import_order`) and asks TF for its BFC host allocator unless
-the environment chose (:mod:`mesh_tf.host_allocator`).
+(:mod:`mesh_tf.startup.import_order`) and asks TF for its BFC host allocator unless
+the environment chose (:mod:`mesh_tf.startup.host_allocator`).
 """
 
-# CP-SAT before TensorFlow (see mesh_tf.import_order): importing mesh_tf
+# CP-SAT before TensorFlow (see mesh_tf.startup.import_order): importing mesh_tf
 # first makes every later order safe.
-from mesh_tf import import_order as _import_order
+from mesh_tf.startup import import_order as _import_order
 
 _import_order.import_cp_sat_first()
 
-# TF's BFC host allocator unless the user chose (see mesh_tf.host_allocator).
-from mesh_tf import host_allocator as _host_allocator
+# TF's BFC host allocator unless the user chose (see mesh_tf.startup.host_allocator).
+from mesh_tf.startup import host_allocator as _host_allocator
 
 _host_allocator.request_bfc()
 
@@ -78,17 +78,18 @@ from mesh_tf.ops.conv import *  # noqa: F401,F403
 from mesh_tf.ops.pool import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
-from mesh_tf import placement_mesh_impl  # noqa: E402,F401  (Mesh TF's path)
-from mesh_tf import auto_mtf, beam_search, utils  # noqa: E402,F401  (Mesh TF's modules)
+# Mesh TF's module paths (mtf.placement_mesh_impl, mtf.beam_search, ...).
+from mesh_tf.compat import beam_search, placement_mesh_impl, utils  # noqa: E402,F401
+from mesh_tf import auto_mtf, checkpoint, training  # noqa: E402,F401
 
 # Autodiff and optimizers.  ``mtf.gradients`` is the function; import the
 # module's other names with ``from mesh_tf.gradients import ...``.
 from mesh_tf.gradients import (custom_gradient, gradients,  # noqa: E402
                                recompute_grad, register_gradient)
-from mesh_tf import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
+from mesh_tf.training import optimize  # noqa: E402  (mtf.optimize.SgdOptimizer, ...)
 
 # The layout optimizer (OR-Tools is imported only when these are called).
-from mesh_tf.auto import auto_layout, auto_mesh_and_layout, load_plan  # noqa: E402
+from mesh_tf.auto_mtf.door import auto_layout, auto_mesh_and_layout, load_plan  # noqa: E402
 
 # Mesh TF's loops, conv op classes and step helpers (issue 16, h2).
 from mesh_tf.ops.while_loop import *  # noqa: F401,F403,E402
@@ -99,7 +100,7 @@ from mesh_tf.ops.generic_grad import *  # noqa: F401,F403,E402
 from mesh_tf.ops.stacked_variables import *  # noqa: F401,F403,E402
 # Issue 16, h6-compat-misc: Mesh TF's TPU tiling path (mtf.simd_mesh_impl),
 # and MeshImpl(shape, layout) as geometry with its backend contract.
-from mesh_tf import simd_mesh_impl  # noqa: E402,F401
+from mesh_tf.compat import simd_mesh_impl  # noqa: E402,F401
 from mesh_tf.lowering.backend import MeshBackend  # noqa: E402,F401
 from mesh_tf.lowering.mesh_impl import BackendRequiredError  # noqa: E402,F401
 

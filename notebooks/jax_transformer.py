@@ -1,6 +1,6 @@
 """The zoo's Transformer LM forward (``mesh_tf.models.transformer_lm``),
 written in JAX with the same shapes and the same parameter names, so that a
-plan exported with ``autolayout.export.to_jax`` shards it directly.
+plan exported with ``autolayout.plans.export.to_jax`` shards it directly.
 
 Used by ``export_to_jax.ipynb`` and by the export tests.  Every array keeps
 mtf's dim order (e.g. ``layer_0/attention/q`` is ``[d_model, heads, d_kv]``

@@ -8,8 +8,8 @@ import math
 import pandas as pd
 
 import costmodels
-from autolayout import assignments
-from autolayout.solve import LayoutSearch, auto_layout
+from autolayout.search import assignments
+from autolayout.search.solve import LayoutSearch, auto_layout
 from autolayout.cli import inputs
 from autolayout.cli import output as out
 from autolayout.cli.models import load_model, parse_overrides
@@ -167,8 +167,8 @@ def training_record(result, model, topology, tried=()):
 
 
 def show_decisions(ctx, result, model, topology):
-  from autolayout import stage_groups
-  from mesh_tf.storage import GROUPS
+  from autolayout.training import stage_groups
+  from mesh_tf.training.storage import GROUPS
   rows = []
   for k, v in result.decisions._asdict().items():
     if k != "zero_stage":

@@ -3,7 +3,7 @@ decision, with the cost delta of each."""
 
 import pandas as pd
 
-from autolayout import plan_diff
+from autolayout.plans import diff as plan_diff
 from autolayout.cli import inputs
 from autolayout.cli import output as out
 from autolayout.cli import plans

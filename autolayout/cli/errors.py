@@ -125,7 +125,7 @@ def _budget_text(nbytes):
 
 def _state_message(err, args):
   """``(message, hint)`` when the variables alone exceed the budget (no
-  layout search ran: see autolayout.infeasible.check_state_fits)."""
+  layout search ran: see autolayout.search.infeasible.check_state_fits)."""
   floor, n = err.floor_bytes, err.num_devices
   where = getattr(args, "resolved_mesh", None) or f"{n} devices"
   msg = (f"no layout of {args.model} on {where} ({args.topology}) fits the "

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 
 from mesh_tf.core.layout import LayoutRules
-from autolayout.explain import explain
+from autolayout.search.explain import explain
 from autolayout.cli import common, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args

@@ -5,8 +5,8 @@ import os
 import sys
 import tempfile
 
-from autolayout import export as export_lib
-from autolayout import plan as plan_lib
+from autolayout.plans import export as export_lib
+from autolayout.plans import plan as plan_lib
 from autolayout.errors import ExportError
 from autolayout.cli import plans
 from autolayout.cli.context import Answer, Command

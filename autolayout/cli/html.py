@@ -23,7 +23,7 @@ def one(report, result=None, outputs=None, key="result"):
   ``outputs``: the step's outputs as the report was priced with (default:
   the solver result's)."""
   def views(payload):
-    from autolayout.render import layout_view
+    from autolayout.render.views import layout_view
     outs = outputs or getattr(result, "outputs", None) or None
     return [layout_view("plan", payload[key], report, chosen=True,
                         outputs=outs)]
@@ -34,7 +34,7 @@ def several(reports, results, outputs=None):
   """The views of ``compare``: every layout; the fastest that fits is the
   chosen one."""
   def views(payload):
-    from autolayout.render import layout_view
+    from autolayout.render.views import layout_view
     recs = payload["layouts"]
     fits = [r for r in recs if r["memory"]["fits"]] or recs
     best = min(fits, key=lambda r: r["step_time_s"])["label"]
@@ -48,7 +48,7 @@ def several(reports, results, outputs=None):
 def ranked(results, outputs=None):
   """The views of ``mesh``: each solved mesh shape, rank 1 chosen."""
   def views(payload):
-    from autolayout.render import layout_view
+    from autolayout.render.views import layout_view
     by_mesh = {r.report.mesh_shape: r for r in results}
     by_text = {str(m).replace(",", ";"): r for m, r in by_mesh.items()}
     out = []
@@ -66,8 +66,8 @@ def ranked(results, outputs=None):
 
 def write(path, command, payload, views):
   """Writes the page, or raises CliInputError naming the path."""
-  from autolayout import render
-  page = render.build(command, payload, views(payload))
+  from autolayout.render import page as render_page
+  page = render_page.build(command, payload, views(payload))
   try:
     with open(path, "w", encoding="utf-8") as f:
       f.write(page)

@@ -4,7 +4,7 @@ import math
 
 import pandas as pd
 
-from autolayout.mesh_search import auto_mesh_and_layout
+from autolayout.meshes.mesh_search import auto_mesh_and_layout
 from autolayout.cli import common, html, inputs
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args

@@ -108,7 +108,7 @@ def list_models():
 
 def _add_training(graph, loss):
   """Adds gradients and an Adam update, so memory counts optimizer state."""
-  from mesh_tf import optimize
+  from mesh_tf.training import optimize
   from mesh_tf.gradients import gradients
   variables = list(graph.trainable_variables)
   grads = gradients([loss], [v.outputs[0] for v in variables])

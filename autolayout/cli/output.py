@@ -11,45 +11,15 @@ import math
 
 import pandas as pd
 
+# Numbers as words, shared with the HTML report.
+from autolayout.render.text import (fmt_bytes, fmt_pct, fmt_rate,  # noqa: F401
+                                    fmt_time)
+
 SCHEMA = "mtf-layout/1"
 CATEGORIES = ("params", "gradients", "optimizer", "activations")
 
 
 # --- formatting --------------------------------------------------------------
-def fmt_time(seconds, digits=4):
-  """``0.02892`` -> ``"28.92 ms"`` (``digits`` significant digits)."""
-  if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-    return "-"
-  if seconds == 0:
-    return "0"
-  for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-    if abs(seconds) >= scale:
-      return f"{seconds / scale:.{digits}g} {unit}"
-  return f"{seconds / 1e-9:.{digits}g} ns"
-
-
-def fmt_bytes(nbytes, digits=4):
-  """``1.5 * 2**30`` -> ``"1.5 GiB"`` (``digits`` significant digits)."""
-  if nbytes is None or (isinstance(nbytes, float) and math.isnan(nbytes)):
-    return "-"
-  for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
-                      ("KiB", 2**10)):
-    if abs(nbytes) >= scale:
-      return f"{nbytes / scale:.{digits}g} {unit}"
-  return f"{int(nbytes)} B"
-
-
-def fmt_rate(bytes_per_s):
-  if bytes_per_s is None or math.isinf(bytes_per_s):
-    return "-"
-  return f"{bytes_per_s / 1e9:.4g} GB/s"
-
-
-def fmt_pct(x):
-  return "-" if x is None or (isinstance(x, float) and math.isnan(x)) \
-      else f"{x:.1%}"
-
-
 def fmt_delta(new, base):
   """``"+3.1 ms (+12%)"``: how ``new`` differs from ``base`` (seconds)."""
   if new is None or base is None or (isinstance(new, float)

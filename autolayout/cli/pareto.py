@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from autolayout.pareto import pareto
+from autolayout.search.pareto import pareto
 from autolayout.cli import common, inputs
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args

@@ -3,7 +3,7 @@
 the CLI's two lines (``error:`` and ``hint:``)."""
 
 import costmodels
-from autolayout import plan_file
+from autolayout.plans import file as plan_file
 from autolayout.errors import PlanError, PlanFormatError, PlanMismatchError
 from autolayout.cli import inputs
 from autolayout.cli.errors import CliInputError

@@ -4,7 +4,7 @@
 import pandas as pd
 
 from autolayout.default_search import solve_default
-from autolayout.mesh_search import DEFAULT_MAX_AXES
+from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
 from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
@@ -174,8 +174,8 @@ def _fixed(args):
 
 def _training_meshes(ctx, args, model, topology, budget, n):
   """The fastest mesh shape, training decisions and layout
-  (autolayout.training_meshes)."""
-  from autolayout.training_meshes import search_training_meshes
+  (autolayout.meshes.training_meshes)."""
+  from autolayout.meshes.training_meshes import search_training_meshes
   with ctx.progress(f"searching mesh shapes of {n} devices and training "
                     f"decisions of {model.name}") as update:
     plan, tried = search_training_meshes(
@@ -191,8 +191,8 @@ def _training_meshes(ctx, args, model, topology, budget, n):
 
 
 def _training_plan(ctx, args, model, mesh, topology, budget):
-  """The fastest training decisions and layout (autolayout.decisions)."""
-  from autolayout import decisions
+  """The fastest training decisions and layout (autolayout.training.decisions)."""
+  from autolayout.training import decisions
   fixed = _fixed(args)
   param_dtype = model.overrides.get("param_dtype") or "bfloat16"
   with ctx.progress(f"searching training decisions of {model.name} on "

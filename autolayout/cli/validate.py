@@ -140,7 +140,7 @@ def parse_zero_stage(text):
   Raises:
     CliInputError: naming the bad group or stage.
   """
-  from mesh_tf.storage import GROUPS, STAGES
+  from mesh_tf.training.storage import GROUPS, STAGES
   text = str(text).strip()
   if "=" not in text:
     return int(text)

@@ -4,9 +4,13 @@
 * :mod:`~autolayout.render.views`: what is drawn, as values taken from the
   JSON records (the time decomposition, the memory curve over the step, the
   counterfactual of each rule and decision);
-* :mod:`~autolayout.render.text`: words and numbers (the CLI's formatting);
+* :mod:`~autolayout.render.text`: words and numbers (the CLI's tables
+  format with the same functions);
 * :mod:`~autolayout.render.figures`: one Plotly figure per function;
 * :mod:`~autolayout.render.page`: the page, plotly.js inline.
+
+Only ``text`` loads with the CLI; the rest (and plotly) load when a report
+is written.
 
 Example:
   >>> from autolayout.render import views
@@ -14,8 +18,3 @@ Example:
   ...                   "hidden_comm_time_s": 0.0})[0].name
   'compute'
 """
-
-from autolayout.render.page import build, write
-from autolayout.render.views import LayoutView, layout_view
-
-__all__ = ["LayoutView", "build", "layout_view", "write"]

@@ -1,17 +1,51 @@
-"""Words and numbers of the HTML report: the CLI's own formatting
-(:mod:`autolayout.cli.output`), the dims each mesh axis carries, and the
-comparison table's columns."""
+"""Words and numbers: how a time, a size or a rate is written (the CLI's
+tables, :mod:`autolayout.cli.output`, use the same functions), the dims
+each mesh axis carries, and the comparison table's columns."""
 
+import math
 from typing import NamedTuple
 
-from autolayout.cli import output as out
+def fmt_time(seconds, digits=4):
+  """``0.02892`` -> ``"28.92 ms"`` (``digits`` significant digits)."""
+  if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
+    return "-"
+  if seconds == 0:
+    return "0"
+  for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+    if abs(seconds) >= scale:
+      return f"{seconds / scale:.{digits}g} {unit}"
+  return f"{seconds / 1e-9:.{digits}g} ns"
 
-seconds = out.fmt_time
-nbytes = out.fmt_bytes
+
+def fmt_bytes(nbytes, digits=4):
+  """``1.5 * 2**30`` -> ``"1.5 GiB"`` (``digits`` significant digits)."""
+  if nbytes is None or (isinstance(nbytes, float) and math.isnan(nbytes)):
+    return "-"
+  for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                      ("KiB", 2**10)):
+    if abs(nbytes) >= scale:
+      return f"{nbytes / scale:.{digits}g} {unit}"
+  return f"{int(nbytes)} B"
+
+
+def fmt_rate(bytes_per_s):
+  if bytes_per_s is None or math.isinf(bytes_per_s):
+    return "-"
+  return f"{bytes_per_s / 1e9:.4g} GB/s"
+
+
+def fmt_pct(x):
+  return "-" if x is None or (isinstance(x, float) and math.isnan(x)) \
+      else f"{x:.1%}"
+
+
+
+seconds = fmt_time
+nbytes = fmt_bytes
 
 
 def rate(bytes_per_s):
-  return "-" if bytes_per_s is None else out.fmt_rate(bytes_per_s)
+  return "-" if bytes_per_s is None else fmt_rate(bytes_per_s)
 
 
 def carried_dims(record):

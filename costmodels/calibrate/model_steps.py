@@ -97,7 +97,8 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
   device, ``collectives`` its collectives and ``blocking`` those of them
   the step waits for (all but its gradient syncs)."""
   import costmodels  # pylint: disable=import-outside-toplevel
-  from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  from mesh_tf.training import optimize
   n = len(devices)
   out = []
   for name in names:

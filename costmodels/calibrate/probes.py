@@ -472,7 +472,8 @@ def reference_step(devices, depth, width=8):
   its number of compute records (from the shape-only lowering)."""
   import numpy as np  # pylint: disable=import-outside-toplevel
   import costmodels  # pylint: disable=import-outside-toplevel
-  from mesh_tf import optimize, training  # pylint: disable=import-outside-toplevel
+  from mesh_tf import training  # pylint: disable=import-outside-toplevel
+  from mesh_tf.training import optimize
   n = len(devices)
   step = training.make_train_step(_reference_build(depth, width), f"x:{n}",
                                   "", devices, optimize.SgdOptimizer(0.01))

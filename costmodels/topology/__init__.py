@@ -33,9 +33,9 @@ Modules: :mod:`~costmodels.topology.types` (:class:`PhysicalDim`,
 :class:`Topology`), :mod:`~costmodels.topology.presets` (constructors and
 named presets), :mod:`~costmodels.topology.mapping` (:func:`map_mesh`) and
 :mod:`~costmodels.topology.tiling` (:func:`tiling_of`, the device order of
-a mapping as a :class:`mesh_tf.tiling.HierarchicalTiling`, and
+a mapping as a :class:`mesh_tf.core.tiling.HierarchicalTiling`, and
 :func:`map_coordinates`, the mapping of any placement, such as
-:func:`mesh_tf.tiling.auto_logical_to_physical_tpu`'s).
+:func:`mesh_tf.core.tiling.auto_logical_to_physical_tpu`'s).
 The error type lives in :mod:`costmodels.errors`.
 """
 

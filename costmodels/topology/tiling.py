@@ -2,7 +2,7 @@
 
 :func:`~costmodels.topology.mapping.map_mesh` prices the *row-major*
 placement: logical processor ``p`` on chip ``p``.  The
-:class:`mesh_tf.tiling.HierarchicalTiling` whose boxes are the axes'
+:class:`mesh_tf.core.tiling.HierarchicalTiling` whose boxes are the axes'
 segments (:func:`tiling_of`) splits the chips into the same groups along
 every axis, so it has the same price; it differs only in the order inside
 a box over two physical dims, where it walks a ring of neighbours instead
@@ -11,7 +11,7 @@ of row-major (for axes on one physical dim each, it is the identity).  Use its
 
 :func:`map_coordinates` goes the other way: given the physical coordinates
 of every logical processor from *any* tiling (such as
-:func:`mesh_tf.tiling.auto_logical_to_physical_tpu`), it finds each axis's
+:func:`mesh_tf.core.tiling.auto_logical_to_physical_tpu`), it finds each axis's
 segments (per physical dim: how many chips at what stride) and prices them
 with the same link rules.  For the row-major tiling it returns exactly
 ``map_mesh``'s mapping (a test holds that on TPU and GPU presets).
@@ -25,7 +25,7 @@ use the same chips and links; only the collective algorithm differs.
 
 import math
 
-from mesh_tf.tiling import HierarchicalTiling
+from mesh_tf.core.tiling import HierarchicalTiling
 from costmodels.errors import TopologyError
 from costmodels.topology.mapping import (MeshMapping, _axis_link, _segment,
                                          map_mesh)

@@ -19,7 +19,7 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
-from mesh_tf.training import LoweredStep
+from mesh_tf.training.step import LoweredStep
 
 __all__ = ["DecodeStep"]
 

@@ -1,7 +1,7 @@
 """Meshes that span several processes, on TensorFlow's distributed runtime.
 
 A multi-host mesh runs on one TensorFlow gRPC server per task (start each
-with ``mtf-worker``, see :mod:`mesh_tf.worker`) and one client process that
+with ``mtf-worker``, see :mod:`mesh_tf.distributed.worker`) and one client process that
 builds, lowers and runs the graph.  The client:
 
 1. describes the cluster with a :class:`Cluster` (``host:port`` list or a

@@ -44,7 +44,7 @@ def worker_env(root=None):
 def start_worker(addresses, task, cpu_devices, log_path, root=None,
                  tf_config=None):
   """Starts task ``task`` of the cluster ``addresses`` (``host:port``
-  strings) as ``python -m mesh_tf.worker`` with ``cpu_devices`` logical CPU
+  strings) as ``python -m mesh_tf.distributed.worker`` with ``cpu_devices`` logical CPU
   devices, its output appended to ``log_path``.  ``tf_config``: a
   TF_CONFIG JSON string to pass instead of ``--cluster``/``--task`` (the
   other launcher path).  Returns the ``subprocess.Popen``."""
@@ -54,7 +54,7 @@ def start_worker(addresses, task, cpu_devices, log_path, root=None,
     where = ["--tf-config", tf_config]
   with open(log_path, "ab") as log:
     return subprocess.Popen(
-        [sys.executable, "-m", "mesh_tf.worker", *where, "--cpu-devices",
+        [sys.executable, "-m", "mesh_tf.distributed.worker", *where, "--cpu-devices",
          str(cpu_devices)], cwd=root, env=worker_env(root), stdout=log,
         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 

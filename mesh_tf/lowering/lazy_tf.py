@@ -1,11 +1,11 @@
 """A lazy handle on TensorFlow, so that ``import mesh_tf`` does not load it.
 
 Kernel code writes ``tf.exp(x)``; TensorFlow is imported on first use,
-through :func:`mesh_tf.import_order.import_tensorflow` (CP-SAT first, the
+through :func:`mesh_tf.startup.import_order.import_tensorflow` (CP-SAT first, the
 order the two need in one process).
 """
 
-from mesh_tf import import_order
+from mesh_tf.startup import import_order
 
 
 class _LazyModule:

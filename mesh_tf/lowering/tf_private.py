@@ -32,7 +32,7 @@ The uses:
 import contextlib
 import weakref
 
-from mesh_tf.import_order import import_tensorflow
+from mesh_tf.startup.import_order import import_tensorflow
 
 __all__ = ["CallOptions", "FusedFunction", "graph_function",
            "skip_autograph", "uninlined_function"]

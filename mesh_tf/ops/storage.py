@@ -2,7 +2,7 @@
 layout (the ZeRO / FSDP family).
 
 A sharded variable is stored with one dim renamed to a storage dim (see
-:mod:`mesh_tf.storage`), e.g. ``d_model`` -> ``d_model_storage``, so the
+:mod:`mesh_tf.training.storage`), e.g. ``d_model`` -> ``d_model_storage``, so the
 layout rules can split its storage over a data-parallel axis
 (``d_model_storage:data``) while every computation sees ``d_model``
 replicated there.  Two ops move values between the two:

@@ -7,7 +7,7 @@ import numpy as np
 
 import costmodels
 import mesh_tf as mtf
-from mesh_tf import optimize, storage
+from mesh_tf.training import optimize, storage
 from mesh_tf.gradients import gradients
 
 TOPOLOGY = "dgx-h100"
@@ -150,7 +150,7 @@ def decision_candidates(config, dims, mesh, topology, stages, recomputes,
   ``stages`` x ``recomputes`` x ``ks``) under every map of ``dims`` (those
   its graph has) to mesh axis ``x`` or nothing, that the cost model
   accepts: the brute force the decision searches are checked against."""
-  from autolayout import decisions  # pylint: disable=g-import-not-at-top
+  from autolayout.training import decisions  # pylint: disable=g-import-not-at-top
   out = []
   for stage, rc, k in itertools.product(stages, recomputes, ks):
     d = decisions.TrainingDecisions("bfloat16", stage, rc, k)
@@ -179,7 +179,7 @@ def assert_solver_matches_brute_force(graph, mesh, outputs, objective,
   assert res.status == "optimal"
   key = {"time": lambda r: r.step_time_s, "comm": lambda r: r.comm_time_s}
   best = math.inf
-  for rules in autolayout.assignments.all_layouts(graph, mesh):
+  for rules in autolayout.search.assignments.all_layouts(graph, mesh):
     r = costmodels.evaluate(graph, mesh, rules, topology, outputs=outputs,
                             overlap=overlap)
     best = min(best, key[objective](r))

@@ -11,7 +11,7 @@ import pytest
 import autolayout
 import costmodels
 from autolayout.cli.models import load_model
-from autolayout.mesh_search import DEFAULT_MAX_AXES, mesh_factorizations
+from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES, mesh_factorizations
 
 # The quick start is ``mtf-layout solve -m transformer -t tpu-v5e-16x16``;
 # batch 1024 makes plain data parallelism valid on every preset.
@@ -51,7 +51,7 @@ def test_default_solve_beats_the_mesh_ranking_and_data_parallelism(
   assert r.step_time_s <= dp.step_time_s * (1 + 1e-12)
   # Axes are named after the physical dims they lie on, never by a role
   # the layout may contradict ("batch" on "model").
-  assert r.mesh_shape == autolayout.mesh_search.physical_axis_names(
+  assert r.mesh_shape == autolayout.meshes.mesh_search.physical_axis_names(
       topo, r.mesh_shape)
   assert not {"data", "model"} & set(r.mesh_shape.dimension_names)
 

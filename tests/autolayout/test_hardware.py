@@ -11,7 +11,7 @@ import pytest
 
 import autolayout
 import costmodels
-from mesh_tf import optimize
+from mesh_tf.training import optimize
 from mesh_tf.gradients import gradients
 from mesh_tf.models.transformer import transformer_lm
 
@@ -80,7 +80,7 @@ def test_multi_node_cluster_keeps_the_slow_axis_for_data_parallelism():
 def test_a_smaller_memory_budget_changes_the_answer(node_graph):
   mesh, topo = "data:2;model:4", "dgx-h100"
   fast = autolayout.auto_layout(node_graph, mesh, None, topo)
-  floor = autolayout.solve.min_peak_layout(node_graph, mesh, None, topo)[0]
+  floor = autolayout.search.solve.min_peak_layout(node_graph, mesh, None, topo)[0]
   assert floor < fast.peak_memory_bytes
   budget = (fast.peak_memory_bytes + floor) // 2
   lean = autolayout.auto_layout(node_graph, mesh, None, topo,

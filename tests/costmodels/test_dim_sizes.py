@@ -6,7 +6,7 @@ import pytest
 
 import costmodels as cm
 import mesh_tf as mtf
-from autolayout import assignments
+from autolayout.search import assignments
 from tests.costmodels.test_evaluate import (assert_prediction_matches_lowering,
                                             build)
 

@@ -119,7 +119,7 @@ def test_prediction_equals_the_real_lowering(name):
 
 def test_training_step_prediction_equals_the_real_lowering():
   from mesh_tf.gradients import gradients
-  from mesh_tf.optimize import AdamWeightDecayOptimizer
+  from mesh_tf.training.optimize import AdamWeightDecayOptimizer
   g, mesh, (loss,) = build(graphs.attention)
   variables = list(g.trainable_variables)
   grads = gradients([loss], [v.outputs[0] for v in variables])
@@ -132,7 +132,7 @@ def test_training_step_prediction_equals_the_real_lowering():
 
 def _trained_mlp():
   from mesh_tf.gradients import gradients
-  from mesh_tf.optimize import SgdOptimizer
+  from mesh_tf.training.optimize import SgdOptimizer
   g, mesh, (loss,) = build(graphs.mlp, batch=16, d_model=32, d_ff=64)
   variables = list(g.trainable_variables)
   grads = gradients([loss], [v.outputs[0] for v in variables])

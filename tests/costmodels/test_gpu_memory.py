@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not GPUS, reason="no GPU on this machine")
 
 
 def _training_graph(build):
-  from mesh_tf import optimize
+  from mesh_tf.training import optimize
   from mesh_tf.gradients import gradients
   model = build()
   variables = list(model.graph.trainable_variables)
@@ -28,7 +28,8 @@ def _training_graph(build):
 
 def test_predicted_peak_is_near_the_gpu_allocator_peak():
   import costmodels
-  from mesh_tf import models, optimize, training
+  from mesh_tf import models, training
+  from mesh_tf.training import optimize
 
   def build():
     return models.transformer_lm(layers=2, d_model=512, heads=8, d_kv=64,

@@ -225,14 +225,14 @@ def test_auto_layout_splits_a_dim_only_the_body_has(tmp_path):
       g, "x:8", "z:x", "dgx-h100").peak_memory_bytes
   assert fit.report.peak_memory_bytes <= replicated.peak_memory_bytes // 2
   # The plan keeps the body's dims: it saves and loads against the graph.
-  from autolayout import plan_file  # pylint: disable=import-outside-toplevel
+  from autolayout.plans import file as plan_file  # pylint: disable=import-outside-toplevel
   fit.save(tmp_path / "plan.json")
   assert str(plan_file.load_plan(tmp_path / "plan.json", graph=g).rules) == (
       "z:x")
 
 
 def test_a_plan_tells_loops_with_other_bodies_apart():
-  from autolayout import plan_identity  # pylint: disable=import-outside-toplevel
+  from autolayout.plans import identity as plan_identity  # pylint: disable=import-outside-toplevel
 
   def build(fn):
     g = mtf.Graph()

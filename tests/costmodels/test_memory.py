@@ -103,7 +103,7 @@ def test_depend_orders_after_its_dependencies():
 
 def test_schedule_is_never_worse_than_build_order_on_a_training_step():
   from mesh_tf.gradients import gradients
-  from mesh_tf.optimize import AdamWeightDecayOptimizer
+  from mesh_tf.training.optimize import AdamWeightDecayOptimizer
   from tests.costmodels import graphs
   g, mesh = _graph()
   (loss,) = graphs.attention(mesh, layers=3, zeros=True)

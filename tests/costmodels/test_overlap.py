@@ -8,7 +8,8 @@ import pytest
 
 import costmodels as cm
 from costmodels import overlap
-from mesh_tf import models, optimize
+from mesh_tf import models
+from mesh_tf.training import optimize
 from mesh_tf.gradients import gradients
 from tests.costmodels.test_evaluate import (
     assert_overlap_adds_up, assert_prediction_matches_lowering)

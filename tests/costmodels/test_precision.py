@@ -8,7 +8,8 @@ import pytest
 import mesh_tf as mtf
 import costmodels
 from costmodels import hardware, memory, precision
-from mesh_tf import models, optimize
+from mesh_tf import models
+from mesh_tf.training import optimize
 from mesh_tf.models import decoding as dl
 from mesh_tf.training import train_step_for_model
 
@@ -162,7 +163,7 @@ def test_bf16_decoding_stores_bf16_weights_and_is_predicted_faster():
 
 def test_cli_memory_reserve_sets_the_budget_and_the_report():
   import json
-  from tests.autolayout.test_cli import run_cli
+  from tests.autolayout.cli.test_cli import run_cli
   p = run_cli("solve", "-m", "transformer_tiny", "-t", "dgx-h100", "--mesh",
               "data:8", "--memory-reserve", "10%", "-f", "json")
   assert p.returncode == 0, p.stderr

@@ -9,7 +9,8 @@ import pytest
 
 import costmodels as cm
 from costmodels import overlap, prefetch
-from mesh_tf import models, optimize, storage
+from mesh_tf import models
+from mesh_tf.training import optimize, storage
 from mesh_tf.gradients import gradients
 from tests.costmodels.test_evaluate import (
     assert_overlap_adds_up, assert_prediction_matches_lowering)

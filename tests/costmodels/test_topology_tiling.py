@@ -1,4 +1,4 @@
-"""The cost model's mesh mapping and the tilings of mesh_tf.tiling agree."""
+"""The cost model's mesh mapping and the tilings of mesh_tf.core.tiling agree."""
 
 import doctest
 
@@ -9,7 +9,7 @@ from costmodels.errors import TopologyError
 from costmodels.topology import map_mesh
 from costmodels.topology import tiling as topo_tiling
 from costmodels.topology.tiling import map_coordinates, tiling_of
-from mesh_tf.tiling import (HierarchicalTiling, auto_logical_to_physical_tpu,
+from mesh_tf.core.tiling import (HierarchicalTiling, auto_logical_to_physical_tpu,
                             group_members)
 
 ROW_MAJOR = [

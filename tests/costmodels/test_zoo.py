@@ -76,7 +76,7 @@ def test_zoo_model_prediction_equals_the_lowering(name):
 
 def test_zoo_training_step_prediction_equals_the_lowering():
   from mesh_tf.gradients import gradients
-  from mesh_tf.optimize import MomentumOptimizer
+  from mesh_tf.training.optimize import MomentumOptimizer
   model = models.build_model("mlp_tiny")
   variables = list(model.graph.trainable_variables)
   grads = gradients([model.loss], [v.outputs[0] for v in variables])

@@ -16,7 +16,7 @@ def test_shape_lists_are_properties_that_may_also_be_called():
 
 
 def test_placement_mesh_impl_module_path():
-  from mesh_tf import placement_mesh_impl
+  from mesh_tf.compat import placement_mesh_impl
   assert placement_mesh_impl.PlacementMeshImpl is mtf.PlacementMeshImpl
 
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from mesh_tf import host_allocator
+from mesh_tf.startup import host_allocator
 
 
 def test_request_sets_bfc_when_unset():

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mesh_tf as mtf
-from mesh_tf import tiling
-from mesh_tf.tiling import (HierarchicalTiling, auto_logical_to_physical_tpu,
+from mesh_tf.core import tiling
+from mesh_tf.core.tiling import (HierarchicalTiling, auto_logical_to_physical_tpu,
                             ring_order)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import optimize
+from mesh_tf.training import optimize
 
 RNG = np.random.RandomState(3)
 NAMES = ("encoder/w", "decoder/w", "other/w")

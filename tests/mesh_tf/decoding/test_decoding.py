@@ -130,7 +130,7 @@ def test_real_lowering_does_what_the_cost_model_prices(greedy_runs):
 def test_training_checkpoint_restores_into_the_decoding_step(tmp_path):
   """Weights trained (one SGD step) under one layout and saved restore into
   the decoding step under another; its logits are the trained model's."""
-  from mesh_tf.optimize import SgdOptimizer
+  from mesh_tf.training.optimize import SgdOptimizer
   model = CONFIG.build()
   train = train_step_for_model(model, "single:1", "",
                                mtf.logical_cpu_devices(1), SgdOptimizer(1.0),
@@ -255,7 +255,7 @@ def test_cost_model_prices_the_decoding_graph_and_prefers_model_parallel():
 def test_latency_objective_splits_model_dims_not_batch(
     topology, mesh):
   import costmodels
-  from mesh_tf.auto import auto_layout
+  from mesh_tf.auto_mtf.door import auto_layout
   d1 = dl.decoding_model("gpt3_175b", batch=1, memory_length=2048,
                          **GPT3_LAYER)
   r1 = auto_layout(d1.graph, mesh, d1.cost_outputs(), topology=topology,

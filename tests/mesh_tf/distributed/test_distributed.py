@@ -22,7 +22,7 @@ import pytest
 import mesh_tf as mtf
 from mesh_tf import distributed as dist
 from mesh_tf.distributed import local
-from mesh_tf import worker as worker_lib
+from mesh_tf.distributed import worker as worker_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -37,7 +37,8 @@ CLIENT_S = 150.0
 def make_step(devices, mesh_shape=MESH, layout=LAYOUT, seed=3):
   """A TrainStep of the zoo's tiny Transformer (1 layer) on ``devices``, and
   its inputs (random values of ``seed``)."""
-  from mesh_tf import models, optimize, training
+  from mesh_tf import models, training
+  from mesh_tf.training import optimize
   model = models.build_model("transformer_tiny", layers=1)
   impl = mtf.PlacementMeshImpl(mesh_shape, layout, devices)
   step = training.TrainStep(
@@ -434,7 +435,7 @@ def test_worker_on_a_busy_port_is_a_clean_error():
     busy.listen(1)
     port = busy.getsockname()[1]
     p = subprocess.run(
-        [sys.executable, "-m", "mesh_tf.worker", "--cluster",
+        [sys.executable, "-m", "mesh_tf.distributed.worker", "--cluster",
          f"127.0.0.1:{port}", "--task", "0"],
         capture_output=True, text=True, timeout=120,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf import models, optimize, training
+from mesh_tf import models, training
+from mesh_tf.training import optimize
 from mesh_tf.lowering import fusion, tf_private
 from mesh_tf.lowering.mesh_impl import LaidOutTensor
 from mesh_tf.lowering.placement import PlacementMeshImpl

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import models, optimize, training
+from mesh_tf import models, training
+from mesh_tf.training import optimize
 from tests.layout_harness import _assert_close, run
 
 # --- the language -------------------------------------------------------------

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf import import_order
+from mesh_tf.startup import import_order
 from mesh_tf.lowering import tf_private
 from mesh_tf.lowering.fusion import SlicewiseFuser
 from mesh_tf.lowering.laid_out import LaidOutTensor
@@ -119,7 +119,8 @@ def test_call_options_public_route_changes_nothing_and_gives_the_same():
 
 
 def test_training_step_on_public_routes_equals_private(monkeypatch):
-  from mesh_tf import models, optimize, training  # pylint: disable=g-import-not-at-top
+  from mesh_tf import models, training  # pylint: disable=g-import-not-at-top
+  from mesh_tf.training import optimize
 
   def losses(private_tf):
     model = models.transformer_lm(layers=1, d_model=16, heads=4, d_kv=4,

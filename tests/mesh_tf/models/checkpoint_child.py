@@ -32,7 +32,8 @@ def build(mesh):
 
 
 def main(directory, stage):
-  from mesh_tf import checkpoint, optimize, training
+  from mesh_tf import checkpoint, training
+  from mesh_tf.training import optimize
   cpus = tf.config.list_physical_devices("CPU")
   tf.config.set_logical_device_configuration(
       cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)

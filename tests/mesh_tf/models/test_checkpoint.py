@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from mesh_tf import checkpoint, optimize, training
+from mesh_tf import checkpoint, training
+from mesh_tf.training import optimize
 
 B, D, F = (mtf.Dimension("batch", 8), mtf.Dimension("d_model", 8),
            mtf.Dimension("d_ff", 16))

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import checkpoint, checkpoint_files, optimize, training
+from mesh_tf import checkpoint, training
+from mesh_tf.checkpoint import files as checkpoint_files
+from mesh_tf.training import optimize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))

@@ -9,8 +9,9 @@ import pytest
 import mesh_tf as mtf
 import autolayout
 import costmodels
-from mesh_tf import models, optimize, storage
-from mesh_tf.microbatch import MicrobatchPlan, microbatched_update
+from mesh_tf import models
+from mesh_tf.training import optimize, storage
+from mesh_tf.training.microbatch import MicrobatchPlan, microbatched_update
 from mesh_tf.training import train_step_for_model
 
 MESH, RULES = "data:4;model:2", "batch:data;d_ff:model;heads:model"

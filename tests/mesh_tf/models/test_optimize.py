@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import optimize, training
+from mesh_tf import training
+from mesh_tf.training import optimize
 
 A, B = mtf.Dimension("a", 8), mtf.Dimension("b", 16)
 RNG = np.random.RandomState(1)

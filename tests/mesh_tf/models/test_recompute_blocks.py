@@ -7,7 +7,8 @@ import pytest
 
 import mesh_tf as mtf
 import costmodels
-from mesh_tf import models, optimize, storage
+from mesh_tf import models
+from mesh_tf.training import optimize, storage
 from mesh_tf.training import train_step_for_model
 
 MESH, RULES = "data:4;model:2", "batch:data;d_ff:model;heads:model"

@@ -8,7 +8,8 @@ import pytest
 
 import mesh_tf as mtf
 import costmodels
-from mesh_tf import models, optimize, storage
+from mesh_tf import models
+from mesh_tf.training import optimize, storage
 from mesh_tf.training import train_step_for_model
 
 MESHES = {1: ("all:1", ""), 2: ("data:2", "batch:data"),
@@ -172,7 +173,7 @@ def test_bf16_recompute_blocks_still_reduce_scatter_and_gather_bf16():
   """A recompute block lists the weights it reads; that must not stop the
   gather from moving the bf16 copy, nor the gradient from being
   reduce-scattered (a cast of the pending sum would force an all-reduce)."""
-  from autolayout import decisions
+  from autolayout.training import decisions
   cfg = models.get_config("transformer_tiny", batch=16)
   counts = {}
   for pd in ("float32", "bfloat16"):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import models, optimize, storage
+from mesh_tf import models
+from mesh_tf.training import optimize, storage
 from mesh_tf.training import train_step_for_model
 
 

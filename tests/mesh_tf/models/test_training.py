@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
-from mesh_tf import models, optimize, training
+from mesh_tf import models, training
+from mesh_tf.training import optimize
 
 LAYOUT = "batch:rows;d_ff:cols;heads:cols;vocab:cols"
 B, D, F, K = (mtf.Dimension("batch", 16), mtf.Dimension("d_model", 8),

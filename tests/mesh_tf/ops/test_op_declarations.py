@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
-from autolayout.view import op_signature
+from autolayout.search.view import op_signature
 from costmodels import memory
 from mesh_tf.gradients import (GradientError, gradient_function, gradients,
                                register_gradient)

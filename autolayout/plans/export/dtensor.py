@@ -1,0 +1,46 @@
+"""A plan as TF DTensor layouts.
+
+``to_dtensor(plan)`` gives::
+
+  {"mesh": {"axis_names": [...], "shape": [...]},
+   "params": {NAME: {"shape": [...], "dims": [...],
+                     "sharding_specs": [...]}}}
+
+``sharding_specs`` has one entry per tensor dim: the mesh dim name that
+splits it, or ``"unsharded"`` (``tf.experimental.dtensor.UNSHARDED``).  Use
+it as ``dtensor.Layout(sharding_specs, dtensor.create_mesh(
+list(zip(axis_names, shape)), devices=...))``.
+"""
+
+from autolayout.errors import ExportError
+from autolayout.plans.export import common
+
+UNSHARDED = "unsharded"
+
+
+def sharding_specs(name, axes_per_dim):
+  """One mesh dim name or ``"unsharded"`` per tensor dim.
+
+  Raises:
+    ExportError: for a dim split over several mesh axes (a DTensor Layout
+      gives each tensor dim at most one mesh dim).
+  """
+  out = []
+  for i, axes in enumerate(axes_per_dim):
+    if len(axes) > 1:
+      raise ExportError(f"{name!r} splits dim {i} over mesh axes "
+                        f"{list(axes)}; a TF DTensor Layout splits a dim over"
+                        " one mesh dim, so merge those axes into one")
+    out.append(axes[0] if axes else UNSHARDED)
+  return out
+
+
+def to_dtensor(plan, rename=None):
+  """The TF DTensor form of ``plan`` (module docstring); ``rename`` maps
+  mtf names (see :func:`autolayout.plans.export.common.renamed`)."""
+  params = {}
+  for n, e in common.entries(plan, rename):
+    params[n] = {"shape": list(e.shape), "dims": list(e.dim_names),
+                 "sharding_specs": sharding_specs(
+                     n, common.dim_axes(plan, e))}
+  return {"mesh": common.mesh_dict(plan), "params": params}

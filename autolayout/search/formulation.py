@@ -1,0 +1,397 @@
+r"""The layout search as a CP-SAT integer program.
+
+Sets
+  * :math:`D`: dim names; :math:`A`: mesh axes of size > 1;
+    :math:`A(d)`: the options of dim :math:`d`: axes of :math:`A`, and with
+    ``max_axes_per_dim`` > 1 ordered tuples of them, that divide it (and
+    only for splittable dims).  :math:`a \ni b` below: option :math:`a`
+    uses mesh axis :math:`b`.
+  * :math:`\mathcal{S}`: *scope tables*, the maximal dim sets of the cost
+    factors (see :mod:`autolayout.search.tables`); every factor's scope lies inside
+    one table.  :math:`\Sigma(S)`: the valid local assignments of
+    :math:`S \in \mathcal{S}` (:mod:`autolayout.search.assignments`).
+  * :math:`\mathcal{T}`: distinct dim sets of tensors.
+  * :math:`K`: memory steps, after compressing the schedule (equal live
+    multisets merged, dominated ones dropped).
+
+Variables
+  * :math:`x_{d,a} \in \{0,1\}`: dim :math:`d` is split over option
+    :math:`a` (created only for :math:`a \in A(d)`).
+  * :math:`y_{S,\sigma} \in \{0,1\}`: table :math:`S` takes local assignment
+    :math:`\sigma`.  Repeated layers share tables, so the model grows with the
+    number of distinct dim sets, not with depth.
+  * :math:`P \in \mathbb{Z}_{\ge 0}`: peak bytes per device (memory
+    objective only).
+
+Constraints
+  1. :math:`\sum_{a} x_{d,a} \le 1` for every :math:`d` (one axis per dim).
+  2. :math:`\sum_{d \in T} \sum_{a \ni b} x_{d,a} \le 1` for every
+     :math:`T \in \mathcal{T}, b \in A` (an axis splits at most one dim of
+     a tensor, once).
+  3. :math:`\sum_{\sigma} y_{S,\sigma} = 1` for every table.
+  4. :math:`x_{d,a} = \sum_{\sigma \in \Sigma(S): \sigma(d) = a}
+     y_{S,\sigma}` for every table :math:`S`, :math:`d \in S`, :math:`a`
+     (tables agree with the global rules).
+  5. :math:`\sum_{S,\sigma} m_{k,S,\sigma} \, y_{S,\sigma} \le M` for every
+     step :math:`k`, where :math:`m_{k,S,\sigma}` is the bytes per device of
+     the tensors live at step :math:`k` hosted by table :math:`S` under
+     :math:`\sigma` and :math:`M` the budget (or :math:`P`).
+
+Objective
+  * ``"time"``: :math:`\min \sum_{S,\sigma} \lfloor c_{S,\sigma}/u \rceil
+    y_{S,\sigma}`, with :math:`c_{S,\sigma}` the summed compute and
+    collective seconds of the table's factors (times their counts) and
+    :math:`u` a time unit chosen so that the largest possible total is about
+    :math:`10^{12}` units;
+  * ``"comm"``: the same with collective seconds only;
+  * ``"memory"``: :math:`\min P`.
+  * Ties are broken deterministically by later phases that fix the optimum
+    of the earlier ones: step time, then memory, then
+    :math:`\min \sum_i 2^i x_i` over a fixed order of the :math:`x`
+    (a unique solution, so the same input gives the same rules).
+"""
+
+import collections
+from typing import Dict, NamedTuple, Optional, Tuple
+
+from ortools.sat.python import cp_model
+
+from autolayout.search import assignments
+
+TIME_UNITS_TOTAL = 10**12
+
+
+class DimAxis(NamedTuple):
+  """Key of :math:`x`: a dim name and an option (a mesh-axis name, or a
+  tuple of names for a dim over several axes)."""
+  dim: str
+  axis: assignments.Option
+
+
+def dim_axis_order(k):
+  """A sort key of :class:`DimAxis` (options of mixed types)."""
+  return (k.dim, assignments.option_key(k.axis))
+
+
+class TableChoice(NamedTuple):
+  """Key of :math:`y`: a scope table (tuple of dim names) and an assignment."""
+  scope: Tuple[str, ...]
+  assignment: Tuple[Optional[str], ...]
+
+
+class Table(NamedTuple):
+  """A scope table with its per-assignment costs (seconds).
+
+  ``time_s`` and ``comm_s`` hold everything that is always exposed (all
+  compute; every collective but the gradient syncs when overlap is on).
+  ``terms`` holds the overlap terms, ``((key, per-choice seconds), ...)``
+  with ``key`` one of ``("sync", bucket, axis)`` (gradient-sync seconds on
+  that axis), ``("work", segment)`` (compute seconds in that segment),
+  ``("gather", prefetch bucket, axis)`` (prefetched gather seconds),
+  ``("taken", segment, axis)`` (the same gathers by the sync segment of
+  their deadline) or ``("window", window)`` (compute seconds in that
+  prefetch window).
+  """
+  scope: Tuple[str, ...]
+  choices: Tuple[Tuple[Optional[str], ...], ...]
+  time_s: Tuple[float, ...]
+  comm_s: Tuple[float, ...]
+  terms: Tuple[Tuple[tuple, Tuple[float, ...]], ...] = ()
+
+
+class OverlapSpec(NamedTuple):
+  r"""What the program needs of :mod:`costmodels.overlap`: the gradient
+  bucket count, :math:`\eta_a` per mesh axis and the prefetch bucket count
+  (:mod:`costmodels.prefetch`)."""
+  num_buckets: int
+  efficiency: Dict[str, float]
+  num_prefetch: int = 0
+
+
+class Variables:
+  """The typed variable container of the program."""
+
+  def __init__(self):
+    self.x: Dict[DimAxis, cp_model.IntVar] = {}
+    self.y: Dict[TableChoice, cp_model.IntVar] = {}
+    self.peak: Optional[cp_model.IntVar] = None
+
+
+class Formulation(NamedTuple):
+  """A built program: the model, its variables and its objective terms."""
+  model: cp_model.CpModel
+  vars: Variables
+  tables: Tuple[Table, ...]
+  objectives: Dict[str, cp_model.LinearExpr]
+  units: Dict[str, float]   # seconds (or bytes) per objective unit
+  tie_break: Tuple[Tuple[DimAxis, ...], ...]
+  memory_steps: int
+  overlap: Optional["OverlapSpec"] = None
+  rounded_terms: int = 0   # overlap coefficients rounded to units
+
+
+# --- scope tables ---------------------------------------------------------
+def host_scopes(scopes):
+  """Maps each scope to the table that hosts it: the smallest maximal scope
+  containing it (ties: lexicographically first)."""
+  scopes = sorted(set(tuple(s) for s in scopes), key=lambda s: (-len(s), s))
+  maximal = []
+  for s in scopes:
+    ss = set(s)
+    if not any(ss <= set(m) for m in maximal):
+      maximal.append(s)
+  host = {}
+  for s in scopes:
+    ss = set(s)
+    cands = [m for m in maximal if ss <= set(m)]
+    host[s] = min(cands, key=lambda m: (len(m), m))
+  return host
+
+
+def _comm_by_axis(tables, f, sub, memo):
+  """``(((axis, seconds), ...), {axis: barrier seconds})`` of one
+  factor's instance."""
+  key = ("axes", f.kind, f.key, sub)
+  hit = memo.get(key)
+  if hit is None:
+    hit = memo[key] = (tables.comm_by_axis(f, sub),
+                       dict(tables.wait_by_axis(f, sub)))
+  return hit
+
+
+def _overlap_terms(extra, pl, v, by_axis):
+  """Adds one factor's overlap terms under one choice to ``extra``
+  (a gradient sync without its barrier, which the step does not wait
+  for: :mod:`costmodels.overlap`)."""
+  if v[1]:
+    for seg, n in pl.segments:
+      if seg:
+        extra[("work", seg)] += n * v[1]
+    for w, n in pl.windows:
+      extra[("window", w)] += n * v[1]
+  if v[2] and (pl.sync_buckets or pl.gathers):
+    times, waits = by_axis()
+    for a, t in times:
+      for b, n in pl.sync_buckets:
+        extra[("sync", b, a)] += n * (t - waits.get(a, 0.0))
+      for b, seg, n in pl.gathers:
+        extra[("gather", b, a)] += n * t
+        if seg:
+          extra[("taken", seg, a)] += n * t
+
+
+def build_tables(tables, space, extra_scopes=(), placements=None):
+  """Folds every factor of ``tables`` (a GraphTables) into scope tables.
+
+  ``placements`` (from :func:`autolayout.search.overlap_terms.placements`) turns
+  overlap on: gradient syncs and prefetched gathers go to ``Table.terms``
+  instead of ``comm_s``, and compute is also split by schedule segment and
+  prefetch window.
+
+  Returns ``(list of Table, host map scope -> table scope)``.  Local
+  assignments under which some factor's lowering is invalid are dropped.
+  """
+  host = host_scopes([f.scope for f in tables.factors] + list(extra_scopes))
+  by_host = collections.defaultdict(list)
+  for f in tables.factors:
+    by_host[host[f.scope]].append(f)
+  out = []
+  for scope in sorted(set(host.values())):
+    factors = by_host.get(scope, [])
+    choices, times, comms, terms = [], [], [], []
+    memo = {}
+    # Each factor's positions in the scope, found once per scope (not once
+    # per local assignment: a scope has up to thousands).
+    pos = {d: i for i, d in enumerate(scope)}
+    picks = [tuple(pos[d] for d in f.scope) for f in factors]
+    for sigma in assignments.local_assignments(space, scope):
+      ok, t_sum, c_sum = True, 0.0, 0.0
+      extra = collections.defaultdict(float)
+      for f, pick in zip(factors, picks):
+        sub = tuple(sigma[i] for i in pick)
+        v = memo.get((f.kind, f.key, sub))
+        if v is None:
+          v = memo[(f.kind, f.key, sub)] = tables.value(f, sub)
+        if not v[0]:
+          ok = False
+          break
+        pl = placements[(f.kind, f.key)] if placements else None
+        plain = f.count if pl is None else pl.plain
+        t_sum += f.count * v[1] + plain * v[2]
+        c_sum += plain * v[2]
+        if pl is not None:
+          _overlap_terms(extra, pl, v, lambda f=f, sub=sub, memo=memo:
+                         _comm_by_axis(tables, f, sub, memo))
+      if ok:
+        choices.append(sigma)
+        times.append(t_sum)
+        comms.append(c_sum)
+        terms.append(extra)
+    keys = sorted({k for e in terms for k in e}, key=repr)
+    out.append(Table(scope, tuple(choices), tuple(times), tuple(comms),
+                     tuple((k, tuple(e.get(k, 0.0) for e in terms))
+                           for k in keys)))
+  return out, host
+
+
+# --- constraint families (each adds to the model; some return terms) -----
+def add_dim_axis_vars(model, v, space):
+  """:math:`x_{d,a}` for allowed pairs, and constraint 1."""
+  for d in space.dims:
+    for a in space.options[d]:
+      v.x[DimAxis(d, a)] = model.new_bool_var(f"x[{d},{a}]")
+    xs = [v.x[DimAxis(d, a)] for a in space.options[d]]
+    if len(xs) > 1:
+      model.add_at_most_one(xs)
+
+
+def add_tensor_axis_constraints(model, v, graph, space):
+  """Constraint 2: an axis splits at most one dim of each tensor."""
+  seen = set()
+  for t in graph.tensors:
+    names = tuple(sorted(t.shape.dimension_names))
+    if names in seen or len(names) < 2:
+      continue
+    seen.add(names)
+    for a in space.axes:
+      xs = [v.x[DimAxis(d, o)] for d in names for o in space.options[d]
+            if a in assignments.option_axes(o)]
+      if len(xs) > 1:
+        model.add_at_most_one(xs)
+
+
+def add_table_vars(model, v, tables):
+  """:math:`y_{S,\\sigma}` and constraints 3 and 4."""
+  for tb in tables:
+    ys = []
+    for sigma in tb.choices:
+      k = TableChoice(tb.scope, sigma)
+      v.y[k] = model.new_bool_var(f"y[{','.join(tb.scope)}|{sigma}]")
+      ys.append(v.y[k])
+    model.add_exactly_one(ys)
+    for i, d in enumerate(tb.scope):
+      by_axis = collections.defaultdict(list)
+      for sigma, y in zip(tb.choices, ys):
+        if sigma[i] is not None:
+          by_axis[sigma[i]].append(y)
+      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d},
+                      key=assignments.option_key):
+        x = v.x.get(DimAxis(d, a))
+        terms = by_axis.get(a, [])
+        if x is None:
+          for y in terms:
+            model.add(y == 0)
+        else:
+          model.add(x == sum(terms))
+
+
+def time_unit(tables, which="time"):
+  """Seconds per objective unit: the largest possible total (including
+  every gradient sync) is about :data:`TIME_UNITS_TOTAL` units."""
+  top = 0.0
+  for tb in tables:
+    c = tb.time_s if which == "time" else tb.comm_s
+    if not c:
+      continue
+    top += max(c)
+    sync = [s for k, s in tb.terms if k[0] in ("sync", "gather")]
+    if sync:
+      top += max(sum(col) for col in zip(*sync))
+  return top / TIME_UNITS_TOTAL if top > 0 else 1.0
+
+
+def time_objective(v, tables, which="time", unit=None):
+  """The scaled step-time (or comm-time) objective, without the overlap
+  terms; returns (expr, unit)."""
+  costs = [(tb, tb.time_s if which == "time" else tb.comm_s) for tb in tables]
+  if unit is None:
+    unit = time_unit(tables, which)
+  ys, coeffs = [], []
+  for tb, c in costs:
+    for sigma, s in zip(tb.choices, c):
+      q = int(round(s / unit))
+      if q:
+        ys.append(v.y[TableChoice(tb.scope, sigma)])
+        coeffs.append(q)
+  return cp_model.LinearExpr.weighted_sum(ys, coeffs), unit
+
+
+def add_forbidden(model, v, forbid):
+  """Adds ``x = 0`` for each ``(dim, axis)`` of ``forbid``: ``dim:axis``
+  forbids every option of the dim using that axis, ``dim:x+y`` that one
+  option.  Returns the set of forbidden :class:`DimAxis` keys."""
+  forbidden = set()
+  for dim, axis in forbid:
+    banned = assignments.option_axes(axis)
+    for k, var in v.x.items():
+      if k.dim == dim and (
+          banned == assignments.option_axes(k.axis) if len(banned) > 1
+          else banned[0] in assignments.option_axes(k.axis)):
+        model.add(var == 0)
+        forbidden.add(k)
+  return forbidden
+
+
+def add_layout_exclusion(model, v, rules):
+  r"""Adds :math:`\sum_{k \in Q} x_k - \sum_{k \notin Q} x_k \le |Q| - 1`:
+  the answer is not exactly the layout ``Q`` = ``rules`` (a no-good)."""
+  mine = {DimAxis(d, a) for d, a in rules.pairs}  # a: a name or a tuple
+  if not mine <= set(v.x):
+    return  # Q is not in the space: nothing to exclude
+  model.add(sum(v.x[k] for k in mine)
+            - sum(x for k, x in v.x.items() if k not in mine)
+            <= len(mine) - 1)
+
+
+def add_memory_constraints(model, v, steps, host, budget, with_peak):
+  """Constraint 5.  ``steps`` is a list of ``{scope: {sigma: bytes}}``.
+
+  With ``with_peak`` it creates :math:`P` (bounded by ``budget`` if given)
+  and returns it; else it bounds every step by ``budget``.
+  """
+  bound = None
+  if with_peak:
+    ub = max(1, sum(max(c.values()) for step in steps for c in step.values()))
+    if budget is not None:
+      ub = min(ub, int(budget))
+    v.peak = model.new_int_var(0, max(ub, 0), "peak_bytes")
+    bound = v.peak
+  elif budget is None:
+    return None
+  else:
+    bound = int(budget)
+  choices = collections.defaultdict(list)
+  for k in v.y:
+    choices[k.scope].append(k.assignment)
+  # Each scope's table choices and their restriction to the scope, found
+  # once, not once per step (a program has tens of steps over the same
+  # scopes).
+  restricted = {}
+  for step in steps:
+    acc = collections.Counter()
+    for scope, per in step.items():
+      pairs = restricted.get(scope)
+      if pairs is None:
+        tscope = host[scope]
+        pos = {d: i for i, d in enumerate(tscope)}
+        pick = tuple(pos[d] for d in scope)
+        pairs = restricted[scope] = [
+            (TableChoice(tscope, sigma_t),
+             tuple(sigma_t[i] for i in pick))
+            for sigma_t in choices[tscope]]
+      for key, sub in pairs:
+        b = per.get(sub, 0)
+        if b:
+          acc[key] += int(b)
+    if acc:
+      keys = list(acc)  # insertion order: deterministic
+      model.add(cp_model.LinearExpr.weighted_sum(
+          [v.y[k] for k in keys], [acc[k] for k in keys]) <= bound)
+  return v.peak
+
+
+def tie_break_groups(v, chunk=50):
+  """The :math:`x` in a fixed order, in chunks whose weights
+  :math:`2^i` fit in 64-bit integers."""
+  keys = sorted(v.x, key=dim_axis_order)
+  return tuple(tuple(keys[i:i + chunk]) for i in range(0, len(keys), chunk))

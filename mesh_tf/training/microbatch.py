@@ -1,0 +1,141 @@
+"""Microbatching (gradient accumulation): one step as ``k`` microbatches.
+
+The graph is built at the *microbatch* size.  :func:`microbatched_update`
+adds, for each trained variable, a gradient accumulator (a non-trainable
+variable of the variable's shape -- so it is sharded like the variable's
+storage -- counted as ``gradients`` memory), an ``assign_add`` of each
+microbatch's gradient into it, the optimizer update from the mean of the
+accumulators, and their reset.  A step then runs in three phases:
+
+* **pre** (once): what does not depend on the data and is not gathered per
+  use -- variables, their compute copies, ZeRO-1/2 gathers, masks;
+* **micro** (``k`` times, one microbatch each): forward, backward, ZeRO-3
+  gathers, the accumulation;
+* **post** (once): the optimizer update and the reset.
+
+:class:`MicrobatchPlan` says which ops run once per step; the cost model
+and the layout search multiply the price of every other op by ``k``
+(``repeats``), and :class:`mesh_tf.training.TrainStep` lowers the phases in
+that order, so prediction and lowering agree.  With equal microbatches and a
+mean loss, the mean of the microbatch gradients is the whole batch's
+gradient: the step equals the whole-batch step up to float rounding.
+
+Example:
+  >>> import mesh_tf as mtf
+  >>> from mesh_tf import models
+  >>> from mesh_tf.training import optimize
+  >>> model = models.build_model("transformer_tiny", batch=4)
+  >>> upd = microbatched_update(model.graph, model.loss,
+  ...                           model.graph.trainable_variables,
+  ...                           optimize.SgdOptimizer(0.1), 2)
+  >>> upd.plan.microbatches, upd.plan.repeats(model.loss.operation.name)
+  (2, 2)
+"""
+
+from typing import FrozenSet, NamedTuple, Tuple
+
+from mesh_tf.core.errors import MtfError
+from mesh_tf.ops import creation as creation_ops
+from mesh_tf.ops import variables as variable_ops
+
+__all__ = ["MicrobatchPlan", "MicrobatchedUpdate", "microbatched_update"]
+
+
+class MicrobatchPlan(NamedTuple):
+  """``microbatches`` per step and the names of the ops that run once per
+  step (all others run once per microbatch)."""
+  microbatches: int = 1
+  per_step: FrozenSet[str] = frozenset()
+
+  def repeats(self, op_name):
+    """How often the op ``op_name`` runs in one step."""
+    if self.microbatches == 1 or op_name in self.per_step:
+      return 1
+    return self.microbatches
+
+
+class MicrobatchedUpdate(NamedTuple):
+  """What :func:`microbatched_update` built."""
+  plan: MicrobatchPlan
+  grads: Tuple[object, ...]
+  accumulate_ops: Tuple[object, ...]
+  update_ops: Tuple[object, ...]
+  pre: Tuple[object, ...]     # ops, in graph order, of each phase
+  micro: Tuple[object, ...]
+  post: Tuple[object, ...]
+
+
+def _per_use(op):
+  return getattr(op, "per_use", False)
+
+
+def _phases(graph, first_post):
+  """Splits ``graph.operations`` into (pre, micro, post) op tuples."""
+  ops = graph.operations
+  micro = set()
+  for op in ops[:first_post]:
+    data = (isinstance(op, creation_ops.ImportOperation) and op.value is None)
+    if data or _per_use(op) or any(t.operation in micro for t in op.inputs):
+      micro.add(op)
+  # Ops that only micro ops need and that read micro values are micro too
+  # (covered above); everything else before the update is pre.
+  pre = tuple(op for op in ops[:first_post] if op not in micro)
+  return pre, tuple(op for op in ops[:first_post] if op in micro), tuple(
+      ops[first_post:])
+
+
+def microbatched_update(graph, loss, variables, optimizer, microbatches):
+  """Gradients, accumulators and the update of a ``microbatches``-way step.
+
+  Args:
+    graph: the mtf Graph, built at the microbatch size.
+    loss: the scalar mean loss of one microbatch.
+    variables: the variables to train.
+    optimizer: an optimizer of :mod:`mesh_tf.training.optimize`.
+    microbatches: ``k >= 1``; 1 builds the plain update.
+
+  Returns:
+    A :class:`MicrobatchedUpdate`.
+
+  Raises:
+    MtfError: for ``microbatches < 1``.
+  """
+  from mesh_tf.gradients import gradients  # pylint: disable=g-import-not-at-top
+  if not isinstance(microbatches, int) or microbatches < 1:
+    raise MtfError(f"microbatches={microbatches!r} must be an integer >= 1")
+  variables = [variable_ops._as_variable(v) for v in variables]  # pylint: disable=protected-access
+  grads = gradients([loss], [v.outputs[0] for v in variables])
+  if microbatches == 1:
+    first = len(graph.operations)
+    updates = optimizer.apply_grads(grads, variables)
+    pre, micro, post = _phases(graph, first)
+    return MicrobatchedUpdate(MicrobatchPlan(1, frozenset()), tuple(grads),
+                              (), tuple(updates), pre, micro, post)
+  accumulate, accs = [], []
+  for v, g in zip(variables, grads):
+    if g is None:
+      accs.append(None)
+      continue
+    acc = variable_ops.get_variable(
+        v.mesh, f"{v.name}/grad_accumulator", v.shape, v.dtype,
+        variable_ops.zeros_initializer(), trainable=False,
+        memory_category="gradients")
+    accs.append(acc)
+    accumulate.append(variable_ops.assign_add(acc, g,
+                                              name=f"{v.name}/accumulate"))
+  first = len(graph.operations)
+  scale = 1.0 / microbatches
+  means = [None if a is None else a * scale for a in accs]
+  updates = list(optimizer.apply_grads(means, variables))
+  for a in accs:
+    if a is not None:
+      updates.append(variable_ops.assign(
+          a, creation_ops.zeros_like(a), name=f"{a.operation.name}/reset"))
+  pre, micro, post = _phases(graph, first)
+  # The accumulators are variables (pre, where the microbatches' assign_add
+  # find them); post reads them again, after the last accumulation.
+  post = tuple(a.operation for a in accs if a is not None) + post
+  plan = MicrobatchPlan(microbatches,
+                        frozenset(op.name for op in pre + post))
+  return MicrobatchedUpdate(plan, tuple(grads), tuple(accumulate),
+                            tuple(updates), pre, micro, post)
