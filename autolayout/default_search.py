@@ -94,7 +94,7 @@ def solve_default(graph, mesh_shape=None, outputs=None,
                   max_axes=DEFAULT_MAX_AXES, search=None, hint=None,
                   overlap=True, fixed=None, param_dtype="bfloat16",
                   memory_reserve_fraction=None, progress=None,
-                  mesh_progress=None, tie_break=(), solver_params=None,
+                  mesh_progress=None, decision_progress=None, tie_break=(), solver_params=None,
                   forbid=(), max_axes_per_dim=None):
   """The default answer (see the module docstring).
 
@@ -112,6 +112,9 @@ def solve_default(graph, mesh_shape=None, outputs=None,
     fixed, param_dtype, memory_reserve_fraction: the fallback's, as
       :func:`autolayout.training.decisions.search_training`.
     progress: ``fn(best, bound, elapsed_s)`` of the solver, given mesh.
+    decision_progress: ``fn(decisions, step_time_s or None)`` after each
+      program of the training-decision search, given mesh (and
+      ``fn(None, None)`` when it starts: the step as built fits no layout).
     mesh_progress: ``fn(mesh, index, count, best)`` before each mesh shape
       (without a mesh; the fallback calls it with its stage in the name).
 
@@ -165,10 +168,13 @@ def solve_default(graph, mesh_shape=None, outputs=None,
   budget = memory_budget
   if mesh_shape is not None:
     from autolayout.training import decisions
+    if decision_progress is not None:
+      decision_progress(None, None)
     plan = decisions.search_training(
         config, mesh_shape, topology, _resolved(budget, topology),
         fixed=fixed, param_dtype=param_dtype, time_limit_s=left,
-        memory_reserve_fraction=memory_reserve_fraction, overlap=overlap)
+        memory_reserve_fraction=memory_reserve_fraction, overlap=overlap,
+        progress=decision_progress)
     return DefaultAnswer(plan.result, None, plan.tried, True)
   from autolayout.meshes.training_meshes import search_training_meshes
   plan, table = search_training_meshes(

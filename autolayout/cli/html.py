@@ -30,13 +30,14 @@ def one(report, result=None, outputs=None, key="result"):
   return views
 
 
-def several(reports, results, outputs=None):
-  """The views of ``compare``: every layout; the fastest that fits is the
-  chosen one."""
+def several(reports, results, outputs=None, budget=None):
+  """The views of ``compare``: every layout; the fastest that fits (in the
+  usable HBM and within ``budget`` bytes, if given) is the chosen one."""
   def views(payload):
     from autolayout.render.views import layout_view
     recs = payload["layouts"]
-    fits = [r for r in recs if r["memory"]["fits"]] or recs
+    fits = [r for r in recs if r["memory"]["fits"] and (
+        budget is None or r["memory"]["peak_bytes"] <= budget)] or recs
     best = min(fits, key=lambda r: r["step_time_s"])["label"]
     return [layout_view(r["label"], r, reports[r["label"]],
                         chosen=r["label"] == best, outputs=outputs,

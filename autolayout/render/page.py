@@ -27,7 +27,8 @@ h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; }
 table.data { border-collapse: collapse; margin: 8px 0; font-size: 14px; }
 table.data td, table.data th { border-bottom: 1px solid #ddd;
   padding: 3px 10px; text-align: left; vertical-align: top; }
-table.data td.num { text-align: right; font-variant-numeric: tabular-nums; }
+table.data td.num { text-align: right; font-variant-numeric: tabular-nums;
+                    white-space: nowrap; }
 tr.chosen { background: #eef6ee; font-weight: bold; }
 .note { color: #555; font-size: 13px; }
 </style>"""
@@ -112,11 +113,15 @@ def _axes(view):
 
 def _memory(view):
   mem = view.record["memory"]
-  rows = [[_td(c[:-6]), _num(c, mem[c], text.nbytes(mem[c]))]
-          for c in ("params_bytes", "gradients_bytes", "optimizer_bytes",
-                    "activations_bytes", "kv_cache_bytes", "peak_bytes",
-                    "usable_bytes", "hbm_bytes")]
-  return _table(["at the peak step", "bytes per device"], rows,
+  most = dict(view.memory.most) if view.memory is not None else {}
+  rows = []
+  for c in ("params_bytes", "gradients_bytes", "optimizer_bytes",
+            "activations_bytes", "kv_cache_bytes", "peak_bytes",
+            "usable_bytes", "hbm_bytes"):
+    m = most.get(c[:-6])
+    rows.append([_td(c[:-6]), _num(c, mem[c], text.nbytes(mem[c])),
+                 _td("-" if m is None else text.nbytes(m))])
+  return _table(["category", "at the peak step", "most in the step"], rows,
                 cls="data memory")
 
 

@@ -39,12 +39,14 @@ class TimeTerm(NamedTuple):
 
 
 class MemoryCurve(NamedTuple):
-  """Per-device bytes of each category at each drawn memory step."""
+  """Per-device bytes of each category at each drawn memory step, and
+  the most each category reaches over the whole step (``most``)."""
   steps: Tuple[int, ...]
   by_category: Tuple[Tuple[str, Tuple[int, ...]], ...]
   peak_step: int
   peak_bytes: int
   peak_op: str
+  most: Tuple[Tuple[str, int], ...] = ()
 
 
 class Counterfactual(NamedTuple):
@@ -106,7 +108,8 @@ def memory_curve(report, most=MAX_POINTS):
       tuple((c, tuple(int(v) for v in np.asarray(per[c])[picks]))
             for c in cats if np.asarray(per[c]).any()),
       int(prof.peak_step), int(prof.peak_bytes),
-      getattr(prof.peak_op, "name", "") or "")
+      getattr(prof.peak_op, "name", "") or "",
+      tuple((c, int(np.asarray(per[c]).max())) for c in cats))
 
 
 class _Repeats:

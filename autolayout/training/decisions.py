@@ -178,7 +178,7 @@ def recompute_choices(layers, count=5):
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
                     memory_budget, time_limit_s=60.0, forbid=(),
-                    overlap=True, joint=False, first=None):
+                    overlap=True, joint=False, first=None, explain=True):
   """The fastest of ``decision_list`` (stage and recompute choices at one
   microbatch count and dtype) and its layout.
 
@@ -194,7 +194,8 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
 
   Raises:
     InfeasibleLayoutError: if no pair fits the budget (with the smallest
-      peak of the most memory-saving pair).
+      peak of the most memory-saving pair; with ``explain=False``, without
+      it: :func:`explain_infeasible` finds it when a caller needs it).
   """
   from autolayout.training import candidate_search
   from autolayout.training import decision_program as dp
@@ -222,15 +223,26 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
           decision_list, problem_of, memory_budget, deadline,
           DEFAULT_NUM_WORKERS, DEFAULT_SEED, forbid, first)
   except InfeasibleLayoutError:
-    # Every pair is over budget: the most memory-saving one says by how
-    # much (its own search states the smallest peak and what dominates).
-    lean = max(decision_list, key=lambda d: (
-        stage_groups.rank(d.zero_stage), d.recompute))
-    _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
-           max(deadline - time.perf_counter(), 1e-3), forbid,
-           candidates.memory_reserve_fraction, overlap, candidates)
+    if explain:
+      explain_infeasible(candidates, decision_list, mesh_shape, topology,
+                         memory_budget, deadline - time.perf_counter(),
+                         forbid, overlap)
     raise
   return candidates.get(decision_list[index])[0], result
+
+
+def explain_infeasible(candidates, decision_list, mesh_shape, topology,
+                       memory_budget, time_limit_s, forbid=(), overlap=True):
+  """Raises the InfeasibleLayoutError of the most memory-saving of
+  ``decision_list`` (every one of them over budget): its own search states
+  the smallest peak and what dominates it.  A search and its build take
+  seconds (transformer_tiny: 3.4 s of the README plan's 27.7), so the
+  microbatch walk asks for it only when no k fits at all."""
+  lean = max(decision_list, key=lambda d: (
+      stage_groups.rank(d.zero_stage), d.recompute))
+  _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
+         max(time_limit_s, 1e-3), forbid,
+         candidates.memory_reserve_fraction, overlap, candidates)
 
 
 def _better(step, d, best_step, best_d):
@@ -406,6 +418,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
   if deadline is None:
     deadline = time.perf_counter() + time_limit_s
   tried, best = [], None
+  over = None   # the walk's last k whose every pair is over budget
   last_error = [None]
   cut = [False]   # the time limit stopped the search before its end
 
@@ -516,7 +529,8 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
             # Without a plan yet, the walk may use all the time.
             budget_s if best is None else
             max(1e-3, min(budget_s, walk_end - time.perf_counter())),
-            forbid, overlap, first=first if first in pairs else None)
+            forbid, overlap, first=first if first in pairs else None,
+            explain=False)
         t = keep(tg, result, time.perf_counter() - t0)
         if result.status != "optimal":
           walk_cut = True   # the walk's time ran out within this k
@@ -528,6 +542,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
         break
       except InfeasibleLayoutError as e:
         failed(pairs[-1], e, time.perf_counter() - t0)
+        over = pairs   # explained only if no k fits
         if found is None or not walk:
           continue
         break
@@ -538,6 +553,10 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
       _descend(best[0], recs, make, keep, left, cut, candidates,
                mesh_shape, topology, memory_budget, forbid, overlap)
     cut[0] = cut[0] or walk_cut
+  if best is None and over is not None:
+    explain_infeasible(candidates, over, mesh_shape, topology,
+                       memory_budget, deadline - time.perf_counter(), forbid,
+                       overlap)
   if best is None:
     raise last_error[0] or InfeasibleLayoutError(
         "no training plan candidate was solved")
