@@ -21,6 +21,8 @@ setup(
         "pandas>=2.1,<4",
         "matplotlib>=3.8,<4",
         "rich>=13,<16",
+        # --html: the self-contained report (plotly.js written inline).
+        "plotly==6.*",
     ],
     extras_require={
         "test": [
