@@ -35,6 +35,8 @@ PAGES = {
     "compare": ["compare", *TINY, *MESH, "-l", "dp=batch:data",
                 "-l", "mp=d_ff:model;heads:model", "-l", "auto"],
     "mesh": ["mesh", *TINY],
+    # A plan file's layout: {plan} is the file `solve --save` wrote.
+    "report-plan": ["report", *TINY, "-l", "@{plan}"],
 }
 
 
@@ -97,6 +99,7 @@ class _Cells(html.parser.HTMLParser):
 
 
 def _records(command, payload):
+  command = command.split("-")[0]
   if command == "compare":
     return {r["label"]: r for r in payload["layouts"]}
   if command == "mesh":
@@ -110,8 +113,13 @@ def test_page_loads_clean_and_shows_the_json_numbers(command, tmp_path,
                                                      capsys):
   _chromium()   # skip (or fail under CI) before any work
   page = tmp_path / f"{command}.html"
-  assert cli.main([*PAGES[command], "--format", "json",
-                   "--html", str(page)]) == 0
+  plan = tmp_path / "plan.json"
+  if "{plan}" in " ".join(PAGES[command]):
+    assert cli.main(["solve", *TINY, *MESH, "--memory-budget", "120KiB",
+                     "--save", str(plan)]) == 0
+    capsys.readouterr()
+  args = [a.format(plan=plan) for a in PAGES[command]]
+  assert cli.main([*args, "--format", "json", "--html", str(page)]) == 0
   payload = json.loads(capsys.readouterr().out)
   shot = tmp_path / f"{command}.png"
   dom, console = _browse(page, "--dump-dom", f"--screenshot={shot}")
@@ -123,6 +131,9 @@ def test_page_loads_clean_and_shows_the_json_numbers(command, tmp_path,
   want = {"fig-time", "fig-mesh", "fig-memory"}
   if command in ("compare", "mesh"):
     want.add("fig-comparison")
+  if command == "report-plan":   # the plan's rules, each with its price
+    assert 'data-key="otherwise_step_time_s"' in dom
+    assert "d_ff:model" in dom
   assert want <= cells.drawn, cells.drawn
   # Every figure and the title name the model, its size, topology, mesh.
   assert dom.count("5.41K params") >= len(want) + 1
