@@ -129,8 +129,13 @@ def _counterfactuals(view):
   if not view.counterfactuals:
     return '<p class="note">No rules: every tensor is replicated.</p>'
   base = view.record
+  budget = (base.get("solver") or {}).get("memory_budget_bytes")
   rows = []
   for c in view.counterfactuals:
+    note = c.note
+    if budget and c.peak_memory_bytes is not None and \
+        c.peak_memory_bytes > budget:
+      note = (note + "; " if note else "") + "over the memory budget"
     dt = ("-" if c.step_time_s is None else
           text.seconds(c.step_time_s) + " ("
           + _delta(c.step_time_s, base["step_time_s"], text.seconds) + ")")
@@ -143,7 +148,7 @@ def _counterfactuals(view):
                  f'"{_esc(repr(c.step_time_s))}">{_esc(dt)}</td>',
                  f'<td data-key="otherwise_peak_bytes" data-value='
                  f'"{_esc(repr(c.peak_memory_bytes))}">{_esc(dm)}</td>',
-                 _td(c.note)])
+                 _td(note)])
   return _table(["", "chosen", "otherwise", "step otherwise",
                  "peak otherwise", "note"], rows, cls="data counterfactuals")
 
