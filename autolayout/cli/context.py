@@ -152,6 +152,11 @@ def summary(ctx, wall_s):
     return f"done in {wall_s:.1f} s"
   parts = []
   for name, s, steps in ctx.phases:
+    if len(steps) > 8:   # the six longest, and the rest together
+      top = sorted(steps, key=lambda x: -x[1])[:6]
+      rest = [t for x, t in steps if (x, t) not in top]
+      steps = [x for x in steps if x in top] + [
+          (f"{len(rest)} more", sum(rest))]
     inner = "".join(f"; {label} {t:.1f} s" for label, t in steps)
     parts.append(f"{name} {s:.1f} s" + (f" ({inner[2:]})" if inner else ""))
   rest = wall_s - sum(s for _, s, _ in ctx.phases)

@@ -208,6 +208,11 @@ def _training_meshes(ctx, args, model, topology, budget, n):
   """The fastest mesh shape, training decisions and layout
   (autolayout.meshes.training_meshes)."""
   from autolayout.meshes.training_meshes import search_training_meshes
+  steps = _mesh_steps(ctx)
+
+  def on_mesh(update, what, i, count):
+    update.on_mesh(what, i, count, None)
+    steps(what)
   with ctx.progress(f"searching mesh shapes of {n} devices and training "
                     f"decisions of {model.name}") as update:
     plan, tried = search_training_meshes(
@@ -217,9 +222,23 @@ def _training_meshes(ctx, args, model, topology, budget, n):
         time_limit_s=args.time_limit,
         overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
-        progress=lambda mesh, stage, i, count: update.on_mesh(
-            f"{mesh} ({stage})", i, count, None))
+        progress=lambda mesh, stage, i, count: on_mesh(
+            update, f"{mesh} ({stage})", i, count))
+  steps(None)
   return plan.result, plan.tried, tried
+
+
+def _mesh_steps(ctx):
+  """A mesh search's progress calls come as each shape starts; each ends
+  the previous shape's step of the search phase (``None``: the last)."""
+  pending = []
+
+  def step(label):
+    if pending:
+      ctx.phase_step(pending.pop())
+    if label is not None:
+      pending.append(label)
+  return step
 
 
 def _training_plan(ctx, args, model, mesh, topology, budget):
