@@ -220,16 +220,12 @@ def _scope_table(tables, space, scope, factors, placements):
   t_sum, c_sum = np.zeros(n), np.zeros(n)
   extra = {}   # term key -> (per-sigma value, per-sigma touched)
   memo = {}
+  gathers = {}   # a factor scope's positions -> (its assignments, index)
   for f in factors:
     pick = tuple(pos[d] for d in f.scope)
-    subs, index, inv = [], {}, []
-    for sigma in sigmas:
-      sub = tuple(sigma[i] for i in pick)
-      if sub not in index:
-        index[sub] = len(subs)
-        subs.append(sub)
-      inv.append(index[sub])
-    inv = np.asarray(inv, dtype=np.int64)
+    if pick not in gathers:
+      gathers[pick] = _gather(sigmas, pick)
+    subs, inv = gathers[pick]
     vals = []
     for sub in subs:
       v = memo.get((f.kind, f.key, sub))
@@ -251,6 +247,21 @@ def _scope_table(tables, space, scope, factors, placements):
   return Table(scope, tuple(sigmas[i] for i in keep.tolist()),
                tuple(t_sum[keep].tolist()), tuple(c_sum[keep].tolist()),
                tuple((k, tuple(extra[k][0][keep].tolist())) for k in keys))
+
+
+def _gather(sigmas, pick):
+  """``(subs, inv)``: the distinct restrictions of ``sigmas`` to the
+  positions ``pick``, in first-seen order, and each sigma's index into
+  them."""
+  subs, index, inv = [], {}, []
+  for sigma in sigmas:
+    sub = tuple(sigma[i] for i in pick)
+    j = index.get(sub)
+    if j is None:
+      j = index[sub] = len(subs)
+      subs.append(sub)
+    inv.append(j)
+  return subs, np.asarray(inv, dtype=np.int64)
 
 
 def _add_terms(extra, tables, f, pl, subs, vals, inv, memo):
