@@ -29,6 +29,7 @@ from autolayout.errors import (AutoLayoutError, ExportError, ImportOrderError,
                                PlanFormatError, PlanMismatchError,
                                SolverError)
 from autolayout.search.result import LayoutResult, ModelSize
+from autolayout.spec import SearchSpec, SolverOptions, search_spec
 from autolayout.search.solve import LayoutSearch, validate
 from autolayout.search.explain import explain
 # auto_layout of a given mesh is autolayout.search.solve's; this one has the CLI's
@@ -42,7 +43,7 @@ from autolayout.search.view import (build_view, dims_used_together, repeated_ops
                                     write_graphml)
 from autolayout.search.assignments import all_layouts
 from autolayout.plans.plan import Plan, make_plan
-from autolayout.plans.file import load_plan
+from autolayout.plans.decisions import load_plan
 from autolayout.plans.diff import diff
 # ``autolayout.solve`` (the module) as before the sub-packages.
 from autolayout.search import solve
@@ -50,7 +51,8 @@ from autolayout.search import solve
 __all__ = ["AutoLayoutError", "ImportOrderError", "InfeasibleLayoutError",
            "SolverError", "PlanError", "PlanFormatError", "PlanMismatchError",
            "ExportError",
-           "LayoutResult", "LayoutSearch", "ModelSize", "explain",
+           "LayoutResult", "LayoutSearch", "ModelSize", "SearchSpec",
+           "SolverOptions", "search_spec", "explain",
            "auto_layout", "auto_mesh_and_layout",
            "mesh_factorizations", "pareto", "validate", "build_view",
            "dims_used_together", "repeated_ops", "splittable_dims", "to_dot",

@@ -17,7 +17,7 @@ argument and a valid value; the sizes a user writes (``"16GB"``,
 import math
 import numbers
 import time
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, NamedTuple
 
 import costmodels
 from autolayout.errors import TimeLimitError
@@ -25,7 +25,7 @@ from costmodels import arguments as cm_args
 from mesh_tf.core.errors import InvalidArgumentError
 
 __all__ = ["DEFAULTS", "MAX_DEVICES", "MAX_NUM_WORKERS", "MAX_TIME_LIMIT_S",
-           "OBJECTIVES", "SearchArgs", "check_count", "check_search_args",
+           "OBJECTIVES", "check_count",
            "default_mesh", "is_training_graph"]
 
 OBJECTIVES = ("time", "comm", "memory", "latency")
@@ -36,6 +36,15 @@ MAX_SEED = 2**31 - 1
 MAX_AXES = 4
 MAX_POINTS = 1000
 MAX_DEVICES = cm_args.MAX_MESH_SIZE
+
+# Model family names a user may type, mapped to a real-sized zoo preset
+# (``transformer`` is GPT-2-small sized); plan files record what was typed.
+MODEL_FAMILIES = {
+    "transformer": "gpt2_small",
+    "mlp": "mlp_large",
+    "moe": "moe_gpt2_small_64e",
+    "conv3d": "conv3d_large",
+}
 
 
 class _Defaults(NamedTuple):
@@ -50,21 +59,6 @@ class _Defaults(NamedTuple):
 
 
 DEFAULTS = _Defaults()
-
-
-class SearchArgs(NamedTuple):
-  """The checked, converted arguments of one layout search query."""
-  mesh_shape: Any          # a MeshShape
-  topology: Any            # a costmodels Topology
-  memory_budget: Optional[int]
-  objective: str
-  time_limit_s: float
-  num_workers: int
-  seed: int
-  tie_break: Tuple[str, ...]
-  forbid: Tuple[Tuple[str, str], ...]
-  solver_params: dict
-  progress: Any
 
 
 def default_mesh(topology):
@@ -155,7 +149,8 @@ def check_objective(objective, graph):
     raise InvalidArgumentError(
         f"unknown objective {cm_args.echo(objective, 80)}: objective= takes "
         f"one of {', '.join(OBJECTIVES)} (default {DEFAULTS.objective})")
-  if objective == "latency" and is_training_graph(graph):
+  if objective == "latency" and graph is not None and is_training_graph(
+      graph):
     raise InvalidArgumentError(
         "objective='latency' is the per-token latency of a one-token "
         "decoding step, but this graph is a training step (it updates "
@@ -163,7 +158,7 @@ def check_objective(objective, graph):
   return objective
 
 
-def _check_tie_break(tie_break):
+def check_tie_break(tie_break):
   if isinstance(tie_break, str):
     tie_break = (tie_break,)
   try:
@@ -178,7 +173,7 @@ def _check_tie_break(tie_break):
   return tie_break
 
 
-def _check_forbid(forbid):
+def check_forbid(forbid):
   if isinstance(forbid, str):
     return tuple(cm_args.check_rules(forbid, "forbid").pairs)
   try:
@@ -203,7 +198,7 @@ def _check_forbid(forbid):
   return tuple(out)
 
 
-def _check_solver_params(params):
+def check_solver_params(params):
   if params is None:
     return {}
   if not isinstance(params, dict):
@@ -230,41 +225,3 @@ def _check_solver_params(params):
 def resolve_topology(topology):
   """A Topology from a Topology or a preset/family name."""
   return costmodels.get_topology(topology)
-
-
-def check_search_args(graph, mesh_shape, topology, memory_budget, objective,
-                      time_limit_s, num_workers, seed, tie_break=(),
-                      forbid=(), solver_params=None, progress=None):
-  """Checks and converts the arguments of one query of
-  :func:`autolayout.auto_layout` (the graph and outputs are checked by its
-  :class:`~autolayout.LayoutSearch`).
-
-  ``mesh_shape`` None means :func:`default_mesh` of the topology;
-  ``memory_budget`` takes bytes or a size string (``"16GB"``, ``"90%"``,
-  ``"hbm"``, ``"none"``).
-
-  Returns:
-    A :class:`SearchArgs`.
-
-  Raises:
-    InvalidArgumentError: naming the first bad argument and a valid value.
-    costmodels.TopologyError: for an unknown topology.
-  """
-  topo = resolve_topology(topology)
-  if mesh_shape is None:
-    mesh_shape = default_mesh(topo)
-  mesh = cm_args.check_mesh_shape(mesh_shape)
-  budget = cm_args.resolve_memory_budget(memory_budget, topo)
-  objective = check_objective(objective, graph)
-  time_limit_s = check_time_limit(time_limit_s)
-  num_workers = check_count(num_workers, "num_workers", 1, MAX_NUM_WORKERS,
-                            DEFAULTS.num_workers)
-  seed = check_count(seed, "seed", 0, MAX_SEED, DEFAULTS.seed)
-  if progress is not None and not callable(progress):
-    raise InvalidArgumentError(
-        f"progress={cm_args.echo(progress, 80)} is not callable; pass a "
-        "function progress(best, bound, elapsed_s) or None")
-  return SearchArgs(mesh, topo, budget, objective, time_limit_s,
-                    num_workers, seed, _check_tie_break(tie_break),
-                    _check_forbid(forbid), _check_solver_params(solver_params),
-                    progress)

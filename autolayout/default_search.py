@@ -42,9 +42,10 @@ import math
 import time
 from typing import Any, NamedTuple, Optional
 
-import costmodels
 from autolayout import arguments
 from autolayout.search import solve
+from autolayout.spec import search_spec
+from autolayout.training.families import family
 from autolayout.arguments import DEFAULTS
 from autolayout.errors import InfeasibleLayoutError
 from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES, auto_mesh_and_layout
@@ -89,13 +90,14 @@ def solve_default(graph, mesh_shape=None, outputs=None,
                   memory_budget=DEFAULTS.memory_budget,
                   objective=DEFAULTS.objective,
                   time_limit_s=solve.DEFAULT_TIME_LIMIT_S,
-                  num_workers=solve.DEFAULT_NUM_WORKERS,
+                  num_workers=solve.DEFAULT_NUM_WORKERS, *,
                   seed=solve.DEFAULT_SEED, config=None, num_devices=None,
                   max_axes=DEFAULT_MAX_AXES, search=None, hint=None,
                   overlap=True, fixed=None, param_dtype="bfloat16",
                   memory_reserve_fraction=None, progress=None,
-                  mesh_progress=None, decision_progress=None, tie_break=(), solver_params=None,
-                  forbid=(), max_axes_per_dim=None):
+                  mesh_progress=None, decision_progress=None, tie_break=(),
+                  solver_params=None, forbid=(), max_axes_per_dim=None,
+                  spec=None):
   """The default answer (see the module docstring).
 
   Args:
@@ -117,6 +119,9 @@ def solve_default(graph, mesh_shape=None, outputs=None,
       ``fn(None, None)`` when it starts: the step as built fits no layout).
     mesh_progress: ``fn(mesh, index, count, best)`` before each mesh shape
       (without a mesh; the fallback calls it with its stage in the name).
+    spec: the whole query as a :class:`autolayout.spec.SearchSpec`, built
+      at the caller's edge (the CLI's); the loose query arguments are then
+      not read.
 
   Returns:
     A :class:`DefaultAnswer`.
@@ -128,18 +133,29 @@ def solve_default(graph, mesh_shape=None, outputs=None,
     TimeLimitError: if the time ran out before any plan was found.
   """
   t0 = time.perf_counter()
-  topology = arguments.resolve_topology(topology)
+  if spec is None:
+    # The edge: every name, string and size is checked and resolved here,
+    # once; below, only the typed spec travels.
+    fixed = {name: family(name).check(value)
+             for name, value in (fixed or {}).items()}
+    spec = search_spec(
+        graph, topology=topology, mesh_shape=mesh_shape,
+        num_devices=num_devices, memory_budget=memory_budget,
+        objective=objective, time_limit_s=time_limit_s,
+        num_workers=num_workers, seed=seed, tie_break=tie_break,
+        forbid=forbid, solver_params=solver_params, fixed=fixed,
+        param_dtype=param_dtype, overlap=overlap, max_axes=max_axes,
+        memory_reserve_fraction=memory_reserve_fraction)
+  topology, opts = spec.topology, spec.solver
   try:
-    if mesh_shape is not None:
-      r = solve.auto_layout(graph, mesh_shape, outputs, topology,
-                            memory_budget, objective, time_limit_s,
-                            num_workers, seed, tie_break, solver_params,
-                            forbid, progress, search, hint, overlap,
-                            max_axes_per_dim)
+    if spec.mesh_shape is not None:
+      r = solve.auto_layout(graph, outputs=outputs, progress=progress,
+                            search=search, hint=hint,
+                            max_axes_per_dim=max_axes_per_dim, spec=spec)
       return DefaultAnswer(r)
-    for name, value, default in (("tie_break", tie_break, ()),
-                                 ("solver_params", solver_params, None),
-                                 ("forbid", forbid, ()),
+    for name, value, default in (("tie_break", opts.tie_break, ()),
+                                 ("solver_params", opts.solver_params, ()),
+                                 ("forbid", opts.forbid, ()),
                                  ("progress", progress, None)):
       if value is not None and value != default:
         raise InvalidArgumentError(
@@ -151,10 +167,12 @@ def solve_default(graph, mesh_shape=None, outputs=None,
       search = solve.LayoutSearch(graph, outputs,
                                   max_axes_per_dim=max_axes_per_dim)
     results, table = auto_mesh_and_layout(
-        graph, num_devices or topology.num_chips, outputs, topology,
-        memory_budget, objective, max_axes, time_limit_s, num_workers,
-        seed, search=search, hint=hint, overlap=overlap,
-        physical_names=True, progress=mesh_progress)
+        graph, spec.num_devices or topology.num_chips, outputs, topology,
+        spec.memory_budget, spec.objective, spec.max_axes,
+        opts.time_limit_s, num_workers=opts.num_workers, seed=opts.seed,
+        search=search,
+        hint=hint, overlap=spec.overlap, physical_names=True,
+        progress=mesh_progress)
     result = dataclasses.replace(results[0], meshes_tried=_tried(table))
     if (table["status"] == "time-limit").any():
       # Some shapes were not reached in time: the best so far, not proven
@@ -162,34 +180,30 @@ def solve_default(graph, mesh_shape=None, outputs=None,
       result = dataclasses.replace(result, status="feasible")
     return DefaultAnswer(result, table)
   except InfeasibleLayoutError:
-    if not _can_fall_back(graph, config, objective):
+    if not _can_fall_back(graph, config, spec.objective):
       raise
-  left = max(1.0, time_limit_s - (time.perf_counter() - t0))
-  budget = memory_budget
-  if mesh_shape is not None:
+  left = max(1.0, opts.time_limit_s - (time.perf_counter() - t0))
+  if spec.mesh_shape is not None:
     from autolayout.training import decisions
     if decision_progress is not None:
       decision_progress(None, None)
     plan = decisions.search_training(
-        config, mesh_shape, topology, _resolved(budget, topology),
-        fixed=fixed, param_dtype=param_dtype, time_limit_s=left,
-        memory_reserve_fraction=memory_reserve_fraction, overlap=overlap,
-        progress=decision_progress)
+        config, spec.mesh_shape, topology, spec.memory_budget,
+        fixed=spec.fixed_decisions, param_dtype=spec.param_dtype,
+        time_limit_s=left,
+        memory_reserve_fraction=spec.memory_reserve_fraction,
+        overlap=spec.overlap, progress=decision_progress)
     return DefaultAnswer(plan.result, None, plan.tried, True)
   from autolayout.meshes.training_meshes import search_training_meshes
   plan, table = search_training_meshes(
-      config, topology, budget, num_devices, max_axes, fixed=fixed,
-      param_dtype=param_dtype, time_limit_s=left, overlap=overlap,
-      memory_reserve_fraction=memory_reserve_fraction,
+      config, topology, spec.memory_budget, spec.num_devices, spec.max_axes,
+      fixed=spec.fixed_decisions, param_dtype=spec.param_dtype,
+      time_limit_s=left, overlap=spec.overlap,
+      memory_reserve_fraction=spec.memory_reserve_fraction,
       progress=None if mesh_progress is None else (
           lambda mesh, stage, i, count: mesh_progress(
               f"{mesh} ({stage})", i, count, None)))
   return DefaultAnswer(plan.result, table, plan.tried, True)
-
-
-def _resolved(memory_budget, topology):
-  from costmodels import arguments as cm_args
-  return cm_args.resolve_memory_budget(memory_budget, topology)
 
 
 def auto_layout(graph, mesh_shape=None, outputs=None,
@@ -197,10 +211,10 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
                 memory_budget=DEFAULTS.memory_budget,
                 objective=DEFAULTS.objective,
                 time_limit_s=solve.DEFAULT_TIME_LIMIT_S,
-                num_workers=solve.DEFAULT_NUM_WORKERS,
+                num_workers=solve.DEFAULT_NUM_WORKERS, *,
                 seed=solve.DEFAULT_SEED, tie_break=(), solver_params=None,
                 forbid=(), progress=None, search=None, hint=None,
-                overlap=True, max_axes_per_dim=None, config=None):
+                overlap=True, max_axes_per_dim=None, config=None, spec=None):
   """:func:`autolayout.search.solve.auto_layout`, with ``mtf-layout solve``'s
   defaults (:func:`solve_default`, the same function the CLI calls).
 
@@ -212,6 +226,10 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   ``tie_break``, ``solver_params``, ``forbid`` and ``progress`` apply to a
   given mesh only: with ``mesh_shape=None`` they are an
   InvalidArgumentError.
+
+  ``spec``: the whole query as a :class:`autolayout.spec.SearchSpec`
+  (:func:`autolayout.search_spec`), built once at the caller's edge; the
+  loose query arguments are then not read.
 
   ``config``: the zoo config ``graph`` was built from (e.g.
   ``models.build_model(name).config``).  With it, a training step that
@@ -225,10 +243,9 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
     >>> str(r.mesh_shape), str(r.rules)                    # doctest: +SKIP
     ('chips:32', 'batch:chips')
   """
-  topology = costmodels.get_topology(topology)
   return solve_default(
       graph, mesh_shape, outputs, topology, memory_budget, objective,
-      time_limit_s, num_workers, seed, config=config, search=search,
+      time_limit_s, num_workers, seed=seed, config=config, search=search,
       hint=hint, overlap=overlap, progress=progress, tie_break=tie_break,
       solver_params=solver_params, forbid=forbid,
-      max_axes_per_dim=max_axes_per_dim).result
+      max_axes_per_dim=max_axes_per_dim, spec=spec).result

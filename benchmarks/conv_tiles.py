@@ -30,7 +30,7 @@ def main(argv=None):
   args = p.parse_args(argv)
   import mesh_tf as mtf
   mtf.set_logical_cpu_devices(8)
-  from costmodels.calibrate import fit as fit_lib
+  from costmodels.calibrate import pattern_fit
   from costmodels.calibrate import measure
   full = measure.make_plan(("x:8",))
   plan = measure.Plan((), (), (), (), ("float32",), 5, full.convs,
@@ -43,8 +43,8 @@ def main(argv=None):
   out = {}
   for kind in ("conv", "conv_filter"):
     rows = [s for s in samples if s.pattern == kind]
-    (tiled,) = fit_lib.fit_patterns(rows, "float32", 8, 0.0)
-    (plain,) = fit_lib.fit_patterns([s._replace(conv=()) for s in rows],
+    (tiled,) = pattern_fit.fit_patterns(rows, "float32", 8, 0.0)
+    (plain,) = pattern_fit.fit_patterns([s._replace(conv=()) for s in rows],
                                     "float32", 8, 0.0)
     cube = rows[0].seconds / rows[0].flops
     print(f"{kind}: tile {tiled.tile or 'none'}; relative residual "

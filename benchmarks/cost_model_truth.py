@@ -29,8 +29,12 @@ On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
    error, and the auto layout's measured step over the best measured one;
    saves a log-log predicted-vs-measured scatter (``--plot``);
 5. ends with one JSON line: ``spearman_min``, ``kendall_min``,
-   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max`` and
-   ``load_max`` (the largest load ratio of the models).
+   ``median_abs_err``, ``worst_abs_err``, ``auto_vs_best_max``, the same
+   from the up-front file alone, what a user gets (``spearman_min_file``,
+   ``median_abs_err_file``, ``worst_abs_err_file``), the held-out models'
+   (:data:`HELD_OUT`) as ``held_out_*``, and ``load_max`` (the largest
+   load ratio of the models); statistics by SciPy
+   (``benchmarks/truth_stats.py``).
 
 Targets (issue 15): Spearman >= 0.9 per model, median error <= 25%, auto
 within 1.05x of the best measured layout.
@@ -44,7 +48,10 @@ Reproduce:
   python benchmarks/cost_model_truth.py                 # full
   python benchmarks/cost_model_truth.py --cluster       # and 2 processes:
                                                         # 19-21 min here
-  python benchmarks/cost_model_truth.py --quick --models mlp --rounds 3
+  python benchmarks/cost_model_truth.py --quick         # the routine run
+  # a quick file beside a full one, scored on the same steps:
+  mtf-layout calibrate --cpu-devices 8 -o full.json
+  python benchmarks/cost_model_truth.py --quick --also-topology full.json
 """
 
 import argparse
@@ -55,15 +62,28 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import NamedTuple, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks import truth_stats  # noqa: E402
+from benchmarks.truth_timing import (STEP_PASSES, Row, more_passes,  # noqa: E402
+                                     runoff, statistic, steady_times,
+                                     time_probe, training_graph, with_auto)
+
 MESHES = ("x:8", "a:2;b:4")
 
+#: Main rounds of ``--quick`` (one pass each): the routine run.
+QUICK_ROUNDS = 3
 
-def _models():
+#: Models no calibration probe has the shapes of (issue 41): a wider
+#: Transformer with twice the heads, and a deeper, narrower MLP.  Reported
+#: apart (``held_out_*`` in the JSON line): a term that helps only the four
+#: known models is overfitting.
+HELD_OUT = ("transformer_wide", "mlp_deep")
+
+
+def zoo_layouts():
   """name -> (builder of a fresh ModelGraph, [(label, mesh, rules)])."""
   from mesh_tf import models
   tr = dict(layers=2, d_model=64, heads=8, d_kv=16, d_ff=256, vocab=512,
@@ -118,8 +138,14 @@ def _models():
       ("bad-classes", "a:2;b:4", "classes:a;channels:b"),
       ("bad-width", "a:2;b:4", "width:a;filters:b"),
   ]
+  wide = dict(layers=2, d_model=128, heads=16, d_kv=8, d_ff=512, vocab=512,
+              length=16, batch=16)
   return {
       "transformer": (lambda: models.transformer_lm(**tr), lm_layouts),
+      "transformer_wide": (lambda: models.transformer_lm(**wide),
+                           lm_layouts),
+      "mlp_deep": (lambda: models.mlp(layers=6, batch=32, d_model=128,
+                                      d_ff=768, classes=32), mlp_layouts),
       "mlp": (lambda: models.mlp(layers=4, batch=64, d_model=256, d_ff=1024,
                                  classes=64), mlp_layouts),
       "moe": (lambda: models.moe_transformer_lm(**mo), moe_layouts),
@@ -129,24 +155,12 @@ def _models():
   }
 
 
-def _training_graph(build):
-  """A fresh model with its SGD training step built on its graph (what
-  TrainStep adds), for pricing and solving."""
-  from mesh_tf.training import optimize
-  from mesh_tf.gradients import gradients
-  model = build()
-  variables = list(model.graph.trainable_variables)
-  grads = gradients([model.loss], [v.outputs[0] for v in variables])
-  optimize.SgdOptimizer(0.01).apply_grads(grads, variables)
-  return model
-
-
 def _auto(build, topology):
   """The solver's layout: the best of its answers on both meshes."""
   import autolayout
   best = None
   for mesh in MESHES:
-    model = _training_graph(build)
+    model = training_graph(build)
     r = autolayout.auto_layout(model.graph, mesh, None, topology=topology,
                                time_limit_s=30.0)
     if best is None or r.report.step_time_s < best[2]:
@@ -154,43 +168,11 @@ def _auto(build, topology):
   return best[0], best[1]
 
 
-def _same_layout(mesh_a, rules_a, mesh_b, rules_b):
-  """Whether two (mesh, rules) pairs are one layout (rule order aside)."""
-  def rule_set(r):
-    return frozenset(x.strip() for x in str(r).split(";") if x.strip())
-  return (mesh_a.replace(" ", "") == mesh_b.replace(" ", "")
-          and rule_set(rules_a) == rule_set(rules_b))
-
-
-def with_auto(layouts, mesh, rules):
-  """``layouts`` ``[(label, mesh, rules)]`` with the solver's layout: a row
-  ``auto``, or, where it is one of them, that row relabelled
-  ``auto = <label>``.  One program is measured once: timed twice, as two
-  rows, its two medians differed by 5-10% on a shared machine, and the
-  auto layout was then compared with the faster copy of itself."""
-  out, found = [], False
-  for label, m, r in layouts:
-    if not found and _same_layout(m, r, mesh, rules):
-      out.append((f"auto = {label}", m, r))
-      found = True
-    else:
-      out.append((label, m, r))
-  return out if found else out + [("auto", mesh, rules)]
-
-
-def is_auto(label):
-  """Whether a row's label is the solver's layout (see :func:`with_auto`)."""
-  return label == "auto" or label.startswith("auto = ")
-
-
-def _rules_text(rules):
-  return str(rules) if str(rules) else "(replicated)"
-
-
 def _predict(build, mesh, rules, topology):
   import costmodels
-  model = _training_graph(build)
-  return costmodels.evaluate(model.graph, mesh, rules, topology).step_time_s
+  model = training_graph(build)
+  return costmodels.evaluate(model.graph, mesh, rules,
+                             topology).wall_step_time_s
 
 
 def _make_step(build, mesh, rules, devices):
@@ -203,70 +185,9 @@ def _make_step(build, mesh, rules, devices):
   return step, feeds
 
 
-def _ranks(xs):
-  order = sorted(range(len(xs)), key=lambda i: xs[i])
-  ranks = [0.0] * len(xs)
-  i = 0
-  while i < len(order):
-    j = i
-    while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
-      j += 1
-    for k in range(i, j + 1):
-      ranks[order[k]] = (i + j) / 2.0
-    i = j + 1
-  return ranks
-
-
-def spearman(a, b):
-  """Spearman's rank correlation (Pearson of the ranks)."""
-  import numpy as np
-  ra, rb = np.array(_ranks(a)), np.array(_ranks(b))
-  ra, rb = ra - ra.mean(), rb - rb.mean()
-  return float((ra @ rb) / np.sqrt((ra @ ra) * (rb @ rb)))
-
-
-def kendall(a, b):
-  """Kendall's tau-b."""
-  conc = disc = ta = tb = 0
-  for i in range(len(a)):
-    for j in range(i + 1, len(a)):
-      da, db = a[i] - a[j], b[i] - b[j]
-      if da == 0 and db == 0:
-        continue
-      if da == 0:
-        ta += 1
-      elif db == 0:
-        tb += 1
-      elif (da > 0) == (db > 0):
-        conc += 1
-      else:
-        disc += 1
-  n0 = conc + disc
-  return (conc - disc) / (((n0 + ta) * (n0 + tb)) ** 0.5 or 1.0)
-
-
-class Row(NamedTuple):
-  """One layout of one model in the benchmark.
-
-  ``measured_s`` is the median of all its timed steps (``times``: the main
-  rounds', then the run-off's if it was a contender, see :func:`runoff`),
-  ``fastest_s`` the fastest of them, ``main_s`` the median of the main
-  rounds' alone; ``predicted_s`` is read from the interleaved fit,
-  ``predicted_upfront_s`` from the up-front calibration file."""
-  label: str
-  mesh: str
-  rules: str
-  predicted_s: float
-  measured_s: float
-  fastest_s: float
-  predicted_upfront_s: float
-  times: Tuple[float, ...] = ()
-  main_s: float = None
-
-
 def run_model(name, build, layouts, topology, devices, rounds, console,
               calibration, plan, topo_path, runoff_rounds,
-              probe_statistic="mean", step_passes=1):
+              probe_statistic="mean", step_passes=1, other=None):
   """:class:`Row` s of one model, and the machine load.
 
   ``topology`` (the up-front calibration) picks the auto layout.  Then
@@ -299,7 +220,8 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   Each main round passes over the steps ``step_passes`` times in all
   (:func:`more_passes`).  After the main rounds, the contenders for the
   best measured step get ``runoff_rounds`` more rounds of their own
-  (:func:`runoff`).
+  (:func:`runoff`).  ``other`` (a second topology, or None) predicts
+  each row's ``predicted_other_s``.
   """
   import costmodels
   from costmodels.calibrate import calibration as cal_mod
@@ -330,7 +252,7 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
         probe_times[k].extend(time_probe(probes[k]))
     more_passes(passes, step_passes, rng)
   before = runoff([(s[0], s[3], s[4]) for s in steps], runoff_rounds, rng)
-  samples = [p.measured(t, _statistic(p, probe_statistic))
+  samples = [p.measured(t, statistic(p, probe_statistic))
              for p, t in zip(probes, probe_times)]
   fitted, fit_rows = cal_mod.fit_topology(samples, calibration["devices"],
                                           os.path.basename(topo_path)[:-5])
@@ -347,7 +269,9 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
                                                  interleaved),
                     statistics.median(times), min(times),
                     _predict(build, mesh, rules, topology), tuple(times),
-                    before[label]))
+                    before[label],
+                    None if other is None else _predict(build, mesh, rules,
+                                                        other)))
   upfront = {s["flops"]: s["seconds"] for s in calibration.get("samples", ())
              if s["what"] == "step"}
   ratios = [s.seconds / upfront[s.flops] for s in samples
@@ -358,240 +282,24 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   return rows, load
 
 
-#: Timed calls of a layout's step per round.  One step's time varies by
-#: up to +-25% from one call to the next (the executor's order across 8
-#: devices on 2 cores; measured on the Transformer's layouts, 5 rounds of
-#: 5 calls), so one call a round left each layout's median of 11 rounds
-#: uncertain by about 5.6% (bootstrap coefficient of variation, mean over
-#: the 12 layouts), more than the gaps between near-tied layouts; 5 calls
-#: a round bring it to about 4.0%, for about 30 s more per model.
-STEP_CALLS = 5
-
-
-def steady_times(call, calls=STEP_CALLS):
-  """Seconds of ``calls`` steady steps of ``call`` (a step function of no
-  arguments), each after a step of its own (see :func:`run_model`)."""
-  call()
-  times = []
-  for _ in range(calls):
-    t0 = time.perf_counter()
-    call()
-    times.append(time.perf_counter() - t0)
-  return times
-
-
-#: Passes a main round makes over the layouts' steps: one beside the
-#: calibration probes, the rest over the steps alone, each in a new
-#: shuffled order, so the steps are timed all through the probes' rounds.
-#: The MoE's 13 layouts span 1.5x, 1-3 ms apart, and each median of 11
-#: rounds (55 steps) is uncertain by about 4%: timed in 33 rounds of
-#: their own, their Spearman against one prediction was 0.80, 0.87 and 0.95
-#: over the three runs of 11 consecutive rounds, 0.87 on average over
-#: random sets of 11 rounds, 0.88 over sets of 22 and 0.91 over all 33;
-#: two disjoint halves of the 33 rounds ranked the layouts at 0.91 against
-#: each other (mean of 20 splits, lowest 0.83).
-STEP_PASSES = 3
-
-
-def more_passes(calls, passes, rng):
-  """Times each of ``calls`` (``[(call, times)]``) :data:`STEP_CALLS` more
-  steady steps (:func:`steady_times`, appended to its ``times``) in each of
-  ``passes - 1`` passes, each in a new shuffled order; none for ``passes``
-  of 1 or less."""
-  order = list(range(len(calls)))
-  for _ in range(passes - 1):
-    rng.shuffle(order)
-    for i in order:
-      call, times = calls[i]
-      times.extend(steady_times(call))
-
-
-#: A layout contends for the best measured step when the median of its
-#: main rounds is within this fraction of the best one's.  Each median of
-#: 11 rounds x STEP_CALLS steps is uncertain by about 4% (see STEP_CALLS),
-#: so near-tied layouts trade places from run to run: the MLP's ``d_ff:x``
-#: with and without ``classes:x`` (priced 0.1% apart) were measured 5.7%
-#: apart in one full run and 1.1% in the next, and the best of several such
-#: medians is the luckiest one, biased low.
-RUNOFF_MARGIN = 0.10
-
-
-def contenders(medians, auto, margin=RUNOFF_MARGIN):
-  """The labels of ``medians`` (``{label: seconds}``) within ``margin`` of
-  the fastest, and ``auto`` (the solver's layout) whatever its median.
-
-  Example:
-    >>> contenders({"a": 10.0, "b": 10.9, "c": 12.0, "d": 20.0}, "d")
-    ['a', 'b', 'd']
-  """
-  best = min(medians.values())
-  return [label for label, m in medians.items()
-          if m <= (1 + margin) * best or label == auto]
-
-
-def runoff(steps, rounds, rng, margin=RUNOFF_MARGIN):
-  """Times the contenders for the best step again, side by side.
-
-  ``steps`` is ``[(label, call, times)]``, ``times`` holding the main
-  rounds' timings of ``call``.  The :func:`contenders` (the solver's
-  layout among them) get ``rounds`` more shuffled rounds of
-  :data:`STEP_CALLS` steady steps each, appended to their ``times``, so the
-  layouts that decide the auto layout's ratio to the best are measured
-  from about twice the steps, in rounds a few tenths of a second long that
-  the machine's load drifts little over.  The rest keep their main rounds:
-  more than ``margin`` slower, no run-off would make them the best.
-
-  Returns:
-    ``{label: median of its main rounds}``.
-  """
-  main = {label: statistics.median(times) for label, _, times in steps}
-  auto = next((label for label, _, _ in steps if is_auto(label)), None)
-  chosen = set(contenders(main, auto, margin))
-  racing = [s for s in steps if s[0] in chosen]
-  if len(racing) > 1:
-    for _ in range(rounds):
-      rng.shuffle(racing)
-      for _, call, times in racing:
-        times.extend(steady_times(call))
-  return main
-
-
-def auto_vs_best_interval(rows, resamples=2000, seed=0):
-  """A 90% bootstrap interval of the auto layout's measured step over the
-  best one's: each layout's timings resampled with replacement, the
-  medians and their best taken again.  ``None`` without timings."""
-  import numpy as np
-  if not all(r.times for r in rows):
-    return None
-  rng = np.random.default_rng(seed)
-  ratios = np.empty(resamples)
-  auto = next(i for i, r in enumerate(rows) if is_auto(r.label))
-  times = [np.asarray(r.times) for r in rows]
-  for k in range(resamples):
-    meds = [np.median(rng.choice(t, t.size)) for t in times]
-    ratios[k] = meds[auto] / min(meds)
-  return float(np.quantile(ratios, 0.05)), float(np.quantile(ratios, 0.95))
-
-
-def time_probe(probe):
-  """Timings of one calibration probe in a round: a probe that is a whole
-  training step is timed as the layouts' steps are (``STEP_CALLS`` calls
-  after one of its own), any other probe once."""
-  if _is_step(probe):
-    probe.once()
-    return [probe.once() for _ in range(STEP_CALLS)]
-  return [probe.once()]
-
-
-def _is_step(probe):
-  return probe.sample.what in ("step", "model_step")
-
-
-def _statistic(probe, default):
-  """How ``probe``'s interleaved timings are summarised (see run_model)."""
-  return "median" if _is_step(probe) else default
-
-
-def summarize(name, rows, load=None):
-  pred = [r.predicted_s for r in rows]
-  meas = [r.measured_s for r in rows]
-  errs = [abs(p - m) / m for p, m in zip(pred, meas)]
-  auto = next(r for r in rows if is_auto(r.label))
-  fastest = [r.fastest_s for r in rows]
-  upfront = [r.predicted_upfront_s for r in rows]
-  return {"model": name, "spearman": spearman(pred, meas), "load": load,
-          "median_abs_err_upfront": statistics.median(
-              [abs(p - m) / m for p, m in zip(upfront, meas)]),
-          "spearman_upfront": spearman(upfront, meas),
-          "spearman_fastest": spearman(pred, fastest),
-          "median_abs_err_fastest": statistics.median(
-              [abs(p - m) / m for p, m in zip(pred, fastest)]),
-          "kendall": kendall(pred, meas),
-          "median_abs_err": statistics.median(errs),
-          "worst_abs_err": max(errs),
-          "auto_vs_best": auto.measured_s / min(meas),
-          "auto_vs_best_main": auto.main_s / min(r.main_s for r in rows),
-          "auto_vs_best_interval": auto_vs_best_interval(rows)}
-
-
-def _table(console, name, rows, summary):
-  from rich.table import Table
-  t = Table(title=f"{name}: predicted vs measured training step "
-            "(8 logical CPU devices)")
-  for c in ("layout", "mesh", "rules", "predicted", "measured", "error",
-            "fastest"):
-    t.add_column(c, justify="left" if c in ("layout", "mesh", "rules")
-                 else "right", overflow="fold")
-  t.add_column("steps", justify="right")
-  for r in sorted(rows, key=lambda r: r.measured_s):
-    label, mesh, rules, p, m, fastest = r[:6]
-    t.add_row(label, mesh, _rules_text(rules), f"{p * 1e3:.2f} ms",
-              f"{m * 1e3:.2f} ms", f"{(p - m) / m:+.0%}",
-              f"{fastest * 1e3:.2f} ms", str(len(r.times)))
-  console.print(t)
-  console.print(
-      f"{name}: Spearman {summary['spearman']:.3f}, Kendall "
-      f"{summary['kendall']:.3f}, median |err| "
-      f"{summary['median_abs_err']:.1%}, worst |err| "
-      f"{summary['worst_abs_err']:.1%}, auto / best measured "
-      f"{summary['auto_vs_best']:.3f}  (against each layout's fastest step: "
-      f"Spearman {summary['spearman_fastest']:.3f}, median |err| "
-      f"{summary['median_abs_err_fastest']:.1%})")
-  interval = summary.get("auto_vs_best_interval")
-  if interval:
-    console.print(
-        f"{name}: auto / best measured {summary['auto_vs_best']:.3f} "
-        f"(90% bootstrap interval {interval[0]:.3f}-{interval[1]:.3f}); "
-        f"{summary['auto_vs_best_main']:.3f} from the main rounds alone, "
-        "before the contenders' run-off")
-  if summary.get("load"):
-    console.print(
-        f"{name}: machine load: the interleaved reference steps ran "
-        f"{summary['load']:.2f}x their time in the up-front calibration; "
-        "predicted from the up-front file instead: Spearman "
-        f"{summary['spearman_upfront']:.3f}, median |err| "
-        f"{summary['median_abs_err_upfront']:.1%}")
-
-
-def _plot(path, results):
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  fig, ax = plt.subplots(figsize=(6, 6))
-  lo, hi = float("inf"), 0.0
-  for name, rows in results.items():
-    p = [r.predicted_s * 1e3 for r in rows]
-    m = [r.measured_s * 1e3 for r in rows]
-    ax.scatter(m, p, label=name, s=22)
-    lo, hi = min(lo, *p, *m), max(hi, *p, *m)
-  ax.plot([lo, hi], [lo, hi], "k--", lw=0.8, label="predicted = measured")
-  ax.set_xscale("log")
-  ax.set_yscale("log")
-  ax.set_xlabel("measured step (ms)")
-  ax.set_ylabel("predicted step (ms)")
-  ax.set_title("cost model vs measured, 8 logical CPU devices")
-  ax.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-
-
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--topology", help="a calibrated topology file to use "
                  "instead of calibrating first")
   p.add_argument("--quick", action="store_true",
-                 help="quick calibration (about 20 s instead of 60)")
-  p.add_argument("--models", nargs="+", default=list(_models()),
-                 choices=list(_models()))
-  p.add_argument("--rounds", type=int, default=11,
+                 help="quick calibration (about 20 s instead of 60) and "
+                 f"{QUICK_ROUNDS} rounds of one pass (unless --rounds, "
+                 "--step-passes are given): the routine run")
+  p.add_argument("--models", nargs="+", default=list(zoo_layouts()),
+                 choices=list(zoo_layouts()))
+  p.add_argument("--rounds", type=int,
                  help="rounds over the layouts and probes, each timing "
                  "STEP_CALLS steady steps of every layout (the median of "
-                 "all of them is kept); default 11")
-  p.add_argument("--step-passes", type=int, default=STEP_PASSES,
+                 f"all of them is kept); default 11 ({QUICK_ROUNDS} quick)")
+  p.add_argument("--step-passes", type=int,
                  help="passes over the layouts' steps a round makes: one "
                  "beside the probes, the rest over the steps alone "
-                 f"(default {STEP_PASSES})")
+                 f"(default {STEP_PASSES}, 1 quick)")
   p.add_argument("--runoff-rounds", type=int,
                  help="more rounds for the contenders for the best step "
                  "(within 10%% of it, and the auto layout); default: "
@@ -599,6 +307,10 @@ def main(argv=None):
   p.add_argument("--plot", default=os.path.join(
       tempfile.gettempdir(), "cost_model_truth.png"))
   p.add_argument("--save-topology", help="where to keep the calibrated file")
+  p.add_argument("--also-topology", help="a second calibration file whose "
+                 "predictions are scored against the same measured steps "
+                 "(e.g. the full file beside a --quick one): *_other in the "
+                 "JSON line")
   p.add_argument("--probe-statistic", choices=("mean", "median"),
                  default="mean", help="how the interleaved calibration "
                  "probes' timings are summarised (default mean; see "
@@ -606,6 +318,10 @@ def main(argv=None):
   p.add_argument("--cluster", action="store_true",
                  help="also run the MLP on a 2-process hosts:2;local:4 mesh")
   args = p.parse_args(argv)
+  if args.rounds is None:
+    args.rounds = QUICK_ROUNDS if args.quick else 11
+  if args.step_passes is None:
+    args.step_passes = 1 if args.quick else STEP_PASSES
   from rich.console import Console
   console = Console(stderr=True)
   out = Console(width=150)  # whole rules, also when piped to a file
@@ -634,39 +350,34 @@ def main(argv=None):
   plan = measure.make_plan(MESHES, args.quick)
   runoff_rounds = (args.rounds * max(args.step_passes, 1)
                    if args.runoff_rounds is None else args.runoff_rounds)
-  zoo = _models()
+  zoo = zoo_layouts()
   for name in args.models:
     build, layouts = zoo[name]
     rows, load = run_model(
         name, build, layouts, topology, devices, args.rounds, console, meta,
         plan, topo_path[:-5] + f"-{name}.json", runoff_rounds,
-        args.probe_statistic, args.step_passes)
+        args.probe_statistic, args.step_passes,
+        costmodels.get_topology(args.also_topology)
+        if args.also_topology else None)
     results[name] = rows
-    s = summarize(name, rows, load)
+    s = dict(truth_stats.summarize(name, rows, load),
+             held_out=name in HELD_OUT)
     summaries.append(s)
-    _table(out, name, rows, s)
+    truth_stats.table(out, name, rows, s)
   if args.cluster:
     from benchmarks import cost_model_truth_cluster
     name, rows = cost_model_truth_cluster.run(args.rounds, runoff_rounds,
                                               args.quick, console,
                                               args.step_passes)
     results[name] = rows
-    s = summarize(name, rows)
+    s = truth_stats.summarize(name, rows)
     summaries.append(s)
-    _table(out, name, rows, s)
-  _plot(args.plot, results)
+    truth_stats.table(out, name, rows, s)
+  truth_stats.plot(args.plot, results)
   out.print(f"scatter plot: {args.plot}")
-  final = {"spearman_min": min(s["spearman"] for s in summaries),
-           "kendall_min": min(s["kendall"] for s in summaries),
-           # The worst model's median, so that every model must meet it.
-           "median_abs_err": max(s["median_abs_err"] for s in summaries),
-           "worst_abs_err": max(s["worst_abs_err"] for s in summaries),
-           "auto_vs_best_max": max(s["auto_vs_best"] for s in summaries)}
-  loads = [s["load"] for s in summaries if s.get("load")]
-  if loads:  # how much slower the machine was than at the up-front calibration
-    final["load_max"] = max(loads)
   sys.stdout.flush()
-  print(json.dumps({k: round(v, 4) for k, v in final.items()}))
+  print(json.dumps({k: round(v, 4) for k, v in
+                    truth_stats.final_line(summaries).items()}))
 
 
 if __name__ == "__main__":

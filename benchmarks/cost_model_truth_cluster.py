@@ -56,20 +56,20 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
             quick=False, step_passes=1):
   """Runs in the client subprocess: connect, lower, time the steps and
   every calibration probe in the same shuffled rounds, fit the probes,
-  write rows (as ``cost_model_truth.run_model`` does in one process)."""
+  write rows (as ``cost_model_truth.run_model`` does (``benchmarks/truth_timing.py``) in one process)."""
   import autolayout  # OR-Tools before TensorFlow  # noqa: F401
   import costmodels
-  from benchmarks.cost_model_truth import (_statistic, _training_graph,
-                                           more_passes, runoff, steady_times,
-                                           time_probe, with_auto)
+  from benchmarks.truth_timing import (more_passes, runoff, statistic,
+                                       steady_times, time_probe,
+                                       training_graph, with_auto)
   from costmodels.calibrate import calibration as cal_mod
   from costmodels.calibrate import measure, topology_file
-  from costmodels.calibrate.fit import CalibrationError
+  from costmodels.calibrate.timings import CalibrationError
   from mesh_tf import distributed as dist
   from mesh_tf import training
   from mesh_tf.training import optimize
   topology = costmodels.get_topology(topo_path)
-  model = _training_graph(_build)
+  model = training_graph(_build)
   auto = autolayout.auto_layout(model.graph, MESH, None, topology=topology,
                                 time_limit_s=30.0)
   conn = dist.connect(addresses, devices_per_task=4, timeout_s=60)
@@ -79,8 +79,8 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
       [(label, MESH, rules) for label, rules in LAYOUTS], MESH,
       str(auto.rules))]
   for label, rules in layouts:
-    pred = costmodels.evaluate(_training_graph(_build).graph, MESH, rules,
-                               topology).step_time_s
+    pred = costmodels.evaluate(training_graph(_build).graph, MESH, rules,
+                               topology).wall_step_time_s
     m = _build()
     step = training.train_step_for_model(m, MESH, rules, devices,
                                          optimize.SgdOptimizer(0.01))
@@ -108,7 +108,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
     more_passes(passes, step_passes, rng)
   # As the single-process part (see cost_model_truth.run_model).
   before = runoff([(s[0], s[3], s[4]) for s in steps], runoff_rounds, rng)
-  samples = [p.measured(t, _statistic(p, "mean"))
+  samples = [p.measured(t, statistic(p, "mean"))
              for p, t in zip(probes, probe_times)]
   info = {"devices": list(devices), "device_types": ["CPU"]}
   fallback = None
@@ -125,7 +125,7 @@ def _client(addresses, topo_path, rounds, runoff_rounds, out_path,
     # from the up-front file instead of losing the run.
     fallback, interleaved = str(e), topology
   rows = [(s[0], MESH, s[1], costmodels.evaluate(
-      _training_graph(_build).graph, MESH, s[1], interleaved).step_time_s,
+      training_graph(_build).graph, MESH, s[1], interleaved).wall_step_time_s,
            statistics.median(s[4]), min(s[4]), s[2], s[4], before[s[0]])
           for s in steps]
   with open(out_path, "w", encoding="utf-8") as f:
@@ -163,7 +163,7 @@ def run(rounds, runoff_rounds, quick, console, step_passes=1):
                          + client.stderr[-3000:])
     with open(out, encoding="utf-8") as f:
       got = json.load(f)
-    from benchmarks.cost_model_truth import Row
+    from benchmarks.truth_timing import Row
     rows = [Row(*r[:7], tuple(r[7]), r[8]) for r in got["rows"]]
     if got["fallback"]:
       console.print(f"[yellow]{MESH}: the interleaved probes could not be "

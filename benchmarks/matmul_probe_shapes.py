@@ -9,7 +9,7 @@ benchmark times those probes beside shapes that vary one at a fixed other:
 the same FLOPs with about twice the bytes, and half the FLOPs with the same
 bytes.  All of them run on every device at once, as calibration runs them,
 in shuffled rounds.  It prints each probe's median time, then calibration's
-fit (``costmodels.calibrate.fit.fit_patterns``) of the default probes alone
+fit (``costmodels.calibrate.pattern_fit.fit_patterns``) of the default probes alone
 and of all of them, each with its relative residual.
 
 Its last line is one JSON object: ``equal_flops_time_ratio``
@@ -62,8 +62,8 @@ def _fit(samples):
   """Calibration's own fit of these timings (``fit_patterns``, launch cost
   0): ``[latency_s, flops_per_s, bytes_per_s, rel_residual]``, None for a
   term it does not use."""
-  from costmodels.calibrate import fit as fit_lib
-  (f,) = fit_lib.fit_patterns(samples, "float32", 8, 0.0)
+  from costmodels.calibrate import pattern_fit
+  (f,) = pattern_fit.fit_patterns(samples, "float32", 8, 0.0)
   return [f.latency_s, f.flops_per_s if math.isfinite(f.flops_per_s) else
           None, f.bandwidth_bytes_per_s
           if math.isfinite(f.bandwidth_bytes_per_s) else None,

@@ -149,7 +149,7 @@ def main(argv=None):
       t1 = time.perf_counter()
       solve_lib.validate(problem, rules)
       check_s = time.perf_counter() - t1
-      size = solve_lib._model_size(problem)  # pylint: disable=protected-access
+      size = solve_lib.model_size(problem)
       base.setdefault(label, pr.solve_time_s)
       peak = solve_lib.validate(problem, rules).peak_memory_bytes
       t1 = time.perf_counter()

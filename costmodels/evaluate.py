@@ -250,7 +250,7 @@ def trace_graph(graph, mesh_shape, layout_rules, outputs=None):
 def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
              schedule=None, liveness=None,
              memory_reserve_fraction=hardware.DEFAULT_MEMORY_RESERVE_FRACTION,
-             microbatches=None, overlap=True):
+             *, microbatches=None, overlap=True):
   """Predicts the step time and peak memory of ``graph`` under a layout.
 
   Args:

@@ -144,6 +144,14 @@ class ChipSpec(NamedTuple):
       batched matmul runs one small product per matrix: calibration
       measures about 0.7 us a matrix on the machine above, so a batch of
       1024 tiny matrices costs 0.7 ms more than one.
+    step_overhead_s: fixed seconds of one call of a lowered step, whatever
+      its records (0 for the presets): handing the call and its arguments
+      to the runtime, starting each device's executor and waiting for the
+      last device to return its result (``docs/calibration_terms.md``).
+      Calibration measures it as the intercept of reference steps of
+      several depths; the report adds it to each step's
+      ``wall_step_time_s`` (not to ``step_time_s``, which the layout
+      search reproduces: it is the same for every layout).
   """
   name: str
   kind: str
@@ -162,6 +170,7 @@ class ChipSpec(NamedTuple):
   threaded_kernel_s: float = 0.0
   inline_kernel_max: Tuple[int, ...] = ()
   batch_matrix_s: float = 0.0
+  step_overhead_s: float = 0.0
 
   def compute_fit(self, pattern):
     """The :class:`~costmodels.compute_fits.ComputeClassFit` of

@@ -24,6 +24,9 @@ class CostReport:
       hide (:mod:`costmodels.overlap`, :mod:`costmodels.prefetch`), plus
       the compute the hidden part slows (``interference_time_s``).  With overlap
       off (or nothing to overlap) it is the ``math.fsum`` of every record.
+    wall_step_time_s: ``step_time_s`` plus the chip's fixed cost of one
+      call of a step (``step_overhead_s``, 0 for the presets): what a
+      measured step takes.
     compute_time_s: roofline time of the slicewise compute.
     comm_time_s: exposed communication time.
     total_comm_time_s: time of every collective; ``comm_time_s +
@@ -88,6 +91,21 @@ class CostReport:
     return math.fsum([c.time_s for c in self._compute]
                      + list(self.overlap.exposed_parts)
                      + [a.interference_s for a in self.overlap.by_axis])
+
+  @property
+  def step_overhead_s(self):
+    """The chip's fixed cost of one call of the step
+    (:attr:`costmodels.hardware.ChipSpec.step_overhead_s`; 0 for the
+    presets): the same for every layout, so it is not in
+    ``step_time_s``, which the layout search reproduces exactly."""
+    return self.topology.chip.step_overhead_s
+
+  @property
+  def wall_step_time_s(self):
+    """What one call of the lowered step takes: ``step_time_s`` plus the
+    chip's fixed cost per call (``step_overhead_s``); the prediction to
+    hold a measured step against."""
+    return self.step_time_s + self.step_overhead_s
 
   @property
   def interference_time_s(self):
@@ -206,7 +224,10 @@ class CostReport:
         + (f"+ overlap interference {self.interference_time_s * 1e3:.4g} ms "
            if self.interference_time_s else "")
         + f"({len(self.collectives)} collectives, "
-        f"{self.hidden_comm_time_s * 1e3:.4g} ms hidden)",
+        f"{self.hidden_comm_time_s * 1e3:.4g} ms hidden)"
+        + (f"; a call {self.wall_step_time_s * 1e3:.4g} ms with the chip's "
+           f"{self.step_overhead_s * 1e3:.4g} ms per step"
+           if self.step_overhead_s else ""),
         "  exposed comm by axis: " + ", ".join(
             f"{a} {t * 1e3:.4g} ms (+{h * 1e3:.4g} hidden)"
             for (a, t), h in zip(self.comm_time_by_axis.items(),

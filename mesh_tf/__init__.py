@@ -23,7 +23,7 @@ from mesh_tf.core.dtypes import VariableDType, as_dtype
 from mesh_tf.core.layout import LayoutRules, TensorLayout, convert_to_layout_rules
 from mesh_tf.graph import Graph, Mesh, Operation, Tensor
 from mesh_tf.lowering import (CollectiveRecord, CollectiveTrace, LaidOutTensor,
-                              LazyAllreduceSum, Lowering, MeshImpl,
+                              LazyAllreduceSum, MeshImpl,
                               OpLowering, PlacementMeshImpl, ShapeMeshImpl,
                               logical_cpu_devices, lower, lower_operation,
                               set_logical_cpu_devices, step_call_options)
@@ -56,6 +56,7 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403
 from mesh_tf.ops.variables import (assign_add_slice,
                                    assign_slice, assign_sub_slice)
+from mesh_tf.compat.lowering import Lowering  # noqa: E402  (autostack=)
 from mesh_tf.compat.op_classes import *  # noqa: F401,F403,E402
 from mesh_tf.compat.functions import *  # noqa: F401,F403,E402
 from mesh_tf.compat.laid_out_ops import *  # noqa: F401,F403,E402
@@ -79,7 +80,8 @@ from mesh_tf.ops.pool import *  # noqa: F401,F403
 
 from mesh_tf import layers  # noqa: E402  (mtf.layers.dense, ...)
 # Mesh TF's module paths (mtf.placement_mesh_impl, mtf.beam_search, ...).
-from mesh_tf.compat import beam_search, placement_mesh_impl, utils  # noqa: E402,F401
+from mesh_tf.compat import (beam_search, placement_mesh_impl,  # noqa: E402,F401
+                            test_utils, utils)
 from mesh_tf import auto_mtf, checkpoint, training  # noqa: E402,F401
 
 # Autodiff and optimizers.  ``mtf.gradients`` is the function; import the

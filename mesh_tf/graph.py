@@ -26,17 +26,20 @@ class Graph:
     self._consumers = {}  # tensor -> ops reading it, kept as ops are built
 
   def unique_name(self, name):
+    """``name``, or ``name_<n>`` with the first ``n`` not in use.  As in
+    TensorFlow, names in use are compared ignoring case."""
     name = name or "op"
-    n = self._names.get(name)
+    key = name.lower()
+    n = self._names.get(key)
     if n is None:
-      self._names[name] = 1
+      self._names[key] = 1
       return name
     while True:
       candidate = f"{name}_{n}"
       n += 1
-      if candidate not in self._names:
-        self._names[name] = n
-        self._names[candidate] = 1
+      if candidate.lower() not in self._names:
+        self._names[key] = n
+        self._names[candidate.lower()] = 1
         return candidate
 
   @property
@@ -60,11 +63,20 @@ class Graph:
 
 
 class Mesh:
-  """A named mesh of processors in a graph; its shape comes at lowering time."""
+  """A named mesh of processors in a graph; its shape comes at lowering time.
 
-  def __init__(self, graph, name):
+  Args:
+    graph: the mtf Graph.
+    name: the mesh's name.
+    variable_placer: Mesh TF's optional TF device function for the
+      variables' masters (e.g. :class:`mtf.utils.BalancedVariablePlacer`);
+      see :mod:`mesh_tf.lowering.masters`.
+  """
+
+  def __init__(self, graph, name, variable_placer=None):
     self.graph = graph
     self.name = name
+    self.variable_placer = variable_placer
 
   def __repr__(self):
     return f"Mesh({self.name!r})"
@@ -116,7 +128,8 @@ class Operation:
     None) per output, built from mtf ops; or, for ops without one,
     ``no_gradient_reason``, a sentence saying why (integer or random
     outputs, state updates, gradients of gradients);
-  * ``unsplittable_dims``: dim names the layout must not split for it;
+  * ``unsplittable_dims``: dim names the layout must not split for it (Mesh
+    TF's definition), and ``lowering_unsplittable_dims`` (mesh-tf's own);
   * ``cost_params()``: what its lowering cost depends on besides its inputs'
     and outputs' shapes and dtypes (see :attr:`signature`).
   """
@@ -202,8 +215,19 @@ class Operation:
 
   @property
   def unsplittable_dims(self):
-    """Names of dims that this op's lowering cannot split."""
+    """Names of dims that this op cannot split, as Mesh TF defines it per op
+    (its auto-layout, :mod:`mesh_tf.auto_mtf`, and users read it)."""
     return frozenset()
+
+  @property
+  def lowering_unsplittable_dims(self):
+    """Names of dims that mesh-tf's lowering of this op cannot split; the
+    layout search and ``MeshImpl.check_splittable`` read it.  It is
+    ``unsplittable_dims`` except where mesh-tf lowers a split that Mesh TF
+    refused (concat, split, stack, slice and pad gather their dim; pooling
+    and convolution keep spatial dims split), or the reverse (conv
+    backprop, whose spatial dims the original let split)."""
+    return self.unsplittable_dims
 
   @property
   def splittable_dims(self):

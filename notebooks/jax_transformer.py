@@ -43,7 +43,29 @@ def _norm(x, p, name):
           + p[f"{scope}_bias"])
 
 
-def forward(params, inputs, targets, constrain=None):
+def block(p, s, x, bias, c):
+  """Layer ``s`` (``"layer_0"``) of the LM on ``x [batch, length,
+  d_model]``: attention then the feed-forward, each with a residual."""
+  y = c(f"{s}/attention_norm/norm", _norm(x, p, f"{s}/attention_norm"))
+  q = c(f"{s}/attention/q_proj",
+        jnp.einsum("bld,dhk->bhlk", y, p[f"{s}/attention/q"]))
+  k = c(f"{s}/attention/k_proj",
+        jnp.einsum("bmd,dhk->bhmk", y, p[f"{s}/attention/k"]))
+  v = c(f"{s}/attention/v_proj",
+        jnp.einsum("bmd,dhk->bhmk", y, p[f"{s}/attention/v"]))
+  w = jax.nn.softmax(jnp.einsum("bhlk,bhmk->bhlm", q, k) + bias, axis=-1)
+  o = jnp.einsum("bhlm,bhmk->bhlk", w, v)
+  x = x + c(f"{s}/attention/o_proj",
+            jnp.einsum("bhlk,hkd->bld", o, p[f"{s}/attention/o"]))
+  y = c(f"{s}/ffn_norm/norm", _norm(x, p, f"{s}/ffn_norm"))
+  h = c(f"{s}/ffn/wi/einsum",
+        jnp.einsum("bld,df->blf", y, p[f"{s}/ffn/wi/kernel"]))
+  return x + c(f"{s}/ffn/wo/einsum",
+               jnp.einsum("blf,fd->bld", jax.nn.relu(h),
+                          p[f"{s}/ffn/wo/kernel"]))
+
+
+def forward(params, inputs, targets, constrain=None, recompute=()):
   """``(logits [batch, length, vocab], mean loss)`` of the LM.
 
   Args:
@@ -52,6 +74,10 @@ def forward(params, inputs, targets, constrain=None):
     constrain: optional ``fn(activation name, array) -> array`` applied to
       each named activation (e.g. ``jax.lax.with_sharding_constraint`` with
       the exported specs); identity by default.
+    recompute: names of the blocks (``"layer_0"``) to wrap in
+      ``jax.checkpoint`` with the ``nothing_saveable`` policy: their
+      activations are recomputed in the backward pass (a training export's
+      ``checkpoint`` blocks).
   """
   c = constrain or (lambda name, x: x)
   p = params
@@ -64,25 +90,14 @@ def forward(params, inputs, targets, constrain=None):
   bias = jnp.where(causal, 0.0, -1e9).astype(x.dtype)
   for i in range(num_layers(p)):
     s = f"layer_{i}"
-    y = c(f"{s}/attention_norm/norm", _norm(x, p, f"{s}/attention_norm"))
-    q = c(f"{s}/attention/q_proj",
-          jnp.einsum("bld,dhk->bhlk", y, p[f"{s}/attention/q"]))
-    k = c(f"{s}/attention/k_proj",
-          jnp.einsum("bmd,dhk->bhmk", y, p[f"{s}/attention/k"]))
-    v = c(f"{s}/attention/v_proj",
-          jnp.einsum("bmd,dhk->bhmk", y, p[f"{s}/attention/v"]))
-    w = jax.nn.softmax(jnp.einsum("bhlk,bhmk->bhlm", q, k) + bias, axis=-1)
-    o = jnp.einsum("bhlm,bhmk->bhlk", w, v)
-    x = x + c(f"{s}/attention/o_proj",
-              jnp.einsum("bhlk,hkd->bld", o, p[f"{s}/attention/o"]))
-    y = c(f"{s}/ffn_norm/norm", _norm(x, p, f"{s}/ffn_norm"))
-    h = c(f"{s}/ffn/wi/einsum",
-          jnp.einsum("bld,df->blf", y, p[f"{s}/ffn/wi/kernel"]))
-    x = x + c(f"{s}/ffn/wo/einsum",
-              jnp.einsum("blf,fd->bld", jax.nn.relu(h),
-                         p[f"{s}/ffn/wo/kernel"]))
+    if s in recompute:
+      fn = jax.checkpoint(lambda p, x, s=s: block(p, s, x, bias, c),
+                          policy=jax.checkpoint_policies.nothing_saveable)
+      x = fn(p, x)
+    else:
+      x = block(p, s, x, bias, c)
   x = c("final_norm/norm", _norm(x, p, "final_norm"))
   logits = c("logits", jnp.einsum("bld,vd->blv", x * d_model ** -0.5, table))
-  logz = jax.nn.logsumexp(logits, axis=-1)
+  logz = jax.nn.logsumexp(logits.astype(jnp.float32), axis=-1)
   gold = jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
-  return logits, c("loss", jnp.mean(logz - gold))
+  return logits, c("loss", jnp.mean(logz - gold.astype(jnp.float32)))

@@ -17,7 +17,7 @@ import time
 from mesh_tf.core.errors import MtfError
 from autolayout.errors import InfeasibleLayoutError, SolverError
 from autolayout.cli import (calibrate, compare, diff, explain, export,
-                            mesh, pareto, report, solve, topologies,
+                            mesh, pareto, report, run, solve, topologies,
                             validate)
 from autolayout.cli.arguments import Parser, ParserExit
 from autolayout.cli.context import Context, emit, summary
@@ -37,6 +37,7 @@ COMMANDS = (
     explain.COMMAND,
     diff.COMMAND,
     export.COMMAND,
+    run.COMMAND,
     calibrate.COMMAND,
 )
 _BY_NAME = {c.name: c for c in COMMANDS}

@@ -57,8 +57,8 @@ class Parser(argparse.ArgumentParser):
 def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
   """The model, hardware, solver and output options most commands take."""
   g = p.add_argument_group("model and hardware")
-  g.add_argument("--model", "-m", required=True,
-                 help="zoo family or preset (transformer, mlp, moe, conv3d, "
+  g.add_argument("--model", "-m",
+                 help="(required unless -l @PLAN.json gives it) zoo family or preset (transformer, mlp, moe, conv3d, "
                  "gpt2_small, gpt3_175b, ...) or path/to/file.py:function")
   g.add_argument("--set", "-s", action="append", default=[],
                  metavar="K=V[,K=V]",
@@ -76,10 +76,10 @@ def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                  help="expose every collective (the conservative figure); "
                  "by default gradient syncs run under the rest of the "
                  "backward pass")
-  g.add_argument("--topology", "-t", default="tpu-v5e-16x16",
+  g.add_argument("--topology", "-t", default=None,
                  help="preset topology (see `mtf-layout topologies`) or a "
                  "topology file (FILE.json, from `mtf-layout calibrate`); "
-                 "default %(default)s")
+                 f"default: a plan's own, else {DEFAULTS.topology}")
   if mesh:
     g.add_argument("--mesh",
                    help="mesh shape, e.g. 'data:4;model:4' (default: the "

@@ -9,8 +9,12 @@ import pandas as pd
 
 import costmodels
 from autolayout.search import assignments
+from autolayout.arguments import DEFAULTS
+from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
 from autolayout.search.solve import LayoutSearch, auto_layout
-from autolayout.cli import inputs
+from autolayout.spec import search_spec
+from autolayout.cli import inputs, plans
+from autolayout.cli.errors import CliInputError
 from autolayout.cli import output as out
 from autolayout.cli.models import load_model, parse_overrides
 
@@ -24,9 +28,27 @@ class Setup:
   """
 
   def __init__(self, args):
-    self.topology = inputs.get_topology(args.topology)
-    self.model = load_model(args.model, parse_overrides(args.set),
-                            args.train)
+    # A layout read from a plan file (-l @plan.json) asks the plan's own
+    # question: its model, training or forward pass, and topology.
+    layout = getattr(args, "layout", None)
+    self.plan = None
+    if isinstance(layout, str) and plans.is_ref(layout):
+      self.plan = plans.read(plans.ref_path(layout))
+    if self.plan is not None and args.topology is None:
+      self.topology = self.plan.topology
+      args.topology = self.plan.topology_preset or self.plan.topology.name
+    else:
+      args.topology = args.topology or DEFAULTS.topology
+      self.topology = inputs.get_topology(args.topology)
+    if self.plan is not None:
+      self.model = plans.model_for(self.plan, plans.ref_path(layout), args)
+    elif not args.model:
+      raise CliInputError("--model is required (or -l @PLAN.json, whose "
+                          "model is the default)",
+                          hint="e.g. --model transformer")
+    else:
+      self.model = load_model(args.model, parse_overrides(args.set),
+                              args.train)
     self.overlap = getattr(args, "overlap", True)
     self.search = LayoutSearch(
         self.model.graph, self.model.outputs,
@@ -38,7 +60,7 @@ def mesh_of(args, topology):
   """``--mesh`` (or the topology's default), parsed and checked."""
   text = getattr(args, "mesh", None) or inputs.default_mesh(topology)
   mesh = inputs.parse_mesh(text, topology)
-  args.resolved_mesh = inputs.mesh_str(mesh)
+  args.resolved_mesh = mesh.text
   return mesh
 
 
@@ -47,18 +69,37 @@ def solve(ctx, setup, mesh, args, budget, hint=None):
   (``hint``: a previous Plan to start from)."""
   model, topology = setup.model, setup.topology
   unit = "B" if args.objective == "memory" else "s"
-  with ctx.progress(f"solving {model.name} on {inputs.mesh_str(mesh)} "
+  with ctx.progress(f"solving {model.name} on {mesh.text} "
                     f"({topology.name})", unit) as update:
-    return auto_layout(
-        model.graph, mesh, model.outputs, topology, budget, args.objective,
-        args.time_limit, args.workers, args.seed, progress=update,
-        search=setup.search, hint=hint, overlap=setup.overlap)
+    return auto_layout(model.graph, outputs=model.outputs,
+                       spec=query(args, setup, mesh, budget),
+                       progress=update, search=setup.search, hint=hint)
+
+
+def query(args, setup, mesh, budget, num_devices=None):
+  """The command's one :class:`autolayout.spec.SearchSpec`, from its parsed
+  options: the topology resolved once (:class:`Setup`), the mesh parsed
+  once (:func:`mesh_of`), the budget in bytes and the training decisions
+  each parsed once by their family (:func:`autolayout.cli.validate.
+  fixed_decisions`)."""
+  model = setup.model
+  return search_spec(
+      model.graph, topology=setup.topology, mesh_shape=mesh,
+      num_devices=num_devices, memory_budget=budget,
+      objective=args.objective, time_limit_s=args.time_limit,
+      num_workers=args.workers, seed=args.seed, training=model.train,
+      fixed=getattr(args, "fixed_decisions", None),
+      param_dtype=model.overrides.get("param_dtype") or "bfloat16",
+      overlap=setup.overlap,
+      max_axes=getattr(args, "max_axes", None) or DEFAULT_MAX_AXES,
+      memory_reserve_fraction=inputs.memory_reserve(args))
 
 
 def evaluate(model, mesh, rules, topology, overlap=True):
   """The CostReport of ``rules`` on ``mesh``."""
   return costmodels.evaluate(model.graph, mesh, rules, topology,
-                             outputs=model.outputs, overlap=overlap)
+                             outputs=model.outputs, overlap=overlap,
+                             microbatches=model.microbatches)
 
 
 def header(ctx, command, model, topology, extra="", overlap=True):
@@ -167,7 +208,7 @@ def training_record(result, model, topology, tried=()):
 
 
 def show_decisions(ctx, result, model, topology):
-  from autolayout.training import stage_groups
+  from autolayout.training import zero
   from mesh_tf.training.storage import GROUPS
   rows = []
   for k, v in result.decisions._asdict().items():
@@ -176,7 +217,7 @@ def show_decisions(ctx, result, model, topology):
     elif isinstance(v, int):
       rows.append((k, f"{v} (every variable group)"))
     else:   # the stage of each variable group
-      rows += [(f"zero_stage {g}", str(stage_groups.stage_of(v, g)))
+      rows += [(f"zero_stage {g}", str(zero.stage_of(v, g)))
                for g in GROUPS]
   mfu = model_flops_utilization(result, model, topology)
   if mfu is not None:

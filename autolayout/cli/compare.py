@@ -48,7 +48,7 @@ def _run(args, ctx):
       rules = inputs.parse_rules(rules_text, model, mesh)
       reports[name] = common.evaluate(model, mesh, rules, topology,
                                       setup.overlap)
-    legend.append({"layout": name, "mesh": inputs.mesh_str(mesh),
+    legend.append({"layout": name, "mesh": mesh.text,
                    "rules": out.wrap_rules(reports[name].layout_rules)
                    or "(none)"})
   rows = [out.summary_row(r, results.get(n), n) for n, r in reports.items()]

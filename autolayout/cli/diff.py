@@ -1,15 +1,17 @@
 """``mtf-layout diff A.json B.json``: two plans rule by rule and decision by
 decision, with the cost delta of each."""
 
+import argparse
+
 import pandas as pd
 
+from autolayout.plans import decision_diff
 from autolayout.plans import diff as plan_diff
-from autolayout.cli import inputs
+from autolayout.plans import decisions as plan_decisions
 from autolayout.cli import output as out
 from autolayout.cli import plans
 from autolayout.cli.arguments import add_output_args
 from autolayout.cli.context import Answer, Command
-from autolayout.cli.models import load_model, parse_overrides
 
 
 def _arguments(p):
@@ -29,12 +31,16 @@ def _arguments(p):
 def _run(args, ctx):
   a, b = plans.read(args.a), plans.read(args.b)
   if args.model:
-    model = load_model(args.model, parse_overrides(args.set), args.train)
+    # B's model as given (its training step rebuilt for B's decisions,
+    # checked against B's fingerprint).
+    model = plans.model_for(b, args.b, argparse.Namespace(
+        model=args.model, set=args.set, train=True if args.train else None))
   else:
     model = plans.model_of(b, args.b)
   if model is not None:
-    b = plans.read(args.b, model)  # checks B is that model's plan
-    d = plan_diff.diff(a, b, model.graph, model.outputs)
+    d = decision_diff.diff(a, b, plan_decisions.BuiltPlan(
+        model.graph, model.outputs, model.microbatches, model.decisions,
+        model.config if model.decisions is not None else None))
   else:
     d = plan_diff.diff(a, b)
   df = d.to_dataframe()
@@ -42,10 +48,14 @@ def _run(args, ctx):
   def table(ctx):
     ctx.line(f"diff: {args.a} -> {args.b} ({b.model.name})")
     ctx.line(f"  A: {out.wrap_rules(a.rules) or '(replicated)'} on "
-             f"{inputs.mesh_str(a.mesh_shape)}")
+             f"{a.mesh_shape.text}")
     ctx.line(f"  B: {out.wrap_rules(b.rules) or '(replicated)'} on "
-             f"{inputs.mesh_str(b.mesh_shape)}")
+             f"{b.mesh_shape.text}")
     ctx.line()
+    if not d.rows:
+      ctx.line("the plans make the same decisions (no rule, decision, mesh "
+               "or topology differs)")
+      return
     view = pd.DataFrame({"change": [_change(k, n, x, y) for k, n, x, y in
                                     zip(df["kind"], df["name"], df["a"],
                                         df["b"])]})

@@ -90,7 +90,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "explain", model, topology,
-                  f"mesh {inputs.mesh_str(mesh)}",
+                  f"mesh {mesh.text}",
                   overlap=setup.overlap)
     ctx.line(f"layout {base.layout_rules or '(none)'}: step "
              f"{out.fmt_time(base.step_time_s)}, peak "

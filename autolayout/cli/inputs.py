@@ -10,9 +10,9 @@ import re
 
 import costmodels
 from costmodels import arguments as cm_args
-from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import MtfError, ParseError
 from mesh_tf.core.layout import convert_to_layout_rules
+from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout.arguments import default_mesh  # noqa: F401  (the API's)
 from autolayout.cli.errors import CliInputError
 
@@ -50,14 +50,16 @@ def get_topology(name):
 
 
 def parse_mesh(text, topology):
-  """Parses and checks a mesh string against ``topology``.
+  """Parses and checks a mesh string against ``topology`` into a
+  :class:`~mesh_tf.core.mesh_shape.MeshShape` (whose own checks reject
+  repeated axis names and sizes below 1).
 
   Raises:
     CliInputError: for a malformed string or a non-positive size.
     costmodels.TopologyError: if the mesh does not fit the topology.
   """
   try:
-    mesh = dims_lib.convert_to_shape(text)
+    mesh = convert_to_mesh_shape(text)
   except ParseError as e:
     raise CliInputError(f"malformed mesh {text!r}: {e}",
                         hint="write the mesh as name:size pairs, e.g. "
@@ -67,7 +69,7 @@ def parse_mesh(text, topology):
                         hint="give each mesh axis a distinct name and a "
                         "positive size, e.g. --mesh "
                         f"'{default_mesh(topology)}'")
-  if not mesh.dims or any(d.size < 1 for d in mesh.dims):
+  if not mesh.dims:
     raise CliInputError(f"malformed mesh {text!r}: every axis needs a size "
                         "of at least 1",
                         hint=f"e.g. --mesh '{default_mesh(topology)}'")
@@ -108,15 +110,10 @@ def parse_rules(text, model, mesh):
     if axis not in axes:
       raise CliInputError(
           f"layout rule {dim}:{axis} names mesh axis {axis!r}, which mesh "
-          f"{mesh_str(mesh)} does not have",
+          f"{mesh.text} does not have",
           hint=f"use one of the mesh axes {', '.join(axes)}, e.g. --layout "
           f"'{dim}:{axes[0]}'")
   return rules
-
-
-def mesh_str(mesh):
-  """``Shape[data=4, model=4]`` -> ``"data:4;model:4"``."""
-  return ";".join(f"{d.name}:{d.size}" for d in mesh.dims)
 
 
 def memory_reserve(args):

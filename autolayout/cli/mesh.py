@@ -35,7 +35,8 @@ def _run(args, ctx):
   with ctx.progress(f"solving every mesh shape of {n} devices") as update:
     results, table = auto_mesh_and_layout(
         model.graph, n, model.outputs, topology, budget, args.objective,
-        args.max_axes, args.time_limit, args.workers, args.seed,
+        args.max_axes, args.time_limit, num_workers=args.workers,
+        seed=args.seed,
         search=setup.search, overlap=setup.overlap, physical_names=True,
         progress=update.on_mesh)
   table = table.copy()
@@ -44,7 +45,7 @@ def _run(args, ctx):
        for i, s in enumerate(table["step_time_s"])], dtype="Int64"))
 
   def json():
-    by_mesh = {inputs.mesh_str(r.mesh_shape): r for r in results}
+    by_mesh = {r.mesh_shape.text: r for r in results}
     ranking = []
     for rec in out.frame_records(table):
       r = by_mesh.get(rec["mesh"])

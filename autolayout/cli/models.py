@@ -15,17 +15,12 @@ import sys
 from typing import Any, Dict, Optional, Tuple
 
 from costmodels import arguments as cm_args
+from autolayout.arguments import MODEL_FAMILIES
 from mesh_tf.core.errors import MtfError
 from autolayout.cli.errors import CliInputError
 
-# Family names a user would type, mapped to a real-sized zoo preset whose
-# fields ``--set`` then overrides (``transformer`` is GPT-2-small sized).
-FAMILIES = {
-    "transformer": "gpt2_small",
-    "mlp": "mlp_large",
-    "moe": "moe_gpt2_small_64e",
-    "conv3d": "conv3d_large",
-}
+# Family names a user would type, mapped to a real-sized zoo preset.
+FAMILIES = MODEL_FAMILIES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +37,10 @@ class LoadedModel:
     overrides: the ``--set`` values.
     train: whether the graph is the training step (forward, backward and
       update) rather than the forward pass.
+    microbatches: the :class:`mesh_tf.microbatch.MicrobatchPlan` when the
+      graph is one microbatch of a step (a training plan's), else None.
+    decisions: the :class:`~autolayout.decisions.TrainingDecisions` the
+      step was built for (a training plan's), else None.
   """
   graph: Any
   outputs: Optional[Tuple[Any, ...]]
@@ -50,6 +49,8 @@ class LoadedModel:
   config: Any = None
   overrides: Dict[str, Any] = dataclasses.field(default_factory=dict)
   train: bool = False
+  microbatches: Any = None
+  decisions: Any = None
 
 
 def parse_value(text):
@@ -134,9 +135,10 @@ def _load_preset(name, overrides, train):
     raise CliInputError(f"model {name!r} rejects --set "
                         f"{_echo_set(overrides)}: {e}",
                         hint=f"e.g. --set {_example_set(preset)}") from None
+  train = True if train is None else train
   try:
     model = config.build()
-    if train:
+    if train:  # once: --train and the default ask the same question
       _add_training(model.graph, model.loss)
     cm_args.check_graph(model.graph)
   except MtfError as e:
@@ -147,9 +149,6 @@ def _load_preset(name, overrides, train):
                         f"cannot be built: {e}",
                         hint="change the sizes given with --set, e.g. "
                         f"--set {_example_set(preset)}") from None
-  train = True if train is None else train
-  if train:
-    _add_training(model.graph, model.loss)
   label = name if name == preset else f"{name} ({preset})"
   desc = (f"{label}: {len(model.graph.operations)} ops, "
           f"{_params(model.num_parameters)} params"

@@ -233,7 +233,7 @@ def _py(v):
 
 # --- rich rendering ----------------------------------------------------------
 def render(console, df, title=None, formats=None, best=None, index=True,
-           justify=None, caption=None, show_header=True, abbrev=None):
+           justify=None, caption=None, *, show_header=True, abbrev=None):
   """Prints ``df`` as a rich table whose cells never break a word.
 
   Args:

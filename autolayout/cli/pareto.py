@@ -3,7 +3,7 @@
 import pandas as pd
 
 from autolayout.search.pareto import pareto
-from autolayout.cli import common, inputs
+from autolayout.cli import common
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -19,7 +19,7 @@ def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   mesh = common.mesh_of(args, topology)
-  with ctx.progress(f"tracing the Pareto front on {inputs.mesh_str(mesh)}"):
+  with ctx.progress(f"tracing the Pareto front on {mesh.text}"):
     results, _ = pareto(
         model.graph, mesh, model.outputs, topology, args.max_points,
         args.time_limit, args.workers, args.seed, search=setup.search, overlap=setup.overlap)
@@ -32,7 +32,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "pareto", model, topology,
-                  f"mesh {inputs.mesh_str(mesh)}",
+                  f"mesh {mesh.text}",
                   overlap=setup.overlap)
     fastest = results[0].step_time_s
     view = df.rename(columns={"step_time_s": "step",
@@ -55,7 +55,7 @@ def _run(args, ctx):
 
   return Answer(
       json=lambda: common.payload(
-          model, topology, mesh=inputs.mesh_str(mesh),
+          model, topology, mesh=mesh.text,
           points=[out.layout_record(r.report, r) for r in results]),
       csv=lambda: df, csv_index=False, table=table,
       plot=lambda plots: plots.pareto_front(

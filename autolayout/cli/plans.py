@@ -3,25 +3,34 @@
 the CLI's two lines (``error:`` and ``hint:``)."""
 
 import costmodels
+from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import file as plan_file
 from autolayout.errors import PlanError, PlanFormatError, PlanMismatchError
 from autolayout.cli import inputs
 from autolayout.cli.errors import CliInputError
-from autolayout.cli.models import load_model, parse_overrides
+from autolayout.cli.models import LoadedModel, load_model, parse_overrides
 
 FORMAT_HINT = ("write plans with `mtf-layout solve ... --save plan.json`; "
                "docs/plan_files.md has the format")
 
 
 def read(path, model=None):
-  """The plan in ``path``, checked against ``model``'s graph if given.
+  """The plan in ``path``, checked against ``model``'s graph if given (a
+  training plan is checked against ``model``'s step rebuilt for the plan's
+  decisions).
 
   Raises:
     CliInputError: for a malformed file, or a plan for another model or a
       graph that changed (the message names what changed).
   """
   try:
-    return plan_file.load_plan(path, model.graph if model else None)
+    plan = plan_decisions.load_plan(path)
+    if model is not None and plan.decisions and model.decisions is None:
+      plan_decisions.check_rebuilt(plan, plan_decisions.rebuild(
+          plan, model.config), f"-m {model.name} built for its decisions")
+    elif model is not None:
+      plan_file.load_plan(path, model.graph)
+    return plan
   except PlanFormatError as e:
     raise CliInputError(str(e), hint=FORMAT_HINT) from None
   except PlanMismatchError as e:
@@ -29,6 +38,67 @@ def read(path, model=None):
     raise CliInputError(
         str(e), hint=f"solve {what} again; `mtf-layout solve ... --hint "
         f"{path}` starts from the old plan") from None
+
+
+def ref_path(text):
+  """The file of a ``@plan.json`` layout argument."""
+  path = text.strip()[1:]
+  if not path:
+    raise CliInputError("'@' needs a plan file after it",
+                        hint="write -l @plan.json")
+  return path
+
+
+def model_for(plan, path, args):
+  """The model whose layout ``plan`` is, as a :class:`LoadedModel`: the
+  plan's own question (its zoo model, overrides and training or forward
+  pass) unless ``--model``, ``--set``, ``--train`` or ``--forward`` say
+  otherwise; a training plan's step is rebuilt for its decisions.
+
+  Raises:
+    CliInputError: if the plan names no model and ``--model`` is not given,
+      or the model given (or its step for the plan's decisions) is not the
+      plan's (naming what changed).
+  """
+  src = plan_decisions.source_of(plan) or {}
+  name = args.model or src.get("model")
+  if name is None:
+    raise CliInputError(f"plan {path!r} does not say which model it is for "
+                        "(it has no model.source)",
+                        hint="give --model (e.g. --model transformer_tiny)")
+  overrides = (parse_overrides(args.set) if args.set or args.model
+               else dict(src.get("overrides") or {}))
+  if not plan.decisions:
+    train = args.train if args.train is not None else src.get("train")
+    model = load_model(name, overrides, train)
+    read(path, model)
+    return model
+  if args.train is False:
+    raise CliInputError(f"plan {path!r} is a training step's (it holds "
+                        "training decisions), not a forward pass's",
+                        hint="drop --forward")
+  base = load_model(name, overrides, False)
+  if base.config is None:
+    raise CliInputError(f"plan {path!r} holds training decisions, which "
+                        "rebuild a zoo model's step; {name!r} is not one",
+                        hint="give --model the zoo model the plan is for")
+  try:
+    built = plan_decisions.rebuild(plan, base.config)
+    plan_decisions.check_rebuilt(plan, built, f"-m {name} built for its "
+                                 "decisions")
+  except PlanFormatError as e:
+    raise CliInputError(str(e), hint=FORMAT_HINT) from None
+  except PlanMismatchError as e:
+    raise CliInputError(
+        str(e), hint=f"solve -m {name} again; `mtf-layout solve ... --hint "
+        f"{path}` starts from the old plan") from None
+  from autolayout.training import zero  # pylint: disable=g-import-not-at-top
+  d = built.decisions
+  desc = (f"{name}: {len(built.graph.operations)} ops, training step (Adam) for the plan's decisions: "
+          f"{d.param_dtype}, ZeRO {zero.describe(d.zero_stage)}, "
+          f"recompute {d.recompute}, microbatches {d.microbatches}")
+  return LoadedModel(built.graph, None, name, desc, base.config, overrides,
+                     True, built.microbatches, d)
 
 
 def is_ref(text):
@@ -39,16 +109,13 @@ def is_ref(text):
 def layout(text, model, topology):
   """``(rules, mesh, plan)`` of a ``@plan.json`` layout argument, checked
   against the model and the topology."""
-  path = text.strip()[1:]
-  if not path:
-    raise CliInputError("'@' needs a plan file after it",
-                        hint="write -l @plan.json")
+  path = ref_path(text)
   plan = read(path, model)
   try:
     costmodels.map_mesh(topology, plan.mesh_shape)
   except costmodels.TopologyError:
     raise CliInputError(
-        f"plan {path!r} is for mesh {inputs.mesh_str(plan.mesh_shape)} on "
+        f"plan {path!r} is for mesh {plan.mesh_shape.text} on "
         f"{plan.topology.name}, which does not fit topology {topology.name}",
         hint=f"add -t {plan.topology_preset or plan.topology.name} (the "
         "plan's topology) or use a plan for this one") from None
@@ -65,18 +132,13 @@ def source(args, model=None):
 
 
 def model_of(plan, path):
-  """The model a plan's ``source`` names, rebuilt (None if it has none)."""
-  src = plan.model.source
-  if src is None:
+  """The model a plan's ``source`` names, rebuilt for the plan's question
+  and decisions (None if it has no source)."""
+  if plan.model.source is None:
     return None
-  import json  # pylint: disable=g-import-not-at-top
-  src = json.loads(src)
-  try:
-    return load_model(src["model"], src.get("overrides") or {},
-                      bool(src.get("train")))
-  except (KeyError, TypeError) as e:
-    raise CliInputError(f"plan file {path!r} has a malformed model.source: "
-                        f"{e}", hint=FORMAT_HINT) from None
+  import argparse  # pylint: disable=g-import-not-at-top
+  return model_for(plan, path, argparse.Namespace(model=None, set=[],
+                                                  train=None))
 
 
 def save(result, args, model):
@@ -114,9 +176,9 @@ def layout_arg(text, model, topology, args):
   if given and inputs.parse_mesh(given, topology) != mesh:
     raise CliInputError(
         f"--mesh {given!r} differs from the mesh "
-        f"{inputs.mesh_str(mesh)} of plan {text.strip()[1:]!r}",
+        f"{mesh.text} of plan {text.strip()[1:]!r}",
         hint="drop --mesh to use the plan's mesh")
-  args.resolved_mesh = inputs.mesh_str(mesh)
+  args.resolved_mesh = mesh.text
   return rules, mesh
 
 

@@ -41,7 +41,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "report", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)}",
+                  f"mesh {report.mesh_shape.text}",
                   overlap=setup.overlap)
     common.show_rules(ctx, report)
     common.show_times(ctx, report, result)

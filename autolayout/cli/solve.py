@@ -10,7 +10,6 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
-from autolayout.cli.validate import parse_zero_stage
 
 
 def _arguments(p):
@@ -63,7 +62,7 @@ def _run(args, ctx):
     how = ("given" if tried is None else
            f"best of {int(tried['step_time_s'].notna().sum())} shapes tried")
     common.header(ctx, "solve", model, topology,
-                  f"mesh {inputs.mesh_str(report.mesh_shape)} ({how}), "
+                  f"mesh {report.mesh_shape.text} ({how}), "
                   "memory budget "
                   f"{out.fmt_bytes(budget) if budget else 'none'}",
                   overlap=setup.overlap)
@@ -135,20 +134,16 @@ def _search(ctx, args, setup, budget, hint):
     if mesh is None:
       n = topology.num_chips if args.devices is None else args.devices
       inputs.check_devices(n, topology)
-    what = (f"solving {model.name} on {inputs.mesh_str(mesh)} "
+    what = (f"solving {model.name} on {mesh.text} "
             f"({topology.name})" if mesh is not None
             else f"solving every mesh shape of {n} devices")
     unit = "B" if args.objective == "memory" else "s"
     with ctx.progress(what, unit) as update:
       answer = solve_default(
-          model.graph, mesh, model.outputs, topology, budget,
-          args.objective, args.time_limit, args.workers, args.seed,
+          model.graph, outputs=model.outputs,
+          spec=common.query(args, setup, mesh, budget, num_devices=n),
           config=model.config if _fall_back(args, model) else None,
-          num_devices=n, max_axes=args.max_axes or DEFAULT_MAX_AXES,
-          search=setup.search, hint=hint, overlap=setup.overlap,
-          fixed=_fixed(args),
-          param_dtype=model.overrides.get("param_dtype") or "bfloat16",
-          memory_reserve_fraction=inputs.memory_reserve(args),
+          search=setup.search, hint=hint,
           progress=update if mesh is not None else None,
           mesh_progress=update.on_mesh if mesh is None else None,
           decision_progress=_steps(ctx) if mesh is not None else None)
@@ -189,19 +184,9 @@ def _fall_back(args, model):
 
 
 def _fixed(args):
-  """The training decisions given on the command line (not ``auto``)."""
-  fixed = {}
-  for name in ("zero_stage", "recompute", "microbatches"):
-    text = str(getattr(args, name))
-    if text != "auto":
-      try:
-        fixed[name] = (parse_zero_stage(text) if name == "zero_stage"
-                       else int(text))
-      except ValueError:
-        raise CliInputError(f"--{name.replace('_', '-')} {text!r} is not "
-                            "an integer or auto",
-                            hint=f"e.g. --{name.replace('_', '-')} 2")
-  return fixed
+  """The training decisions given on the command line (not ``auto``), as
+  parsed once by :func:`autolayout.cli.validate.fixed_decisions`."""
+  return dict(args.fixed_decisions)
 
 
 def _training_meshes(ctx, args, model, topology, budget, n):
@@ -247,7 +232,7 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
   fixed = _fixed(args)
   param_dtype = model.overrides.get("param_dtype") or "bfloat16"
   with ctx.progress(f"searching training decisions of {model.name} on "
-                    f"{inputs.mesh_str(mesh)} ({topology.name})"):
+                    f"{mesh.text} ({topology.name})"):
     plan = decisions.search_training(
         model.config, mesh, topology, budget, fixed=fixed,
         param_dtype=param_dtype, time_limit_s=args.time_limit,

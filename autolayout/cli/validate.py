@@ -132,67 +132,43 @@ DECISION_FLAGS = (("zero_stage", "--zero-stage", 0, 3, 3),
                   ("microbatches", "--microbatches", 1, MAX_DECISION, 2))
 
 
-def parse_zero_stage(text):
-  """``--zero-stage``: ``N`` (every variable group) or ``GROUP=N,...``
-  (e.g. ``ffn=3,attention=3,embedding=1,norm=0``; groups not named take
-  0).  Returns an int or ``{group: stage}``.
+def fixed_decisions(args):
+  """``--zero-stage``, ``--recompute``, ``--microbatches``: each ``auto``
+  or a value of its family (an integer in range; ``--zero-stage`` also a
+  stage per variable group), parsed here once, by its family
+  (:mod:`autolayout.training.families`), and only where a training plan is
+  searched.
+
+  Returns:
+    ``{family name: typed value}`` of the decisions given (not ``auto``).
 
   Raises:
-    CliInputError: naming the bad group or stage.
+    CliInputError: naming the flag and a valid value.
   """
-  from mesh_tf.training.storage import GROUPS, STAGES
-  text = str(text).strip()
-  if "=" not in text:
-    return int(text)
-  out = {}
-  for part in text.split(","):
-    group, _, stage = part.partition("=")
-    group = group.strip()
-    if group not in GROUPS:
-      raise CliInputError(
-          f"--zero-stage names variable group {cm_args.echo(group, 40)}, "
-          f"which is not one of {', '.join(GROUPS)}",
-          hint="e.g. --zero-stage ffn=3,attention=3,embedding=1,norm=0")
-    try:
-      value = int(stage.strip())
-    except ValueError:
-      value = None
-    if value not in STAGES:
-      raise CliInputError(
-          f"--zero-stage gives group {group} stage "
-          f"{cm_args.echo(stage, 40)}, which is not a ZeRO stage 0-3",
-          hint=f"e.g. --zero-stage {group}=3")
-    out[group] = value
-  return out
-
-
-def check_training_decisions(args):
-  """``--zero-stage``, ``--recompute``, ``--microbatches``: ``auto`` or an
-  integer in range (``--zero-stage`` also a stage per variable group), and
-  only where a training plan is searched."""
-  given = []
+  from autolayout.training.families import family
+  from autolayout.training.family import DecisionValueError
+  fixed, given = {}, []
   for attr, option, low, high, example in DECISION_FLAGS:
     text = getattr(args, attr, None)
     if text is None or str(text).strip().lower() == "auto":
       continue
     given.append(option)
-    if attr == "zero_stage" and "=" in str(text):
-      parse_zero_stage(text)
-      continue
+    fam = family(attr)
     try:
-      value = int(str(text).strip())
-    except ValueError:
-      raise CliInputError(
-          f"{option} {cm_args.echo(text, 40)} is not an integer or auto",
-          hint=f"use e.g. {option} {example}, or {option} auto") from None
-    _in_range(value, option, low, high,
-              f"use e.g. {option} {example}, or {option} auto")
+      value = fam.parse(text)
+      if isinstance(value, int):
+        _in_range(value, option, low, high,
+                  f"use e.g. {option} {example}, or {option} auto")
+      fixed[attr] = fam.check(value)
+    except DecisionValueError as e:
+      raise CliInputError(e.problem, hint=e.hint) from None
   if given and (getattr(args, "layout_only", False)
                 or getattr(args, "train", True) is False):
     raise CliInputError(
         f"{given[0]} is a training decision, which --layout-only and "
         "--forward do not search",
         hint=f"drop {given[0]}, or drop --layout-only / --forward")
+  return fixed
 
 
 def check_options(args):
@@ -208,7 +184,8 @@ def check_options(args):
   _int_range(args, "devices", "--devices", 1, api.MAX_DEVICES, 256)
   _int_range(args, "top", "--top", 1, MAX_TOP, 12)
   check_time_limit(args)
-  check_training_decisions(args)
+  # The training decisions given, parsed once for the command to use.
+  args.fixed_decisions = fixed_decisions(args)
   check_applicable(args)
   check_plot_path(args)
   check_output_file(args, "save", "--save", "plan.json")

@@ -110,7 +110,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
                          objective=DEFAULTS.objective,
                          max_axes=DEFAULTS.max_axes,
                          time_limit_s=DEFAULT_TIME_LIMIT_S,
-                         num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+                         *, num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
                          search=None, hint=None, overlap=True,
                          physical_names=False, progress=None):
   """Solves every mesh shape of ``num_devices`` that fits ``topology``.
@@ -168,7 +168,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
       costmodels.map_mesh(topology, mesh_shape)
       if physical_names:
         mesh_shape = physical_axis_names(topology, mesh_shape)
-        mesh = ";".join(f"{d.name}:{d.size}" for d in mesh_shape.dims)
+        mesh = mesh_shape.text
     except costmodels.TopologyError as e:
       rows.append({"mesh": mesh, "status": "no-fit", "rules": None,
                    "step_time_s": None, "peak_memory_bytes": None,
@@ -182,7 +182,7 @@ def auto_mesh_and_layout(graph, num_devices=None, outputs=None,
       if left <= 0.01:
         raise TimeLimitError("no time left")
       r = search.solve(mesh_shape, topology, memory_budget, objective,
-                       left, num_workers, seed, hint=hint,
+                       left, num_workers, seed=seed, hint=hint,
                        overlap=overlap)
     except TimeLimitError:
       skipped += 1

@@ -52,13 +52,11 @@ def _meshes(topology, num_devices, max_axes):
   return out, rows
 
 
-def _name(mesh_shape):
-  return ";".join(f"{d.name}:{d.size}" for d in mesh_shape.dims)
 
 
 def search_training_meshes(config, topology, memory_budget="hbm",
                            num_devices=None, max_axes=DEFAULT_MAX_AXES,
-                           top=1, fixed=None, param_dtype="bfloat16",
+                           *, top=1, fixed=None, param_dtype="bfloat16",
                            time_limit_s=60.0, forbid=(), overlap=True,
                            recompute_count=5, memory_reserve_fraction=None,
                            progress=None):
@@ -122,12 +120,12 @@ def search_training_meshes(config, topology, memory_budget="hbm",
   for i, mesh in enumerate(meshes):
     if time.perf_counter() >= deadline:
       cut = True
-      rows.append({"mesh": _name(mesh), "status": "time-limit",
+      rows.append({"mesh": mesh.text, "status": "time-limit",
                    "step_time_s": None, "decisions": None, "searched": "",
                    "note": f"not screened within {time_limit_s:g} s"})
       continue
     if progress:
-      progress(_name(mesh), "screen", i, len(meshes))
+      progress(mesh.text, "screen", i, len(meshes))
     try:
       # The screen ranks shapes: the first k with a plan is enough (the
       # decision program walks k again on the shapes it searches).
@@ -137,7 +135,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     except TimeLimitError as e:
       cut = True
       errors.append(e)
-      rows.append({"mesh": _name(mesh), "status": "time-limit",
+      rows.append({"mesh": mesh.text, "status": "time-limit",
                    "step_time_s": None, "decisions": None,
                    "searched": "screen",
                    "note": f"not screened within {time_limit_s:g} s"})
@@ -145,7 +143,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
       if e.floor_bytes is not None:
         raise   # every shape has these devices: none can hold the variables
       errors.append(e)
-      rows.append({"mesh": _name(mesh), "status": "infeasible",
+      rows.append({"mesh": mesh.text, "status": "infeasible",
                    "step_time_s": None, "decisions": None,
                    "searched": "screen", "note": "over budget with ZeRO 3 and full recompute"})
   if not screened:
@@ -159,7 +157,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     raise errors[0] if errors else InfeasibleLayoutError(
         f"no mesh shape of {num_devices} devices embeds in {topology.name}")
   order = sorted(screened, key=lambda m: (
-      screened[m].result.step_time_s, _name(m)))
+      screened[m].result.step_time_s, m.text))
   full = order if top is None else order[:top]
   plans = dict(screened)
   searched = {}
@@ -168,7 +166,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
       cut = True
       break
     if progress:
-      progress(_name(mesh), "decisions", i, len(full))
+      progress(mesh.text, "decisions", i, len(full))
     t1 = time.perf_counter()
     try:
       # Where ZeRO 3 with every block recomputed needs k microbatches, no
@@ -188,7 +186,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
     if plan.result.step_time_s <= plans[mesh].result.step_time_s:
       plans[mesh] = plan
   for mesh, plan in plans.items():
-    rows.append({"mesh": _name(mesh), "status": plan.result.status,
+    rows.append({"mesh": mesh.text, "status": plan.result.status,
                  "step_time_s": plan.result.step_time_s,
                  "decisions": str(plan.decisions.as_dict()),
                  "searched": "decisions" if mesh in searched else "screen",
@@ -196,7 +194,7 @@ def search_training_meshes(config, topology, memory_budget="hbm",
   table = pd.DataFrame(rows).sort_values(
       ["step_time_s", "mesh"], na_position="last",
       kind="stable").reset_index(drop=True)
-  best = min(plans, key=lambda m: (plans[m].result.step_time_s, _name(m)))
+  best = min(plans, key=lambda m: (plans[m].result.step_time_s, m.text))
   tried = tuple((r.mesh, r.status, None if pd.isna(r.step_time_s)
                  else float(r.step_time_s)) for r in table.itertuples())
   plan = plans[best]

@@ -24,48 +24,13 @@ from mesh_tf.core.errors import LayoutError
 from mesh_tf.core.layout import LayoutRules
 from autolayout.search import assignments
 from autolayout.plans import identity as plan_identity
+from autolayout.plans.costs import PredictedCosts
+from autolayout.training.families import TrainingDecisions
 
 
-@dataclasses.dataclass(frozen=True)
-class Costs:
-  """A cost vector: times in seconds, memory in bytes per device."""
-  step_time_s: float
-  compute_time_s: float
-  comm_time_s: float
-  peak_memory_bytes: int
-  memory_by_category: Tuple[Tuple[str, int], ...]
-  comm_time_by_axis: Tuple[Tuple[str, float], ...]
-
-  @classmethod
-  def of(cls, report_or_costs):
-    """From a CostReport or a :class:`~autolayout.plans.plan.PredictedCosts`."""
-    r = report_or_costs
-    mem, comm = r.memory_by_category, r.comm_time_by_axis
-    return cls(float(r.step_time_s), float(r.compute_time_s),
-               float(r.comm_time_s), int(r.peak_memory_bytes),
-               tuple(sorted(dict(mem).items())),
-               tuple(sorted(dict(comm).items())))
-
-  def minus(self, other):
-    """``self - other``, field by field (missing keys count as 0)."""
-    def sub(a, b):
-      a, b = dict(a), dict(b)
-      return tuple((k, a.get(k, 0) - b.get(k, 0)) for k in sorted(set(a)
-                                                                  | set(b)))
-    return Costs(self.step_time_s - other.step_time_s,
-                 self.compute_time_s - other.compute_time_s,
-                 self.comm_time_s - other.comm_time_s,
-                 self.peak_memory_bytes - other.peak_memory_bytes,
-                 sub(self.memory_by_category, other.memory_by_category),
-                 sub(self.comm_time_by_axis, other.comm_time_by_axis))
-
-  def as_dict(self):
-    return {"step_time_s": self.step_time_s,
-            "compute_time_s": self.compute_time_s,
-            "comm_time_s": self.comm_time_s,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "memory_by_category": dict(self.memory_by_category),
-            "comm_time_by_axis": dict(self.comm_time_by_axis)}
+# A cost vector of a diff (each plan's costs, a row's delta) is the plans'
+# one costs record.
+Costs = PredictedCosts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +126,13 @@ class PlanDiff:
 
 
 def _show(v):
-  return "(not split)" if v is None else assignments.option_text(v)
+  if v is None:
+    return "(not split)"
+  if isinstance(v, dict):  # a decision per group: {"ffn": 3, ...}
+    return " ".join(f"{k}={x}" for k, x in sorted(v.items()))
+  if isinstance(v, (int, float)):  # a decision's value
+    return str(v)
+  return assignments.option_text(v)
 
 
 def describe(delta):
@@ -201,7 +172,7 @@ def project_rules(rules, graph, mesh_shape):
       sizes.setdefault(d.name, set()).add(d.size)
   unsplittable = {}
   for op in graph.operations:
-    for d in op.unsplittable_dims:
+    for d in op.lowering_unsplittable_dims:
       unsplittable.setdefault(d, op.name)
   axes = {d.name: d.size for d in mesh_shape.dims}
   kept, dropped = [], []
@@ -245,7 +216,7 @@ def _with(rules, dim, axis):
 
 
 def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
-               a_note=None):
+               a_note=None, microbatches=None):
   """The :class:`PlanDiff` of two rule sets on one graph, mesh and topology
   (both priced with :func:`costmodels.evaluate`).
 
@@ -255,7 +226,8 @@ def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
   """
   def price(rules):
     return Costs.of(costmodels.evaluate(graph, mesh_shape, rules, topology,
-                                        outputs=outputs))
+                                        outputs=outputs,
+                                        microbatches=microbatches))
   base, final = price(a_rules), price(b_rules)
   a, b = a_rules.as_dict(), b_rules.as_dict()
   rows, parts = [], []
@@ -310,7 +282,7 @@ def diff_rules(a_rules, b_rules, graph, mesh_shape, topology, outputs=None,
   return PlanDiff(tuple(rows), base, final, tuple(notes), True)
 
 
-def diff(plan_a, plan_b, graph=None, outputs=None):
+def diff(plan_a, plan_b, graph=None, outputs=None, microbatches=None):
   """How ``plan_b`` differs from ``plan_a``, with the cost of each change.
 
   Args:
@@ -319,6 +291,8 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
       priced with :func:`costmodels.evaluate` on B's mesh and topology;
       without it, only the stored predictions are compared.
     outputs: the step's outputs (default: tensors no op reads).
+    microbatches: the :class:`mesh_tf.microbatch.MicrobatchPlan` of
+      ``graph`` when it is one microbatch of B's training step.
 
   Returns:
     A :class:`PlanDiff`; ``str()`` of it is a readable report.
@@ -343,7 +317,7 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
   notes_by_dim = {d: f"A's rule {d}:{ax} is dropped: {why}"
                   for d, ax, why in dropped}
   d = diff_rules(a_rules, plan_b.rules, graph, plan_b.mesh_shape,
-                 plan_b.topology, outputs, notes_by_dim)
+                 plan_b.topology, outputs, notes_by_dim, microbatches)
   rows = list(d.rows)
   have = {r.name for r in rows}
   for dim, axis, why in dropped:
@@ -368,12 +342,17 @@ def diff(plan_a, plan_b, graph=None, outputs=None):
 def _other_rows(plan_a, plan_b):
   rows = []
   if plan_a.mesh_shape != plan_b.mesh_shape:
-    rows.append(DiffRow("mesh", "mesh", _mesh(plan_a), _mesh(plan_b), None,
+    rows.append(DiffRow("mesh", "mesh", plan_a.mesh_shape.text,
+                        plan_b.mesh_shape.text, None,
                         "rules are priced on B's mesh"))
   if plan_a.topology != plan_b.topology:
     rows.append(DiffRow("topology", "topology", plan_a.topology.name,
                         plan_b.topology.name))
-  a, b = plan_a.decisions, plan_b.decisions
+  if plan_a.training is None and plan_b.training is None:
+    return rows
+  # A plan without decisions is the step as built: every family's default.
+  a = (plan_a.training or TrainingDecisions()).as_dict()
+  b = (plan_b.training or TrainingDecisions()).as_dict()
   for k in sorted(set(a) | set(b)):
     if a.get(k) != b.get(k):
       rows.append(DiffRow("decision", k, a.get(k), b.get(k), None,
@@ -381,5 +360,3 @@ def _other_rows(plan_a, plan_b):
   return rows
 
 
-def _mesh(plan):
-  return ";".join(f"{d.name}:{d.size}" for d in plan.mesh_shape.dims)

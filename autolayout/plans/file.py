@@ -16,11 +16,12 @@ from costmodels import topology_json
 from mesh_tf.core import mesh_shape as mesh_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
+from autolayout.plans import decision_codec
 from autolayout.plans import identity as plan_identity
 from autolayout.errors import PlanFormatError, PlanMismatchError
-from autolayout.plans.plan import (KNOWN_DECISIONS, SCHEMA, SCHEMA_VERSION, Plan,
-                                   PredictedCosts, SolverInfo, freeze_decisions,
-                                   mesh_str, version)
+from autolayout.plans.plan import (SCHEMA, SCHEMA_VERSION, Plan,
+                                   PredictedCosts, SolverInfo,
+                                   training_decisions, version)
 
 
 class _Reader:
@@ -140,7 +141,7 @@ def plan_from_json_dict(data, where="<dict>"):
     for a in names:
       if a not in axis_names:
         rd.fail(f"rule {dim}:{'+'.join(names)} names mesh axis {a!r}, which "
-                f"the plan's mesh {mesh_str(mesh_shape)} does not have; use "
+                f"the plan's mesh {mesh_shape.text} does not have; use "
                 f"one of {axis_names}")
     if len(set(names)) != len(names):
       rd.fail(f"rule {dim}:{'+'.join(names)} lists a mesh axis twice; list "
@@ -149,12 +150,7 @@ def plan_from_json_dict(data, where="<dict>"):
       rd.fail(f"rule {dim}:{axis} names dim {dim!r}, which model "
               f"{ident.name!r} does not have (its dims: {sorted(dims)})")
   decisions = rd.get(data, "decisions", dict, "")
-  unknown = sorted(set(decisions) - set(KNOWN_DECISIONS))
-  if unknown:
-    rd.fail(f"it holds decision(s) {unknown}, which mesh-tf {version()} "
-            "cannot apply (applying the rest would change its costs); use "
-            "the mesh-tf version that wrote it, "
-            f"{data.get('mesh_tf_version')!r}, or a newer one")
+  decision_codec.read_decisions(decisions, f"plan file {rd.where}")
   costs = _read_costs(rd, rd.get(data, "costs", dict, ""))
   s = rd.get(data, "solver", dict, "")
   solver = SolverInfo(
@@ -166,7 +162,7 @@ def plan_from_json_dict(data, where="<dict>"):
       rd.get(s, "memory_budget_bytes", int, "solver", True),
       rd.get(s, "solve_time_s", _NUM, "solver", True))
   return Plan(ident, mesh_shape, topology, preset,
-              LayoutRules(rules.items()), freeze_decisions(decisions),
+              LayoutRules(rules.items()), training_decisions(decisions),
               costs, solver, rd.get(data, "mesh_tf_version", str, ""))
 
 

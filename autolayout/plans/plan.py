@@ -25,7 +25,7 @@ import json
 import os
 import re
 import tempfile
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import costmodels
 from costmodels import topology_json
@@ -33,61 +33,15 @@ from mesh_tf.core import mesh_shape as mesh_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from autolayout.plans import identity as plan_identity
+from autolayout.plans.costs import PredictedCosts
+from autolayout.training.families import TrainingDecisions
 from autolayout.errors import PlanFormatError
 
 SCHEMA = "mesh-tf-plan"
 SCHEMA_VERSION = 1
 
-# Decision families other than the layout rules that this version can apply,
-# name -> what it means.  A plan holding any other decision is refused on
-# load: applying only part of a plan would silently change its costs.
-KNOWN_DECISIONS = {}
-
-
-@dataclasses.dataclass(frozen=True)
-class PredictedCosts:
-  """What the cost model predicted for the plan (per device, per step).
-
-  ``memory_by_category``, ``comm_time_by_axis`` and ``collectives`` are
-  tuples of pairs / records so that the value stays hashable; see
-  :meth:`as_dict`.  ``collectives`` holds ``(kind, mesh axes, count,
-  bytes per device)`` summed per kind and axes.
-  """
-  step_time_s: float
-  compute_time_s: float
-  comm_time_s: float
-  peak_memory_bytes: int
-  memory_by_category: Tuple[Tuple[str, int], ...]
-  comm_time_by_axis: Tuple[Tuple[str, float], ...]
-  collectives: Tuple[Tuple[str, Tuple[str, ...], int, int], ...] = ()
-
-  @classmethod
-  def from_report(cls, report):
-    """The costs of a :class:`costmodels.CostReport`."""
-    agg = {}
-    for c in report.collectives:
-      key = (c.kind, tuple(c.mesh_axes))
-      n, b = agg.get(key, (0, 0))
-      agg[key] = (n + 1, b + int(c.bytes_per_device))
-    return cls(float(report.step_time_s), float(report.compute_time_s),
-               float(report.comm_time_s), int(report.peak_memory_bytes),
-               tuple((k, int(v)) for k, v in
-                     report.memory_by_category.items()),
-               tuple((k, float(v)) for k, v in
-                     report.comm_time_by_axis.items()),
-               tuple((k, a, n, b) for (k, a), (n, b) in sorted(agg.items())))
-
-  def as_dict(self):
-    """The JSON form (``docs/plan_files.md``)."""
-    return {"step_time_s": self.step_time_s,
-            "compute_time_s": self.compute_time_s,
-            "comm_time_s": self.comm_time_s,
-            "peak_memory_bytes": self.peak_memory_bytes,
-            "memory_by_category": dict(self.memory_by_category),
-            "comm_time_by_axis": dict(self.comm_time_by_axis),
-            "collectives": [{"kind": k, "mesh_axes": list(a), "count": n,
-                             "bytes_per_device": b}
-                            for k, a, n, b in self.collectives]}
+# The decision families besides the layout rules, and how a file's are read
+# and rebuilt, are in autolayout.plans.decisions (FAMILIES).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +75,9 @@ class Plan:
     topology_preset: the preset name if ``topology`` is one, else None (the
       file then embeds the topology).
     rules: the layout rules.
-    decision_items: ``((family, canonical JSON text), ...)`` of the other
-      decisions (see :attr:`decisions`).
+    training: the training decisions (a
+      :class:`~autolayout.training.families.TrainingDecisions`) the plan's
+      step was built for, or None for the step as built.
     costs: the :class:`PredictedCosts`.
     solver: the :class:`SolverInfo`.
     mesh_tf_version: the mesh-tf version that wrote it.
@@ -132,19 +87,20 @@ class Plan:
   topology: Any
   topology_preset: Optional[str]
   rules: LayoutRules
-  decision_items: Tuple[Tuple[str, str], ...]
+  training: Optional[TrainingDecisions]
   costs: PredictedCosts
   solver: SolverInfo
   mesh_tf_version: str
 
   @property
   def decisions(self):
-    """``{family: JSON value}`` of every decision besides the rules (a new
-    dict each time; the plan itself is immutable)."""
-    return {k: json.loads(v) for k, v in self.decision_items}
+    """``{family: JSON value}`` of the training decisions (``{}`` for the
+    step as built), each in its family's JSON form; a new dict each time
+    (the plan holds the typed :attr:`training`)."""
+    return {} if self.training is None else self.training.as_dict()
 
   def __str__(self):
-    return (f"Plan[{self.model.name} on {mesh_str(self.mesh_shape)} "
+    return (f"Plan[{self.model.name} on {self.mesh_shape.text} "
             f"({self.topology.name}): {self.rules or '(replicated)'}; step "
             f"{self.costs.step_time_s * 1e3:.4g} ms, peak "
             f"{self.costs.peak_memory_bytes / 2**20:.4g} MiB/device, "
@@ -204,10 +160,6 @@ class Plan:
     return save_plan(self, path)
 
 
-def mesh_str(mesh):
-  return ";".join(f"{d.name}:{d.size}" for d in mesh.dims)
-
-
 def version():
   """The installed mesh-tf version (from the package metadata, so that
   plans need not import the ``mesh_tf`` package and its optimizer door)."""
@@ -225,20 +177,22 @@ def _preset_name(topology):
   return topology.name if preset == topology else None
 
 
-def freeze_decisions(decisions):
-  items = []
-  for k, v in sorted((decisions or {}).items()):
-    if not isinstance(k, str) or not k:
-      raise MtfError(f"decision names are non-empty strings, got {k!r}")
-    try:
-      items.append((k, json.dumps(v, sort_keys=True, allow_nan=False)))
-    except (TypeError, ValueError) as e:
-      raise MtfError(f"decision {k!r} is not JSON data: {e}") from None
-  return tuple(items)
+def training_decisions(decisions):
+  """The typed :class:`TrainingDecisions` of ``decisions`` (one already,
+  or its JSON mapping, decoded by the families' codec), or None for none.
+
+  Raises:
+    DecisionValueError: for a family or value the registry does not take.
+  """
+  if decisions is None or isinstance(decisions, TrainingDecisions):
+    return decisions
+  if not decisions:
+    return None
+  return TrainingDecisions.from_json(decisions)
 
 
 def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
-              name="model", solver=None, decisions=None, source=None):
+              name="model", solver=None, *, decisions=None, source=None):
   """A :class:`Plan` for ``rules`` on ``graph`` (priced with
   :func:`costmodels.evaluate` unless ``report`` is given).
 
@@ -267,7 +221,8 @@ def make_plan(graph, mesh_shape, rules, topology, report=None, outputs=None,
     outputs = memory.default_outputs(graph)
   ident = plan_identity.model_identity(graph, name, outputs, source)
   return Plan(ident, mesh_shape, topology, _preset_name(topology), rules,
-              freeze_decisions(decisions), PredictedCosts.from_report(report),
+              training_decisions(decisions),
+              PredictedCosts.from_report(report),
               solver or SolverInfo("given"), version())
 
 
@@ -292,12 +247,11 @@ def plan_from_result(result, name="model", source=None, output_names=None):
                      f"the result's {len(outputs)} outputs")
     outputs = dict(zip(output_names, outputs))
   # Training decisions (precision, ZeRO stage, recompute, microbatches)
-  # travel as the plan's extensible decisions mapping.
-  decisions = getattr(result, "decisions", None)
+  # travel as the typed value the search chose.
   return make_plan(result.graph, result.mesh_shape, result.rules,
                    result.topology, result.report, outputs, name, solver,
-                   None if decisions is None else decisions.as_dict(),
-                   source)
+                   decisions=getattr(result, "decisions", None),
+                   source=source)
 
 
 # Only structural brackets are followed by a raw newline (JSON strings never

@@ -96,7 +96,7 @@ def dim_space(graph, mesh_shape, max_axes_per_dim=1):
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
   all_sizes, unsplittable, conflicts = {}, set(), set()
   for op in graph.operations:
-    unsplittable |= set(op.unsplittable_dims)
+    unsplittable |= set(op.lowering_unsplittable_dims)
     # A while loop's body and condition are priced with the loop.
     for t in list(op.inputs) + list(op.outputs) + list(
         getattr(op, "inner_tensors", ())):

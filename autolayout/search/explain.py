@@ -65,7 +65,7 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
             memory_budget=DEFAULTS.memory_budget, objective=DEFAULTS.objective,
             report=None,
             time_limit_s=DEFAULT_TIME_LIMIT_S,
-            num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
+            *, num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED,
             overlap=True):
   """For each rule of ``rules``, the step time and peak memory without it,
   and with the dim on its runner-up axis.
@@ -133,7 +133,7 @@ def explain(search, mesh_shape, rules, topology=DEFAULTS.topology,
     left = time_limit_s - (time.perf_counter() - t0)
     try:
       alt = search.solve(mesh_shape, topology, memory_budget, objective,
-                         left, num_workers, seed,
+                         left, num_workers, seed=seed,
                          forbid=[(dim, axis)], overlap=overlap,
                          exclude=mirrors) if left > 0.01 else None
     except AutoLayoutError:

@@ -319,8 +319,13 @@ def add_dim_axis_vars(model, v, space):
       model.add_at_most_one(xs)
 
 
-def add_tensor_axis_constraints(model, v, graph, space):
-  """Constraint 2: an axis splits at most one dim of each tensor."""
+def add_tensor_axis_constraints(model, v, graph, space, chosen=None):
+  r"""Constraint 2: an axis splits at most one dim of each tensor.
+
+  ``chosen``: a candidate's :math:`z_c` in a program that joins several
+  candidates (:mod:`autolayout.training.decision_program`): its copy of
+  the rules may split an axis once only while it is chosen,
+  :math:`\sum_{d \in T} x^c_{d,a} \le z_c`."""
   seen = set()
   for t in graph.tensors:
     names = tuple(sorted(t.shape.dimension_names))
@@ -331,18 +336,27 @@ def add_tensor_axis_constraints(model, v, graph, space):
       xs = [v.x[DimAxis(d, o)] for d in names for o in space.options[d]
             if a in assignments.option_axes(o)]
       if len(xs) > 1:
-        model.add_at_most_one(xs)
+        if chosen is None:
+          model.add_at_most_one(xs)
+        else:
+          model.add(sum(xs) <= chosen)
 
 
-def add_table_vars(model, v, tables):
-  """:math:`y_{S,\\sigma}` and constraints 3 and 4."""
+def add_table_vars(model, v, tables, chosen=None):
+  """:math:`y_{S,\\sigma}` and constraints 3 and 4.
+
+  ``chosen``: as :func:`add_tensor_axis_constraints`; a candidate's table
+  choices then sum to :math:`z_c` instead of 1 (all 0 unless chosen)."""
   for tb in tables:
     ys = []
     for sigma in tb.choices:
       k = TableChoice(tb.scope, sigma)
       v.y[k] = model.new_bool_var(f"y[{','.join(tb.scope)}|{sigma}]")
       ys.append(v.y[k])
-    model.add_exactly_one(ys)
+    if chosen is None:
+      model.add_exactly_one(ys)
+    else:
+      model.add(sum(ys) == chosen)
     for i, d in enumerate(tb.scope):
       by_axis = collections.defaultdict(list)
       for sigma, y in zip(tb.choices, ys):

@@ -19,7 +19,7 @@ from autolayout.search.solve import (DEFAULT_NUM_WORKERS, DEFAULT_SEED,
 
 def pareto(graph, mesh_shape=None, outputs=None, topology=DEFAULTS.topology,
            max_points=DEFAULTS.max_points, time_limit_s=DEFAULT_TIME_LIMIT_S,
-           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED, search=None,
+           num_workers=DEFAULT_NUM_WORKERS, seed=DEFAULT_SEED, *, search=None,
            overlap=True):
   """The Pareto front of (peak memory, step time) (``overlap``: as for
   :func:`auto_layout`).
@@ -63,7 +63,7 @@ def pareto(graph, mesh_shape=None, outputs=None, topology=DEFAULTS.topology,
         raise TimeLimitError("no time left")
       start = time.perf_counter()
       r = search.solve(mesh_shape, topology, budget, "time", left,
-                       num_workers, seed, tie_break=("memory",),
+                       num_workers, seed=seed, tie_break=("memory",),
                        overlap=overlap)
       unbounded_s = (time.perf_counter() - start - r.solve_time_s
                      - r.build_time_s)

@@ -38,7 +38,7 @@ class ModelSize:
     return dataclasses.asdict(self)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class LayoutResult:
   """What :func:`autolayout.auto_layout` found.
 
@@ -68,8 +68,8 @@ class LayoutResult:
     meshes_tried: when the mesh was searched (no mesh given), every mesh
       shape tried, best first: ``(mesh, status, step_time_s or None)``.
 
-  A frozen value: equal results hash equal, and ``dataclasses.replace``
-  makes a changed copy.  Why a rule was chosen: :func:`autolayout.explain`.
+  A frozen value built from named fields only (keyword arguments): equal
+  results hash equal, and ``dataclasses.replace`` makes a changed copy.  Why a rule was chosen: :func:`autolayout.explain`.
   """
   rules: LayoutRules
   mesh_shape: dims_lib.Shape

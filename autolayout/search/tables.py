@@ -37,18 +37,15 @@ import time
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
-from mesh_tf.lowering.laid_out import LaidOutTensor, LazyAllreduceSum
+from mesh_tf.core.layout import LayoutRules
+from mesh_tf.lowering.laid_out import (LaidOutTensor, LazyAllreduceSum,
+                                       PendingInput)
 from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
-from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.ops.storage import StorageGatherOperation, StorageScatterOperation
 from autolayout.search import assignments
 from autolayout.errors import TimeLimitError
 from autolayout.search.view import op_signature
-
-# The source_op of a pending input's stand-in sum: the records that name it
-# are the all-reduces the op forced on that input.
-_LAZY_SOURCE = "\x00pending-input-{}"
 
 # A pending state: (mesh-axis indices of the pending all-reduce, bytes of
 # each device's partial sum), or None for an ordinary (materialised) tensor.
@@ -94,28 +91,26 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   the error message) if the op's lowering rejects the layout.
   """
   impl = ShapeMeshImpl(mesh_shape, rules)
-  sources = {}
+  pending = {}   # input position -> its PendingInput stand-in
   try:
     inputs = []
     for i, (t, st) in enumerate(zip(op.inputs, input_states)):
       if st is None:
         inputs.append(None)  # a stand-in of the tensor's slice shape
         continue
-      src = _LAZY_SOURCE.format(i)
-      sources[src] = i
-      inputs.append(LazyAllreduceSum(
-          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0],
-          source_op=src))
+      pending[i] = PendingInput(
+          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0])
+      inputs.append(pending[i])
     lowered = lower_operation(op, impl, inputs)
   except MtfError as e:
     return Outcome(False, 0.0, 0.0, (), frozenset(), str(e))
-  forced, comm = set(), 0.0
+  # The all-reduces the op forced on its pending inputs are priced by
+  # those inputs' all-reduce factors, not here.
+  forced = {i for i, p in pending.items() if p.forced}
+  comm = 0.0
   by_axis = {} if _overlaps(op) else None
   waits = {}
   for rec in lowered.trace.collectives:
-    if rec.source_op in sources:
-      forced.add(sources[rec.source_op])
-      continue
     comm += pricer.collective_s(rec)
     if by_axis is not None:
       for a, t in pricer.collective_by_axis(rec).items():
@@ -134,18 +129,15 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
                  wait_by_axis=tuple(sorted(waits.items())))
 
 
-def pending_allreduce_record(mesh_shape, state):
+def pending_allreduce_record(mesh_impl, state):
   """The CollectiveRecord that forcing a pending sum in ``state`` makes
-  (None if its axes all have size 1)."""
-  axes = [a for a in state[0] if mesh_shape[a].size > 1]
-  if not axes:
-    return None
-  group = 1
-  for a in axes:
-    group *= mesh_shape[a].size
-  return CollectiveRecord("", "allreduce", tuple(mesh_shape[a].name
-                                                 for a in axes),
-                          group, state[1], "SUM", "")
+  (None if its axes all have size 1), as ``mesh_impl`` (a
+  :class:`~mesh_tf.ShapeMeshImpl` of the mesh) records it: a stand-in of
+  the state's bytes per device, all-reduced over its axes."""
+  trace = mesh_impl.trace.collectives
+  before = len(trace)
+  mesh_impl.allreduce(LaidOutTensor((state[1],), "int8"), state[0], "SUM")
+  return trace.pop() if len(trace) > before else None
 
 
 def _maximal(scopes):
@@ -187,8 +179,11 @@ class GraphTables:
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
                microbatches=None, deadline=None, outcomes=None,
-               signatures=None, narrow=True):
+               *, signatures=None, narrow=True):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
+    # The backend that records the all-reduce of a pending sum when forced
+    # (pending_allreduce_record): the same recorded method as lowering's.
+    self._forcing = ShapeMeshImpl(mesh_shape, LayoutRules([]))
     self._repeats = ((lambda name: 1) if microbatches is None
                      else microbatches.repeats)
     self._deadline = deadline  # time.perf_counter() value, or None
@@ -566,4 +561,4 @@ class GraphTables:
           break
       if not forced:
         return None
-    return pending_allreduce_record(self.mesh_shape, st)
+    return pending_allreduce_record(self._forcing, st)

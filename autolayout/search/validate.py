@@ -54,7 +54,7 @@ def validate(problem, rules, memory_budget=None, objective=None, value=None):
       rules.tensor_layout(t.shape, mesh_shape, t.name)
     split = set(rules.as_dict())
     for op in g.operations:
-      bad = split & set(op.unsplittable_dims)
+      bad = split & set(op.lowering_unsplittable_dims)
       if bad:
         raise SolverError(f"rules {rules} split {sorted(bad)}, which "
                           f"{op.name} cannot split")

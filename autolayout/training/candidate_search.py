@@ -43,7 +43,7 @@ import dataclasses
 import math
 
 from autolayout import arguments
-from autolayout.training import decision_program, stage_groups
+from autolayout.training import decision_program, zero
 from autolayout.search import formulation, solve
 from mesh_tf.training import storage
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
@@ -56,8 +56,8 @@ def simplicity(decisions):
   """The order candidates are tried in, simplest first: the sum of the
   groups' stages, then the recomputed blocks, then the stage's spelling
   (a fixed order among per-group choices of one sum)."""
-  return (stage_groups.rank(decisions.zero_stage), decisions.recompute,
-          stage_groups.describe(decisions.zero_stage))
+  return (zero.rank(decisions.zero_stage), decisions.recompute,
+          zero.describe(decisions.zero_stage))
 
 
 def _better(step, d, best_step, best_d):
@@ -79,8 +79,8 @@ def _cutoff(problem, best_step):
 def _distance(d, first):
   """How far candidate ``d`` is from ``first``: the groups' stage steps
   plus the recompute difference, in units of the layers."""
-  stages = sum(abs(stage_groups.stage_of(d.zero_stage, g)
-                   - stage_groups.stage_of(first.zero_stage, g))
+  stages = sum(abs(zero.stage_of(d.zero_stage, g)
+                   - zero.stage_of(first.zero_stage, g))
                for g in storage.GROUPS)
   return (stages + abs(d.recompute - first.recompute)
           / max(1, d.recompute, first.recompute))

@@ -11,7 +11,7 @@ Sets
   * :math:`G`: variable groups (attention, embedding, ffn, norm);
     :math:`S`: ZeRO stage choices, each a stage :math:`s_g` per group
     (uniform ones give every group the same stage;
-    :mod:`autolayout.training.stage_groups`); :math:`R`: recompute counts (how many
+    :mod:`autolayout.training.zero`); :math:`R`: recompute counts (how many
     of the :math:`L` blocks recompute; e.g.
     :math:`\{0, L/4, L/2, 3L/4, L\}`);
   * :math:`C = S \times R`: candidates, each with its own scope tables
@@ -76,10 +76,9 @@ from typing import Any, Dict, NamedTuple, Tuple
 from ortools.sat.python import cp_model
 
 from autolayout.search import formulation, overlap_program, solve
-from autolayout.training import stage_groups
-from mesh_tf.training import storage
+from autolayout.training import recompute, zero
 from autolayout.errors import SolverError
-from autolayout.search.formulation import DimAxis, TableChoice
+from autolayout.search.formulation import DimAxis
 from autolayout.search.result import LayoutResult, ModelSize
 from autolayout.search.validate import bound_and_gap, check_agreement, validate
 
@@ -109,44 +108,6 @@ class DecisionProgram(NamedTuple):
   build_time_s: float
 
 
-def _tables(model, v, problem, z):
-  """Candidate tables' :math:`y^c`, summing to :math:`z_c`, and agreeing
-  with the candidate's copy :math:`x^c` (constraints 3 and 4)."""
-  for tb in problem.form.tables:
-    ys = []
-    for sigma in tb.choices:
-      var = model.new_bool_var(f"y[{','.join(tb.scope)}|{sigma}]")
-      v.y[TableChoice(tb.scope, sigma)] = var
-      ys.append(var)
-    model.add(sum(ys) == z)
-    for i, d in enumerate(tb.scope):
-      by_axis = collections.defaultdict(list)
-      for sigma, y in zip(tb.choices, ys):
-        if sigma[i] is not None:
-          by_axis[sigma[i]].append(y)
-      for a in sorted(set(by_axis) | {k.axis for k in v.x if k.dim == d}):
-        x = v.x.get(DimAxis(d, a))
-        if x is None:
-          for y in by_axis.get(a, []):
-            model.add(y == 0)
-        else:
-          model.add(x == sum(by_axis.get(a, [])))
-
-
-def _tensor_axes(model, x, graph, axes, z):
-  """Constraint 2 for the candidate's tensors, on its copy :math:`x^c`."""
-  seen = set()
-  for t in graph.tensors:
-    names = tuple(sorted(t.shape.dimension_names))
-    if names in seen or len(names) < 2:
-      continue
-    seen.add(names)
-    for a in axes:
-      xs = [x[DimAxis(d, a)] for d in names if DimAxis(d, a) in x]
-      if len(xs) > 1:
-        model.add(sum(xs) <= z)
-
-
 def build_program(candidates, memory_budget=None):
   """The joint CP-SAT program of ``candidates`` (a product of stages and
   recompute counts at one k, each a :class:`Candidate` built with the same
@@ -154,27 +115,13 @@ def build_program(candidates, memory_budget=None):
   t0 = time.perf_counter()
   candidates = tuple(candidates)
   model = cp_model.CpModel()
-  stages = sorted({c.decisions.zero_stage for c in candidates},
-                  key=lambda s: (stage_groups.rank(s),
-                                 stage_groups.describe(s)))
+  stages = {c.decisions.zero_stage for c in candidates}
   recs = sorted({c.decisions.recompute for c in candidates})
   if len(candidates) != len(stages) * len(recs):
     raise SolverError(f"the decision program needs every (stage, "
-                      f"recompute) pair of stages {stages} and recompute "
-                      f"counts {recs}; got {len(candidates)} candidates")
-  # u_s per stage choice (an int or a per-group vector), and its per-group
-  # factorisation u_{g,s}; both are sums of the z_c, so exactly one
-  # candidate is chosen and every family reads it.
-  u = {s: model.new_bool_var(f"zero_stage[{stage_groups.describe(s)}]")
-       for s in stages}
-  w = {r: model.new_bool_var(f"recompute[{r}]") for r in recs}
-  groups = sorted({g for c in candidates
-                   for g in _groups(c.decisions.zero_stage)})
-  per_group = {(g, st): model.new_bool_var(f"zero_stage[{g}={st}]")
-               for g in groups
-               for st in sorted({stage_groups.stage_of(c.decisions.zero_stage,
-                                                       g)
-                                 for c in candidates})}
+                      f"recompute) pair of stages {sorted(stages, key=str)} "
+                      f"and recompute counts {recs}; got {len(candidates)} "
+                      "candidates")
   x = {}
   for c in candidates:
     space = c.problem.space
@@ -188,7 +135,7 @@ def build_program(candidates, memory_budget=None):
   copies = collections.defaultdict(list)   # DimAxis -> the x^c
   for c in candidates:
     d = c.decisions
-    z = model.new_bool_var(f"choose[{stage_groups.describe(d.zero_stage)},"
+    z = model.new_bool_var(f"choose[{zero.describe(d.zero_stage)},"
                            f"{d.recompute}]")
     chosen.append(z)
     space, problem = c.problem.space, c.problem
@@ -205,8 +152,11 @@ def build_program(candidates, memory_budget=None):
         mine.append(v.x[k])
       if mine:
         model.add(sum(mine) <= z)   # one axis per dim (constraint 1)
-    _tables(model, v, problem, z)
-    _tensor_axes(model, v.x, problem.graph, space.axes, z)
+    # Constraints 3-4 and 2 by the layout program's own builders, gated
+    # by z_c.
+    formulation.add_table_vars(model, v, problem.form.tables, chosen=z)
+    formulation.add_tensor_axis_constraints(model, v, problem.graph, space,
+                                            chosen=z)
     if memory_budget is not None:
       formulation.add_memory_constraints(
           model, v, problem.memory_coefficients, problem.host,
@@ -219,16 +169,11 @@ def build_program(candidates, memory_budget=None):
   for k, var in x.items():
     model.add(var == sum(copies[k]))
   model.add_exactly_one(chosen)
-  for s, var in u.items():
-    model.add(var == sum(z for c, z in zip(candidates, chosen)
-                         if c.decisions.zero_stage == s))
-  for r, var in w.items():
-    model.add(var == sum(z for c, z in zip(candidates, chosen)
-                         if c.decisions.recompute == r))
-  for (g, st), var in per_group.items():
-    model.add(var == sum(
-        z for c, z in zip(candidates, chosen)
-        if stage_groups.stage_of(c.decisions.zero_stage, g) == st))
+  # Each family's indicators of its choice (sums of the z_c), built next
+  # to the family's definition.
+  decided = [c.decisions for c in candidates]
+  _, u, per_group = zero.add_choice_vars(model, decided, chosen)
+  w = recompute.add_choice_vars(model, decided, chosen)
   # Fixing a candidate first makes its tables propagate from x.
   model.add_decision_strategy(list(u.values()) + list(w.values()),
                               cp_model.CHOOSE_FIRST,
@@ -236,19 +181,12 @@ def build_program(candidates, memory_budget=None):
   # Among equal times: the least sharding (the lowest sum of the groups'
   # stages), then the fewest recomputed blocks.
   simplicity = sum(
-      (len(recs) * stage_groups.rank(c.decisions.zero_stage)
+      (len(recs) * zero.rank(c.decisions.zero_stage)
        + recs.index(c.decisions.recompute)) * z
       for c, z in zip(candidates, chosen))
   return DecisionProgram(model, x, u, w, per_group, tuple(chosen),
                          candidates, sum(terms), simplicity, unit,
                          time.perf_counter() - t0)
-
-
-def _groups(zero_stage):
-  """The groups a stage choice names (a uniform stage: every group)."""
-  if isinstance(zero_stage, int):
-    return storage.GROUPS
-  return tuple(g for g, _ in zero_stage)
 
 
 def solve_program(program, memory_budget=None, time_limit_s=60.0,
@@ -285,12 +223,12 @@ def solve_program(program, memory_budget=None, time_limit_s=60.0,
                                      for c in program.candidates)
   result = decision_result(cand.decisions, cand.problem, pr, memory_budget,
                            [c.problem for c in program.candidates], build,
-                           pr.solve_time_s, program.unit, model)
+                           pr.solve_time_s, program.unit, model=model)
   return index, result
 
 
 def decision_result(decisions, problem, pr, memory_budget, problems,
-                    build_time_s, solve_time_s, unit=None, model=None,
+                    build_time_s, solve_time_s, unit=None, *, model=None,
                     report=None):
   """The LayoutResult of candidate ``decisions`` solved as ``pr`` (a
   :class:`autolayout.search.solve.PhaseResult` in ``unit`` seconds, default the
@@ -317,8 +255,11 @@ def decision_result(decisions, problem, pr, memory_budget, problems,
       table_choices=sum(len(tb.choices) for p in problems
                         for tb in p.form.tables),
       memory_steps=sum(len(p.memory_coefficients) for p in problems))
-  return LayoutResult(rules, problem.mesh_shape, report, "time", value,
-                      pr.status, bound, gap, solve_time_s, build_time_s,
-                      size, memory_budget, problem.topology,
+  return LayoutResult(rules=rules, mesh_shape=problem.mesh_shape,
+                      report=report, objective="time", objective_value=value,
+                      status=pr.status, best_bound=bound, gap=gap,
+                      solve_time_s=solve_time_s, build_time_s=build_time_s,
+                      model_size=size, memory_budget=memory_budget,
+                      topology=problem.topology,
                       decisions=decisions, graph=problem.graph,
                       outputs=problem.outputs)

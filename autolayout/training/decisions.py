@@ -7,7 +7,7 @@ A :class:`TrainingDecisions` value fixes the four families the issue names:
   masters, see :class:`mesh_tf.VariableDType`);
 * ``zero_stage``: 0-3, how variables are stored (:mod:`mesh_tf.training.storage`),
   for every variable or per variable group (attention, embedding, ffn,
-  norm; :mod:`autolayout.training.stage_groups`); *which* axes the storage splits
+  norm; :mod:`autolayout.training.zero`); *which* axes the storage splits
   is a layout decision of the CP-SAT program itself (the rules for the
   ``*_storage`` dims), shared by all repeated layers;
 * ``recompute``: how many of the L blocks recompute their activations;
@@ -46,40 +46,16 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.core.mesh_shape import convert_to_mesh_shape
 from autolayout import arguments
 from autolayout.search import infeasible
-from autolayout.training import stage_groups
+from autolayout.training import microbatches as microbatches_lib
+from autolayout.training import recompute as recompute_lib
+from autolayout.training import zero
+from autolayout.training.build import (Candidates, TrainingGraph,
+                                       build_training)
+from autolayout.training.families import TrainingDecisions
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 
-__all__ = ["TrainingDecisions", "TrainingGraph", "TrainingPlan",
-           "build_training", "search_training"]
-
-
-class TrainingDecisions(NamedTuple):
-  """One choice of the non-layout decisions (a hashable value).
-  ``zero_stage`` is an int (every variable) or a sorted tuple of
-  ``(group, stage)`` (:func:`autolayout.training.stage_groups.normalize`)."""
-  param_dtype: str = "float32"
-  zero_stage: Any = 0
-  recompute: int = 0
-  microbatches: int = 1
-
-  def as_dict(self):
-    """The decisions as a plain mapping (for plan files and JSON); a
-    per-group stage is ``{group: stage}``."""
-    out = dict(self._asdict())
-    out["zero_stage"] = stage_groups.as_json(self.zero_stage)
-    return out
-
-
-class TrainingGraph(NamedTuple):
-  """A training step built for one :class:`TrainingDecisions`."""
-  decisions: TrainingDecisions
-  model: Any            # the ModelGraph (built at the microbatch size)
-  plan: Any             # mesh_tf.training.microbatch.MicrobatchPlan
-  update: Any           # mesh_tf.training.microbatch.MicrobatchedUpdate
-
-  @property
-  def graph(self):
-    return self.model.graph
+__all__ = ["Candidates", "TrainingDecisions", "TrainingGraph", "TrainingPlan",
+           "TrainingSearch", "build_training", "search_training"]
 
 
 class TrainingPlan(NamedTuple):
@@ -90,70 +66,6 @@ class TrainingPlan(NamedTuple):
   result: Any           # the LayoutResult of the chosen candidate
   training: TrainingGraph
   tried: Tuple[Tuple[TrainingDecisions, Optional[float], float], ...]
-
-
-def build_training(config, decisions, learning_rate=1e-4):
-  """The training step of zoo ``config`` under ``decisions`` (Adam with
-  weight decay).
-
-  Raises:
-    MtfError: if the batch does not split into the microbatches, or
-      ``recompute`` exceeds the layers.
-  """
-  from mesh_tf.training import optimize, storage
-  from mesh_tf.training.microbatch import microbatched_update
-  k = decisions.microbatches
-  if config.batch % k:
-    raise MtfError(f"batch={config.batch} does not split into "
-                   f"microbatches={k}; use a divisor of the batch")
-  cfg = dataclasses.replace(
-      config, batch=config.batch // k, recompute=decisions.recompute,
-      param_dtype=(None if decisions.param_dtype == config.master_dtype
-                   else decisions.param_dtype))
-  model = cfg.build()
-  storage.shard_storage(model.graph,
-                        stage_groups.storage_plan(decisions.zero_stage))
-  update = microbatched_update(
-      model.graph, model.loss, model.graph.trainable_variables,
-      optimize.AdamWeightDecayOptimizer(learning_rate), k)
-  return TrainingGraph(decisions, model, update.plan, update)
-
-
-class Candidates:
-  """The candidate training graphs of one zoo config, built on first use
-  and kept for this object's lifetime (the caller owns it): each
-  :class:`TrainingDecisions` maps to its :class:`TrainingGraph` and a
-  :class:`~autolayout.search.solve.LayoutSearch`, whose tables serve every mesh
-  it is asked on.  :meth:`trim` forgets those of another microbatch count
-  (their graphs are built at another batch size)."""
-
-  def __init__(self, config, memory_reserve_fraction=None):
-    self.config = config
-    self.memory_reserve_fraction = memory_reserve_fraction
-    self._built = {}
-    # Op outcomes per (mesh, topology), shared by every candidate's tables:
-    # the candidates repeat most of each other's ops.
-    self._outcomes = {}
-
-  def get(self, decisions):
-    """``(TrainingGraph, LayoutSearch)`` of ``decisions``."""
-    from autolayout.search.solve import LayoutSearch
-    hit = self._built.get(decisions)
-    if hit is None:
-      training = build_training(self.config, decisions)
-      hit = self._built[decisions] = (training, LayoutSearch(
-          training.graph, microbatches=training.plan,
-          memory_reserve_fraction=self.memory_reserve_fraction,
-          outcomes=self._outcomes))
-    return hit
-
-  def trim(self, keep_microbatches, most=24):
-    """Forgets the candidates whose k is not ``keep_microbatches`` once more
-    than ``most`` graphs are kept (a GPT-3 step graph is tens of MiB)."""
-    if len(self._built) > most:
-      for d in [d for d in self._built
-                if d.microbatches != keep_microbatches]:
-        del self._built[d]
 
 
 def _solve(config, decisions, mesh_shape, topology, memory_budget,
@@ -167,18 +79,13 @@ def _solve(config, decisions, mesh_shape, topology, memory_budget,
   return training, dataclasses.replace(result, decisions=decisions)
 
 
-def recompute_choices(layers, count=5):
-  """The recompute counts the decision program offers: ``count`` evenly
-  spaced counts from 0 to ``layers`` (for 96 layers and 5: 0, 24, 48, 72,
-  96)."""
-  if count < 2 or layers == 0:
-    return (0, layers) if layers else (0,)
-  return tuple(sorted({layers * i // (count - 1) for i in range(count)}))
+# The recompute counts the decision program offers (the recompute family's).
+recompute_choices = recompute_lib.choices
 
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
                     memory_budget, time_limit_s=60.0, forbid=(),
-                    overlap=True, joint=False, first=None, explain=True):
+                    overlap=True, *, joint=False, first=None, explain=True):
   """The fastest of ``decision_list`` (stage and recompute choices at one
   microbatch count and dtype) and its layout.
 
@@ -235,11 +142,11 @@ def explain_infeasible(candidates, decision_list, mesh_shape, topology,
                        memory_budget, time_limit_s, forbid=(), overlap=True):
   """Raises the InfeasibleLayoutError of the most memory-saving of
   ``decision_list`` (every one of them over budget): its own search states
-  the smallest peak and what dominates it.  A search and its build take
+  the smallest peak and what dominates it.  That search and its build take
   seconds (transformer_tiny: 3.4 s of the README plan's 27.7), so the
   microbatch walk asks for it only when no k fits at all."""
   lean = max(decision_list, key=lambda d: (
-      stage_groups.rank(d.zero_stage), d.recompute))
+      zero.rank(d.zero_stage), d.recompute))
   _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
          max(time_limit_s, 1e-3), forbid,
          candidates.memory_reserve_fraction, overlap, candidates)
@@ -250,7 +157,7 @@ def _better(step, d, best_step, best_d):
   stage, fewer recomputed blocks, fewer microbatches)."""
   if abs(step - best_step) > 1e-9 * max(step, best_step):
     return step < best_step
-  rank = stage_groups.rank
+  rank = zero.rank
   return (rank(d.zero_stage), d.recompute, d.microbatches) < (
       rank(best_d.zero_stage), best_d.recompute, best_d.microbatches)
 
@@ -263,48 +170,6 @@ DESCENT_ROUNDS = 2
 # descent follows it (GPT-3 on 1,024 A100s: the walk alone can use the
 # whole default limit, and the descent would never run).
 WALK_SHARE = 0.6
-
-
-def _descend(training, recs, make, keep, left, cut, candidates, mesh_shape,
-             topology, memory_budget, forbid, overlap):
-  """Per-group stages by descent: from the best plan's decisions, a program
-  over the stage choices that move one group's stage one step (and the
-  current one), at the plan's k and its recompute count or the next lower one (a
-  group sharded further can free the memory of fewer recomputed blocks);
-  again from its answer while it changes, at most DESCENT_ROUNDS times."""
-  d = training.decisions
-  groups = stage_groups.groups_of(training.graph)
-  if len(groups) < 2:
-    return
-  current, best = d.zero_stage, d
-  lower = [r for r in recs if r < d.recompute]
-  near = ([lower[-1]] if lower else []) + [d.recompute]
-  for _ in range(DESCENT_ROUNDS):
-    choices = [current] + stage_groups.neighbours(current, groups)
-    pairs = [make(zero_stage=s, recompute=r, microbatches=d.microbatches)
-             for s in choices for r in near]
-    first = best if best in pairs else pairs[0]
-    t0 = time.perf_counter()
-    budget_s = left()
-    if budget_s is None:
-      return
-    try:
-      candidates.trim(d.microbatches, len(pairs) + 4)
-      tg, result = solve_decisions(candidates, pairs, mesh_shape, topology,
-                                   memory_budget, budget_s, forbid, overlap,
-                                   first=first)
-    except TimeLimitError:
-      cut[0] = True
-      return
-    except InfeasibleLayoutError:
-      return   # cannot happen: the current plan is among the choices
-    keep(tg, result, time.perf_counter() - t0)
-    if result.status != "optimal":
-      cut[0] = True   # the time ran out within the round
-      return
-    if tg.decisions.zero_stage == current:
-      return
-    current, best = tg.decisions.zero_stage, tg.decisions
 
 
 def _check_state(candidates, decisions, mesh_shape, memory_budget):
@@ -324,19 +189,25 @@ def _check_state(candidates, decisions, mesh_shape, memory_budget):
                               memory_budget, "the training step")
 
 
-def _divisors(n, most):
-  return [k for k in range(1, min(n, most) + 1) if n % k == 0]
-
-
 def search_training(config, mesh_shape, topology, memory_budget=None,
-                    fixed=None, exhaustive=False, param_dtype="bfloat16",
-                    max_microbatches=64, time_limit_s=60.0, forbid=(),
-                    progress=None, memory_reserve_fraction=None,
-                    overlap=True, recompute_count=5, microbatch_choices=None,
-                    candidates=None, min_microbatches=1, deadline=None,
-                    group_stages="descent", stage_choices=None,
-                    first_fit=False, start=None):
-  """The fastest training plan of zoo ``config`` that fits the budget.
+                    **options):
+  """The fastest training plan of zoo ``config`` that fits the budget:
+  ``TrainingSearch(config, mesh_shape, topology, memory_budget,
+  **options).run()`` (see :class:`TrainingSearch` for the options)."""
+  return TrainingSearch(config, mesh_shape, topology, memory_budget,
+                        **options).run()
+
+
+class TrainingSearch:
+  """The search for the fastest training plan of zoo ``config`` that fits
+  the budget, as named steps (:meth:`run` runs them):
+
+  1. :meth:`check_state`: the variables alone must fit the mesh;
+  2. :meth:`walk` (or :meth:`exhaustive`): the microbatch counts as
+     phases, each a program over the stage and recompute choices;
+  3. :meth:`descend`: per-group stages around the best plan;
+  4. :meth:`plan`: the best plan, as a :class:`TrainingPlan`.
+
 
   By default, for each microbatch count k (a phase: powers of two dividing
   the batch, up to ``max_microbatches``, from 1 until one fits and on while
@@ -373,7 +244,7 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     min_microbatches: the walk's first k (e.g. the smallest k at which the
       most memory-saving decisions fit: no smaller k can fit).
     group_stages: how the stage per variable group is searched
-      (:mod:`autolayout.training.stage_groups`): ``"uniform"``, one stage for every
+      (:mod:`autolayout.training.zero`): ``"uniform"``, one stage for every
       variable; ``"all"``, every stage of every group in each program
       (``4 ** groups`` choices: small models); ``"descent"`` (default),
       the walk with uniform stages, then on the best k and recompute count
@@ -398,169 +269,288 @@ def search_training(config, mesh_shape, topology, memory_budget=None,
     MtfError: for an unknown decision name in ``fixed``, or an unknown
       ``group_stages``.
   """
-  from mesh_tf.training.storage import STAGES
-  fixed = dict(fixed or {})
-  bad = sorted(set(fixed) - set(TrainingDecisions._fields))
-  if bad:
-    raise MtfError(f"unknown training decisions {bad}; use "
-                   f"{list(TrainingDecisions._fields)}")
-  if group_stages not in GROUP_STAGE_SEARCHES:
-    raise MtfError(f"group_stages={group_stages!r} is not one of "
-                   f"{GROUP_STAGE_SEARCHES}")
-  if "zero_stage" in fixed:
-    fixed["zero_stage"] = stage_groups.normalize(fixed["zero_stage"])
-  fixed.setdefault("param_dtype", param_dtype)
-  topology = arguments.resolve_topology(topology)
-  memory_budget = cm_args.resolve_memory_budget(memory_budget, topology)
-  layers = config.layers
-  if candidates is None:
-    candidates = Candidates(config, memory_reserve_fraction)
-  if deadline is None:
-    deadline = time.perf_counter() + time_limit_s
-  tried, best = [], None
-  over = None   # the walk's last k whose every pair is over budget
-  last_error = [None]
-  cut = [False]   # the time limit stopped the search before its end
 
-  def left():
+  def __init__(self, config, mesh_shape, topology, memory_budget=None, *,
+               fixed=None, exhaustive=False, param_dtype="bfloat16",
+               max_microbatches=64, time_limit_s=60.0, forbid=(),
+               progress=None, memory_reserve_fraction=None, overlap=True,
+               recompute_count=5, microbatch_choices=None, candidates=None,
+               min_microbatches=1, deadline=None, group_stages="descent",
+               stage_choices=None, first_fit=False, start=None):
+    fixed = dict(fixed or {})
+    bad = sorted(set(fixed) - set(TrainingDecisions._fields))
+    if bad:
+      raise MtfError(f"unknown training decisions {bad}; use "
+                     f"{list(TrainingDecisions._fields)}")
+    if group_stages not in GROUP_STAGE_SEARCHES:
+      raise MtfError(f"group_stages={group_stages!r} is not one of "
+                     f"{GROUP_STAGE_SEARCHES}")
+    if "zero_stage" in fixed:
+      fixed["zero_stage"] = zero.normalize(fixed["zero_stage"])
+    fixed.setdefault("param_dtype", param_dtype)
+    self.config, self.mesh_shape, self.fixed = config, mesh_shape, fixed
+    # Typed at the caller's edge (a name is resolved here for a direct
+    # caller only).
+    self.topology = arguments.resolve_topology(topology)
+    self.memory_budget = cm_args.resolve_memory_budget(memory_budget,
+                                                       self.topology)
+    self.exhaustive_search = exhaustive
+    self.max_microbatches, self.microbatch_choices = (max_microbatches,
+                                                      microbatch_choices)
+    self.min_microbatches, self.recompute_count = (min_microbatches,
+                                                   recompute_count)
+    self.time_limit_s, self.forbid, self.overlap = (time_limit_s, forbid,
+                                                    overlap)
+    self.progress, self.first_fit, self.start = progress, first_fit, start
+    self.group_stages, self.stage_choices = group_stages, stage_choices
+    self.candidates = candidates or Candidates(config,
+                                               memory_reserve_fraction)
+    self.deadline = (time.perf_counter() + time_limit_s if deadline is None
+                     else deadline)
+    self.tried, self.best, self.last_error = [], None, None
+    self.over = None   # the walk's last k whose every pair is over budget
+    self.cut = False   # the time limit stopped the search before its end
+
+  # --- the search's bookkeeping -------------------------------------------
+  def left(self):
     """Seconds left, or None once the time is up (with a plan in hand;
     without one, TimeLimitError)."""
-    now = deadline - time.perf_counter()
+    now = self.deadline - time.perf_counter()
     if now > 0:
       return now
-    if best is None:
+    if self.best is None:
       raise TimeLimitError(
-          f"the time limit of {time_limit_s:g} s ran out before any "
+          f"the time limit of {self.time_limit_s:g} s ran out before any "
           "training plan was found; raise the time limit")
-    cut[0] = True
+    self.cut = True
     return None
 
-  def keep(training, result, elapsed):
-    nonlocal best
+  def keep(self, training, result, elapsed):
+    """Records a solved candidate; keeps it if it is the best so far."""
     step = result.report.step_time_s
-    tried.append((training.decisions, step, elapsed))
-    if progress:
-      progress(training.decisions, step)
-    if best is None or _better(step, training.decisions,
-                               best[1].report.step_time_s,
-                               best[0].decisions):
-      best = (training, result)
+    self.tried.append((training.decisions, step, elapsed))
+    if self.progress:
+      self.progress(training.decisions, step)
+    if self.best is None or _better(step, training.decisions,
+                                    self.best[1].report.step_time_s,
+                                    self.best[0].decisions):
+      self.best = (training, result)
     return step
 
-  def failed(d, e, elapsed):
-    last_error[0] = e
-    tried.append((d, None, elapsed))
-    if progress:
-      progress(d, None)
+  def failed(self, d, e, elapsed):
+    """Records a candidate that fits no layout."""
+    self.last_error = e
+    self.tried.append((d, None, elapsed))
+    if self.progress:
+      self.progress(d, None)
 
-  def make(**kw):
-    values = dict(kw)
-    values.update(fixed)
-    return TrainingDecisions(**values)
+  def make(self, **kw):
+    """The decisions ``kw`` with the fixed ones."""
+    return TrainingDecisions(**dict(kw, **self.fixed))
 
-  stages = [fixed["zero_stage"]] if "zero_stage" in fixed else list(STAGES)
-  if stage_choices is not None and "zero_stage" not in fixed:
-    stages = list(dict.fromkeys(stage_groups.normalize(s)
-                                for s in stage_choices))
-  elif group_stages == "all" and "zero_stage" not in fixed:
-    probe = candidates.get(make(zero_stage=0, recompute=0,
-                                microbatches=1))[0]
-    stages = stage_groups.vectors(stage_groups.groups_of(probe.graph))
-  if exhaustive:
-    recs = ([fixed["recompute"]] if "recompute" in fixed
-            else list(range(layers + 1)))
-    ks = ([fixed["microbatches"]] if "microbatches" in fixed
-          else microbatch_choices or _divisors(config.batch, 4))
-    _check_state(candidates, make(zero_stage=stages[0], recompute=recs[0],
-                                  microbatches=min(ks)),
-                 mesh_shape, memory_budget)
+  def solve(self, pairs, budget_s, first=None, explain=True):
+    """:func:`solve_decisions` of ``pairs`` on this search's mesh."""
+    return solve_decisions(self.candidates, pairs, self.mesh_shape,
+                           self.topology, self.memory_budget, budget_s,
+                           self.forbid, self.overlap, first=first,
+                           explain=explain)
+
+  # --- the choices ----------------------------------------------------------
+  def stages(self):
+    """The ``zero_stage`` choices each program offers."""
+    from mesh_tf.training.storage import STAGES
+    if "zero_stage" in self.fixed:
+      return [self.fixed["zero_stage"]]
+    if self.stage_choices is not None:
+      return list(dict.fromkeys(zero.normalize(s)
+                                for s in self.stage_choices))
+    if self.group_stages == "all":
+      probe = self.candidates.get(self.make(zero_stage=0, recompute=0,
+                                            microbatches=1))[0]
+      return zero.vectors(zero.groups_of(probe.graph))
+    return list(STAGES)
+
+  def recomputes(self, every=False):
+    """The recompute counts each program offers (``every``: 0..L)."""
+    if "recompute" in self.fixed:
+      return [self.fixed["recompute"]]
+    layers = self.config.layers
+    return (list(range(layers + 1)) if every else
+            list(recompute_lib.choices(layers, self.recompute_count)))
+
+  def microbatch_counts(self, most=None):
+    """The k tried: fixed, given, or the powers of two dividing the batch
+    from ``min_microbatches`` (``most``: every divisor up to it)."""
+    if "microbatches" in self.fixed:
+      return [self.fixed["microbatches"]]
+    if self.microbatch_choices:
+      return list(self.microbatch_choices)
+    if most is not None:
+      return microbatches_lib.divisors(self.config.batch, most)
+    return [k for k in microbatches_lib.divisors(self.config.batch,
+                                                 self.max_microbatches)
+            if k & (k - 1) == 0 and k >= self.min_microbatches]
+
+  # --- the steps ------------------------------------------------------------
+  def check_state(self, stages, recs, ks):
+    """Step 1: the most memory-saving candidate's variables must fit
+    (:func:`_check_state`), before any program is built."""
+    _check_state(self.candidates, self.make(zero_stage=stages[0],
+                                            recompute=recs[0],
+                                            microbatches=min(ks)),
+                 self.mesh_shape, self.memory_budget)
+
+  def exhaustive(self):
+    """Step 2, the reference: every candidate solved alone (stages 0-3,
+    recompute 0..L, every k up to 4 dividing the batch)."""
+    stages, recs = self.stages(), self.recomputes(every=True)
+    ks = self.microbatch_counts(most=4)
+    self.check_state(stages, recs, ks)
     for s, r, k in itertools.product(stages, recs, ks):
-      d = make(zero_stage=s, recompute=r, microbatches=k)
+      d = self.make(zero_stage=s, recompute=r, microbatches=k)
       t0 = time.perf_counter()
-      budget_s = left()
+      budget_s = self.left()
       if budget_s is None:
         break
       try:
-        keep(*_solve(config, d, mesh_shape, topology, memory_budget,
-                     budget_s, forbid, memory_reserve_fraction, overlap,
-                     candidates), time.perf_counter() - t0)
+        self.keep(*_solve(self.config, d, self.mesh_shape, self.topology,
+                          self.memory_budget, budget_s, self.forbid,
+                          self.candidates.memory_reserve_fraction,
+                          self.overlap, self.candidates),
+                  time.perf_counter() - t0)
       except InfeasibleLayoutError as e:
-        failed(d, e, time.perf_counter() - t0)
+        self.failed(d, e, time.perf_counter() - t0)
       except TimeLimitError:
-        if best is None:
+        if self.best is None:
           raise
-        cut[0] = True
+        self.cut = True
         break
-  else:
-    recs = ([fixed["recompute"]] if "recompute" in fixed
-            else list(recompute_choices(layers, recompute_count)))
-    walk = "microbatches" not in fixed and microbatch_choices is None
-    ks = ([fixed["microbatches"]] if "microbatches" in fixed else
-          microbatch_choices or
-          [k for k in _divisors(config.batch, max_microbatches)
-           if k & (k - 1) == 0 and k >= min_microbatches])
+
+  def walk(self, stages, recs, walk_end):
+    """Step 2: for each microbatch count k (a phase: from the first until
+    one fits and on while the step gets faster), one program over the
+    stage and recompute choices; returns whether the walk's time ran out
+    (``walk_end``, a ``perf_counter`` value)."""
+    walk = ("microbatches" not in self.fixed
+            and self.microbatch_choices is None)
+    ks = self.microbatch_counts()
     found = None
-    descend = (group_stages == "descent" and stage_choices is None
-               and "zero_stage" not in fixed)
-    # With a descent to come, the walk leaves it a share of the time
-    # limit (a search that ends early is unaffected).
-    walk_end = (time.perf_counter() + WALK_SHARE * (deadline
-                                                    - time.perf_counter())
-                if descend else deadline)
-    walk_cut = False
     if ks:
-      _check_state(candidates, make(zero_stage=stages[0], recompute=recs[0],
-                                    microbatches=min(ks)),
-                   mesh_shape, memory_budget)
+      self.check_state(stages, recs, ks)
     for k in ks:
-      pairs = [make(zero_stage=s, recompute=r, microbatches=k)
+      pairs = [self.make(zero_stage=s, recompute=r, microbatches=k)
                for s in stages for r in recs]
-      first = None if start is None else make(
-          zero_stage=start.zero_stage, recompute=start.recompute,
+      first = None if self.start is None else self.make(
+          zero_stage=self.start.zero_stage, recompute=self.start.recompute,
           microbatches=k)
       t0 = time.perf_counter()
-      budget_s = left()
+      budget_s = self.left()
       if budget_s is None:
         break
       try:
-        candidates.trim(k, len(pairs) + 4)
-        tg, result = solve_decisions(
-            candidates, pairs, mesh_shape, topology, memory_budget,
+        self.candidates.trim(k, len(pairs) + 4)
+        tg, result = self.solve(
+            pairs,
             # Without a plan yet, the walk may use all the time.
-            budget_s if best is None else
+            budget_s if self.best is None else
             max(1e-3, min(budget_s, walk_end - time.perf_counter())),
-            forbid, overlap, first=first if first in pairs else None,
-            explain=False)
-        t = keep(tg, result, time.perf_counter() - t0)
+            first=first if first in pairs else None, explain=False)
+        t = self.keep(tg, result, time.perf_counter() - t0)
         if result.status != "optimal":
-          walk_cut = True   # the walk's time ran out within this k
-          break
+          return True   # the walk's time ran out within this k
       except TimeLimitError:
-        if best is None:
+        if self.best is None:
           raise
-        walk_cut = True
-        break
+        return True
       except InfeasibleLayoutError as e:
-        failed(pairs[-1], e, time.perf_counter() - t0)
-        over = pairs   # explained only if no k fits
+        self.failed(pairs[-1], e, time.perf_counter() - t0)
+        self.over = pairs   # explained only if no k fits (plan())
         if found is None or not walk:
           continue
         break
-      if walk and (first_fit or (found is not None and t >= found)):
+      if walk and (self.first_fit or (found is not None and t >= found)):
         break   # more microbatches stopped paying (repeated gathers)
       found = t if found is None else min(found, t)
-    if descend and best is not None and not cut[0]:
-      _descend(best[0], recs, make, keep, left, cut, candidates,
-               mesh_shape, topology, memory_budget, forbid, overlap)
-    cut[0] = cut[0] or walk_cut
-  if best is None and over is not None:
-    explain_infeasible(candidates, over, mesh_shape, topology,
-                       memory_budget, deadline - time.perf_counter(), forbid,
-                       overlap)
-  if best is None:
-    raise last_error[0] or InfeasibleLayoutError(
-        "no training plan candidate was solved")
-  training, result = best
-  if cut[0]:
-    result = dataclasses.replace(result, status="feasible")
-  return TrainingPlan(training.decisions, result, training, tuple(tried))
+    return False
+
+  def descend(self, recs):
+    """Step 3, per-group stages by descent: from the best plan's decisions,
+    a program over the stage choices that move one group's stage one step
+    (and the current one), at the plan's k and its recompute count or the
+    next lower one (a group sharded further can free the memory of fewer
+    recomputed blocks); again from its answer while it changes, at most
+    DESCENT_ROUNDS times."""
+    training = self.best[0]
+    d = training.decisions
+    groups = zero.groups_of(training.graph)
+    if len(groups) < 2:
+      return
+    current, best = d.zero_stage, d
+    lower = [r for r in recs if r < d.recompute]
+    near = ([lower[-1]] if lower else []) + [d.recompute]
+    for _ in range(DESCENT_ROUNDS):
+      choices = [current] + zero.neighbours(current, groups)
+      pairs = [self.make(zero_stage=s, recompute=r,
+                         microbatches=d.microbatches)
+               for s in choices for r in near]
+      first = best if best in pairs else pairs[0]
+      t0 = time.perf_counter()
+      budget_s = self.left()
+      if budget_s is None:
+        return
+      try:
+        self.candidates.trim(d.microbatches, len(pairs) + 4)
+        tg, result = self.solve(pairs, budget_s, first=first)
+      except TimeLimitError:
+        self.cut = True
+        return
+      except InfeasibleLayoutError:
+        return   # cannot happen: the current plan is among the choices
+      self.keep(tg, result, time.perf_counter() - t0)
+      if result.status != "optimal":
+        self.cut = True   # the time ran out within the round
+        return
+      if tg.decisions.zero_stage == current:
+        return
+      current, best = tg.decisions.zero_stage, tg.decisions
+
+  def plan(self):
+    """Step 4: the best plan found (status "feasible" if the time limit
+    cut the search short).
+
+    Raises:
+      InfeasibleLayoutError: if no candidate fits (the last one's error).
+    """
+    if self.best is None and self.over is not None:
+      explain_infeasible(self.candidates, self.over, self.mesh_shape,
+                         self.topology, self.memory_budget,
+                         self.deadline - time.perf_counter(), self.forbid,
+                         self.overlap)
+    if self.best is None:
+      raise self.last_error or InfeasibleLayoutError(
+          "no training plan candidate was solved")
+    training, result = self.best
+    if self.cut:
+      result = dataclasses.replace(result, status="feasible")
+    return TrainingPlan(training.decisions, result, training,
+                        tuple(self.tried))
+
+  def run(self):
+    """The steps in order; returns :meth:`plan`."""
+    if self.exhaustive_search:
+      self.exhaustive()
+      return self.plan()
+    stages, recs = self.stages(), self.recomputes()
+    descend = (self.group_stages == "descent"
+               and self.stage_choices is None
+               and "zero_stage" not in self.fixed)
+    # With a descent to come, the walk leaves it a share of the time
+    # limit (a search that ends early is unaffected).
+    now = time.perf_counter()
+    walk_end = (now + WALK_SHARE * (self.deadline - now) if descend
+                else self.deadline)
+    walk_cut = self.walk(stages, recs, walk_end)
+    if descend and self.best is not None and not self.cut:
+      self.descend(recs)
+    self.cut = self.cut or walk_cut
+    return self.plan()

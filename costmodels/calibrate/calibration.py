@@ -36,10 +36,16 @@ from typing import NamedTuple, Tuple
 from costmodels import compute as compute_lib
 from costmodels import hardware
 from mesh_tf.core import dims as dims_lib
-from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import collective_fit
+from costmodels.calibrate import compute_fit
+from costmodels.calibrate import overlap_fit
+from costmodels.calibrate import pattern_fit
+from costmodels.calibrate import timings
+from costmodels.calibrate import threaded_kernel
 from costmodels.calibrate import record_costs
+from costmodels.calibrate import step_costs
 from costmodels.calibrate import topology_file
-from costmodels.calibrate.fit import CalibrationError, Sample
+from costmodels.calibrate.timings import CalibrationError, Sample
 from costmodels.topology.types import PhysicalDim, Topology
 
 # What PlacementMeshImpl runs for each collective kind.
@@ -57,7 +63,7 @@ class Calibration(NamedTuple):
 
   Attributes:
     topology: the fitted :class:`~costmodels.Topology`.
-    samples: every :class:`~costmodels.calibrate.fit.Sample`.
+    samples: every :class:`~costmodels.calibrate.timings.Sample`.
     fits: one row per fitted term: ``(what, link, detail, latency_s,
       rate, unit, rel_residual)`` (see :meth:`frame`); ``rate`` is in
       ``unit`` (``FLOP/s``, ``B/s``, or ``x`` for the shared-compute
@@ -97,7 +103,7 @@ def _link_fits(samples, link, chip):
   rows = [s for s in samples if s.link == link]
   fits, table = [], []
   for kind, algorithm in _ALGORITHMS.items():
-    r = fit_lib.fit_collective(
+    r = collective_fit.fit_collective(
         rows, kind, algorithm,
         offset=lambda s: _compute_price(chip, s.flops, s.companion_bytes))
     if r is None:
@@ -119,7 +125,7 @@ def _link_spec(name, kind, fits, samples, rows):
       fits[0] if fits else None)
   bw = base.bandwidth_bytes_per_s if base else math.inf
   lat = base.latency_s if base else 0.0
-  eta = fit_lib.fit_overlap(samples, name)
+  eta = overlap_fit.fit_overlap(samples, name)
   if eta is not None:
     rows.append(("overlap", name, f"all-reduce beside compute, "
                  f"{eta[1]} timings (median abs. deviation {eta[2]:.2f})",
@@ -133,7 +139,7 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   """Fits a Topology to ``samples`` measured on the devices of ``info``.
 
   Args:
-    samples: :class:`~costmodels.calibrate.fit.Sample` timings.
+    samples: :class:`~costmodels.calibrate.timings.Sample` timings.
     info: ``{"devices": [...], "device_types": [...], ...}`` as the
       measuring process reports it; ``info["devices"]`` fixes the device
       count and whether there are several processes.
@@ -153,8 +159,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   for d in devices:
     if process_of(d) not in procs:
       procs.append(process_of(d))
-  cf = fit_lib.fit_compute(samples, n, dtype)
-  threaded = fit_lib.fit_threaded_kernel(samples, n)
+  cf = compute_fit.fit_compute(samples, n, dtype)
+  threaded = threaded_kernel.fit_threaded_kernel(samples, n)
   threaded_s = threaded.seconds if threaded else 0.0
   matrix_s = threaded.matrix_s if threaded else 0.0
   is_gpu = "GPU" in info.get("device_types", ())
@@ -168,19 +174,23 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
       link=hardware.LinkSpec("device", "host", math.inf, 0.0),
       launch_overhead_s=cf.launch_overhead_s,
       shared_compute_factor=cf.shared_compute_factor,
-      matmul_flops_by_dtype=fit_lib.matmul_peaks_by_dtype(
+      matmul_flops_by_dtype=compute_fit.matmul_peaks_by_dtype(
           samples, dtype, cf.peak_flops_per_s),
-      compute_fits=fit_lib.fit_patterns(samples, dtype, n,
-                                        cf.launch_overhead_s, threaded_s,
-                                        matrix_s),
+      compute_fits=pattern_fit.fit_patterns(samples, dtype, n,
+                                            cf.launch_overhead_s, threaded_s,
+                                            matrix_s),
       threaded_kernel_s=threaded_s,
       inline_kernel_max=threaded.inline_max if threaded else (),
       batch_matrix_s=matrix_s)
   # The collectives' shape-restoring kernels ran in the probes' chains, at
   # the chained kernels' launch cost: price them so, not as a step record.
   chained = chip
-  chip, record_rows, message_s, barrier_s = _with_record_costs(
-      samples, chip, len(procs) == 1, cf.launch_alone_s)
+  local_fits, table = _link_fits(samples, "device", chained)
+  step = step_costs.fit_step_overhead(samples)
+  chip, record_rows, rc = _with_record_costs(
+      samples, chip, len(procs) == 1, cf.launch_alone_s,
+      step.seconds if step else 0.0,
+      step_costs.collective_volumes(local_fits))
   res = dict(cf.residuals)
   rows = [("einsum", "chip", f"{dtype}, one device alone", 0.0,
            cf.peak_flops_per_s, "FLOP/s", res["compute, one device"]),
@@ -192,6 +202,12 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
           ("shared compute", "chip", f"slow-down when all {n} devices "
            "compute", 0.0, cf.shared_compute_factor, "x",
            res["compute, all devices"])]
+  if step is not None:
+    chip = chip._replace(step_overhead_s=step.seconds)
+    rows.append(("step", "chip", f"fixed cost of one call of a step: the "
+                 f"intercept of {step.samples} reference steps over their "
+                 f"records ({step.record_s * 1e6:.3g} us a record)",
+                 step.seconds, 0.0, "", step.rel_residual))
   if threaded is not None:
     lim = threaded.inline_max
     rows.append(("threaded kernel", "chip", (
@@ -214,11 +230,16 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
                else "") + ")", f.latency_s,
             f.flops_per_s, "FLOP/s", f.rel_residual)
            for f in chip.compute_fits]
-  local_fits, table = _link_fits(samples, "device", chained)
   rows += table
-  # A message of a collective in a step costs at least what the steps say.
-  local_fits = tuple(f._replace(latency_s=max(f.latency_s, message_s))
-                     for f in local_fits)
+  message_s = rc.message_s if rc and len(procs) == 1 else 0.0
+  barrier_s = rc.collective_s if rc and len(procs) == 1 else 0.0
+  gamma = rc.collective_byte_s if rc and len(procs) == 1 else 0.0
+  # A message of a collective in a step costs at least what the steps say,
+  # and each byte of its volume what the chain says and the steps' extra.
+  local_fits = tuple(f._replace(
+      latency_s=max(f.latency_s, message_s),
+      bandwidth_bytes_per_s=1.0 / (1.0 / f.bandwidth_bytes_per_s + gamma)
+      if gamma > 0 else f.bandwidth_bytes_per_s) for f in local_fits)
   dims = []
   per_task = n // max(1, len(procs))
   if len(procs) > 1:
@@ -238,7 +259,8 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   return topology, rows
 
 
-def _with_record_costs(samples, chip, one_process, floor_s=0.0):
+def _with_record_costs(samples, chip, one_process, floor_s=0.0, step_s=0.0,
+                       collective_volume=None):
   """``chip`` with the fixed cost per record fitted on the ``model_step``
   timings (:mod:`costmodels.calibrate.record_costs`), if any, as its
   ``launch_overhead_s`` (the elementwise record's, at least ``floor_s``:
@@ -247,12 +269,15 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0):
   (the steps' messages all on the one ``device`` link), the
   cost of a message in a step, which each of the link's collective fits'
   ``latency_s`` is raised to, and the cost of a collective in a step, the
-  link's ``barrier_s`` (else 0 and 0); and the fit's rows."""
+  link's ``barrier_s`` (else 0 and 0); and the fit's rows; ``step_s`` and
+  ``collective_volume`` as :func:`record_costs.fit_record_costs` takes
+  them.  Returns ``(chip, rows, RecordCosts or None)``."""
   rc = record_costs.fit_record_costs(
       samples, chip.compute_fit,
-      threaded=lambda matrix: compute_lib.handoff_time(matrix, chip))
+      threaded=lambda matrix: compute_lib.handoff_time(matrix, chip),
+      step_s=step_s, collective_volume=collective_volume)
   if rc is None:
-    return chip, [], 0.0, 0.0
+    return chip, [], None
   # A record of a step costs at least what one kernel alone does: a few
   # noisy steps must not fit it to nothing.
   launch = max(rc.costs.get("elementwise", rc.common_s), floor_s)
@@ -277,7 +302,7 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0):
                  0.0, 1.0 / rc.byte_s, "B/s", rc.rel_residual))
   chip = chip._replace(launch_overhead_s=launch, compute_fits=fits)
   if not one_process:
-    return chip, rows, 0.0, 0.0
+    return chip, rows, rc
   if rc.message_s > 0:
     rows.append(("message in a step", "device", "fixed cost per slice a "
                  "device receives in a collective, fitted on the model "
@@ -289,7 +314,13 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0):
                  "whatever its group (the members wait for each other), "
                  "fitted on the same steps (the link's barrier_s)",
                  rc.collective_s, 0.0, "", rc.rel_residual))
-  return chip, rows, rc.message_s, rc.collective_s
+  if rc.collective_byte_s > 0:
+    rows.append(("collective bytes in a step", "device", "seconds per "
+                 "byte of a collective's volume in a step beyond its chained "
+                 "fit's, fitted on the model steps with collectives of "
+                 "different sizes (each fit's bandwidth lowered by it)",
+                 0.0, 1.0 / rc.collective_byte_s, "B/s", rc.rel_residual))
+  return chip, rows, rc
 
 
 def _allsplit_check(samples, chip):
@@ -386,7 +417,7 @@ def _run_measurements(cmd, timeout_s, on_event):
 
 def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
               cluster=None, devices_per_task=None, quick=False, name=None,
-              dtypes=("float32", "bfloat16"), progress=None, timeout_s=600.0,
+              *, dtypes=("float32", "bfloat16"), progress=None, timeout_s=600.0,
               cluster_timeout_s=30.0):
   """Measures devices, fits a topology and (optionally) writes it.
 
@@ -464,7 +495,7 @@ def calibrate(output=None, meshes=None, cpu_devices=None, gpus=None,
   info = {k: v for k, v in info.items() if k != "event"}
   info.setdefault("memory_bytes_per_device", _host_memory_bytes()
                   // max(1, len(info["devices"])))
-  samples = tuple(fit_lib.sample_from_dict(e)
+  samples = tuple(timings.sample_from_dict(e)
                   for e in events if e["event"] == "sample")
   seconds = next(e for e in events if e["event"] == "done")["seconds"]
   if name is None:

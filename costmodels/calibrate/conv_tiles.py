@@ -17,7 +17,8 @@ larger than the timings show.  A tile is kept only where it lowers the
 fit's residual by :data:`MARGIN` or more: noise must not invent one.
 
 Example:
-  >>> from costmodels.calibrate.fit import Sample, nonneg_lstsq
+  >>> from costmodels.calibrate.least_squares import nonneg_lstsq
+  >>> from costmodels.calibrate.timings import Sample
   >>> from costmodels.compute_fits import tiled_flops
   >>> dims = [(14, 8, 8), (2, 8, 8), (4, 8, 8), (14, 1, 8), (14, 8, 1),
   ...         (14, 4, 8)]
@@ -44,30 +45,43 @@ MARGIN = 0.2
 #: fit's four).
 MIN_SHAPES = 6
 
+#: Timings of distinct shapes a channels-only tile needs (the quick plan's
+#: thin convolutions: one shape full, one with a single input channel, one
+#: with a single output channel; two unknowns beside the two of the fit).
+THIN_SHAPES = 3
+
 #: Residuals this close (relative, or within 1e-6) count as equal; the
 #: smallest tile wins.
 TIE = 0.01
 
 
-def best_tile(rows, xs, ys, solve, flops_col=1):
+def best_tile(rows, xs, ys, solve, flops_col=1, channels_only=False):
   """``(tile, xs)``: the tile that fits ``rows`` best, and ``xs`` with its
   FLOP column (``flops_col``) rounded up to it; ``((), xs)`` where no tile
   lowers the residual by :data:`MARGIN`, or the rows are too few or lack
   their ``conv`` dims.
 
   Args:
-    rows: the convolution :class:`~costmodels.calibrate.fit.Sample` s.
+    rows: the convolution :class:`~costmodels.calibrate.timings.Sample` s.
     xs: their feature rows, as the pattern fit builds them.
     ys: their timings.
     solve: ``solve(xs, ys) -> (coef, rel_rms)``
-      (:func:`costmodels.calibrate.fit.nonneg_lstsq`).
+      (:func:`costmodels.calibrate.least_squares.nonneg_lstsq`).
+    channels_only: search blocks of input and output channels only (the
+      width block 1), from :data:`THIN_SHAPES` shapes or more: the thin-
+      convolution regime of the quick plan, whose few shapes vary the
+      channels alone.
   """
-  if len({(s.conv, s.flops) for s in rows}) < MIN_SHAPES or not all(
+  need = THIN_SHAPES if channels_only else MIN_SHAPES
+  if len({(s.conv, s.flops) for s in rows}) < need or not all(
       len(s.conv) == 3 for s in rows):
     return (), xs
   floor = solve(xs, ys)[1]
+  if floor < 1e-9:   # the FLOPs as they are explain every timing already
+    return (), xs
   found = []
-  for tile in itertools.product(BLOCKS, repeat=3):
+  widths = (1,) if channels_only else BLOCKS
+  for tile in itertools.product(widths, BLOCKS, BLOCKS):
     if tile == (1, 1, 1):
       continue
     txs = _with_flops(rows, xs, tile, flops_col)

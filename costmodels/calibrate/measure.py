@@ -24,7 +24,7 @@ from typing import NamedTuple, Tuple
 
 from costmodels.calibrate import model_steps as model_steps_lib
 from costmodels.calibrate import probes as probes_lib
-from costmodels.calibrate.fit import CalibrationError
+from costmodels.calibrate.timings import CalibrationError
 
 COLLECTIVES = probes_lib.COLLECTIVES
 einsum_flops = probes_lib.einsum_flops
@@ -104,10 +104,13 @@ class Plan(NamedTuple):
 
 def make_plan(meshes, quick=False, dtypes=("float32",)):
   """The default plan, or the ``quick`` one (collective sizes span 4 KiB
-  to a few MiB a device; ``quick`` times the smallest and largest, the
+  to a few MiB a device; ``quick`` times the smallest and largest, of
+  each convolution kernel a full shape and the two thin ones, the
   training steps of two of the small models and the wide MLP (the full
-  plan: all five), only the Transformer's data parallel, two reference
-  steps, every other tiny product of
+  plan: all five), only the Transformer's and the wide MLP's data
+  parallel (the latter's megabyte gradients beside the former's kilobytes
+  price a collective's bytes in a step), two reference steps, every other
+  tiny product of
   :data:`probes_lib.KERNEL_SIZES`, and chains at most 2 reps, since
   tracing a probe's chain is most of what it costs).  On 8 logical CPU
   devices of a 2-core machine the default is meant for about 60 s and
@@ -139,13 +142,17 @@ def make_plan(meshes, quick=False, dtypes=("float32",)):
                          (1, cube, 1, 8, 3), (1, cube, 8, 1, 3),
                          (8, (4, 18, 18), 8, 8, 3), (8, (18, 18, 4), 8, 8, 3),
                          (4, (18, 18, 6), 8, 8, 3), (2, cube, 8, 2, 3))]
+  # The quick plan's convolutions: of each kind, the full shape and the
+  # two thin ones (a single input, a single output channel), which price
+  # the thin-convolution regime (conv_tiles, channels_only).
+  thin = [c for i, c in enumerate(convs) if i % 8 in (0, 2, 3)]
   if quick:
     return Plan(tuple(meshes), (4096, 2097152),
                 tuple(matmul[::2] + batched[:1] + transposed[::2]),
-                (262144, 2097152), tuple(dtypes)[:1], 5, tuple(convs[::8]),
+                (262144, 2097152), tuple(dtypes)[:1], 5, tuple(thin),
                 (1048576,), (2,), ("transformer", "conv3d", "mlp_wide"),
                 probes_lib.KERNEL_SIZES[::2], 2, ("transformer",), (1, 4),
-                data_steps=("transformer",))
+                data_steps=("transformer", "mlp_wide"))
   return Plan(tuple(meshes), (2048, 16384, 131072, 393216, 1048576, 4194304),
               tuple(matmul + batched + transposed),
               (65536, 524288, 4194304, 16777216), tuple(dtypes), 9,

@@ -6,7 +6,7 @@ and a waited collective inside a lowered step
 TensorFlow is imported only inside the functions that touch devices.
 """
 
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate.timings import Sample
 from costmodels.calibrate.probes import Probe
 
 
@@ -94,8 +94,9 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
   on every device, warmed up;
   ``pattern`` names the model and its rules, ``records`` counts its
   records per class, ``messages`` its collectives' slices received per
-  device, ``collectives`` its collectives and ``blocking`` those of them
-  the step waits for (all but its gradient syncs)."""
+  device, ``collectives`` its collectives, ``blocking`` those of them
+  the step waits for (all but its gradient syncs) and ``transfers`` each
+  collective's kind, group and bytes."""
   import costmodels  # pylint: disable=import-outside-toplevel
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
   from mesh_tf.training import optimize
@@ -121,7 +122,9 @@ def model_step_probes(devices, names=tuple(MODEL_STEPS), mixed=(),
           Sample("model_step", "", n, 0, float(total), 0.0,
                  pattern=f"{name} {rules}".strip(), records=records,
                  messages=messages, collectives=len(trace.collectives),
-                 blocking=blocking),
+                 blocking=blocking, transfers=tuple(
+                     (c.kind, c.group_size, c.bytes_per_device)
+                     for c in trace.collectives)),
           [lambda step=step, f=feeds: step(**f).numpy()], 1,
           lambda _: None))
   return out

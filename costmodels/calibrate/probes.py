@@ -36,7 +36,7 @@ import math
 import statistics
 import time
 
-from costmodels.calibrate.fit import CalibrationError, Sample
+from costmodels.calibrate.timings import CalibrationError, Sample
 
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "permute", "allsplit")
 
@@ -305,7 +305,7 @@ def compute_probes(impl, plan, dtype, itemsize, sync):
 #: the calling thread (a batch of one, 16 rows, 64 columns on a 2-core
 #: machine), and on to batches of many tiny matrices, whose cost grows with
 #: their number however few their FLOPs (see
-#: :func:`costmodels.calibrate.fit.fit_batch_matrix`).
+#: :func:`costmodels.calibrate.timings.fit_batch_matrix`).
 KERNEL_SIZES = ((1, 8, 8), (1, 16, 8), (1, 32, 8), (1, 64, 8), (1, 8, 32),
                 (1, 8, 64), (1, 8, 128), (1, 8, 256), (2, 8, 8), (4, 8, 8),
                 (64, 8, 8), (256, 8, 8), (1024, 8, 8))
@@ -318,7 +318,7 @@ def kernel_probes(impl, dtype, itemsize, sync, sizes=KERNEL_SIZES,
   (default :data:`KERNEL_SIZES`), of 6 reps or at most ``max_reps`` (0: no
   cap).  Their FLOPs are negligible: what they time is whether the kernel
   hands its work to a thread pool, and what each matrix of a batch costs
-  (see :func:`costmodels.calibrate.fit.fit_threaded_kernel`)."""
+  (see :func:`costmodels.calibrate.threaded_kernel.fit_threaded_kernel`)."""
   return [_einsum_probe(
       impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
       Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="batched",

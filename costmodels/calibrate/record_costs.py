@@ -14,7 +14,7 @@ models at sizes where compute is negligible costs 60-180 us per record
 the reference MLP and 6-20 us per chained kernel; priced at the latter, every
 prediction of ``benchmarks/cost_model_truth.py`` came out about 2x too fast.
 
-The fit: each ``model_step`` :class:`~costmodels.calibrate.fit.Sample` is
+The fit: each ``model_step`` :class:`~costmodels.calibrate.timings.Sample` is
 one training step of a small model with its compute records counted per
 pricing class ``c`` (the record's contraction pattern, or ``elementwise``:
 the key :func:`costmodels.compute.compute_time` prices it by), replicated,
@@ -61,9 +61,13 @@ each ``F_c`` towards the common ``F = sum(T - work) / sum(n)``, so that a
 class the steps cannot tell apart from another (a convolution and its
 filter gradient always come together) shares their cost instead of taking
 all or none of it.  The intercept (a fixed cost per step: the call and its
-arguments) is not fitted: it is small beside these steps' hundreds of
-records and the layout search prices records, not steps, so it is spread
-over the records.
+arguments) is not fitted here: the reference steps price it
+(:func:`costmodels.calibrate.step_costs.fit_step_overhead`, the chip's
+``step_overhead_s``), and it is taken off each step's time first
+(``step_s``).  Each collective's bytes are priced by its chained fit and,
+where the steps vary them apart from their messages, by ``gamma`` more a
+byte of volume (``collective_volume``; see
+:mod:`costmodels.calibrate.step_costs`).
 
 In the topology, ``chip.launch_overhead_s`` becomes ``F_elementwise``
 (at least what one kernel costs to launch alone, which noisy steps
@@ -76,7 +80,7 @@ its law) becomes at least ``F_msg``, and the link's ``barrier_s``
 before, with the same pricing formulas.
 
 Example:
-  >>> from costmodels.calibrate.fit import Sample
+  >>> from costmodels.calibrate.timings import Sample
   >>> steps = [Sample("model_step", "", 8, 0, 0.0, 10 * 1e-4 + 2 * 5e-4,
   ...                 records=(("elementwise", 10, 0, 0), ("conv", 2, 0, 0))),
   ...          Sample("model_step", "", 8, 0, 0.0, 30 * 1e-4,
@@ -91,8 +95,8 @@ from typing import Dict, NamedTuple
 
 import numpy as np
 
-from costmodels.calibrate import fit as fit_lib
-from costmodels.calibrate.fit import CalibrationError
+from costmodels.calibrate import least_squares
+from costmodels.calibrate.timings import CalibrationError
 
 #: How strongly each class's cost is pulled towards the common cost per
 #: record (a relative deviation of 1 costs as much as ``sqrt(RIDGE)`` of
@@ -116,6 +120,10 @@ class RecordCosts(NamedTuple):
     collective_s: fixed seconds per collective in a step, whatever its
       group (``F_coll``; 0 where the steps cannot tell it from
       ``message_s``).
+    collective_byte_s: seconds per byte of a collective's volume in a step
+      beyond its chained fit's bandwidth (``gamma``; 0 where the steps'
+      collective bytes do not vary apart from their messages, see
+      :mod:`costmodels.calibrate.step_costs`).
   """
   costs: Dict[str, float]
   common_s: float
@@ -124,6 +132,7 @@ class RecordCosts(NamedTuple):
   message_s: float = 0.0
   byte_s: float = 0.0
   collective_s: float = 0.0
+  collective_byte_s: float = 0.0
 
 
 def _work_s(cls, count, flops, nbytes, class_fit):
@@ -138,16 +147,12 @@ def _work_s(cls, count, flops, nbytes, class_fit):
 
 
 def _nnls(a, y):
-  """``argmin |a @ c - y|`` over ``c >= 0`` (exact for the few classes a
-  step has); zeros when nothing non-negative beats them."""
-  best = fit_lib.best_nonneg(
-      a, y, lambda c: float(np.sum((a @ c - y) ** 2)), 1e-18)
-  if best is None or best[1] >= float(y @ y) - 1e-18:
-    return np.zeros(a.shape[1])
-  return best[0]
+  """``argmin |a @ c - y|`` over ``c >= 0`` (SciPy's NNLS)."""
+  return least_squares.nnls(a, y)
 
 
-def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
+def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None,
+                     step_s=0.0, collective_volume=None):
   """Fits the fixed cost of one record of each class (module docstring).
 
   Args:
@@ -159,6 +164,15 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
       of that shape costs for its shape alone (the chip's threaded-kernel
       and per-matrix costs, :func:`costmodels.compute.handoff_time`,
       priced apart from the record's fixed cost; default none).
+    step_s: the fixed cost of one call of a step
+      (:func:`~costmodels.calibrate.step_costs.fit_step_overhead`), taken
+      off each step's time first.
+    collective_volume: ``(kind, group, nbytes) -> (volume, seconds)``
+      (:func:`~costmodels.calibrate.step_costs.collective_volumes`): each
+      collective's volume and what its chained fit prices it at; the
+      seconds are taken off each step's time as known work and, where the
+      steps' volumes vary apart from their messages, ``gamma`` is fitted
+      on the volumes (default none: no such term).
 
   Returns:
     A :class:`RecordCosts`, or None without ``model_step`` timings.
@@ -173,7 +187,7 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   if not classes:
     raise CalibrationError("the model steps have no compute records; "
                            "measure steps of models with compute")
-  xs, ys, moved = [], [], []
+  xs, ys, moved, volumes = [], [], [], []
   for s in steps:
     counts = {c: 0 for c in classes}
     work = 0.0
@@ -183,9 +197,15 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
       if threaded is not None and matrices:
         work += sum(threaded(m) for m in matrices[0])
     moved.append(float(sum(r[3] for r in s.records)))
+    vol = 0.0
+    if collective_volume is not None:
+      for kind, group, nbytes in s.transfers:
+        v, t = collective_volume(kind, group, nbytes)
+        vol, work = vol + v, work + t
+    volumes.append(vol)
     # A step is mostly fixed costs by construction; keep a floor so that
     # a noisy one cannot go negative.
-    ys.append(max(s.seconds - work, 0.1 * s.seconds))
+    ys.append(max(s.seconds - step_s - work, 0.1 * s.seconds))
     xs.append([float(counts[c]) for c in classes])
   msgs = [float(s.messages) for s in steps]
   # The common cost per record, from the steps without collectives if any.
@@ -206,7 +226,12 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   with_bytes = _tells_apart(moved, [sum(x[:len(classes)]) for x in xs])
   if with_bytes:
     xs = [x + [b] for x, b in zip(xs, moved)]
-  extra = int(with_msgs) + int(with_colls) + int(with_bytes)
+  # The collectives' bytes only where their volume per message varies
+  # apart (else it is the cost per message again under another name).
+  with_vol = with_msgs and _tells_apart(volumes, msgs)
+  if with_vol:
+    xs = [x + [v] for x, v in zip(xs, volumes)]
+  extra = int(with_msgs) + int(with_colls) + int(with_bytes) + int(with_vol)
   x = np.array(xs) / np.array(ys)[:, None]
   y = np.ones(len(ys))
   if ridge > 0 and len(classes) > 1:
@@ -222,8 +247,10 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None):
   return RecordCosts({c: float(f) for c, f in zip(classes, coef)},
                      float(common), res, len(steps),
                      float(coef[len(classes)]) if with_msgs else 0.0,
-                     float(coef[-1]) if with_bytes else 0.0,
-                     float(coef[len(classes) + 1]) if with_colls else 0.0)
+                     float(coef[len(xs[0]) - 1 - with_vol]) if with_bytes
+                     else 0.0,
+                     float(coef[len(classes) + 1]) if with_colls else 0.0,
+                     float(coef[-1]) if with_vol else 0.0)
 
 
 def _waited(step):
@@ -245,7 +272,7 @@ def _varies_apart(counts, msgs):
 
 
 def _tells_apart(moved, records):
-  """Whether ``moved`` per record varies by 2x or more across the steps
-  (bytes per record)."""
+  """Whether ``moved`` per record (or message) varies by 2x or more
+  across the steps that have records (messages)."""
   per = [b / n for b, n in zip(moved, records) if n > 0]
   return bool(per) and min(per) > 0 and max(per) >= 2 * min(per)

@@ -4,7 +4,7 @@ import math
 from typing import NamedTuple, Tuple
 
 from mesh_tf.core import dims as dims_lib
-from mesh_tf.core.mesh_shape import convert_to_mesh_shape
+from mesh_tf.core.mesh_shape import MeshShape, convert_to_mesh_shape
 from costmodels.collectives import LinkParams
 from costmodels.errors import TopologyError
 from costmodels.hardware import LinkSpec
@@ -200,7 +200,8 @@ class MeshMapping:
 def _suggest(topology, mesh_shape):
   """Mesh strings that fit ``topology``, using the user's axis names."""
   sizes = [d.size for d in topology.dims]
-  phys = ";".join(f"{d.name}:{d.size}" for d in topology.dims if d.size > 1)
+  phys = MeshShape([(d.name, d.size) for d in topology.dims
+                   if d.size > 1]).text
   out = [phys] if phys else []
   names = mesh_shape.dimension_names if mesh_shape is not None else []
   if len(names) >= 2 and len(sizes) >= 2:

@@ -168,6 +168,18 @@ def get_topology(name_or_topology):
   """
   if isinstance(name_or_topology, Topology):
     return name_or_topology
+  return topology_from_name(name_or_topology)
+
+
+def topology_from_name(name_or_topology):
+  """The Topology a name or topology file stands for: the one place a name
+  is resolved (:func:`get_topology` passes a Topology through and calls
+  this for anything else).  The layout search's edges call it once per
+  query (issue 38).
+
+  Raises:
+    TopologyError: as :func:`get_topology`.
+  """
   if str(name_or_topology).strip().lower().endswith(".json"):
     # A topology file written by calibration (docs/topology_files.md).
     from costmodels.calibrate import topology_file  # pylint: disable=import-outside-toplevel

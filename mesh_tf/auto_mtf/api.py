@@ -68,8 +68,8 @@ def layout_and_mesh_shape(mtf_graph, num_processors, mtf_outputs=(),
   ``auto_mtf.layout_and_mesh_shape``).
 
   Every factorisation of ``num_processors`` into at most
-  ``max_mesh_shape_dimensions`` axes (named ``mesh_0``, ``mesh_1``...) is
-  solved; the best by the objective (see the module docstring) wins, ties
+  ``max_mesh_shape_dimensions`` axes of non-increasing sizes (named
+  ``mesh_0``, ``mesh_1``..., as Mesh TF enumerated them) is solved; the best by the objective (see the module docstring) wins, ties
   going to fewer axes.
 
   Returns:
@@ -98,8 +98,9 @@ def layout_and_mesh_shape(mtf_graph, num_processors, mtf_outputs=(),
 
 
 def _factorizations(n, max_axes):
-  """Ordered factorisations of ``n`` into 1..max_axes factors > 1 (``(1,)``
-  for ``n == 1``)."""
+  """Factorisations of ``n`` into 1..max_axes factors > 1, each in
+  non-increasing order as Mesh TF's mesh shapes are (``(4, 2)``, not
+  ``(2, 4)``), largest first factor first; ``(1,)`` for ``n == 1``."""
   if n == 1:
     return [(1,)]
   out = []
@@ -110,7 +111,7 @@ def _factorizations(n, max_axes):
       return
     if len(prefix) == max_axes:
       return
-    for f in range(2, rest + 1):
+    for f in range(min(rest, prefix[-1] if prefix else rest), 1, -1):
       if rest % f == 0:
         rec(rest // f, prefix + [f])
   rec(n, [])

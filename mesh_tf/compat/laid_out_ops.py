@@ -28,6 +28,16 @@ class ImportLaidOutTensorOperation(Operation):
 
   no_gradient_reason = "it has no inputs: its slices come from outside"
 
+  @property
+  def unsplittable_dims(self):
+    """Every dim, as Mesh TF defines it."""
+    return frozenset(self.outputs[0].shape.dimension_names)
+
+  @property
+  def lowering_unsplittable_dims(self):
+    """None: the slices come laid out as the layout says."""
+    return frozenset()
+
   def __init__(self, mesh, laid_out_tensor, shape, dtype=None, name=None):
     super().__init__([], mesh=mesh, name=name or "import_laid_out_tensor")
     self.laid_out_tensor = laid_out_tensor

@@ -172,6 +172,24 @@ def cwise(tf_fn, xs, output_dtype=None, grad_function=None, name=None):
                    name=name or "cwise", broadcast=True)
 
 
+def _one_output(name, output_shape, output_dtype):
+  """The output's shape and dtype, also from Mesh TF's one-element lists
+  (``output_shapes=[shape], output_dtypes=[dtype]``)."""
+  if isinstance(output_shape, (list, tuple)) and output_shape and all(
+      isinstance(s, dims_lib.Shape) for s in output_shape):
+    if len(output_shape) != 1:
+      raise ShapeError(
+          f"slicewise {name}: {len(output_shape)} output shapes; mesh-tf's "
+          "SlicewiseOperation makes one output, so use one op per output")
+    output_shape = output_shape[0]
+    if isinstance(output_dtype, (list, tuple)):
+      if len(output_dtype) != 1:
+        raise ShapeError(f"slicewise {name}: {len(output_dtype)} output "
+                         "dtypes for one output; give one")
+      output_dtype = output_dtype[0]
+  return output_shape, output_dtype
+
+
 class SlicewiseOperation(Operation):
   """``tf_fn`` applied to each processor's slices (Mesh TF's op).
 
@@ -201,6 +219,8 @@ class SlicewiseOperation(Operation):
     self._tf_fn = tf_fn
     self._grad_function = grad_function
     self._broadcast = broadcast
+    output_shape, output_dtype = _one_output(self.name, output_shape,
+                                             output_dtype)
     out_shape = dims_lib.convert_to_shape(output_shape)
     self._outputs = [Tensor(self, out_shape,
                             dtypes_lib.as_dtype(output_dtype))]
@@ -261,6 +281,10 @@ class _SlicewiseGradOperation(Operation):
   @property
   def unsplittable_dims(self):
     return self._fwd.unsplittable_dims
+
+  @property
+  def lowering_unsplittable_dims(self):
+    return self._fwd.lowering_unsplittable_dims
 
   def lower(self, lowering):
     from mesh_tf.lowering.mesh_impl import LazyAllreduceSum  # pylint: disable=g-import-not-at-top

@@ -119,11 +119,11 @@ class Shape:
     return self._dims[i]
 
   def __eq__(self, other):
-    if isinstance(other, Shape):
-      return self._dims == other._dims
-    if isinstance(other, (list, tuple)):
-      return list(self._dims) == list(other)
-    return NotImplemented
+    # Values of one type only: a MeshShape is not a tensor's Shape, and a
+    # list of dims is not a Shape (convert it with convert_to_shape).
+    if type(other) is not type(self):
+      return NotImplemented
+    return self._dims == other._dims
 
   def __ne__(self, other):
     eq = self.__eq__(other)

@@ -27,6 +27,10 @@ def as_dtype(dtype):
   """
   if dtype is None:
     return "float32"
+  if isinstance(dtype, VariableDType):
+    # Mesh TF accepts a VariableDType wherever a dtype goes; a tensor gets
+    # its activation dtype (mtf.Variable itself stores the master dtype).
+    return dtype.activation_dtype
   name = getattr(dtype, "name", dtype)
   if isinstance(dtype, type):  # numpy scalar types such as np.float32
     name = dtype.__name__

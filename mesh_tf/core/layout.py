@@ -319,7 +319,8 @@ class TensorLayout:
     out = [None] * mesh_ndims
     for ta, axes in enumerate(self._axes):
       for ma in axes:
-        out[ma] = ta
+        if ma < mesh_ndims:
+          out[ma] = ta
     return tuple(out)
 
   def mesh_axes(self):

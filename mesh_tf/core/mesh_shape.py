@@ -12,6 +12,8 @@ Example:
   MeshShape[rows=2, cols=4]
   >>> m.size, m["cols"].size, m.axis_names
   (8, 4, ('rows', 'cols'))
+  >>> m.text
+  'rows:2;cols:4'
 """
 
 from mesh_tf.core import dims as dims_lib
@@ -22,10 +24,11 @@ class MeshShape(dims_lib.Shape):
   """Named mesh axes, each of at least one processor (immutable, hashable).
 
   A :class:`~mesh_tf.Shape` whose dims are mesh axes, so it goes wherever a
-  mesh Shape went before and compares equal to the Shape with the same
-  axes.  ``str()`` gives the ``name:size,name:size`` form of a Shape, which
-  :func:`convert_to_mesh_shape` reads back; ``m["axis"]`` is that axis'
-  Dimension.
+  mesh Shape went before; it equals only a MeshShape with the same axes
+  (value equality is between values of one type).  :attr:`text` is its one
+  written form, ``name:size;name:size``, which :func:`convert_to_mesh_shape`
+  reads back (``str()`` keeps a Shape's ``name:size,name:size``);
+  ``m["axis"]`` is that axis' Dimension.
 
   Args:
     dims: Dimensions or ``(name, size)`` pairs, major axis first.
@@ -51,6 +54,13 @@ class MeshShape(dims_lib.Shape):
 
   def __reduce__(self):
     return (MeshShape, (self._dims,))
+
+  @property
+  def text(self):
+    """The mesh as written at the edges: ``"rows:2;cols:4"`` (the form
+    :func:`convert_to_mesh_shape` parses, and the CLI and plan files show).
+    """
+    return ";".join(f"{d.name}:{d.size}" for d in self._dims)
 
   @property
   def axis_names(self):

@@ -273,8 +273,10 @@ class SlicewiseFuser:
     # Inside a tf.function (TrainStep) calls stay uninlined; see the
     # module doc.
     plain = not graph.building_function
-    inline = plain and (self._inlined.get(graph, 0)
-                        < self.MAX_INLINED_OPS_PER_GRAPH)
+    import os as _os
+    inline = (not plain and _os.environ.get("MTF_EXP_INLINE") == "1") or (
+        plain and (self._inlined.get(graph, 0)
+                   < self.MAX_INLINED_OPS_PER_GRAPH))
     key = key + (plain, inline)
     with graph.as_default(), graph.device(None), \
         graph.control_dependencies(None):

@@ -148,3 +148,36 @@ class LaidOutVariable:
                                                     delta=g)
             for v, a, g in zip(self.slices, alpha.tensor_list,
                                grad.tensor_list)]
+
+
+class PendingInput(LazyAllreduceSum):
+  """A stand-in input whose SUM all-reduce over ``mesh_axes`` is pending,
+  for lowering one op alone (the layout search's cost tables): whether the
+  op forces it is :attr:`forced`, and forcing it records nothing, since the
+  all-reduce belongs to the op that left the sum and is priced there.
+
+  Args:
+    mesh_impl: the backend the op is lowered on.
+    laid_out_input: the LaidOutTensor of per-processor partial sums.
+    mesh_axes: the mesh-axis indices the sum is pending over.
+  """
+
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes):
+    super().__init__(mesh_impl, laid_out_input, mesh_axes)
+    self._forced = False
+
+  @property
+  def forced(self):
+    """True once the op being lowered needed the reduced value."""
+    return self._forced
+
+  def to_laid_out_tensor(self):
+    self._forced = True
+    if self._reduced is None:
+      # The reduced value has the partial sums' slice shape and dtype.
+      self._reduced = self.laid_out_input
+    return self._reduced
+
+  def __repr__(self):
+    return f"PendingInput({self.laid_out_input}, axes={self.mesh_axes})"
+

@@ -29,7 +29,7 @@ class Lowering:
   ``set_tensor_lowering(t, x)``, ``tensors``, ``variables`` (mtf Variable op
   -> LaidOutVariable), ``feeds`` and ``lowered_operations``.
 
-  ``Lowering(graph, mesh_to_impl, feeds=None, autostack=False)`` lowers the
+  ``Lowering(graph, mesh_to_impl, feeds=None)`` lowers the
   whole graph: it is exactly :func:`lower`, in Mesh TensorFlow's spelling.
   It lowers at once rather than on first use so that a layout the graph
   cannot take raises where the program asks for the lowering (as in Mesh
@@ -41,14 +41,6 @@ class Lowering:
     mesh_to_impl: dict from each Mesh to its MeshImpl backend.
     feeds: optional dict from mtf Tensors made by ``import_tf_tensor`` to TF
       tensors that replace the imported value (e.g. ``tf.function`` args).
-    autostack: first stack like variables into
-      :class:`~mesh_tf.StackedVariable` ops, rewriting ``graph`` in place
-      (Mesh TF's autostack; see :mod:`mesh_tf.ops.stacked_variables`),
-      unless the graph is stacked already (lowered before).  Mesh TF's
-      default was True; here it is False, because stacking renames what
-      checkpoints hold and rewrites the graph that the cost model and the
-      layout search read; results are the same either way.
-
   Raises:
     MtfError: subclasses, for a layout the graph cannot take, or a mesh
       without a MeshImpl.
@@ -58,13 +50,14 @@ class Lowering:
     >>> tf_y = lowering.export_to_tf_tensor(y)           # doctest: +SKIP
   """
 
-  def __init__(self, graph, mesh_to_impl, feeds=None, autostack=False):
-    if autostack:
-      from mesh_tf.ops import stacked_variables  # pylint: disable=g-import-not-at-top
-      if not stacked_variables.is_stacked(graph):
-        stacked_variables.rewrite_stack_variables(graph, mesh_to_impl)
+  def __init__(self, graph, mesh_to_impl, feeds=None):
     self._start(graph, mesh_to_impl, feeds)
     self.lower_operations(graph.operations)
+    if self.variables:
+      # Mesh TF's order: in a tf.compat.v1 graph the masters exist once the
+      # Lowering does, so an initializer built next covers them.
+      from mesh_tf.lowering.masters import make_masters_in_v1_graph  # pylint: disable=g-import-not-at-top
+      make_masters_in_v1_graph(self)
 
   @classmethod
   def empty(cls, graph, mesh_to_impl, feeds=None):
@@ -159,8 +152,8 @@ class Lowering:
     """The trace of ``mesh``'s backend (everything it lowered so far)."""
     return self.mesh_to_impl[mesh].trace
 
-  # Mesh TensorFlow's master variables, for tf.compat.v1 graph programs
-  # (see mesh_tf.lowering.masters; made on the first call).
+  # Mesh TensorFlow's master variables (see mesh_tf.lowering.masters): made
+  # by Lowering in a tf.compat.v1 graph, else on the first call.
   def copy_masters_to_slices(self):
     """A TF op that fills every variable's slices from its master."""
     from mesh_tf.lowering.masters import make_masters  # pylint: disable=g-import-not-at-top

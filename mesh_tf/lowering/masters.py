@@ -9,18 +9,28 @@ the layout: the *master*.  ``copy_masters_to_slices`` fills the slices from
 the masters (after a restore); ``copy_slices_to_masters`` writes the
 slices back (before a save).
 
-Masters are made on the first request (:func:`make_masters`), not by
-``Lowering`` itself, so a program that never asks for them (``TrainStep``,
-``mesh_tf.checkpoint``) keeps one copy of each variable.  Once they exist,
-the slices leave ``GLOBAL_VARIABLES``/``TRAINABLE_VARIABLES`` for
-``LOCAL_VARIABLES``: a Saver then writes layout-free values only, and
-restoring under another mesh or layout works.
+When are they made:
+
+* ``Lowering(graph, {mesh: impl})`` in a ``tf.compat.v1`` graph makes them
+  before it returns, as Mesh TF did: a ``global_variables_initializer()``
+  built after lowering covers them, then ``copy_masters_to_slices()`` fills
+  the slices (Mesh TF's order).  Once they exist, the slices leave
+  ``GLOBAL_VARIABLES``/``TRAINABLE_VARIABLES`` for ``LOCAL_VARIABLES``: a
+  Saver then writes layout-free values only, and restoring under another
+  mesh or layout works.  ``local_variables_initializer()`` also initializes
+  the slices (from the variables' initializers: the masters' values).
+* Eagerly, on the first request (:func:`make_masters`): the masters are
+  eager variables and the copies run at once (``copy_masters_to_slices()``
+  returns None, as ``tf.group`` does eagerly).
+* Never for ``mtf.lower`` (``TrainStep``, ``tf.function`` programs,
+  ``mesh_tf.checkpoint``): those keep one copy of each variable, and a
+  request for masters inside a ``tf.function`` is an error.
 """
 
 from mesh_tf.core.errors import MtfError
 from mesh_tf.lowering.lazy_tf import tf
 
-__all__ = ["MasterVariables", "make_masters"]
+__all__ = ["MasterVariables", "make_masters", "make_masters_in_v1_graph"]
 
 _MASTER_DEVICE = "/device:CPU:0"
 
@@ -38,29 +48,40 @@ class MasterVariables:
   """
 
   def __init__(self, lowering):
-    if tf.executing_eagerly() or _in_function():
+    if _in_function():
       raise MtfError(
-          "master variables belong to tf.compat.v1 graph programs; build the "
-          "Lowering inside a tf.Graph (or after tf.disable_v2_behavior()), "
-          "or use mesh_tf.checkpoint / TrainStep.save in eager programs")
+          "master variables belong to tf.compat.v1 graph and eager programs, "
+          "not to a tf.function; use mesh_tf.checkpoint / TrainStep.save")
     self.lowering = lowering
-    self.graph = tf.compat.v1.get_default_graph()
+    self.eager = tf.executing_eagerly()
     self.masters = {}
-    keys = tf.compat.v1.GraphKeys
     for var, laid in lowering.variables.items():
-      collections = [keys.GLOBAL_VARIABLES]
-      if var.trainable:
-        collections.append(keys.TRAINABLE_VARIABLES)
       full = tuple(var.shape.to_integer_list())
+      if getattr(var, "master", None) is not None:  # made by a variable placer
+        self.masters[var] = var.master
+        if not self.eager:
+          _make_local(tf.compat.v1.get_default_graph(), laid.slices or [])
+        continue
 
       def initial_value(var=var, full=full):
         return var.initializer(full, (0,) * len(full), full, var.dtype,
                                var.seed)
-      with self.graph.name_scope(None), tf.device(_MASTER_DEVICE):
+      if self.eager:
+        with tf.device(_MASTER_DEVICE):
+          self.masters[var] = tf.Variable(
+              initial_value, name=var.name, trainable=var.trainable,
+              dtype=var.dtype)
+        continue
+      graph = tf.compat.v1.get_default_graph()
+      keys = tf.compat.v1.GraphKeys
+      collections = [keys.GLOBAL_VARIABLES]
+      if var.trainable:
+        collections.append(keys.TRAINABLE_VARIABLES)
+      with graph.name_scope(None), tf.device(_MASTER_DEVICE):
         self.masters[var] = tf.compat.v1.Variable(
             initial_value, name=var.name, trainable=var.trainable,
             collections=collections, dtype=var.dtype, use_resource=True)
-      _make_local(self.graph, laid.slices or [])
+      _make_local(graph, laid.slices or [])
 
   def copy_masters_to_slices(self):
     """One TF op that assigns every slice its part of its master."""
@@ -106,6 +127,16 @@ def _make_local(graph, slices):
   for s in slices:
     if not any(v is s for v in local):
       local.append(s)
+
+
+def make_masters_in_v1_graph(lowering):
+  """Makes ``lowering``'s masters now if it runs in a ``tf.compat.v1``
+  graph on TF variables (not eagerly, not inside a ``tf.function``)."""
+  if not any(laid.slices for laid in lowering.variables.values()):
+    return None
+  if tf.executing_eagerly() or _in_function():
+    return None
+  return make_masters(lowering)
 
 
 def make_masters(lowering):

@@ -277,6 +277,8 @@ class CallOptions:
         config.ParseFromString(old.config_proto_serialized)
         if not optimize:
           config.graph_options.rewrite_options.disable_meta_optimizer = True
+        elif optimize == "light":
+          _light_rewrites(config.graph_options.rewrite_options)
         new = context.FunctionCallOptions(
             executor_type=old.executor_type if executor_type is None
             else executor_type, config_proto=config)
@@ -289,3 +291,22 @@ class CallOptions:
       yield
     finally:
       ctx.function_call_options = old
+
+
+# Grappler's passes whose cost grows fastest with a graph's size and that
+# gain little on a lowered step (its collectives and fused kernels).
+_HEAVY_REWRITES = ("constant_folding", "layout_optimizer",
+                   "dependency_optimization", "loop_optimization",
+                   "shape_optimization", "memory_optimization",
+                   "auto_mixed_precision", "pin_to_host_optimization",
+                   "implementation_selector", "common_subgraph_elimination",
+                   "debug_stripper", "scoped_allocator_optimization")
+
+
+def _light_rewrites(rewrite_options):
+  """Grappler with one pass of its cheap rewrites (arithmetic
+  simplification, op fusion by the remapper, pruning) only."""
+  off = type(rewrite_options).OFF
+  for name in _HEAVY_REWRITES:
+    setattr(rewrite_options, name, off)
+  rewrite_options.meta_optimizer_iterations = type(rewrite_options).ONE

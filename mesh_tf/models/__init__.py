@@ -14,6 +14,8 @@ from mesh_tf.models.base import InputSpec, ModelGraph
 from mesh_tf.models.configs import (PRESETS, build_model, get_config,
                                     list_models)
 from mesh_tf.models.conv3d import Conv3DConfig, conv3d_net
-from mesh_tf.models.mlp import MLPConfig, mlp
+from mesh_tf.models.mlp import MLPConfig, mlp, mlp_parts
 from mesh_tf.models.moe import MoETransformerConfig, moe_transformer_lm
-from mesh_tf.models.transformer import TransformerConfig, transformer_lm
+from mesh_tf.models.repeated import RepeatedLayers, compose
+from mesh_tf.models.transformer import (TransformerConfig, transformer_lm,
+                                        transformer_parts)

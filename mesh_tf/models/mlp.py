@@ -9,6 +9,7 @@ import dataclasses
 
 from mesh_tf.core.dims import Dimension, Shape
 from mesh_tf.models.base import InputSpec, ModelGraph, new_graph
+from mesh_tf.models.repeated import RepeatedLayers
 from mesh_tf.ops import creation
 from mesh_tf.ops import reduce as reduce_lib
 
@@ -31,6 +32,10 @@ class MLPConfig:
 
   def build(self, mesh_name="mesh"):
     return mlp(**dataclasses.asdict(self), mesh_name=mesh_name)
+
+  def parts(self):
+    """The model as :func:`mlp_parts`, for pipelining."""
+    return mlp_parts(self)
 
 
 def mlp(layers=2, batch=8, d_model=8, d_ff=16, classes=4, activation="relu",
@@ -66,3 +71,39 @@ def mlp(layers=2, batch=8, d_model=8, d_ff=16, classes=4, activation="relu",
                     {"logits": logits}, loss, config,
                     {"inputs": InputSpec(inputs, None),
                      "targets": InputSpec(targets, classes)})
+
+
+def mlp_parts(config):
+  """The MLP of ``config`` as repeated blocks and classifier, for pipeline
+  parallelism (same variable names as :func:`mlp`); the inputs feed block
+  0 directly.  ``config.batch`` is the whole batch.
+
+  Returns:
+    A :class:`~mesh_tf.models.repeated.RepeatedLayers`.
+  """
+  from mesh_tf import layers as L
+  c = config
+  m, f = Dimension("d_model", c.d_model), Dimension("d_ff", c.d_ff)
+  k = Dimension("classes", c.classes)
+
+  def inputs(mesh, batch):
+    b = Dimension("batch", batch)
+    return {"inputs": creation.import_tf_tensor(
+                mesh, None, Shape([b, m]), name="inputs", dtype=c.dtype),
+            "targets": creation.import_tf_tensor(
+                mesh, None, Shape([b]), name="targets", dtype="int32")}
+
+  def layer(i, x, ctx):
+    y = L.layer_norm(x, m, name=f"block_{i}/norm")
+    return x + L.dense_relu_dense(y, f, activation=c.activation,
+                                  name=f"block_{i}/ffn")
+
+  def last(mesh, x, feeds):
+    logits = L.dense(x, k, name="classifier")
+    return reduce_lib.reduce_mean(L.softmax_cross_entropy_with_logits(
+        logits, feeds["targets"], k), name="loss")
+
+  return RepeatedLayers(c.layers, c.batch, inputs,
+                        lambda mesh, feeds: feeds["inputs"],
+                        lambda mesh, feeds: None, layer, last,
+                        {"targets": c.classes})

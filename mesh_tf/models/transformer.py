@@ -13,6 +13,7 @@ from mesh_tf.core.dtypes import VariableDType
 from mesh_tf.core.errors import ShapeError
 from mesh_tf import layers
 from mesh_tf.models.base import InputSpec, ModelGraph, new_graph
+from mesh_tf.models.repeated import RepeatedLayers
 from mesh_tf.ops import creation
 from mesh_tf.ops import einsum as einsum_lib
 from mesh_tf.ops import reduce as reduce_lib
@@ -57,6 +58,10 @@ class TransformerConfig:
 
   def build(self, mesh_name="mesh"):
     return transformer_lm(**dataclasses.asdict(self), mesh_name=mesh_name)
+
+  def parts(self):
+    """The model as :func:`transformer_parts`, for pipelining."""
+    return transformer_parts(self)
 
 
 def _norm_fn(norm):
@@ -109,6 +114,44 @@ def lm_head(x, table, vocab, d_model, targets, z_loss):
   return logits, reduce_lib.reduce_mean(loss, name="loss")
 
 
+def transformer_layer(config, i, x, bias, ffn_fn=None, aux_losses=None):
+  """Layer ``i`` of :func:`transformer_lm`: ``x += attention(norm(x)); x +=
+  ffn(norm(x))``, recomputed in backward if ``i < config.recompute``.
+
+  The one definition of the repeated layer, used by :func:`transformer_lm`
+  and by the pipeline's stage programs (:func:`transformer_parts`).
+  ``ffn_fn(i, y) -> (y, aux or None)`` replaces the FFN; its auxiliary
+  losses are appended to ``aux_losses``.
+  """
+  from mesh_tf import layers as L
+  m = x.shape.get_dim_by_name("d_model")
+  h, k = Dimension("heads", config.heads), Dimension("d_kv", config.d_kv)
+  f = Dimension("d_ff", config.d_ff)
+  normalize = _norm_fn(config.norm)
+
+  def block(x):
+    y = normalize(x, m, name=f"layer_{i}/attention_norm")
+    x = x + L.multihead_attention(y, None, bias, k, h,
+                                  dropout=config.dropout,
+                                  master_dtype=config.master_dtype,
+                                  name=f"layer_{i}/attention")
+    y = normalize(x, m, name=f"layer_{i}/ffn_norm")
+    if ffn_fn is not None:
+      y, aux = ffn_fn(i, y)
+      if aux is not None:
+        aux_losses.append(aux)
+    else:
+      y = L.dense_relu_dense(y, f, dropout_rate=config.dropout,
+                             activation=config.activation,
+                             master_dtype=config.master_dtype,
+                             name=f"layer_{i}/ffn")
+    return x + y
+  if i < config.recompute:
+    from mesh_tf.gradients import recompute_grad
+    return recompute_grad(block, [x], name=f"layer_{i}/recompute")
+  return block(x)
+
+
 def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
                    length=8, batch=8, activation="relu", norm="layer_norm",
                    dropout=0.0, z_loss=0.0, pad_id=None, dtype="float32",
@@ -156,39 +199,16 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
                      f"{layers}]: it is how many layers recompute")
   dtype = config.variable_dtype().activation_dtype
   num_layers = layers
-  from mesh_tf import layers as L
   graph, mesh = new_graph(mesh_name)
   b, n = Dimension("batch", batch), Dimension("length", length)
-  m, h = Dimension("d_model", d_model), Dimension("heads", heads)
-  k, f = Dimension("d_kv", d_kv), Dimension("d_ff", d_ff)
-  v = Dimension("vocab", vocab)
+  m, v = Dimension("d_model", d_model), Dimension("vocab", vocab)
   inputs, targets = lm_inputs(mesh, b, n, v)
   x, table = embed(mesh, inputs, v, m, n, dtype, master_dtype)
   bias = lm_bias(mesh, inputs, n, pad_id)
   normalize = _norm_fn(norm)
   aux_losses = []
   for i in range(num_layers):
-    def block(x, i=i):
-      y = normalize(x, m, name=f"layer_{i}/attention_norm")
-      x = x + L.multihead_attention(y, None, bias, k, h, dropout=dropout,
-                                    master_dtype=master_dtype,
-                                    name=f"layer_{i}/attention")
-      y = normalize(x, m, name=f"layer_{i}/ffn_norm")
-      if ffn_fn is not None:
-        y, aux = ffn_fn(i, y)
-        if aux is not None:
-          aux_losses.append(aux)
-      else:
-        y = L.dense_relu_dense(y, f, dropout_rate=dropout,
-                               activation=activation,
-                               master_dtype=master_dtype,
-                               name=f"layer_{i}/ffn")
-      return x + y
-    if i < recompute:
-      from mesh_tf.gradients import recompute_grad
-      x = recompute_grad(block, [x], name=f"layer_{i}/recompute")
-    else:
-      x = block(x)
+    x = transformer_layer(config, i, x, bias, ffn_fn, aux_losses)
   x = normalize(x, m, name="final_norm")
   logits, loss = lm_head(x, table, v, m, targets, z_loss)
   outputs = {"logits": logits}
@@ -203,3 +223,59 @@ def transformer_lm(layers=2, d_model=16, heads=4, d_kv=4, d_ff=32, vocab=64,
       graph, mesh, {"inputs": inputs, "targets": targets}, outputs, loss,
       config, {"inputs": InputSpec(inputs, vocab),
                "targets": InputSpec(targets, vocab)})
+
+
+def transformer_parts(config):
+  """The Transformer of ``config`` as embedding, repeated layers and head,
+  for pipeline parallelism (:mod:`mesh_tf.pipeline`).
+
+  The parts build exactly what :func:`transformer_lm` builds, with the
+  same variable names: the embedding and positions first, then
+  :func:`transformer_layer` ``config.layers`` times, then the final norm
+  and the softmax through the tied embedding table (which the last stage
+  holds a copy of).  ``config.batch`` is the whole batch.
+
+  Returns:
+    A :class:`~mesh_tf.models.repeated.RepeatedLayers`.
+
+  Raises:
+    ShapeError: for a config of another model (a subclass, e.g. the MoE
+      Transformer's, whose layers these parts do not build).
+
+  Example:
+    >>> parts = transformer_parts(TransformerConfig(layers=4))
+    >>> parts.layers, parts.batch
+    (4, 8)
+  """
+  if type(config) is not TransformerConfig:
+    raise ShapeError(
+        f"transformer_parts builds the dense TransformerConfig's layers, "
+        f"not a {type(config).__name__}'s; that model declares no repeated "
+        "layers for pipelining yet")
+  c = config
+  dtype = c.variable_dtype().activation_dtype
+  n, m = Dimension("length", c.length), Dimension("d_model", c.d_model)
+  v = Dimension("vocab", c.vocab)
+
+  def inputs(mesh, batch):
+    ids, targets = lm_inputs(mesh, Dimension("batch", batch), n, v)
+    return {"inputs": ids, "targets": targets}
+
+  def first(mesh, feeds):
+    return embed(mesh, feeds["inputs"], v, m, n, dtype, c.master_dtype)[0]
+
+  def context(mesh, feeds):
+    return lm_bias(mesh, feeds["inputs"], n, c.pad_id)
+
+  def layer(i, x, bias):
+    return transformer_layer(c, i, x, bias)
+
+  def last(mesh, x, feeds):
+    from mesh_tf import layers as L
+    table = L.embedding_weights(mesh, v, m, variable_dtype=c.master_dtype,
+                                name="embedding")
+    x = _norm_fn(c.norm)(x, m, name="final_norm")
+    return lm_head(x, table, v, m, feeds["targets"], c.z_loss)[1]
+
+  return RepeatedLayers(c.layers, c.batch, inputs, first, context, layer,
+                        last, {"inputs": c.vocab, "targets": c.vocab})

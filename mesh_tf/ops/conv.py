@@ -194,6 +194,12 @@ class ConvOperation(Operation):
 
   @property
   def unsplittable_dims(self):
+    """The filter's and the input's spatial dims, as Mesh TF defines it."""
+    return self.geometry.unsplittable() | frozenset(self.spatial_names)
+
+  @property
+  def lowering_unsplittable_dims(self):
+    """The filter's spatial dims: split spatial dims exchange halos."""
     return self.geometry.unsplittable()
 
   def cost_params(self):

@@ -105,6 +105,11 @@ class _Conv2or3dKernelOp(Operation):
 
   @property
   def unsplittable_dims(self):
+    """None, as Mesh TF defines it."""
+    return frozenset()
+
+  @property
+  def lowering_unsplittable_dims(self):
     return frozenset(self._spatial + self._filter_spatial)
 
   def cost_params(self):

@@ -76,7 +76,12 @@ class GenericGradOperation(Operation):
 
   @property
   def unsplittable_dims(self):
-    return self.forward_op.unsplittable_dims
+    """None, as Mesh TF defines it."""
+    return frozenset()
+
+  @property
+  def lowering_unsplittable_dims(self):
+    return self.forward_op.lowering_unsplittable_dims
 
   def cost_params(self):
     return (self.forward_op.signature, tuple(self._given))

@@ -34,11 +34,34 @@ def _pool_kind(kind, n):
   return k
 
 
+def _original_signature(x, ksize, strides):
+  """``(spatial dims, window sizes)`` of Mesh TF's ``(ksize, strides)``."""
+  if list(ksize) != list(strides):
+    raise MtfError(f"pooling {x.name}: ksize {list(ksize)} differs from "
+                   f"strides {list(strides)}; windows must equal strides")
+  n = len(ksize)
+  if x.shape.ndims < n + 1:
+    raise ShapeError(f"pooling {x.name} {x.shape!r}: {n} spatial dims and a "
+                     "channel dim need more dims")
+  return x.shape.dims[-n - 1:-1], list(ksize)
+
+
 class PoolOperation(Operation):
-  """Max or average pooling with window = stride over ``spatial_dims``."""
+  """Max or average pooling with window = stride over ``spatial_dims``.
+
+  ``PoolOperation(x, spatial_dims, ksizes, kind)``, or Mesh TF's
+  ``PoolOperation(x, ksize, strides, pool_fn_string)`` (integer window and
+  strides, equal, over the dims just before ``x``'s last (channel) dim).
+  As Mesh TF defines it, the spatial dims are unsplittable
+  (``unsplittable_dims``); mesh-tf's lowering splits them where each block
+  holds whole windows (``lowering_unsplittable_dims`` is empty).
+  """
 
   def __init__(self, x, spatial_dims, ksizes, kind, name=None):
-    kind = _pool_kind(kind, len(list(spatial_dims)))
+    spatial_dims = list(spatial_dims)
+    if spatial_dims and all(isinstance(k, int) for k in spatial_dims):
+      spatial_dims, ksizes = _original_signature(x, spatial_dims, ksizes)
+    kind = _pool_kind(kind, len(spatial_dims))
     super().__init__([x], name=name or f"{kind}_pool")
     self.kind = kind
     self.spatial_names = [_as_name(d) for d in spatial_dims]
@@ -61,6 +84,16 @@ class PoolOperation(Operation):
                          f"{n!r}")
     self._outputs = [Tensor(self, dims_lib.Shape(dims), x.dtype)]
 
+  @property
+  def unsplittable_dims(self):
+    """The spatial dims, as Mesh TF defines it."""
+    return frozenset(self.spatial_names)
+
+  @property
+  def lowering_unsplittable_dims(self):
+    """None: blocks of a split spatial dim hold whole windows."""
+    return frozenset()
+
   def cost_params(self):
     return (self.kind, tuple(self.spatial_names), tuple(self.ksizes))
 
@@ -76,7 +109,9 @@ class PoolOperation(Operation):
     sp = [int(s) for s in t.shape[len(others_shape):]]
     t = tf.reshape(t, [n] + sp + [1])
     fn = tf.nn.max_pool if self.kind == "max" else tf.nn.avg_pool
-    y = fn(t, self.ksizes, self.ksizes, "VALID")
+    # An explicit data_format: TF's 3-d pooling gradient reads the attr.
+    fmt = {1: "NWC", 2: "NHWC", 3: "NDHWC"}[len(sp)]
+    y = fn(t, self.ksizes, self.ksizes, "VALID", data_format=fmt)
     return tf.reshape(y, list(others_shape) + [int(s) for s in y.shape[1:-1]])
 
   def lower(self, lowering):

@@ -32,13 +32,23 @@ class RandomOperation(Operation):
   ``[minval, maxval)``.
   """
 
-  def __init__(self, mesh, shape, dtype, kind, seed, params, name=None):
+  def __init__(self, mesh, shape, dtype, kind=None, seed=None, params=None,
+               name=None, **tf_kwargs):
+    if callable(dtype):
+      # Mesh TF's RandomOperation(mesh, shape, tf_fn, **kwargs), e.g.
+      # tf_fn=tf.random.uniform with minval=, maxval=, dtype=, seed=.
+      dtype, kind, seed, params = _from_tf_fn(dtype, tf_kwargs)
+    elif tf_kwargs or kind is None:
+      raise MtfError(
+          f"RandomOperation takes (mesh, shape, dtype, kind, seed, params) or "
+          f"Mesh TF's (mesh, shape, tf_fn, **kwargs); got dtype={dtype!r}, "
+          f"kind={kind!r}, keywords {sorted(tf_kwargs)}")
     super().__init__([], mesh=mesh, name=name or f"random_{kind}")
     if seed is None:
       seed = zlib.crc32(self.name.encode("utf-8"))
     self.kind = kind
     self.seed = int(seed)
-    self.params = dict(params)
+    self.params = dict(params or {})
     self._outputs = [Tensor(self, shape, dtype)]
 
   no_gradient_reason = "a random draw has no inputs"
@@ -59,6 +69,34 @@ class RandomOperation(Operation):
       y = impl.slicewise(lambda t: tf.cast(tf.floor(t), dtype), u,
                          shape=out.shape, dtype=dtype)
     lowering.set_tensor_lowering(out, y)
+
+
+_TF_PARAMS = {"uniform": ("minval", "maxval"), "normal": ("mean", "stddev")}
+
+
+def _from_tf_fn(tf_fn, kwargs):
+  """``(dtype, kind, seed, params)`` of Mesh TF's ``tf_fn(shape, **kwargs)``:
+  TF's uniform or normal draws (``tf.random.uniform``, ``tf.random_normal``
+  ...), known by the function's name."""
+  fn_name = getattr(tf_fn, "__name__", repr(tf_fn))
+  kinds = [k for k in _TF_PARAMS if k in fn_name and "truncated" not in fn_name]
+  if not kinds:
+    raise MtfError(f"RandomOperation: tf_fn {fn_name} is not a uniform or "
+                   "normal draw; use tf.random.uniform or tf.random.normal")
+  kind = kinds[0]
+  kwargs = dict(kwargs)
+  dtype = kwargs.pop("dtype", "float32")
+  dtype = getattr(dtype, "name", dtype)
+  seed = kwargs.pop("seed", None)
+  unknown = sorted(set(kwargs) - set(_TF_PARAMS[kind]))
+  if unknown:
+    raise MtfError(f"RandomOperation: {fn_name} got keywords {unknown}; use "
+                   f"{list(_TF_PARAMS[kind])}, dtype and seed")
+  defaults = {"minval": 0.0, "maxval": None, "mean": 0.0, "stddev": 1.0}
+  params = {k: kwargs.get(k, defaults[k]) for k in _TF_PARAMS[kind]}
+  if kind == "uniform" and params["maxval"] is None:
+    params["maxval"] = 1.0
+  return dtype, kind, seed, params
 
 
 def _check_seed(seed, what):

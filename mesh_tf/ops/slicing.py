@@ -60,6 +60,11 @@ class _OneDimOperation(Operation):
 
   @property
   def unsplittable_dims(self):
+    """The op's dim, as Mesh TF defines it."""
+    return frozenset([self.dim_name])
+
+  @property
+  def lowering_unsplittable_dims(self):
     """None: a split dim is gathered, processed, and split again."""
     return frozenset()
 

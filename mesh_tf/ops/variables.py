@@ -155,6 +155,8 @@ class Variable(Operation):
   def __init__(self, mesh, name, shape, dtype, initializer, trainable=True,
                memory_category=None):
     super().__init__([], mesh=mesh, name=name)
+    if isinstance(dtype, dtypes_lib.VariableDType):
+      dtype = dtype.master_dtype   # Mesh TF's Variable takes a VariableDType
     self.initializer = _as_initializer(initializer)
     value = getattr(self.initializer, "value", None)
     if isinstance(value, np.ndarray) and value.shape != tuple(
@@ -172,6 +174,27 @@ class Variable(Operation):
     mesh.graph.all_variables.append(self)
     if trainable:
       mesh.graph.trainable_variables.append(self)
+    # Mesh TF's Mesh(graph, name, variable_placer): the master is made now,
+    # in the current TF graph, on the device the placer picks; Lowering's
+    # masters (mesh_tf.lowering.masters) then use it.
+    self.master = None
+    placer = getattr(mesh, "variable_placer", None)
+    if placer is not None:
+      self.master = self._placed_master(placer)
+
+  def _placed_master(self, placer):
+    full = tuple(self.shape.to_integer_list())
+
+    def initial_value():
+      return self.initializer(full, (0,) * len(full), full, self.dtype,
+                              self.seed)
+    graph = tf.compat.v1.get_default_graph()
+    # A device function places graph ops only (TF ignores it eagerly).
+    with (graph.device(placer) if not tf.executing_eagerly()
+          else tf.device(None)):
+      return tf.compat.v1.Variable(initial_value, name=self.name,
+                                   trainable=self.trainable, dtype=self.dtype,
+                                   use_resource=True)
 
   no_gradient_reason = ("a variable has no inputs; gradients stop at its "
                         "value")

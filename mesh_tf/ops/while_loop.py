@@ -260,6 +260,13 @@ class WhileLoopOperation(Operation):
     return frozenset(out)
 
   @property
+  def lowering_unsplittable_dims(self):
+    out = set()
+    for op in self._cond_ops + self._body_ops:
+      out |= op.lowering_unsplittable_dims
+    return frozenset(out)
+
+  @property
   def splittable_dims(self):
     names = set(super().splittable_dims)
     for op in self._cond_ops + self._body_ops:

@@ -15,7 +15,7 @@ import mesh_tf as mtf
 from costmodels import calibrate as cal
 from costmodels import compute
 from costmodels.calibrate import calibration, measure, probes, topology_file
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate.timings import Sample
 from costmodels.collective_fits import CollectiveFit, find_fit
 from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology import PhysicalDim, Topology
@@ -82,8 +82,8 @@ def test_wrong_schema_version_and_fields_are_typed_errors(tmp_path):
   good = topology_file.topology_json(_calibrated())
   with pytest.raises(topology_file.TopologyFileError, match="schema"):
     topology_file.read_topology(_bad(tmp_path, {**good, "schema": "other"}))
-  with pytest.raises(topology_file.TopologyFileError, match="version 8"):
-    topology_file.read_topology(_bad(tmp_path, {**good, "version": 8}))
+  with pytest.raises(topology_file.TopologyFileError, match="version 9"):
+    topology_file.read_topology(_bad(tmp_path, {**good, "version": 9}))
   chip = {k: v for k, v in good["chip"].items() if k != "peak_flops_per_s"}
   with pytest.raises(topology_file.TopologyFileError,
                      match="peak_flops_per_s"):
@@ -299,11 +299,19 @@ def test_quick_calibration_end_to_end(tmp_path):
   # data-parallel steps ran slower, which noise may hide in a quick run).
   assert "record in a step" in {r[0] for r in c.fits}
   steps = [s for s in meta["samples"] if s["what"] == "model_step"]
-  # Only the Transformer also data parallel (Plan.data_steps).
+  # Only the Transformer and the wide MLP also data parallel
+  # (Plan.data_steps): kilobyte and megabyte gradients.
   assert {s["pattern"] for s in steps} == {
       "transformer", "transformer batch:x", "transformer batch:b;d_ff:a",
-      "conv3d", "mlp_wide"}
+      "conv3d", "mlp_wide", "mlp_wide batch:x"}
   assert all(s["records"] for s in steps)
+  # Each collective of a step, for its bytes in a step (step_costs).
+  assert all(len(s["transfers"]) == s["collectives"] for s in steps)
+  # The reference steps give the step's fixed cost, and the quick plan
+  # times a full and two thin convolutions a kernel.
+  assert "step" in {r[0] for r in c.fits}
+  assert {tuple(s["conv"]) for s in meta["samples"]
+          if s["pattern"] == "conv"} == {(14, 1, 8), (14, 8, 1), (14, 8, 8)}
   # The mixed steps run collectives of 1 to 7 messages (over a, b and
   # both), data parallel's of 7 each: what tells a collective's cost in a
   # step from a message's.
@@ -350,11 +358,11 @@ def test_interleaved_times_every_probe_in_shuffled_rounds():
 
 
 def test_the_truth_benchmarks_extra_passes_time_every_step_in_new_orders():
-  """``cost_model_truth.more_passes`` times each layout's step ``STEP_CALLS``
+  """``truth_timing.more_passes`` times each layout's step ``STEP_CALLS``
   more steady steps (after an untimed call) in each of ``passes - 1``
   passes, the layouts in a new order each pass; one pass adds nothing."""
   import random
-  from benchmarks import cost_model_truth as truth
+  from benchmarks import truth_timing as truth
   log = []
   calls = [(lambda k=k: log.append(k), []) for k in "abcde"]
   truth.more_passes(calls, 1, random.Random(0))

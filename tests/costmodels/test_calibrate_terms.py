@@ -12,9 +12,10 @@ import costmodels
 import mesh_tf as mtf
 from costmodels import compute, topology_json
 from costmodels import overlap as overlap_lib
-from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import overlap_fit
+from costmodels.calibrate import pattern_fit
 from costmodels.calibrate import topology_file
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate.timings import Sample
 from costmodels.compute_fits import ComputeClassFit
 from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology import PhysicalDim, Topology
@@ -110,7 +111,7 @@ def test_fit_patterns_recovers_known_parameters():
   samples = (_synthetic(chained[1], sizes) + _synthetic(chained[0], sizes)
              # One-device timings do not enter the all-devices fits.
              + [Sample("matmul", "", 1, 1, 1e6, 1.0, pattern="matmul")])
-  got = {f.pattern: f for f in fit_lib.fit_patterns(samples, "float32", 8,
+  got = {f.pattern: f for f in pattern_fit.fit_patterns(samples, "float32", 8,
                                                     2e-5)}
   assert set(got) == {"matmul", "transposed"}
   for want in chained:
@@ -130,7 +131,7 @@ def test_a_products_chain_is_priced_by_its_flops_not_its_bytes():
   # exact where the bytes follow the FLOPs.
   truth = FITS[1]   # transposed: 8 GFLOP/s and 2 GB/s
   sizes = [(f, f / 40) for f in (4e6, 8e6, 1.7e7, 6.7e7)]
-  (got,) = fit_lib.fit_patterns(_synthetic(truth, sizes), "float32", 8,
+  (got,) = pattern_fit.fit_patterns(_synthetic(truth, sizes), "float32", 8,
                                 2e-5)
   assert got.bandwidth_bytes_per_s == math.inf
   assert got.latency_s == pytest.approx(truth.latency_s, rel=1e-6)
@@ -145,7 +146,7 @@ def test_fit_patterns_falls_back_to_a_rate_when_timings_do_not_grow():
   # The larger conv ran faster (noise): one rate through the origin.
   noisy = [Sample("matmul", "", 8, 0, f, t, pattern="conv")
            for f, t in ((1e6, 2e-3), (1e7, 1e-3))]
-  (fit,) = fit_lib.fit_patterns(noisy, "float32", 8, 0.0)
+  (fit,) = pattern_fit.fit_patterns(noisy, "float32", 8, 0.0)
   assert fit.latency_s == 0.0 and 0 < fit.flops_per_s < math.inf
   assert fit.time_s(1e6, 0) < 2e-3 and fit.time_s(1e7, 0) > 1e-3
 
@@ -163,10 +164,10 @@ def test_fit_overlap_recovers_the_efficiency(eta):
                       ("overlap_both", t)):
         samples.append(Sample(what, "x", 8, nbytes, c * 1e9, s,
                               link="device"))
-  got, count, spread = fit_lib.fit_overlap(samples, "device")
+  got, count, spread = overlap_fit.fit_overlap(samples, "device")
   assert got == pytest.approx(eta, abs=1e-9) and count == 6
   assert spread == pytest.approx(0.0, abs=1e-9)
-  assert fit_lib.fit_overlap(samples, "process") is None
+  assert overlap_fit.fit_overlap(samples, "process") is None
 
 
 # --- pricing ---------------------------------------------------------------------
@@ -207,7 +208,7 @@ def test_topology_file_keeps_pattern_fits_and_overlap(tmp_path):
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == topology_json.VERSION == 7
+  assert data["version"] == topology_json.VERSION == 8
   back = costmodels.get_topology(str(path))
   assert back == topo
   assert back.chip.compute_fit("transposed") == FITS[1]
@@ -253,7 +254,7 @@ def test_plan_files_with_the_old_embedded_form_still_read():
      r"dims\[0\].link.overlap_efficiency is 1.5"),
     (lambda d: d["chip"]["compute_fits"][0].pop("pattern"),
      r"compute_fits\[0\] lacks the field 'pattern'"),
-    (lambda d: d.update(version=8), r"versions \[1, 2, 3, 4, 5, 6, 7\]"),
+    (lambda d: d.update(version=9), r"versions \[1, 2, 3, 4, 5, 6, 7, 8\]"),
     (lambda d: d["chip"]["compute_fits"][0].update(tile=[8, 0, 4]),
      r"compute_fits\[0\]: .*tile of 3 positive integers.*\(8, 0, 4\)"),
     (lambda d: d["chip"]["compute_fits"][0].update(tile=[8, 4]),
@@ -311,7 +312,7 @@ def test_elementwise_work_gets_a_bytes_fit_that_prices_vector_records(
   samples = [Sample("elementwise", "", 8, 2 * n, n // 4,
                     2e-5 + want.time_s(n // 4, 2 * n)) for n in
              (1 << 16, 1 << 19, 1 << 22)]
-  (got,) = fit_lib.fit_patterns(samples, "float32", 8, 2e-5)
+  (got,) = pattern_fit.fit_patterns(samples, "float32", 8, 2e-5)
   assert got.pattern == "elementwise" and got.flops_per_s == math.inf
   assert got.latency_s == pytest.approx(3e-5, rel=1e-6)
   assert got.bandwidth_bytes_per_s == pytest.approx(4e9, rel=1e-6)

@@ -12,8 +12,10 @@ import pytest
 import costmodels
 from costmodels import compute
 from costmodels.calibrate import conv_tiles, measure, probes, topology_file
-from costmodels.calibrate import fit as fit_lib
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate import least_squares
+from costmodels.calibrate import pattern_fit
+from costmodels.calibrate import timings
+from costmodels.calibrate.timings import Sample
 from costmodels.compute_fits import ComputeClassFit, tiled_flops
 from mesh_tf import models
 from mesh_tf.lowering.trace import ComputeRecord
@@ -103,7 +105,7 @@ def _plan_rows(kind, tile, noise=0.0, rng=None):
 @pytest.mark.parametrize("tile", [TILE, (16, 1, 8), (1, 1, 8), (4, 2, 1)])
 def test_the_fit_recovers_the_tile_the_timings_were_made_with(kind, tile):
   rows, launch = _plan_rows(kind, tile)
-  (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
   assert got.tile == tile
   assert got.flops_per_s == pytest.approx(2e10, rel=1e-3)
   assert got.input_bandwidth_bytes_per_s == pytest.approx(1e8, rel=1e-3)
@@ -114,11 +116,11 @@ def test_timings_without_a_tile_fit_none_even_with_noise():
   for seed in range(5):
     rows, launch = _plan_rows("conv", (), noise=0.03,
                               rng=random.Random(seed))
-    (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+    (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
     assert got.tile == ()
   # Noise does not hide a real tile either.
   rows, launch = _plan_rows("conv", TILE, noise=0.03)
-  (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
   assert got.tile == TILE
 
 
@@ -128,12 +130,48 @@ def test_too_few_shapes_or_old_samples_fit_no_tile():
   ys = [s.seconds for s in rows]
   few = rows[:conv_tiles.MIN_SHAPES - 1]
   assert conv_tiles.best_tile(few, xs[:len(few)], ys[:len(few)],
-                              fit_lib.nonneg_lstsq) == ((), xs[:len(few)])
+                              least_squares.nonneg_lstsq) == ((), xs[:len(few)])
   old = [s._replace(conv=()) for s in rows]
-  (got,) = fit_lib.fit_patterns(old, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(old, "float32", 8, launch)
   assert got.tile == ()
-  # The quick plan's two shapes a kind: no tile, as before.
-  assert len(measure.make_plan(("x:8",), quick=True).convs) == 2
+  # Fewer thin shapes than a channels-only tile needs: none either.
+  thin = _quick_rows("conv", (1, 1, 4))[0][:conv_tiles.THIN_SHAPES - 1]
+  (got,) = pattern_fit.fit_patterns(thin, "float32", 8, launch)
+  assert got.tile == ()
+
+
+def _quick_rows(kind, tile):
+  """Synthetic timings of the quick plan's ``kind`` probes (a full shape
+  and the two thin ones), made from a FLOP rate and ``tile``."""
+  truth = ComputeClassFit(kind, 2e-4, 2e10, tile=tile)
+  launch = 3e-5
+  rows = []
+  for k, (n, v, c, f, ks) in measure.make_plan(("x:8",), quick=True).convs:
+    if k == kind:
+      xs, ws, os_, flops = probes.conv_shapes(kind, n, v, c, f, ks)
+      dims = probes.conv_dims(v, c, f, ks)
+      rows.append(Sample("matmul", "", 8, 4 * (math.prod(xs) + math.prod(
+          os_)), float(flops), launch + truth.time_s(flops, 0, conv=dims),
+                         pattern=kind, conv=dims))
+  return rows, launch
+
+
+@pytest.mark.parametrize("kind", ["conv", "conv_filter"])
+@pytest.mark.parametrize("tile", [(1, 1, 4), (1, 1, 8), (1, 4, 1),
+                                  (1, 2, 8)])
+def test_the_quick_plans_thin_convolutions_recover_their_channel_blocks(
+    kind, tile):
+  # The thin-convolution regime: a single output (input) channel costs a
+  # whole block of them; the quick plan's three shapes a kind price it.
+  rows, launch = _quick_rows(kind, tile)
+  assert len(rows) == conv_tiles.THIN_SHAPES
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
+  assert got.tile == tile
+  assert got.flops_per_s == pytest.approx(2e10, rel=1e-6)
+  # Without the regime (no tile in the timings): none is invented.
+  rows, launch = _quick_rows(kind, ())
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
+  assert got.tile == ()
 
 
 def test_conv_shapes_take_a_volume_or_a_cube():
@@ -159,4 +197,4 @@ def test_files_keep_the_tile_and_version_6_files_read_without_one(tmp_path):
   path.write_text(json.dumps(dict(data, version=6)))
   assert topology_file.read_topology(path).chip.compute_fits[0].tile == ()
   s = Sample("matmul", "", 8, 1, 1.0, 1e-3, pattern="conv", conv=(2, 8, 1))
-  assert fit_lib.sample_from_dict(json.loads(json.dumps(s._asdict()))) == s
+  assert timings.sample_from_dict(json.loads(json.dumps(s._asdict()))) == s

@@ -9,7 +9,11 @@ MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
            "costmodels.topology.presets",
            "costmodels.collectives", "costmodels.compute",
            "costmodels.memory", "costmodels.evaluate",
-           "costmodels.collective_fits", "costmodels.calibrate.fit",
+           "costmodels.collective_fits", "costmodels.calibrate.least_squares",
+           "costmodels.calibrate.threaded_kernel",
+           "costmodels.calibrate.overlap_fit",
+           "costmodels.calibrate.step_costs",
+           "costmodels.calibrate.compute_fit",
            "costmodels.calibrate.topology_file", "costmodels.overlap",
            "costmodels.prefetch"]
 

@@ -11,10 +11,12 @@ import pytest
 import costmodels
 from costmodels import compute
 from costmodels.calibrate import calibration
-from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import compute_fit
+from costmodels.calibrate import pattern_fit
+from costmodels.calibrate import timings
 from costmodels.calibrate import model_steps
 from costmodels.calibrate import topology_file
-from costmodels.calibrate.fit import CalibrationError, Sample
+from costmodels.calibrate.timings import CalibrationError, Sample
 from costmodels.calibrate.record_costs import fit_record_costs
 from costmodels.compute_fits import ComputeClassFit
 from mesh_tf.lowering.trace import ComputeRecord
@@ -136,7 +138,7 @@ def test_fit_topology_prices_records_at_the_fitted_costs(tmp_path):
       path.read_text())["calibration"]
   assert back == topo
   assert costmodels.get_topology(str(path)).chip == chip
-  assert [fit_lib.sample_from_dict(d) for d in meta["samples"]] == steps
+  assert [timings.sample_from_dict(d) for d in meta["samples"]] == steps
 
 
 def test_a_record_in_a_step_costs_at_least_a_kernel_alone():
@@ -146,7 +148,7 @@ def test_a_record_in_a_step_costs_at_least_a_kernel_alone():
   info = {"devices": [f"/device:CPU:{i}" for i in range(8)],
           "device_types": ["CPU"]}
   base, _ = calibration.fit_topology(_measured_like(), info, "base")
-  alone = fit_lib.fit_compute(_measured_like(), 8).launch_alone_s
+  alone = compute_fit.fit_compute(_measured_like(), 8).launch_alone_s
   assert alone > 0
   steps = [s._replace(seconds=sum(_work(base.chip, r) for r in s.records))
            for s in _samples()]
@@ -190,7 +192,7 @@ def test_pattern_fit_is_not_decided_by_timings_near_the_launch_cost():
   times[0] = launch + 0.5e-6
   samples = [Sample("elementwise", "", 8, b, b // 8, t)
              for b, t in zip(sizes, times)]
-  (got,) = fit_lib.fit_patterns(samples, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(samples, "float32", 8, launch)
   assert got.bandwidth_bytes_per_s == pytest.approx(bw, rel=0.2)
 
 

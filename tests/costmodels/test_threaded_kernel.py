@@ -12,9 +12,11 @@ import pytest
 import costmodels
 from costmodels import compute
 from costmodels.calibrate import calibration, probes
-from costmodels.calibrate import fit as fit_lib
+from costmodels.calibrate import collective_fit
+from costmodels.calibrate import pattern_fit
+from costmodels.calibrate import threaded_kernel
 from costmodels.calibrate import topology_file
-from costmodels.calibrate.fit import Sample
+from costmodels.calibrate.timings import Sample
 from costmodels.collective_fits import CollectiveFit
 from costmodels.compute_fits import ComputeClassFit
 from mesh_tf.lowering.trace import ComputeRecord
@@ -41,7 +43,7 @@ def _kernel_samples(noise=0.0, limit=LIMIT, rng=None, matrix_s=0.0):
                                    (2, 16, 64)])
 def test_fit_recovers_the_cost_and_the_largest_inline_product(limit,
                                                               matrix_s):
-  got = fit_lib.fit_threaded_kernel(
+  got = threaded_kernel.fit_threaded_kernel(
       _kernel_samples(0.05, limit, matrix_s=matrix_s), 8)
   assert got.inline_max == limit
   assert got.seconds == pytest.approx(THREADED_S, rel=0.15)
@@ -52,16 +54,16 @@ def test_fit_recovers_the_cost_and_the_largest_inline_product(limit,
 def test_the_batch_term_needs_two_batches():
   # Without a batch sweep nothing is known of the batch: no term.
   few = [s for s in _kernel_samples(matrix_s=MATRIX_S) if s.matrix[0] <= 2]
-  assert fit_lib.fit_threaded_kernel(few, 8).matrix_s == 0.0
+  assert threaded_kernel.fit_threaded_kernel(few, 8).matrix_s == 0.0
 
 
 def test_a_sweep_without_a_step_costs_nothing():
   flat = [s._replace(seconds=INLINE_S) for s in _kernel_samples()]
-  assert fit_lib.fit_threaded_kernel(flat, 8) == (0.0, (), 0.0, len(flat),
+  assert threaded_kernel.fit_threaded_kernel(flat, 8) == (0.0, (), 0.0, len(flat),
                                                   0.0)
-  assert fit_lib.fit_threaded_kernel([], 8) is None
+  assert threaded_kernel.fit_threaded_kernel([], 8) is None
   # Timings of another device count are not used.
-  assert fit_lib.fit_threaded_kernel(_kernel_samples(), 4) is None
+  assert threaded_kernel.fit_threaded_kernel(_kernel_samples(), 4) is None
 
 
 # --- what a record carries and costs --------------------------------------------
@@ -136,7 +138,7 @@ def test_files_round_trip_the_threaded_cost_and_versions_3_4_read(tmp_path):
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == 7
+  assert data["version"] == 8
   assert data["chip"]["inline_kernel_max"] == [1, 16, 64]
   assert data["chip"]["batch_matrix_s"] == MATRIX_S
   assert topology_file.read_topology(path) == topo
@@ -219,7 +221,7 @@ def test_collective_fit_keeps_residuals_relative_to_the_whole_rep():
                  (kernel + truth.time_s(p, n)) * (1 + rng.uniform(-.01, .01)))
       samples.append(s)
       price[s] = kernel
-  r = fit_lib.fit_collective(samples, "allreduce", "reduce_broadcast",
+  r = collective_fit.fit_collective(samples, "allreduce", "reduce_broadcast",
                              offset=price.get)
   assert (r.fit.steps, r.fit.volume) == ("p-1", "pn")
   assert r.fit.bandwidth_bytes_per_s == pytest.approx(4e9, rel=0.05)
@@ -245,16 +247,16 @@ def test_conv_fit_tells_the_bytes_read_from_the_flops():
                        launch + 2e-4 + truth.time_s(flops, nbytes,
                                                     input_bytes=read),
                        pattern="conv", input_bytes=read))
-  (got,) = fit_lib.fit_patterns(rows, "float32", 8, launch)
+  (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
   assert got.input_bandwidth_bytes_per_s == pytest.approx(1e8, rel=1e-3)
   assert got.flops_per_s == pytest.approx(2e10, rel=1e-3)
   assert got.latency_s == pytest.approx(2e-4, rel=1e-3)
-  (three,) = fit_lib.fit_patterns(rows[:3], "float32", 8, launch)
+  (three,) = pattern_fit.fit_patterns(rows[:3], "float32", 8, launch)
   assert three.input_bandwidth_bytes_per_s == math.inf
   # Timings the bytes read explain alone (no FLOP or bytes term left).
   reads = [s._replace(seconds=launch + 2e-4 + s.input_bytes / 1e8)
            for s in rows]
-  (only,) = fit_lib.fit_patterns(reads, "float32", 8, launch)
+  (only,) = pattern_fit.fit_patterns(reads, "float32", 8, launch)
   assert only.input_bandwidth_bytes_per_s == pytest.approx(1e8, rel=1e-3)
   assert math.isinf(only.flops_per_s) and math.isinf(
       only.bandwidth_bytes_per_s)

@@ -87,10 +87,13 @@ def test_a_plan_for_a_changed_model_is_refused(saved, capsys):
   code, _, err = _run(capsys, "report", *MODEL, "--set",
                       "d_ff=64", "-t", "dgx-h100", "-l", "@" + saved)
   assert_clean_error(err, code, 2, "dim d_ff=32 -> 64", "--hint")
-  code, _, err = _run(capsys, "report", *MODEL, "-l",
-                      "@" + saved)
+  code, _, err = _run(capsys, "report", *MODEL, "-t", "tpu-v5e-16x16",
+                      "-l", "@" + saved)
   assert_clean_error(err, code, 2, "does not fit topology tpu-v5e-16x16",
                      "-t dgx-h100")
+  # Without -t the plan's own topology is the default.
+  code, _, _ = _run(capsys, "report", *MODEL, "-l", "@" + saved)
+  assert code == 0
   code, _, err = _run(capsys, "report", *MODEL, "-t",
                       "dgx-h100", "--mesh", "data:4;model:2", "-l",
                       "@" + saved)

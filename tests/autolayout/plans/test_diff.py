@@ -57,10 +57,12 @@ def test_without_a_graph_only_stored_costs_and_decisions():
   assert d.total.step_time_s == pytest.approx(
       b.costs.step_time_s - a.costs.step_time_s)
   import dataclasses
-  c = dataclasses.replace(b, decision_items=(("microbatches", "4"),))
+  from autolayout.training.families import TrainingDecisions
+  c = dataclasses.replace(b, training=TrainingDecisions(microbatches=4))
   rows = plan_diff.diff(a, c).rows
+  # A plan without decisions is the step as built (one microbatch).
   assert [(r.kind, r.name, r.a, r.b) for r in rows if r.kind == "decision"
-          ] == [("decision", "microbatches", None, 4)]
+          ] == [("decision", "microbatches", 1, 4)]
 
 
 def test_a_on_another_mesh_drops_rules_and_says_why():

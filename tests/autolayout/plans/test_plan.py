@@ -124,8 +124,14 @@ def _write(tmp_path, solved, edit):
     (lambda d: d["rules"].update(batch="rows"),
      "rule batch:rows names mesh axis 'rows'.*use one of"),
     (lambda d: d["rules"].update(nope="data"), "names dim 'nope'"),
-    (lambda d: d.update(decisions={"microbatches": 4}),
-     r"decision\(s\) \['microbatches'\].*cannot apply"),
+    (lambda d: d.update(decisions={"microbatches": 4,
+                                   "pipeline_stages": 2}),
+     "decision family 'pipeline_stages', which this mesh-tf does not "
+     "know.*newer"),
+    (lambda d: d.update(decisions={"microbatches": 0}),
+     "decisions.microbatches is 0; use an integer >= 1"),
+    (lambda d: d.update(decisions={"zero_stage": {"ffn": 5}}),
+     "decisions.zero_stage .*stage 5"),
     (lambda d: d["mesh"].update(shape=[2]), "one positive integer size"),
     (lambda d: d["model"].pop("fingerprint"), "missing field "
      "'model.fingerprint'"),

@@ -128,10 +128,10 @@ GROUP_STAGES = (0, 1)
 
 
 def _group_choices():
-  from autolayout.training import stage_groups
+  from autolayout.training import zero
   probe = decisions.build_training(
       GROUP_CONFIG, decisions.TrainingDecisions("bfloat16", 0, 0, 1))
-  return stage_groups.vectors(stage_groups.groups_of(probe.graph),
+  return zero.vectors(zero.groups_of(probe.graph),
                               GROUP_STAGES)
 
 

@@ -96,11 +96,25 @@ def test_saver_checkpoint_restores_under_another_layout(tmp_path):
   np.testing.assert_array_equal(values[0], values[1])
 
 
-def test_masters_need_a_v1_graph():
-  graph, mesh, _, _ = _graph_with_update()
+def test_masters_work_eagerly_and_not_in_a_tf_function():
+  graph, mesh, w, _ = _graph_with_update()
   lowering = mtf.Lowering(graph, {mesh: _impl("x:2", "a:x")})
-  with pytest.raises(mtf.MtfError, match="tf.compat.v1 graph programs"):
-    lowering.copy_masters_to_slices()
+  impl = lowering.mesh_impl(w)
+  slices = impl.variables["w"].slices
+  for s in slices:
+    s.assign(tf.zeros_like(s))
+  assert lowering.copy_masters_to_slices() is None  # ran at once, eagerly
+  full = lowering.export_to_tf_tensor(w).numpy()
+  master = lowering._masters.masters[w.operation]  # pylint: disable=protected-access
+  np.testing.assert_array_equal(full, master.numpy())
+  assert np.any(full != 0)
+
+  @tf.function(autograph=False)
+  def in_function():
+    inner = mtf.lower(graph, {mesh: _impl("x:2", "a:x")})
+    inner.copy_masters_to_slices()
+  with pytest.raises(mtf.MtfError, match="not to a tf.function"):
+    in_function()
 
 
 def test_variable_scopes_name_variables_and_layers():
@@ -210,6 +224,7 @@ def test_a_lowered_operation_also_serves_as_one_op():
     init = V1.global_variables_initializer()
   with _session(tf_graph) as sess:
     sess.run(init)
+    sess.run(lowering.copy_masters_to_slices())
     w0 = sess.run(before)
     np.testing.assert_allclose(sess.run(after), w0 + 2.0, rtol=1e-6)
 

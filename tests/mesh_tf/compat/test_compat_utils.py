@@ -76,5 +76,7 @@ def test_auto_mtf_layout_and_mesh_shape():
     assert got <= _peak(graph, loss, shape, r)
   with pytest.raises(mtf.MtfError, match="num_processors >= 1"):
     mtf.auto_mtf.layout_and_mesh_shape(graph, 0)
+  # Mesh TF's mesh shapes: sizes non-increasing.
   assert list(itertools.islice(mtf.auto_mtf.api._factorizations(8, 2), 10)) == [
-      (2, 4), (4, 2), (8,)]
+      (8,), (4, 2)]
+  assert mtf.auto_mtf.api._factorizations(8, 3) == [(8,), (4, 2), (2, 2, 2)]

@@ -92,7 +92,19 @@ def test_shape_equality_is_ordered_and_sized():
   s = mtf.convert_to_shape("batch:8,d_model:512")
   assert s != mtf.convert_to_shape("d_model:512,batch:8")
   assert s != mtf.convert_to_shape("batch:8,d_model:256")
-  assert s == [BATCH, D_MODEL]
+  # Equality holds between values of one type only (issue 38): a list of
+  # dims is not a Shape, and a mesh's shape is not a tensor's.
+  assert s == mtf.Shape([BATCH, D_MODEL]) and s != [BATCH, D_MODEL]
+  mesh = mtf.convert_to_mesh_shape("rows:2;cols:4")
+  assert mesh == mtf.convert_to_mesh_shape("rows:2,cols:4")
+  assert mesh != mtf.convert_to_shape("rows:2,cols:4")
+  assert mtf.convert_to_shape("rows:2,cols:4") != mesh
+
+
+def test_mesh_shape_owns_its_text_form():
+  mesh = mtf.convert_to_mesh_shape("rows:2, cols:4")
+  assert mesh.text == "rows:2;cols:4"
+  assert mtf.convert_to_mesh_shape(mesh.text) == mesh
 
 
 def test_shape_is_immutable_hashable_picklable():

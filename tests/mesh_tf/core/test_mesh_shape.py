@@ -34,12 +34,14 @@ def test_is_a_value():
 def test_goes_where_a_mesh_shape_went():
   m = convert_to_mesh_shape("rows:2;cols:4")
   s = mtf.convert_to_shape("rows:2;cols:4")
-  assert m == s and hash(m) == hash(s)
+  # A mesh's shape equals only a mesh's shape (issue 38).
+  assert m != s and s != m
   assert mtf.convert_to_shape(m) is m
   assert convert_to_mesh_shape(s) == m and convert_to_mesh_shape(
       s) is not s
   # str() keeps the Shape form, which reads back.
   assert convert_to_mesh_shape(str(m)) == m
+  assert convert_to_mesh_shape(m.text) == m and m.text == "rows:2;cols:4"
   assert mtf.ShapeMeshImpl(m, "").shape == m
 
 
@@ -81,5 +83,6 @@ def test_bad_values():
 def test_round_trips(sizes):
   m = MeshShape([(f"a{i}", s) for i, s in enumerate(sizes)])
   assert convert_to_mesh_shape(str(m)) == m
+  assert convert_to_mesh_shape(m.text) == m
   assert repr(m) == "MeshShape[" + ", ".join(
       f"a{i}={s}" for i, s in enumerate(sizes)) + "]"

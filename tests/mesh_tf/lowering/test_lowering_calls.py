@@ -38,7 +38,10 @@ def test_lower_is_the_compat_constructor(layout):
                             mtf.logical_cpu_devices(8))
   explicit = mtf.lower(graph, {mesh: a})
   compat = mtf.Lowering(graph, {mesh: b})
-  assert isinstance(explicit, mtf.Lowering)
+  # mtf.Lowering is Mesh TF's spelling (mesh_tf.compat.lowering, with its
+  # autostack option) of the one Lowering class that lower returns.
+  assert isinstance(explicit, mtf.lowering.Lowering)
+  assert isinstance(compat, mtf.lowering.Lowering)
   np.testing.assert_allclose(explicit.export_to_tf_tensor(y).numpy(),
                              compat.export_to_tf_tensor(y).numpy())
   assert a.trace == b.trace
@@ -97,6 +100,22 @@ def test_one_op_forcing_a_pending_input_records_it():
   (rec,) = r.trace.collectives
   assert rec.kind == "allreduce" and rec.source_op == "earlier"
   assert rec.op_name == relu.name and not pending.pending
+
+
+def test_a_pending_input_stand_in_says_whether_the_op_forced_it():
+  """The cost tables' typed pending input (issue 38): forcing it records no
+  all-reduce (the op that left the sum prices it), and ``forced`` says
+  whether the op needed the reduced value."""
+  from mesh_tf.lowering.laid_out import PendingInput
+  graph, _, (_, _, h, _, _) = _mlp()
+  relu = next(op for op in graph.operations if h in op.inputs)
+  impl = mtf.ShapeMeshImpl("rows:2;cols:4", "k:cols")
+  stand_in = PendingInput(
+      impl, mtf.LaidOutTensor(impl.slice_shape(h), h.dtype), (1,))
+  assert not stand_in.forced and stand_in.pending
+  r = mtf.lower_operation(relu, impl, [stand_in])
+  assert stand_in.forced and r.trace.collectives == []
+  assert r.outputs[0].slice_shape == stand_in.slice_shape
 
 
 def test_one_op_errors_name_what_to_change():

@@ -103,10 +103,15 @@ def run_v1_graph(mesh_shape, layout):
     update_ops = [o for u in updates for o in lowering.lowered_operation(u)]
     w_t = _variable_value(impl, "w", w.shape)
     step_t = _variable_value(impl, "step", mtf.Shape([]))
+    # Mesh TF's order: the masters exist once Lowering returns, so this
+    # initializer covers them; the slices are local, filled from them.
     init = tf.compat.v1.global_variables_initializer()
-    assert len(tf.compat.v1.global_variables()) == 2 * impl.size
+    copy = lowering.copy_masters_to_slices()
+    assert len(tf.compat.v1.global_variables()) == 2
+    assert len(tf.compat.v1.local_variables()) == 2 * impl.size
   with tf.compat.v1.Session(graph=tf_graph) as sess:
     sess.run(init)
+    sess.run(copy)
     w0 = sess.run(w_t)
     ys = []
     for xv in XS:
@@ -182,7 +187,8 @@ def test_depend_orders_an_update_before_a_read_in_v1_graph_mode():
     lowering = mtf.Lowering(graph, {mesh: impl})
     marker_t = lowering.export_to_tf_tensor(marker)
     c_t = _variable_value(impl, "c", c.shape)
-    init = tf.compat.v1.global_variables_initializer()
+    init = [tf.compat.v1.global_variables_initializer(),
+            tf.compat.v1.local_variables_initializer()]
   with tf.compat.v1.Session(graph=tf_graph) as sess:
     sess.run(init)
     for i in range(1, 4):

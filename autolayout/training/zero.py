@@ -1,4 +1,7 @@
-"""The ZeRO stage per variable group, as one training decision.
+"""The ZeRO stage, as one training-decision family: its value (one stage,
+or one per variable group), its JSON and command-line forms, the storage
+rewrite that lowers it, the choices the search offers and the CP-SAT
+indicators of the decision program.
 
 A training decision's ``zero_stage`` is either one stage for every variable
 (an int, 0-3; every sharded variable shares the storage dims
@@ -21,12 +24,20 @@ Example:
 """
 
 import itertools
+from typing import Tuple, Union
 
+from costmodels.arguments import echo
 from mesh_tf.training import storage
 from mesh_tf.core.errors import InvalidArgumentError
+from autolayout.training.family import DecisionFamily, DecisionValueError
 
-__all__ = ["as_json", "describe", "groups_of", "neighbours", "normalize",
-           "rank", "stage_of", "storage_plan", "vectors"]
+__all__ = ["FAMILY", "ZeroStage", "ZeroStageFamily", "add_choice_vars",
+           "as_json", "describe", "groups_of", "neighbours", "normalize",
+           "parse", "rank", "stage_of", "storage_plan", "vectors"]
+
+# The typed value: one stage for every variable, or sorted (group, stage)
+# pairs (normalize gives every choice one spelling).
+ZeroStage = Union[int, Tuple[Tuple[str, int], ...]]
 
 
 def normalize(zero_stage):
@@ -66,10 +77,9 @@ def normalize(zero_stage):
 
 
 def stage_of(zero_stage, group):
-  """The stage of ``group`` (groups a per-group choice omits: 0)."""
-  if isinstance(zero_stage, int):
-    return zero_stage
-  return dict(zero_stage).get(group, 0)
+  """The stage of ``group`` (groups a per-group choice omits: 0), as the
+  storage plan that lowers ``zero_stage`` has it."""
+  return storage_plan(zero_stage).stage_of(group)
 
 
 def storage_plan(zero_stage):
@@ -133,3 +143,109 @@ def neighbours(zero_stage, groups, stages=storage.STAGES):
       if 0 <= j < len(stages):
         out.append(normalize(dict(base, **{g: stages[j]})))
   return out
+
+
+def parse(text, flag="--zero-stage"):
+  """The ZeRO stage written on the command line: ``N`` (every variable
+  group; an int, range-checked by :meth:`ZeroStageFamily.check`) or
+  ``GROUP=N,...`` (e.g. ``ffn=3,attention=3,embedding=1,norm=0``; groups
+  not named take 0), normalised.
+
+  Raises:
+    DecisionValueError: naming the bad group or stage.
+  """
+  text = str(text).strip()
+  if "=" not in text:
+    try:
+      return int(text)
+    except ValueError:
+      raise DecisionValueError(
+          f"{flag} {echo(text, 40)} is not an integer or auto",
+          f"use e.g. {flag} 3, or {flag} auto") from None
+  out = {}
+  for part in text.split(","):
+    group, _, stage = part.partition("=")
+    group = group.strip()
+    if group not in storage.GROUPS:
+      raise DecisionValueError(
+          f"{flag} names variable group {echo(group, 40)}, which is not "
+          f"one of {', '.join(storage.GROUPS)}",
+          f"e.g. {flag} ffn=3,attention=3,embedding=1,norm=0")
+    try:
+      value = int(stage.strip())
+    except ValueError:
+      value = None
+    if value not in storage.STAGES:
+      raise DecisionValueError(
+          f"{flag} gives group {group} stage {echo(stage, 40)}, which is not "
+          "a ZeRO stage 0-3", f"e.g. {flag} {group}=3")
+    out[group] = value
+  return normalize(out)
+
+
+class ZeroStageFamily(DecisionFamily):
+  """``zero_stage``: a :data:`ZeroStage`, 0 for the step as built."""
+  name = "zero_stage"
+  default = 0
+  flag = "--zero-stage"
+  description = "the ZeRO stage 0-3, or {group: stage} per variable group"
+  example = "3"
+
+  def check(self, value):
+    try:
+      return normalize(value)
+    except InvalidArgumentError as e:
+      raise DecisionValueError(str(e).split("; ")[0],
+                               "e.g. zero_stage=3 or {'ffn': 3, 'norm': 0}"
+                               ) from None
+
+  def to_json(self, value):
+    return as_json(value)
+
+  def parse(self, text):
+    return parse(text, self.flag)
+
+  def describe(self, value):
+    return describe(value)
+
+  def rank(self, value):
+    return rank(value)
+
+  def rewrite(self, graph, value):
+    storage.shard_storage(graph, storage_plan(value))
+
+
+FAMILY = ZeroStageFamily()
+
+
+def add_choice_vars(model, decisions, chosen):
+  """The CP-SAT indicators of the stage choices among the candidates'
+  ``decisions`` (``chosen``: their :math:`z_c`, in the same order):
+  :math:`u_s = \\sum_{c = (s, \\cdot)} z_c` per choice ``s`` (an int or a
+  per-group vector) and its per-group factorisation
+  :math:`u_{g,t} = \\sum_{c:\\, s_g(c) = t} z_c`; both are sums of the
+  :math:`z_c`, so exactly one candidate is chosen and every family reads
+  it.  Returns ``(choices, {s: u_s}, {(g, t): u_{g,t}})``, the choices
+  simplest first."""
+  stages = sorted({d.zero_stage for d in decisions},
+                  key=lambda s: (rank(s), describe(s)))
+  u = {s: model.new_bool_var(f"zero_stage[{describe(s)}]") for s in stages}
+  groups = sorted({g for d in decisions for g in _groups(d.zero_stage)})
+  per_group = {(g, st): model.new_bool_var(f"zero_stage[{g}={st}]")
+               for g in groups
+               for st in sorted({stage_of(d.zero_stage, g)
+                                 for d in decisions})}
+  for s, var in u.items():
+    model.add(var == sum(z for d, z in zip(decisions, chosen)
+                         if d.zero_stage == s))
+  for (g, st), var in per_group.items():
+    model.add(var == sum(z for d, z in zip(decisions, chosen)
+                         if stage_of(d.zero_stage, g) == st))
+  return stages, u, per_group
+
+
+def _groups(zero_stage):
+  """The groups a stage choice names (a uniform stage: every group)."""
+  if isinstance(zero_stage, int):
+    return storage.GROUPS
+  return tuple(g for g, _ in zero_stage)
