@@ -260,10 +260,19 @@ def show_decisions(ctx, result, model, topology):
 def show_memory(ctx, report):
   df = out.memory_frame(report).rename(columns={
       "bytes_per_device": "per device", "fraction_of_hbm": "of HBM"})
+  # Each category's largest over the step, beside its bytes at the peak: a
+  # training step's gradients are often 0 at the peak (the forward pass),
+  # which alone reads as if the step had none.
+  most = {c: int(v.max()) for c, v in
+          report.memory.bytes_by_category_step.items() if len(v)}
+  df.insert(1, "most in step", [most.get(c) for c in df.index])
+  fmt = lambda v: "-" if v is None or v != v else out.fmt_bytes(v)
   out.render(ctx.console, df, "Memory per device (at the peak)",
-             formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct},
+             formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct,
+                      "most in step": fmt},
              caption=("fits in usable HBM" if report.fits_in_memory else
-                      "DOES NOT FIT in usable HBM"))
+                      "DOES NOT FIT in usable HBM")
+             + "; most in step: the largest each category reaches")
 
 
 def show_axes(ctx, report):
@@ -276,6 +285,8 @@ def show_axes(ctx, report):
   out.render(ctx.console, df, "Communication per mesh axis",
              formats={"bandwidth": out.fmt_rate, "exposed": out.fmt_time,
                       "hidden": out.fmt_time},
+             abbrev={"structure": "struct.", "collectives": "coll.",
+                     "bandwidth": "bw"},
              caption=("hidden: gradient syncs under the backward pass, "
                       "parameter all-gathers prefetched under earlier "
                       "compute"))

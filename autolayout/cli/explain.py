@@ -32,6 +32,17 @@ def _missing(v):
   return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
 
 
+def _runner_up(r):
+  """The runner-up's axis for the dim; "replicated" when the best other
+  layout leaves the dim unsplit (its axis is None, its rules are not);
+  "-" when there is none (or its time is unknown)."""
+  if _missing(r["runner_up_step_time_s"]):
+    return "-"
+  if not _missing(r["runner_up_axis"]):
+    return r["runner_up_axis"]
+  return "replicated" if r["runner_up_rules"] is not None else "-"
+
+
 def _why(r, base):
   rule = f"{r['dim']}:{r['axis']}"
   t0, w = base.step_time_s, r["without_step_time_s"]
@@ -52,14 +63,15 @@ def _why(r, base):
       parts.append(f"and needs {out.fmt_bytes(dm)} more per device")
       if r["without_peak_memory_bytes"] > base.hbm_bytes:
         parts.append("(over HBM)")
-  axis, ru = r["runner_up_axis"], r["runner_up_step_time_s"]
-  if _missing(axis) or _missing(ru):
+  if _runner_up(r) == "-":
     # No other axis gives a valid layout (or none was reached): say so,
     # never "on nan".
     parts.append("; it has no runner-up axis")
   else:
-    dr = ru - t0
-    parts.append(f"; on {axis} instead it would be "
+    dr = r["runner_up_step_time_s"] - t0
+    where = ("replicated" if _missing(r["runner_up_axis"])
+             else f"on {r['runner_up_axis']}")
+    parts.append(f"; {where} instead it would be "
                  f"{out.fmt_time(abs(dr))} "
                  f"{'slower' if dr >= 0 else 'faster'}")
   return f"{rule}: " + " ".join(parts).replace(" ;", ";")
@@ -112,8 +124,7 @@ def _run(args, ctx):
                                       base.step_time_s),
           "mem without": _mem_delta(r["without_peak_memory_bytes"],
                                     base.peak_memory_bytes),
-          "runner-up": "-" if _missing(r["runner_up_axis"])
-                       else r["runner_up_axis"],
+          "runner-up": _runner_up(r),
           "on runner-up": out.fmt_delta(r["runner_up_step_time_s"],
                                         base.step_time_s)})
     out.render(ctx.console, pd.DataFrame(rows, columns=[

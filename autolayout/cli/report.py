@@ -1,6 +1,6 @@
 """``mtf-layout report``: the full cost report of one layout."""
 
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -8,6 +8,7 @@ from autolayout.cli.context import Answer, Command
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--layout", "-l", required=True, metavar="RULES",
                  help="layout rules, 'auto', or @PLAN.json (a plan file's "
                  "rules and mesh)")
@@ -81,7 +82,8 @@ def _run(args, ctx):
       csv_index=args.view != "collectives", table=table,
       plot=common.compare_plot(
           {str(report.layout_rules) or "replicated": report}, model,
-          topology))
+          topology),
+      views=html.one(report, result, model.outputs))
 
 
 COMMAND = Command(

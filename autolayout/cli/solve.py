@@ -5,7 +5,7 @@ import pandas as pd
 
 from autolayout.default_search import solve_default
 from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -15,6 +15,7 @@ from autolayout.cli.pipeline import add_pipeline_args, run_pipeline
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--devices", "-n", type=int,
                  help="search every mesh shape of this many devices and "
                  "keep the best (the default without --mesh: the "
@@ -48,51 +49,19 @@ def _arguments(p):
 def _run(args, ctx):
   if getattr(args, "pipeline", False):
     return run_pipeline(args, ctx)
-  setup = common.Setup(args)
+  with ctx.phase("model and topology"):
+    setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
-  decisions_tried = ()
   hint = plans.read(args.hint) if args.hint else None
-  tried = None   # the mesh shapes tried, when searching meshes
-  fell_back = False   # no layout of the step as built fits: decisions
-  if args.devices is not None and args.mesh:
-    raise CliInputError("give either --mesh or --devices, not both",
-                        hint="--devices searches every mesh shape")
-  if args.mesh and _plan_search(args, model):
-    mesh = common.mesh_of(args, topology)
-    result, decisions_tried = _training_plan(ctx, args, model, mesh,
-                                             topology, budget)
-  elif _plan_search(args, model):
-    # No mesh: mesh shapes and training decisions searched together,
-    # whether --train was given or training is the default question.
-    n = topology.num_chips if args.devices is None else args.devices
-    inputs.check_devices(n, topology)
-    result, decisions_tried, tried = _training_meshes(ctx, args, model,
-                                                      topology, budget, n)
-  else:
-    # The default question: the API's own path (autolayout.default_search),
-    # so mtf.auto_layout and a bare solve answer alike.
-    mesh = common.mesh_of(args, topology) if args.mesh else None
-    n = None
-    if mesh is None:
-      n = topology.num_chips if args.devices is None else args.devices
-      inputs.check_devices(n, topology)
-    what = (f"solving {model.name} on {mesh.text} "
-            f"({topology.name})" if mesh is not None
-            else f"solving every mesh shape of {n} devices")
-    unit = "B" if args.objective == "memory" else "s"
-    with ctx.progress(what, unit) as update:
-      answer = solve_default(
-          model.graph, outputs=model.outputs,
-          spec=common.query(args, setup, mesh, budget, num_devices=n),
-          config=model.config if _fall_back(args, model) else None,
-          search=setup.search, hint=hint,
-          progress=update if mesh is not None else None,
-          mesh_progress=update.on_mesh if mesh is None else None)
-    result, tried = answer.result, answer.meshes
-    decisions_tried, fell_back = answer.decisions_tried, answer.fell_back
+  with ctx.phase("search"):
+    result, decisions_tried, tried, fell_back = _search(ctx, args, setup,
+                                                        budget, hint)
   report = result.report
-  saved = plans.save(result, args, model) if args.save else None
+  saved = None
+  if args.save:
+    with ctx.phase("plan file"):
+      saved = plans.save(result, args, model)
 
   def table(ctx):
     how = ("given" if tried is None else
@@ -139,7 +108,72 @@ def _run(args, ctx):
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
       plot=common.compare_plot({str(result.rules) or "replicated": report},
-                               model, topology))
+                               model, topology),
+      views=html.one(report, result))
+
+
+def _search(ctx, args, setup, budget, hint):
+  """The answer: ``(LayoutResult, training decisions tried, mesh shapes
+  tried or None, whether the training decisions were searched because
+  no layout of the step as built fits)."""
+  topology, model = setup.topology, setup.model
+  decisions_tried = ()
+  tried = None   # the mesh shapes tried, when searching meshes
+  fell_back = False   # no layout of the step as built fits: decisions
+  if args.devices is not None and args.mesh:
+    raise CliInputError("give either --mesh or --devices, not both",
+                        hint="--devices searches every mesh shape")
+  if args.mesh and _plan_search(args, model):
+    mesh = common.mesh_of(args, topology)
+    result, decisions_tried = _training_plan(ctx, args, model, mesh,
+                                             topology, budget)
+  elif _plan_search(args, model):
+    # No mesh: mesh shapes and training decisions searched together,
+    # whether --train was given or training is the default question.
+    n = topology.num_chips if args.devices is None else args.devices
+    inputs.check_devices(n, topology)
+    result, decisions_tried, tried = _training_meshes(ctx, args, model,
+                                                      topology, budget, n)
+  else:
+    # The default question: the API's own path (autolayout.default_search),
+    # so mtf.auto_layout and a bare solve answer alike.
+    mesh = common.mesh_of(args, topology) if args.mesh else None
+    n = None
+    if mesh is None:
+      n = topology.num_chips if args.devices is None else args.devices
+      inputs.check_devices(n, topology)
+    what = (f"solving {model.name} on {mesh.text} "
+            f"({topology.name})" if mesh is not None
+            else f"solving every mesh shape of {n} devices")
+    unit = "B" if args.objective == "memory" else "s"
+    with ctx.progress(what, unit) as update:
+      answer = solve_default(
+          model.graph, outputs=model.outputs,
+          spec=common.query(args, setup, mesh, budget, num_devices=n),
+          config=model.config if _fall_back(args, model) else None,
+          search=setup.search, hint=hint,
+          progress=update if mesh is not None else None,
+          mesh_progress=update.on_mesh if mesh is None else None,
+          decision_progress=_steps(ctx) if mesh is not None else None)
+    result, tried = answer.result, answer.meshes
+    decisions_tried, fell_back = answer.decisions_tried, answer.fell_back
+  return result, decisions_tried, tried, fell_back
+
+
+def _steps(ctx):
+  """The decision search's ``progress``: each program is a step of the
+  search phase (``k=2: best 496.1 us``)."""
+  def step(decisions, step_time_s):
+    if decisions is None:
+      ctx.phase_step("the step as built: no layout fits")
+      return
+    what = (f"k={decisions.microbatches}"
+            + ("" if isinstance(decisions.zero_stage, int)
+               else ", stage per group"))
+    ctx.phase_step(f"{what}: " + (
+        f"best {out.fmt_time(step_time_s)}" if step_time_s is not None
+        else "every candidate over budget"))
+  return step
 
 
 def _plan_search(args, model):
@@ -167,6 +201,11 @@ def _training_meshes(ctx, args, model, topology, budget, n):
   """The fastest mesh shape, training decisions and layout
   (autolayout.meshes.training_meshes)."""
   from autolayout.meshes.training_meshes import search_training_meshes
+  steps = _mesh_steps(ctx)
+
+  def on_mesh(update, what, i, count):
+    update.on_mesh(what, i, count, None)
+    steps(what)
   with ctx.progress(f"searching mesh shapes of {n} devices and training "
                     f"decisions of {model.name}") as update:
     plan, tried = search_training_meshes(
@@ -176,9 +215,23 @@ def _training_meshes(ctx, args, model, topology, budget, n):
         time_limit_s=args.time_limit,
         overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
-        progress=lambda mesh, stage, i, count: update.on_mesh(
-            f"{mesh} ({stage})", i, count, None))
+        progress=lambda mesh, stage, i, count: on_mesh(
+            update, f"{mesh} ({stage})", i, count))
+  steps(None)
   return plan.result, plan.tried, tried
+
+
+def _mesh_steps(ctx):
+  """A mesh search's progress calls come as each shape starts; each ends
+  the previous shape's step of the search phase (``None``: the last)."""
+  pending = []
+
+  def step(label):
+    if pending:
+      ctx.phase_step(pending.pop())
+    if label is not None:
+      pending.append(label)
+  return step
 
 
 def _training_plan(ctx, args, model, mesh, topology, budget):
@@ -192,7 +245,7 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
         model.config, mesh, topology, budget, fixed=fixed,
         param_dtype=param_dtype, time_limit_s=args.time_limit,
         memory_reserve_fraction=inputs.memory_reserve(args),
-        overlap=getattr(args, "overlap", True))
+        overlap=getattr(args, "overlap", True), progress=_steps(ctx))
   return plan.result, plan.tried
 
 
