@@ -89,7 +89,7 @@ def _run(args, ctx):
           for n, r in reports.items()]),
       csv=lambda: df, table=table,
       plot=common.compare_plot(reports, model, topology),
-      views=html.several(reports, results, model.outputs, budget))
+      views=html.several(reports, model.outputs, budget))
 
 
 COMMAND = Command(

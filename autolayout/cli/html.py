@@ -30,7 +30,7 @@ def one(report, result=None, outputs=None, key="result"):
   return views
 
 
-def several(reports, results, outputs=None, budget=None):
+def several(reports, outputs=None, budget=None):
   """The views of ``compare``: every layout; the fastest that fits (in the
   usable HBM and within ``budget`` bytes, if given) is the chosen one."""
   def views(payload):
