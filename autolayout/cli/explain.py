@@ -43,7 +43,7 @@ def _runner_up(r):
   return "replicated" if r["runner_up_rules"] is not None else "-"
 
 
-def _why(r, base):
+def _why(r, base, budget):
   rule = f"{r['dim']}:{r['axis']}"
   t0, w = base.step_time_s, r["without_step_time_s"]
   parts = []
@@ -54,8 +54,11 @@ def _why(r, base):
     if dt > 0:
       parts.append(f"dropping it makes the step {out.fmt_time(dt)} slower")
     elif dt < 0:
-      parts.append(f"dropping it makes the step {out.fmt_time(-dt)} "
-                   "faster, but the layout needs it for memory")
+      over = (budget is not None
+              and r["without_peak_memory_bytes"] > budget)
+      parts.append(f"dropping it makes the step {out.fmt_time(-dt)} faster"
+                   + (", but the layout needs it for memory" if over
+                      else " (it fits without the rule)"))
     else:
       parts.append("dropping it leaves the step time unchanged")
     dm = r["without_peak_memory_bytes"] - base.peak_memory_bytes
@@ -132,7 +135,7 @@ def _run(args, ctx):
         "Each rule vs. dropping it and vs. its runner-up axis (step time)",
         index=False)
     for _, r in ex.iterrows():
-      ctx.line(_why(r, base))
+      ctx.line(_why(r, base, budget))
 
   def plot(plots):
     variants = {"chosen": base}
