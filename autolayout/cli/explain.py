@@ -43,7 +43,7 @@ def _runner_up(r):
   return "replicated" if r["runner_up_rules"] is not None else "-"
 
 
-def _why(r, base, budget):
+def _why(r, base, budget=None):
   rule = f"{r['dim']}:{r['axis']}"
   t0, w = base.step_time_s, r["without_step_time_s"]
   parts = []
