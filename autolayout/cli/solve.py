@@ -10,6 +10,7 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
+from autolayout.cli import scale
 from autolayout.cli.pipeline import add_pipeline_args, run_pipeline
 
 
@@ -55,6 +56,7 @@ def _run(args, ctx):
   hint = plans.read(args.hint) if args.hint else None
   tried = None   # the mesh shapes tried, when searching meshes
   fell_back = False   # no layout of the step as built fits: decisions
+  compared = ()   # the plan spaces compared at scale (autolayout.cli.scale)
   if args.devices is not None and args.mesh:
     raise CliInputError("give either --mesh or --devices, not both",
                         hint="--devices searches every mesh shape")
@@ -67,8 +69,18 @@ def _run(args, ctx):
     # whether --train was given or training is the default question.
     n = topology.num_chips if args.devices is None else args.devices
     inputs.check_devices(n, topology)
-    result, decisions_tried, tried = _training_meshes(ctx, args, model,
-                                                      topology, budget, n)
+    if scale.applies(args, model, topology, n):
+      choice = scale.compare(
+          ctx, args, model, topology, budget,
+          lambda limit: _training_meshes(ctx, args, model, topology, budget,
+                                         n, limit))
+      if choice.answer is not None:
+        return choice.answer
+      (result, decisions_tried, tried), compared = (choice.unpipelined,
+                                                    choice.compared)
+    else:
+      result, decisions_tried, tried = _training_meshes(
+          ctx, args, model, topology, budget, n)
   else:
     # The default question: the API's own path (autolayout.default_search),
     # so mtf.auto_layout and a bare solve answer alike.
@@ -121,6 +133,8 @@ def _run(args, ctx):
       ctx.line(f"Warm start from {args.hint}:")
       for line in str(result.hint_report).splitlines():
         ctx.line("  " + line)
+    for line in compared:
+      ctx.line(line)
     if saved is not None:
       ctx.line(f"saved the plan to {args.save}")
 
@@ -132,6 +146,7 @@ def _run(args, ctx):
           question="train" if model.train else "forward",
           meshes_tried=(None if tried is None
                         else out.frame_records(tried)),
+          **({"spaces_compared": list(compared)} if compared else {}),
           **plans.solve_record(args, result)),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
@@ -160,7 +175,8 @@ def _fixed(args):
   return dict(args.fixed_decisions)
 
 
-def _training_meshes(ctx, args, model, topology, budget, n):
+def _training_meshes(ctx, args, model, topology, budget, n,
+                     time_limit_s=None):
   """The fastest mesh shape, training decisions and layout
   (autolayout.meshes.training_meshes)."""
   from autolayout.meshes.training_meshes import search_training_meshes
@@ -170,7 +186,8 @@ def _training_meshes(ctx, args, model, topology, budget, n):
         model.config, topology, budget, n,
         args.max_axes or DEFAULT_MAX_AXES, fixed=_fixed(args),
         param_dtype=model.overrides.get("param_dtype") or "bfloat16",
-        time_limit_s=args.time_limit,
+        time_limit_s=(args.time_limit if time_limit_s is None
+                      else time_limit_s),
         overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
         progress=lambda mesh, stage, i, count: update.on_mesh(

@@ -296,3 +296,24 @@ def _grown(topology, chips):
   nodes = max(1, -(-chips // node))
   return topology._replace(name=f"{topology.name}+", dims=(
       dims[0]._replace(size=max(nodes, dims[0].size)), dims[1]))
+
+
+def pipelining_applies(config, topology, num_devices=None):
+  """Whether a training question of zoo ``config`` on ``topology`` should
+  also consider pipelined layouts by default: a Transformer
+  (``heads``, ``layers``) on a GPU cluster of several nodes, using all of
+  its chips, whose training state at ZeRO 0 (about 16 bytes per
+  parameter: bf16 weights and gradients, fp32 master and two Adam
+  moments) does not fit one chip.  Small models, one node and TPU
+  slices keep the layout search alone."""
+  topology = get_topology(topology)
+  if not (hasattr(config, "heads") and hasattr(config, "layers")
+          and hasattr(config, "num_parameters")):
+    return False
+  if (topology.kind != "gpu" or len(topology.dims) != 2
+      or topology.dims[0].size < 2):
+    return False
+  if num_devices is not None and num_devices != topology.num_chips:
+    return False
+  state = 16 * config.num_parameters()
+  return state > hardware.usable_memory_bytes(topology.chip)
