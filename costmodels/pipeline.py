@@ -171,6 +171,11 @@ class StageWork(NamedTuple):
       data-parallel axes per step (:func:`costmodels.stage_work.price_sync`
       prices them for any data-parallel size).
     base_sync_bytes: the ends'.
+    layer_optimizer_bytes, base_optimizer_bytes: of the state, the
+      optimizer's (what ZeRO 1 shards over the data axis;
+      :func:`costmodels.stage_work.price_sync`).
+    layer_gradient_bytes, base_gradient_bytes: the gradients' (what ZeRO 2
+      shards too).
   """
   layer_s: float
   first_s: float = 0.0
@@ -191,6 +196,10 @@ class StageWork(NamedTuple):
   flops: float = 0.0
   layer_sync_bytes: int = 0
   base_sync_bytes: int = 0
+  layer_optimizer_bytes: int = 0
+  base_optimizer_bytes: int = 0
+  layer_gradient_bytes: int = 0
+  base_gradient_bytes: int = 0
 
   def end_share(self, stage, stages):
     """The part of the ends' per-step work and state on ``stage`` of

@@ -3,7 +3,7 @@ Transformer on a GPU cluster (:mod:`autolayout.meshes.pipeline_search`),
 with a published layout as a starting hint.
 
 ``--hint`` takes, besides a plan file, a pipelined layout written
-``tp=8,pp=64,dp=6,v=2[,mb=1][,recompute=full][,placement=inner]``: it is
+``tp=8,pp=64,dp=6,v=2[,mb=1][,recompute=full][,placement=inner][,zero=1]``: it is
 priced first, starts the search as its incumbent, and the answer says how
 the plan compares with it.
 
@@ -26,7 +26,7 @@ from mesh_tf import models
 
 _KEYS = {"tp": "model", "pp": "stages", "dp": "data", "v": "chunks",
          "mb": "microbatch", "recompute": "recompute",
-         "placement": "placement", "schedule": "schedule"}
+         "placement": "placement", "schedule": "schedule", "zero": "zero"}
 
 
 def add_pipeline_args(p):

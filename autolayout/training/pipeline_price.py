@@ -53,6 +53,7 @@ class PipelineLayout(NamedTuple):
   placement: str = "inner"
   schedule: str = None   # None: interleaved_1f1b if chunks > 1 else 1f1b
   scatter_gather: bool = True
+  zero: int = 0          # ZeRO stage over the data axis (0, 1 or 2)
 
   @property
   def chips(self):
@@ -86,7 +87,8 @@ class PipelineLayout(NamedTuple):
   def describe(self):
     return (f"TP {self.model} ({self.placement}) x PP {self.stages}"
             f" (v={self.chunks}, {self.schedule_name()}) x DP {self.data},"
-            f" microbatch {self.microbatch}, recompute {self.recompute}")
+            f" microbatch {self.microbatch}, recompute {self.recompute}"
+            + (f", ZeRO {self.zero}" if self.zero else ""))
 
 
 class PipelinedPrice(NamedTuple):
@@ -251,7 +253,7 @@ def price_layout(config, topology, layout, work=None, split=None):
   mesh = layout.mesh()
   rules = tensor_rules(config, layout.data, layout.model)
   mapping = map_mesh(sub_topology(topology, chips), mesh)
-  work = price_sync(work, mapping, (DATA_AXIS,))._replace(
+  work = price_sync(work, mapping, (DATA_AXIS,), layout.zero)._replace(
       boundary_shape=_with_batch(work.boundary_shape,
                                  layout.data * layout.microbatch))
   link, gather, scatter = None, 0.0, 1
