@@ -159,7 +159,8 @@ def test_published_layout_is_in_the_space_and_priced_the_same():
   lay = PipelineLayout(2, 2, 2, 2, 1, "full", "inner")
   assert lay in ps.layouts(config, topo)
   r = ps.search_pipelines(config, topo, tensor=(2,), stages=(2,),
-                          chunks=(2,), microbatch=(1,), recompute=("full",))
+                          chunks=(2,), microbatch=(1,), recompute=("full",),
+                          zero=(0,))
   direct = price_layout(config, topo, lay)
   assert r.best.layout == lay
   assert r.best.step_time_s == direct.step_time_s
