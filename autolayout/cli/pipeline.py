@@ -41,7 +41,7 @@ def add_pipeline_args(p):
                  help="on a multi-node GPU cluster, search only the "
                  "unpipelined layouts (by default a large model's training "
                  "plan there is the faster of the pipelined and the "
-                 "unpipelined search, within about 20 s)")
+                 "unpipelined search, within about 16 s)")
 
 
 def parse_layout_hint(text):

@@ -30,9 +30,9 @@ from autolayout.meshes.pipeline_search import (PipelineInfeasibleError,
 from autolayout.cli.pipeline import pipeline_answer
 
 #: Seconds for both searches together (the CLI's start-up comes on top).
-SCALE_TIME_S = 18.0
+SCALE_TIME_S = 16.0
 #: At most this much of it for the pipelined search.
-PIPELINE_TIME_S = 12.0
+PIPELINE_TIME_S = 11.0
 #: The unpipelined search is not started with less than this left.
 MIN_CPSAT_S = 3.0
 

@@ -187,7 +187,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   if memory_budget is None:
     memory_budget = hardware.usable_memory_bytes(topology.chip)
   deadline = t0 + time_limit_s
-  works, traces, best, best_key = {}, {}, None, None
+  works, traces, memo, best, best_key = {}, {}, {}, None, None
   priced = skipped = over = 0
   by_place = {p: None for p in placements}
   table = {}
@@ -221,7 +221,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       skipped += 1
       continue
     try:
-      r = price_layout(config, topology, lay, work)
+      r = price_layout(config, topology, lay, work, memo=memo)
     except MtfError:
       if hint is not None and n_lay == 0:
         raise
