@@ -86,3 +86,30 @@ def test_small_models_and_opt_out_keep_the_unpipelined_search():
   assert not pipelining_applies(big, get_topology("dgx-h100"))   # one node
   assert not pipelining_applies(big, get_topology("tpu-v5e-4x4"))
   assert not pipelining_applies(big, get_topology("a100x8-nodes4"), 16)
+
+
+def test_scale_applies_only_to_the_open_training_question():
+  import argparse
+  from autolayout.cli import scale
+  from costmodels.topology import get_topology
+  from mesh_tf import models
+
+  class Model:
+    config = models.get_config("gpt3_175b")
+  topo = get_topology("a100x8-nodes4")
+  base = dict(no_pipeline=False, hint=None, fixed_decisions={},
+              objective="time", save=None)
+  assert scale.applies(argparse.Namespace(**base), Model, topo, 32)
+  for change in (dict(no_pipeline=True), dict(hint="plan.json"),
+                 dict(fixed_decisions={"zero_stage": 3}),
+                 dict(objective="memory")):
+    args = argparse.Namespace(**{**base, **change})
+    assert not scale.applies(args, Model, topo, 32), change
+
+
+def test_save_of_a_pipelined_default_plan_names_no_pipeline(tmp_path,
+                                                            capsys):
+  assert cli.main(["solve", *LARGE, "--time-limit", "5", "--save",
+                   str(tmp_path / "p.json")]) == 2
+  err = capsys.readouterr().err
+  assert "--no-pipeline" in err and "pipelined" in err
