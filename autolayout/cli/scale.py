@@ -75,7 +75,8 @@ def compare(ctx, args, model, topology, budget, unpipelined_search):
   returns ``(result, decisions_tried, meshes_tried)``.
 
   Raises:
-    PipelineInfeasibleError: if neither space has a plan that fits.
+    PipelineInfeasibleError: if neither space has a plan that fits
+      (TimeLimitError if the pipelined search ran out of time first).
   """
   t0 = time.perf_counter()
   limit = min(args.time_limit, SCALE_TIME_S)
@@ -86,7 +87,7 @@ def compare(ctx, args, model, topology, budget, unpipelined_search):
     try:
       piped = search_pipelines(model.config, topology, budget_bytes,
                                time_limit_s=min(limit, PIPELINE_TIME_S))
-    except PipelineInfeasibleError as e:
+    except (PipelineInfeasibleError, TimeLimitError) as e:
       piped_error = e
   left = limit - (time.perf_counter() - t0)
   flat, flat_note = None, None
@@ -96,8 +97,8 @@ def compare(ctx, args, model, topology, budget, unpipelined_search):
     except (InfeasibleLayoutError, TimeLimitError) as e:
       flat_note = f"no plan ({str(e).splitlines()[0]})"
   else:
-    flat_note = (f"not run: {left:.1f} s of the {limit:g} s left after "
-                 "the pipelined search")
+    flat_note = (f"not run: {max(0.0, left):.1f} s of the {limit:g} s "
+                 "left after the pipelined search")
   if piped is None and flat is None:
     raise piped_error
   lines = [f"compared the pipelined and the unpipelined plan spaces "

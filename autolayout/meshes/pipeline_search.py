@@ -38,7 +38,7 @@ from typing import Any, NamedTuple, Tuple
 from costmodels import hardware
 from costmodels.topology import get_topology
 from mesh_tf.core.errors import MtfError
-from autolayout.errors import InfeasibleLayoutError
+from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.training.pipeline_price import (
     PLACEMENTS, RECOMPUTE, PipelineLayout, aligned, measure_stage,
     measuring_data, price_layout)
@@ -181,6 +181,8 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   Raises:
     PipelineInfeasibleError: if no layout fits (with the smallest chip
       count that would).
+    TimeLimitError: if the time limit ran out before a layout that fits
+      was found.
   """
   t0 = time.perf_counter()
   topology = get_topology(topology)
@@ -246,7 +248,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   elapsed = time.perf_counter() - t0
   if best is None:
     if cut:
-      raise PipelineInfeasibleError(
+      raise TimeLimitError(
           f"the time limit of {time_limit_s:g} s ran out before any "
           "pipelined layout that fits was found; raise the time limit")
     need = min_chips(config, topology, memory_budget, works)
