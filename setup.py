@@ -13,6 +13,8 @@ setup(
     packages=find_packages(include=["mesh_tf", "mesh_tf.*", "autolayout",
                                     "autolayout.*", "costmodels",
                                     "costmodels.*"]),
+    # Plan files are validated against their published JSON Schema.
+    package_data={"autolayout.plans": ["plan_file.schema.json"]},
     install_requires=[
         "tensorflow-cpu==2.21.*",
         "numpy>=1.26,<3",
@@ -21,6 +23,9 @@ setup(
         "pandas>=2.1,<4",
         "matplotlib>=3.8,<4",
         "rich>=13,<16",
+        "jsonschema>=4.18,<5",
+        # --html: the self-contained report (plotly.js written inline).
+        "plotly==6.*",
     ],
     extras_require={
         "test": [

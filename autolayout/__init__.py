@@ -5,19 +5,23 @@ step time :func:`costmodels.evaluate` predicts on a topology, under a
 per-device memory budget, with an exact integer program solved by OR-Tools
 CP-SAT.
 
-Modules: :mod:`~autolayout.search.view` (networkx view of named dims),
-:mod:`~autolayout.explain` (why each rule),
-:mod:`~autolayout.search.assignments` (valid local assignments),
-:mod:`~autolayout.search.tables` (per-op cost tables), :mod:`~autolayout.search.formulation`
-(the program, written out as math), :mod:`~autolayout.search.solve` (solve and
-validate; :class:`LayoutSearch` holds one graph's tables for every query),
-:mod:`~autolayout.search.result`, :mod:`~autolayout.meshes.mesh_search`,
-:mod:`~autolayout.pareto` and the ``mtf-layout`` CLI,
-:mod:`autolayout.cli`; plans as files (:mod:`~autolayout.plans.plan`,
-:mod:`~autolayout.plans.file`), :func:`diff` of two plans
-(:mod:`~autolayout.plans.diff`), warm re-solves
-(:mod:`~autolayout.plans.hint`) and exporters to other frameworks
-(:mod:`autolayout.plans.export`).
+One query is one typed :class:`SearchSpec` (:mod:`autolayout.spec`),
+built once at the edge (the CLI, :func:`auto_layout`, the notebooks).  The
+parts, one concept each, layered one way (``.importlinter``):
+
+* :mod:`autolayout.cli`: the ``mtf-layout`` command line;
+* :mod:`autolayout.default_search`: the default question, shared by the
+  API and the CLI;
+* :mod:`autolayout.meshes`: the mesh-shape search; :mod:`autolayout.plans`:
+  plans as values and files, diff, warm re-solves (hint), exports and runs;
+* :mod:`autolayout.training`: the training-decision families (one
+  registry, :mod:`autolayout.training.families`) and their search;
+* :mod:`autolayout.search`: one graph on one mesh: the networkx view,
+  valid assignments, cost tables, the CP-SAT program (written out as math
+  in :mod:`~autolayout.search.formulation`), the search state, phases and
+  query, :class:`LayoutResult`, the Pareto front and ``explain``;
+* :mod:`autolayout.spec`, :mod:`autolayout.arguments`,
+  :mod:`autolayout.errors`: the query, its checks and the errors.
 """
 
 # CP-SAT before anything that may load TensorFlow: importing mesh_tf

@@ -95,8 +95,9 @@ def solve_default(graph, mesh_shape=None, outputs=None,
                   max_axes=DEFAULT_MAX_AXES, search=None, hint=None,
                   overlap=True, fixed=None, param_dtype="bfloat16",
                   memory_reserve_fraction=None, progress=None,
-                  mesh_progress=None, tie_break=(), solver_params=None,
-                  forbid=(), max_axes_per_dim=None, spec=None):
+                  mesh_progress=None, decision_progress=None, tie_break=(),
+                  solver_params=None, forbid=(), max_axes_per_dim=None,
+                  spec=None):
   """The default answer (see the module docstring).
 
   Args:
@@ -113,6 +114,9 @@ def solve_default(graph, mesh_shape=None, outputs=None,
     fixed, param_dtype, memory_reserve_fraction: the fallback's, as
       :func:`autolayout.training.decisions.search_training`.
     progress: ``fn(best, bound, elapsed_s)`` of the solver, given mesh.
+    decision_progress: ``fn(decisions, step_time_s or None)`` after each
+      program of the training-decision search, given mesh (and
+      ``fn(None, None)`` when it starts: the step as built fits no layout).
     mesh_progress: ``fn(mesh, index, count, best)`` before each mesh shape
       (without a mesh; the fallback calls it with its stage in the name).
     spec: the whole query as a :class:`autolayout.spec.SearchSpec`, built
@@ -181,12 +185,14 @@ def solve_default(graph, mesh_shape=None, outputs=None,
   left = max(1.0, opts.time_limit_s - (time.perf_counter() - t0))
   if spec.mesh_shape is not None:
     from autolayout.training import decisions
+    if decision_progress is not None:
+      decision_progress(None, None)
     plan = decisions.search_training(
         config, spec.mesh_shape, topology, spec.memory_budget,
         fixed=spec.fixed_decisions, param_dtype=spec.param_dtype,
         time_limit_s=left,
         memory_reserve_fraction=spec.memory_reserve_fraction,
-        overlap=spec.overlap)
+        overlap=spec.overlap, progress=decision_progress)
     return DefaultAnswer(plan.result, None, plan.tried, True)
   from autolayout.meshes.training_meshes import search_training_meshes
   plan, table = search_training_meshes(
@@ -235,7 +241,7 @@ def auto_layout(graph, mesh_shape=None, outputs=None,
   Example:
     >>> r = auto_layout(graph, topology="h100x8-nodes4")   # doctest: +SKIP
     >>> str(r.mesh_shape), str(r.rules)                    # doctest: +SKIP
-    ('node_gpu:32', 'batch:node_gpu')
+    ('chips:32', 'batch:chips')
   """
   return solve_default(
       graph, mesh_shape, outputs, topology, memory_budget, objective,

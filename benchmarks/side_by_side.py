@@ -10,6 +10,7 @@ Reproduce (the previous commit extracted next to this one):
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -28,36 +29,50 @@ COMMANDS = {
 }
 
 
+def _children_cpu_s():
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
+
+
 def run_once(root, argv):
-  """Wall seconds of ``python ARGV`` in ``root`` with ``root``'s code."""
+  """``(wall s, CPU s)`` of ``python ARGV`` in ``root`` with ``root``'s
+  code.  CPU time (user + system, all threads) is what a loaded machine
+  disturbs least."""
   env = dict(os.environ, PYTHONPATH=root, COLUMNS="100")
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), _children_cpu_s()
   done = subprocess.run([sys.executable, *argv], cwd=root, env=env,
                         capture_output=True, text=True, check=False)
-  elapsed = time.perf_counter() - t0
+  elapsed, cpu = time.perf_counter() - t0, _children_cpu_s() - c0
   if done.returncode != 0:
     raise SystemExit(f"{root}: {' '.join(argv)} failed:\n{done.stderr}")
-  return elapsed
+  return elapsed, cpu
 
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--base", required=True, help="the other checkout's root")
   p.add_argument("--repeats", type=int, default=3)
+  p.add_argument("--only", choices=sorted(COMMANDS), action="append",
+                 help="time only these commands (default: all)")
   args = p.parse_args()
   roots = {"base": os.path.abspath(args.base), "this": HERE}
   print(f"base {roots['base']}  vs  this {roots['this']}; load average "
         f"{os.getloadavg()[0]:.1f}")
   for name, argv in COMMANDS.items():
-    times = {k: [] for k in roots}
+    if args.only and name not in args.only:
+      continue
+    runs = {k: [] for k in roots}
     for _ in range(args.repeats):
       for k, root in roots.items():   # alternate, so load hits both
-        times[k].append(run_once(root, argv))
-    base, this = (statistics.median(times[k]) for k in ("base", "this"))
-    print(f"{name}:\n  base {base:7.2f} s  this {this:7.2f} s  this/base "
-          f"{this / base:5.3f}  (runs: base "
-          f"{', '.join(f'{t:.1f}' for t in times['base'])}; this "
-          f"{', '.join(f'{t:.1f}' for t in times['this'])})")
+        runs[k].append(run_once(root, argv))
+    print(f"{name}:")
+    for i, what in ((0, "wall"), (1, "CPU ")):
+      base, this = (statistics.median(r[i] for r in runs[k])
+                    for k in ("base", "this"))
+      print(f"  {what} base {base:7.2f} s  this {this:7.2f} s  this/base "
+            f"{this / base:5.3f}  (runs: base "
+            f"{', '.join(f'{r[i]:.1f}' for r in runs['base'])}; this "
+            f"{', '.join(f'{r[i]:.1f}' for r in runs['this'])})")
 
 
 if __name__ == "__main__":

@@ -456,6 +456,9 @@ class MemoryProfile:
     breakdown: bytes per category at the peak step.
     bytes_by_step: numpy int64 array of the per-device total at each step.
     tensor_bytes: ``{tensor: bytes per device}``.
+    bytes_by_category_step: ``{category: numpy int64 array}``, each
+      category's bytes at each step (they sum to ``bytes_by_step``): the
+      memory over the step that the HTML report draws.
   """
   peak_bytes: int
   peak_step: int
@@ -463,6 +466,8 @@ class MemoryProfile:
   breakdown: dict
   bytes_by_step: np.ndarray
   tensor_bytes: dict
+  bytes_by_category_step: dict = dataclasses.field(default_factory=dict,
+                                                   repr=False)
 
   def __repr__(self):
     return (f"MemoryProfile(peak {self.peak_bytes} B at step {self.peak_step}"
@@ -510,11 +515,12 @@ def memory_profile(graph, mesh_shape, layout_rules, schedule_ops=None,
   total = sum(per_cat.values()) if steps else np.zeros(0, dtype=np.int64)
   if steps == 0:
     return MemoryProfile(0, 0, None, {c: 0 for c in cats}, total,
-                         tensor_bytes)
+                         tensor_bytes, per_cat)
   peak_step = int(np.argmax(total))
   breakdown = {c: int(per_cat[c][peak_step]) for c in cats}
   return MemoryProfile(int(total[peak_step]), peak_step,
-                       step_ops[peak_step], breakdown, total, tensor_bytes)
+                       step_ops[peak_step], breakdown, total, tensor_bytes,
+                       per_cat)
 
 
 def peak_memory(graph, mesh_shape, layout_rules, schedule=None, outputs=None):

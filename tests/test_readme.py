@@ -33,3 +33,27 @@ def test_quick_start_commands_are_the_ci_commands():
               '-n 2 tests')
   assert test_cmd in text and test_cmd in ci
   assert "pip install -e . && mtf-layout solve" in text
+
+
+def _shell_block(marker):
+  blocks = re.findall(r"```bash\n(.*?)```", README.read_text("utf-8"), re.S)
+  return next(b for b in blocks if marker in b)
+
+
+def test_plan_files_example_runs_as_written(tmp_path):
+  """The plan example, training plan included, in a fresh folder: every
+  command exits 0, and the plan it saves holds training decisions that
+  every reader took."""
+  block = _shell_block("--save a.json")
+  env = dict(os.environ, PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2")
+  env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+  p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block],
+                     cwd=tmp_path, env=env, capture_output=True, text=True,
+                     timeout=600)
+  assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+  import json  # pylint: disable=g-import-not-at-top
+  plan = json.loads((tmp_path / "a.json").read_text())
+  assert plan["decisions"], "the README's plan is a training plan"
+  assert json.loads((tmp_path / "a.jax.json").read_text())["training"]
+  assert "loss:" in p.stdout and "going down" in p.stdout
+  assert "decision" in p.stdout  # diff priced the decisions

@@ -20,7 +20,7 @@ from autolayout.cli import (calibrate, compare, diff, explain, export,
                             mesh, pareto, report, run, solve, topologies,
                             validate)
 from autolayout.cli.arguments import Parser, ParserExit
-from autolayout.cli.context import Context, emit
+from autolayout.cli.context import Context, emit, summary
 from autolayout.cli.errors import (EXIT_INFEASIBLE, EXIT_INPUT,
                                    EXIT_INTERNAL, EXIT_OK, EXIT_SOLVER, PROG,
                                    CliInputError, fail, hint_for,
@@ -71,9 +71,11 @@ def run(args, stream=None):
   command = _BY_NAME[args.command]
   ctx = Context(args.format, stream)
   t0 = time.perf_counter()
-  emit(ctx, command.name, command.run(args, ctx), args)
+  answer = command.run(args, ctx)
+  with ctx.phase("output"):
+    emit(ctx, command.name, answer, args)
   if ctx.fmt == "table" and command.timed:
-    ctx.err.print(f"[dim]done in {time.perf_counter() - t0:.1f} s[/]")
+    ctx.err.print(f"[dim]{summary(ctx, time.perf_counter() - t0)}[/]")
   return EXIT_OK
 
 

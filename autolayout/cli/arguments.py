@@ -85,17 +85,19 @@ def add_model_args(p, mesh=True, budget=True, solver=True, plot=True):
                    help="mesh shape, e.g. 'data:4;model:4' (default: the "
                    "topology's own shape as data x model)")
   if budget:
-    g.add_argument("--memory-budget", default="hbm", metavar="SIZE",
+    g.add_argument("--memory-budget", default=None, metavar="SIZE",
                    help="per-device budget: 16GB, 12GiB, 90%% (of usable "
-                   "HBM), hbm (default: the usable HBM) or none")
+                   "HBM), hbm (default: a plan's own, else the usable "
+                   "HBM) or none")
     g.add_argument("--memory-reserve", default=None, metavar="FRAC",
                    help="part of the chip's HBM kept free for the runtime "
                    "and fragmentation, e.g. 5%% (default) or 0.1")
   if solver:
     s = p.add_argument_group("solver")
-    s.add_argument("--objective", default="time",
+    s.add_argument("--objective", default=None,
                    choices=("time", "latency", "comm", "memory"),
-                   help="minimise step time (default), the latency of a "
+                   help="minimise step time (default: a plan's own, else "
+                   "time), the latency of a "
                    "one-token decoding step, communication time or peak "
                    "memory")
     s.add_argument("--max-axes-per-dim", type=int, default=1, metavar="N",

@@ -11,6 +11,10 @@ Example:
   $ mtf-layout solve -m transformer_tiny -t mycpu.json --mesh 'a:2;b:4'
 """
 
+import math
+
+import pandas as pd
+
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_output_args
 from autolayout.cli.context import Answer, Command
@@ -42,14 +46,59 @@ def _add_arguments(c):
   add_output_args(c, plot=False)
 
 
+# A fit whose RMS relative error is above this says nothing about the
+# devices: the table says it failed instead of printing the number.
+FAILED_RESIDUAL = 1.0
+# A rate below these is a fit gone to zero (one seen: an overlap fitted to
+# 1.6e-10 GB/s), not a measurement: 1 kB/s, 1 MFLOP/s.
+_LEAST_RATE = {"B/s": 1e3, "FLOP/s": 1e6}
+
+
 def _fmt_rate(x, unit):
-  if not x:
+  if x is None or x == 0 or x != x:
     return "-"
+  if math.isinf(x) or x < _LEAST_RATE.get(unit, 0.0):
+    return "not measurable"
   if unit == "x":
     return f"x{x:.3g}"
   if unit == "FLOP/s":
     return f"{x / 1e9:.4g} GFLOP/s"
   return out.fmt_rate(x)
+
+
+def _fmt_fit(r):
+  """The residual in words when it is not a number a person can use."""
+  if r is None or r != r or math.isinf(r):
+    return "no fit"
+  if r > FAILED_RESIDUAL:
+    return "failed"
+  return out.fmt_pct(r)
+
+
+def show_fits(ctx, df, title, seconds, path):
+  """The fitted terms: one short row each (what, link, latency, rate, fit),
+  then each term's detail as a line, and what to do about failed fits."""
+  view = pd.DataFrame({
+      "what": df["what"], "link": df["link"],
+      "latency": [out.fmt_time(s) if s else "-" for s in df["latency_s"]],
+      "rate": [_fmt_rate(r, u) for r, u in zip(df["rate"], df["unit"])],
+      "fit": [_fmt_fit(r) for r in df["rel_residual"]]})
+  out.render(ctx.console, view, title, index=False,
+             caption=f"measured in {seconds:.1f} s; fit: RMS relative "
+             "error of the fit; written to " + str(path))
+  for what, detail in zip(df["what"], df["detail"]):
+    if detail:
+      ctx.line(f"{what}: {detail}")
+  bad = [w for w, r, x, u in zip(df["what"], df["rel_residual"], df["rate"],
+                                 df["unit"])
+         if _fmt_fit(r) in ("failed", "no fit")
+         or _fmt_rate(x, u) == "not measurable"]
+  if bad:
+    ctx.line()
+    ctx.line(f"{len(bad)} fit(s) failed or measured nothing: "
+             f"{', '.join(dict.fromkeys(bad))}. The devices were too noisy "
+             "or the sizes too few: rerun on an idle machine, without "
+             "--quick; the file still prices with the other terms.")
 
 
 def _run(args, ctx):
@@ -72,16 +121,8 @@ def _run(args, ctx):
   df = cal.frame()
 
   def table(ctx):
-    view = df.copy()
-    view["rate"] = [_fmt_rate(r, u) for r, u in zip(df["rate"], df["unit"])]
-    view = view.drop(columns=["unit"]).rename(columns={
-        "latency_s": "latency", "rel_residual": "residual"})
-    out.render(ctx.console, view, f"Calibrated {cal.topology.describe()}",
-               formats={"latency": lambda s: out.fmt_time(s) if s else "-",
-                        "residual": out.fmt_pct},
-               index=False, justify={"detail": "left"},
-               caption=f"measured in {cal.seconds:.1f} s; residual: RMS "
-               "relative error of the fit; written to " + str(cal.path))
+    show_fits(ctx, df, f"Calibrated {cal.topology.describe()}", cal.seconds,
+              cal.path)
 
   return Answer(
       json=lambda: {"path": cal.path, "measure_seconds": cal.seconds,

@@ -34,6 +34,15 @@ class Setup:
     self.plan = None
     if isinstance(layout, str) and plans.is_ref(layout):
       self.plan = plans.read(plans.ref_path(layout))
+    hint = getattr(args, "hint", None)
+    self.question_from = None
+    asked = self.plan
+    if self.plan is None and hint and not args.model:
+      # `solve --hint plan.json` alone asks the plan's own question.
+      asked = plans.read(hint)
+      plans.ask_plans_question(args, asked)
+      self.question_from = hint
+    plans.budget_and_objective(args, asked)
     if self.plan is not None and args.topology is None:
       self.topology = self.plan.topology
       args.topology = self.plan.topology_preset or self.plan.topology.name
@@ -62,6 +71,28 @@ def mesh_of(args, topology):
   mesh = inputs.parse_mesh(text, topology)
   args.resolved_mesh = mesh.text
   return mesh
+
+
+SOLVED_MESH = "the mesh `solve` chooses for these arguments"
+DEFAULT_MESH = ("the topology's data x model mesh (give --mesh, or -l auto "
+                "for the mesh `solve` chooses)")
+
+
+def solve_meshes(ctx, setup, args, budget):
+  """The layout a bare ``solve`` gives without ``--mesh``: the best of
+  every mesh shape of the topology's chips (the same search,
+  :func:`autolayout.default_search.solve_default`), so that ``report``,
+  ``explain`` and ``compare`` explain the layout ``solve`` recommends."""
+  from autolayout.default_search import solve_default
+  model, topology = setup.model, setup.topology
+  n = topology.num_chips
+  with ctx.progress(f"solving every mesh shape of {n} devices") as update:
+    answer = solve_default(
+        model.graph, outputs=model.outputs,
+        spec=query(args, setup, None, budget, num_devices=n),
+        search=setup.search, mesh_progress=update.on_mesh)
+  args.resolved_mesh = answer.result.mesh_shape.text
+  return answer.result
 
 
 def solve(ctx, setup, mesh, args, budget, hint=None):
@@ -229,10 +260,19 @@ def show_decisions(ctx, result, model, topology):
 def show_memory(ctx, report):
   df = out.memory_frame(report).rename(columns={
       "bytes_per_device": "per device", "fraction_of_hbm": "of HBM"})
+  # Each category's largest over the step, beside its bytes at the peak: a
+  # training step's gradients are often 0 at the peak (the forward pass),
+  # which alone reads as if the step had none.
+  most = {c: int(v.max()) for c, v in
+          report.memory.bytes_by_category_step.items() if len(v)}
+  df.insert(1, "most in step", [most.get(c) for c in df.index])
+  fmt = lambda v: "-" if v is None or v != v else out.fmt_bytes(v)
   out.render(ctx.console, df, "Memory per device (at the peak)",
-             formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct},
+             formats={"per device": out.fmt_bytes, "of HBM": out.fmt_pct,
+                      "most in step": fmt},
              caption=("fits in usable HBM" if report.fits_in_memory else
-                      "DOES NOT FIT in usable HBM"))
+                      "DOES NOT FIT in usable HBM")
+             + "; most in step: the largest each category reaches")
 
 
 def show_axes(ctx, report):
@@ -245,6 +285,8 @@ def show_axes(ctx, report):
   out.render(ctx.console, df, "Communication per mesh axis",
              formats={"bandwidth": out.fmt_rate, "exposed": out.fmt_time,
                       "hidden": out.fmt_time},
+             abbrev={"structure": "struct.", "collectives": "coll.",
+                     "bandwidth": "bw"},
              caption=("hidden: gradient syncs under the backward pass, "
                       "parameter all-gathers prefetched under earlier "
                       "compute"))

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -11,6 +11,7 @@ from autolayout.cli.errors import CliInputError
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--layout", "-l", action="append", required=True,
                  metavar="[NAME=]RULES[@MESH]",
                  help="a layout: rules such as 'batch:data;d_ff:model', "
@@ -37,9 +38,13 @@ def _run(args, ctx):
       rules, mesh, _ = plans.layout("@" + ref[1], model, topology)
       reports[name] = common.evaluate(model, mesh, rules, topology)
     elif rules_text.lower() == "auto":
-      mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
-              else base_mesh)
-      result = common.solve(ctx, setup, mesh, args, budget)
+      if mesh_text or args.mesh:
+        mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
+                else base_mesh)
+        result = common.solve(ctx, setup, mesh, args, budget)
+      else:  # the layout and mesh `solve` would give
+        result = common.solve_meshes(ctx, setup, args, budget)
+        mesh = result.mesh_shape
       reports[name], results[name] = result.report, result
     else:
       mesh = (inputs.parse_mesh(mesh_text, topology) if mesh_text
@@ -59,26 +64,32 @@ def _run(args, ctx):
     out.render(ctx.console, pd.DataFrame(legend), "Layouts", index=False)
     axes = [c for c in df.columns if c.startswith("comm_")
             and c.endswith("_s") and c != "comm_time_s"]
-    cols = (["step_time_s", "compute_time_s"] + axes
+    interference = [r.interference_time_s for r in reports.values()]
+    extra = ["interference_time_s"] if any(interference) else []
+    cols = (["step_time_s", "compute_time_s"] + axes + extra
             + ["peak_memory_bytes", "fits"])
     view = df[cols].rename(columns={
         "step_time_s": "step", "compute_time_s": "compute",
+        "interference_time_s": "interf.",
         "peak_memory_bytes": "peak mem",
         **{a: "comm " + a[5:-2] for a in axes}})
     view["fits"] = view["fits"].map({True: "yes", False: "NO"})
     fmts = {c: (lambda v: out.fmt_time(v, 3)) for c in view.columns
             if c not in ("peak mem", "fits")}
     fmts["peak mem"] = lambda v: out.fmt_bytes(v, 3)
-    out.render(ctx.console, view, "Per-device costs (* best in column; "
-               "step = compute + comm on each axis)",
-               formats=fmts, best={c: "min" for c in fmts})
+    out.render(ctx.console, view, "Per-device costs (* best in column)",
+               formats=fmts, best={c: "min" for c in fmts},
+               caption="step = compute + exposed comm on each axis"
+               + (" + interf. (interference: the compute slowed by the "
+                  "comm hidden under it)" if extra else ""))
 
   return Answer(
       json=lambda: common.payload(model, topology, layouts=[
           out.layout_record(r, results.get(n), n)
           for n, r in reports.items()]),
       csv=lambda: df, table=table,
-      plot=common.compare_plot(reports, model, topology))
+      plot=common.compare_plot(reports, model, topology),
+      views=html.several(reports, model.outputs, budget))
 
 
 COMMAND = Command(

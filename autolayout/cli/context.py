@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import json
 import sys
+import time
 from typing import Any, Callable, Optional
 
 from autolayout.cli import output as out
@@ -24,6 +25,37 @@ class Context:
     self.stream = stream or sys.stdout
     self.console = Console(file=self.stream, highlight=False)
     self.err = Console(stderr=True, highlight=False)
+    # Where the time went: ``[name, seconds, [(step, seconds), ...]]`` per
+    # phase, in order (:meth:`phase`, :meth:`phase_step`, :func:`summary`).
+    self.phases = []
+    self._step_mark = None
+
+  @contextlib.contextmanager
+  def phase(self, name):
+    """Times one phase of the command (shown live on a terminal, and in
+    the closing ``done in`` line, which adds the phases up)."""
+    t0 = self._step_mark = time.perf_counter()
+    entry = [name, 0.0, []]
+    self.phases.append(entry)
+    try:
+      yield entry
+    finally:
+      entry[1] = time.perf_counter() - t0
+      self._step_mark = None
+      if self.err.is_terminal:
+        self.err.print(f"[dim]{name}: {entry[1]:.1f} s[/]")
+
+  def phase_step(self, label):
+    """Ends a step of the current phase (e.g. one decision program):
+    its time is since the phase began or the previous step ended."""
+    if not self.phases or self._step_mark is None:
+      return
+    now = time.perf_counter()
+    took = now - self._step_mark
+    self.phases[-1][2].append((label, took))
+    self._step_mark = now
+    if self.err.is_terminal:
+      self.err.print(f"[dim]  {label}: {took:.1f} s[/]")
 
   @contextlib.contextmanager
   def progress(self, what, unit="s"):
@@ -79,12 +111,15 @@ class Answer:
     table: ``(Context) -> None`` that prints the rich tables.
     csv_index: whether the CSV has the DataFrame's index.
     plot: ``(autolayout.plots) -> Figure`` for ``--plot``, or None.
+    views: ``(JSON payload) -> [LayoutView]`` for ``--html``
+      (:mod:`autolayout.cli.html`), or None.
   """
   json: Callable[[], dict]
   csv: Callable[[], Any]
   table: Callable[[Context], None]
   csv_index: bool = True
   plot: Optional[Callable[[Any], Any]] = None
+  views: Optional[Callable[[dict], Any]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +145,25 @@ class Command:
   timed: bool = True
 
 
+def summary(ctx, wall_s):
+  """``done in 26.5 s = model 0.4 s + search 25.9 s (k=1 3.1 s, ...) +
+  output 0.1 s + other 0.1 s``: the phases add up to the wall time."""
+  if all(name == "output" for name, _, _ in ctx.phases):
+    return f"done in {wall_s:.1f} s"
+  parts = []
+  for name, s, steps in ctx.phases:
+    if len(steps) > 8:   # the six longest, and the rest together
+      top = sorted(steps, key=lambda x: -x[1])[:6]
+      rest = [t for x, t in steps if (x, t) not in top]
+      steps = [x for x in steps if x in top] + [
+          (f"{len(rest)} more", sum(rest))]
+    inner = "".join(f"; {label} {t:.1f} s" for label, t in steps)
+    parts.append(f"{name} {s:.1f} s" + (f" ({inner[2:]})" if inner else ""))
+  rest = wall_s - sum(s for _, s, _ in ctx.phases)
+  return (f"done in {wall_s:.1f} s = " + " + ".join(parts)
+          + f" + other {max(rest, 0.0):.1f} s")
+
+
 def emit(ctx, command, answer, args):
   """Writes the plot if ``--plot`` asks, then ``answer`` in ``ctx.fmt``.
 
@@ -127,8 +181,14 @@ def emit(ctx, command, answer, args):
                           hint="give --plot a writable path ending in "
                           ".png, .svg or .pdf")
     print(f"wrote {path}", file=sys.stderr)
+  payload = None
+  if getattr(args, "html", None) and answer.views is not None:
+    from autolayout.cli import html
+    payload = answer.json()
+    html.write(args.html, command, payload, answer.views)
   if ctx.fmt == "json":
-    ctx.json({"schema": out.SCHEMA, "command": command, **answer.json()})
+    ctx.json({"schema": out.SCHEMA, "command": command,
+              **(payload or answer.json())})
   elif ctx.fmt == "csv":
     ctx.csv(answer.csv(), index=answer.csv_index)
   else:

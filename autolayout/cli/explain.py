@@ -27,6 +27,22 @@ def _mem_delta(new, base):
   return ("+" if d >= 0 else "-") + out.fmt_bytes(abs(d))
 
 
+def _missing(v):
+  """None, NaN or an empty name: a value the explanation does not have."""
+  return v is None or v == "" or (isinstance(v, float) and math.isnan(v))
+
+
+def _runner_up(r):
+  """The runner-up's axis for the dim; "replicated" when the best other
+  layout leaves the dim unsplit (its axis is None, its rules are not);
+  "-" when there is none (or its time is unknown)."""
+  if _missing(r["runner_up_step_time_s"]):
+    return "-"
+  if not _missing(r["runner_up_axis"]):
+    return r["runner_up_axis"]
+  return "replicated" if r["runner_up_rules"] is not None else "-"
+
+
 def _why(r, base):
   rule = f"{r['dim']}:{r['axis']}"
   t0, w = base.step_time_s, r["without_step_time_s"]
@@ -47,9 +63,15 @@ def _why(r, base):
       parts.append(f"and needs {out.fmt_bytes(dm)} more per device")
       if r["without_peak_memory_bytes"] > base.hbm_bytes:
         parts.append("(over HBM)")
-  if r["runner_up_axis"]:
+  if _runner_up(r) == "-":
+    # No other axis gives a valid layout (or none was reached): say so,
+    # never "on nan".
+    parts.append("; it has no runner-up axis")
+  else:
     dr = r["runner_up_step_time_s"] - t0
-    parts.append(f"; on {r['runner_up_axis']} instead it would be "
+    where = ("replicated" if _missing(r["runner_up_axis"])
+             else f"on {r['runner_up_axis']}")
+    parts.append(f"; {where} instead it would be "
                  f"{out.fmt_time(abs(dr))} "
                  f"{'slower' if dr >= 0 else 'faster'}")
   return f"{rule}: " + " ".join(parts).replace(" ;", ";")
@@ -59,14 +81,23 @@ def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   from_plan = plans.layout_arg(args.layout, model, topology, args)
-  mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+  auto = not from_plan and args.layout.strip().lower() == "auto"
   budget = inputs.memory_budget(args, topology)
   result = None  # the solver's answer, when it chose the layout
+  which = "the plan's" if from_plan else "given"
+  if auto and not args.mesh:
+    result = common.solve_meshes(ctx, setup, args, budget)
+    mesh, which = result.mesh_shape, common.SOLVED_MESH
+  else:
+    mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+    if not from_plan and not args.mesh:
+      which = common.DEFAULT_MESH
   if from_plan:
     rules = from_plan[0]
     base = common.evaluate(model, mesh, rules, topology)
-  elif args.layout.strip().lower() == "auto":
-    result = common.solve(ctx, setup, mesh, args, budget)
+  elif auto:
+    if result is None:
+      result = common.solve(ctx, setup, mesh, args, budget)
     rules, base = result.rules, result.report
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
@@ -80,7 +111,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "explain", model, topology,
-                  f"mesh {mesh.text}",
+                  f"mesh {mesh.text} ({which})",
                   overlap=setup.overlap)
     ctx.line(f"layout {base.layout_rules or '(none)'}: step "
              f"{out.fmt_time(base.step_time_s)}, peak "
@@ -93,7 +124,7 @@ def _run(args, ctx):
                                       base.step_time_s),
           "mem without": _mem_delta(r["without_peak_memory_bytes"],
                                     base.peak_memory_bytes),
-          "runner-up": r["runner_up_axis"] or "-",
+          "runner-up": _runner_up(r),
           "on runner-up": out.fmt_delta(r["runner_up_step_time_s"],
                                         base.step_time_s)})
     out.render(ctx.console, pd.DataFrame(rows, columns=[

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 
 from autolayout.meshes.mesh_search import auto_mesh_and_layout
-from autolayout.cli import common, inputs
+from autolayout.cli import common, html, inputs
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -13,6 +13,7 @@ from autolayout.cli.context import Answer, Command
 
 def _arguments(p):
   add_model_args(p, mesh=False)
+  html.add_argument(p)
   p.add_argument("--devices", "-n", type=int,
                  help="number of devices (default: the topology's chips)")
   p.add_argument("--max-axes", type=int, default=2,
@@ -72,7 +73,8 @@ def _run(args, ctx):
                "needs)")
 
   return Answer(json=json, csv=lambda: table, csv_index=False, table=show,
-                plot=lambda plots: plots.mesh_ranking(table).figure)
+                plot=lambda plots: plots.mesh_ranking(table).figure,
+                views=html.ranked(results, model.outputs))
 
 
 COMMAND = Command(

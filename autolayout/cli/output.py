@@ -11,45 +11,15 @@ import math
 
 import pandas as pd
 
+# Numbers as words, shared with the HTML report.
+from autolayout.render.text import (fmt_bytes, fmt_pct, fmt_rate,  # noqa: F401
+                                    fmt_time)
+
 SCHEMA = "mtf-layout/1"
 CATEGORIES = ("params", "gradients", "optimizer", "activations")
 
 
 # --- formatting --------------------------------------------------------------
-def fmt_time(seconds, digits=4):
-  """``0.02892`` -> ``"28.92 ms"`` (``digits`` significant digits)."""
-  if seconds is None or (isinstance(seconds, float) and math.isnan(seconds)):
-    return "-"
-  if seconds == 0:
-    return "0"
-  for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-    if abs(seconds) >= scale:
-      return f"{seconds / scale:.{digits}g} {unit}"
-  return f"{seconds / 1e-9:.{digits}g} ns"
-
-
-def fmt_bytes(nbytes, digits=4):
-  """``1.5 * 2**30`` -> ``"1.5 GiB"`` (``digits`` significant digits)."""
-  if nbytes is None or (isinstance(nbytes, float) and math.isnan(nbytes)):
-    return "-"
-  for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
-                      ("KiB", 2**10)):
-    if abs(nbytes) >= scale:
-      return f"{nbytes / scale:.{digits}g} {unit}"
-  return f"{int(nbytes)} B"
-
-
-def fmt_rate(bytes_per_s):
-  if bytes_per_s is None or math.isinf(bytes_per_s):
-    return "-"
-  return f"{bytes_per_s / 1e9:.4g} GB/s"
-
-
-def fmt_pct(x):
-  return "-" if x is None or (isinstance(x, float) and math.isnan(x)) \
-      else f"{x:.1%}"
-
-
 def fmt_delta(new, base):
   """``"+3.1 ms (+12%)"``: how ``new`` differs from ``base`` (seconds)."""
   if new is None or base is None or (isinstance(new, float)
@@ -225,7 +195,8 @@ def summary_row(report, result=None, label=None):
          "rules": str(report.layout_rules),
          "step_time_s": report.step_time_s,
          "compute_time_s": report.compute_time_s,
-         "comm_time_s": report.comm_time_s}
+         "comm_time_s": report.comm_time_s,
+         "interference_time_s": report.interference_time_s}
   for a, t in report.comm_time_by_axis.items():
     row[f"comm_{a}_s"] = t
   for c in _categories(report):
@@ -262,8 +233,8 @@ def _py(v):
 
 # --- rich rendering ----------------------------------------------------------
 def render(console, df, title=None, formats=None, best=None, index=True,
-           justify=None, caption=None, *, show_header=True):
-  """Prints ``df`` as a rich table.
+           justify=None, caption=None, *, show_header=True, abbrev=None):
+  """Prints ``df`` as a rich table whose cells never break a word.
 
   Args:
     console: a rich Console.
@@ -276,43 +247,84 @@ def render(console, df, title=None, formats=None, best=None, index=True,
     justify: ``{column: "left" | "right"}`` (default: numbers right).
     caption: a line under the table.
     show_header: whether to show the column names.
+    abbrev: ``{column: short header}`` used when the table is too wide for
+      the console with the full names (a legend under the table says what
+      each stands for).  If it is still too wide, the last columns are left
+      out and the caption names them (``--format csv`` has every column).
   """
-  from rich import box
-  from rich.table import Table
-  from rich.text import Text
   formats, best, justify = formats or {}, best or {}, justify or {}
-  table = Table(title=title, box=box.SIMPLE_HEAD, caption=caption,
-                title_justify="left", caption_justify="left", pad_edge=False,
-                show_edge=False, show_header=show_header,
-                title_style="bold", caption_style="dim")
   frame = df.reset_index() if index else df
+  cells = _cells(frame, formats, best)
+  columns = [str(c) for c in frame.columns]
+  headers = dict(zip(columns, columns))
+  notes = []
+  table = _table(frame, cells, columns, headers, title, caption, justify,
+                 formats, show_header)
+  if _too_wide(console, table) and abbrev:
+    short = {c: abbrev[c] for c in columns if c in abbrev}
+    headers.update(short)
+    notes.append("; ".join(f"{s} = {c}" for c, s in short.items()))
+  dropped = []
+  while _too_wide(console, _table(frame, cells, columns, headers, title,
+                                  None, justify, formats, show_header)) \
+      and len(columns) > 2:
+    dropped.insert(0, columns.pop())
+  if dropped:
+    notes.append(f"not shown at {console.width} columns: "
+                 f"{', '.join(dropped)} (--format csv has them)")
+  text = "\n".join([caption] * bool(caption) + notes) or None
+  console.print(_table(frame, cells, columns, headers, title, text, justify,
+                       formats, show_header))
+  console.print()
+
+
+def _cells(frame, formats, best):
+  """``{column: [rich Text per row]}``, the best cells marked."""
+  from rich.text import Text
   marks = {}
   for col, how in best.items():
     vals = pd.to_numeric(frame[col], errors="coerce")
     if vals.notna().sum() > 1:
       target = vals.min() if how == "min" else vals.max()
       marks[col] = set(frame.index[vals == target])
+  out = {}
   for col in frame.columns:
+    texts = []
+    for i, v in frame[col].items():
+      s = formats[col](v) if col in formats else (
+          "-" if v is None or (isinstance(v, float) and math.isnan(v))
+          else str(v))
+      texts.append(Text(s + "*", style="bold green") if i in marks.get(
+          col, ()) else Text(s))
+    out[str(col)] = texts
+  return out
+
+
+def _table(frame, cells, columns, headers, title, caption, justify, formats,
+           show_header):
+  from rich import box
+  from rich.table import Table
+  table = Table(title=title, box=box.SIMPLE_HEAD, caption=caption,
+                title_justify="left", caption_justify="left", pad_edge=False,
+                show_edge=False, show_header=show_header,
+                title_style="bold", caption_style="dim")
+  for col in columns:
     numeric = pd.api.types.is_numeric_dtype(frame[col]) and \
         frame[col].dtype != bool
     right = numeric or col in formats
-    table.add_column(str(col), justify=justify.get(
+    table.add_column(headers[col], justify=justify.get(
         col, "right" if right else "left"), overflow="fold",
         no_wrap=right)
-  for i, row in frame.iterrows():
-    cells = []
-    for col in frame.columns:
-      v = row[col]
-      text = formats[col](v) if col in formats else (
-          "-" if v is None or (isinstance(v, float) and math.isnan(v))
-          else str(v))
-      if i in marks.get(col, ()):
-        cells.append(Text(text + "*", style="bold green"))
-      else:
-        cells.append(Text(text))
-    table.add_row(*cells)
-  console.print(table)
-  console.print()
+  for i in range(len(frame)):
+    table.add_row(*(cells[c][i] for c in columns))
+  return table
+
+
+def _too_wide(console, table):
+  """Whether ``table`` needs more than the console's width to show every
+  word whole (rich's own measure of its smallest width)."""
+  return table.__rich_measure__(console, console.options).minimum \
+      > console.width
 
 
 def write_csv(df, stream, index=True):

@@ -101,6 +101,48 @@ def model_for(plan, path, args):
                      True, built.microbatches, d)
 
 
+def ask_plans_question(args, plan):
+  """Fills the options the user left out from ``plan``'s own question: its
+  model and overrides, training or forward pass, topology and mesh (for
+  ``solve --hint plan.json`` given without ``--model``).
+
+  Raises:
+    CliInputError: if the plan does not say which model it is for.
+  """
+  src = plan_decisions.source_of(plan) or {}
+  if not src.get("model"):
+    raise CliInputError("the hint plan does not say which model it is for "
+                        "(it has no model.source)",
+                        hint="give --model (e.g. --model transformer_tiny)")
+  args.model = src["model"]
+  args.set = [f"{k}={v}" for k, v in (src.get("overrides") or {}).items()]
+  if args.train is None:
+    # A forward plan's question is the forward pass; a plan with training
+    # decisions searched them (--train); any other, the step as built.
+    args.train = (False if not src.get("train", True) else
+                  True if plan.decisions else None)
+  if args.topology is None and plan.topology_preset:
+    args.topology = plan.topology_preset
+  if not getattr(args, "mesh", None) and getattr(args, "devices",
+                                                 None) is None:
+    args.mesh = plan.mesh_shape.text
+
+
+def budget_and_objective(args, plan=None):
+  """Resolves ``--memory-budget`` and ``--objective`` left out: ``plan``'s
+  own (the budget and objective it was solved with), else ``hbm`` and
+  ``time``."""
+  solved = plan is not None and plan.solver.status != "given"
+  if hasattr(args, "memory_budget") and args.memory_budget is None:
+    b = plan.solver.memory_budget_bytes if solved else None
+    args.memory_budget = "hbm" if not solved else (
+        "none" if b is None else str(b))
+  if hasattr(args, "objective") and args.objective is None:
+    mine = plan.solver.objective if solved else None
+    args.objective = mine if mine in ("time", "latency", "comm",
+                                      "memory") else "time"
+
+
 def is_ref(text):
   """Whether a layout argument names a plan file (``@plan.json``)."""
   return text.strip().startswith("@")

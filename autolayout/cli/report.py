@@ -1,6 +1,6 @@
 """``mtf-layout report``: the full cost report of one layout."""
 
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -8,6 +8,7 @@ from autolayout.cli.context import Answer, Command
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--layout", "-l", required=True, metavar="RULES",
                  help="layout rules, 'auto', or @PLAN.json (a plan file's "
                  "rules and mesh)")
@@ -24,13 +25,23 @@ def _run(args, ctx):
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   from_plan = plans.layout_arg(args.layout, model, topology, args)
-  mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+  auto = not from_plan and args.layout.strip().lower() == "auto"
   result = None
+  which = "the plan's" if from_plan else "given"
+  if auto and not args.mesh:
+    result = common.solve_meshes(ctx, setup, args,
+                                 inputs.memory_budget(args, topology))
+    mesh, which = result.mesh_shape, common.SOLVED_MESH
+  else:
+    mesh = from_plan[1] if from_plan else common.mesh_of(args, topology)
+    if not from_plan and not args.mesh:
+      which = common.DEFAULT_MESH
   if from_plan:
     report = common.evaluate(model, mesh, from_plan[0], topology)
-  elif args.layout.strip().lower() == "auto":
-    result = common.solve(ctx, setup, mesh, args,
-                          inputs.memory_budget(args, topology))
+  elif auto:
+    if result is None:
+      result = common.solve(ctx, setup, mesh, args,
+                            inputs.memory_budget(args, topology))
     report = result.report
   else:
     rules = inputs.parse_rules(args.layout, model, mesh)
@@ -40,7 +51,7 @@ def _run(args, ctx):
 
   def table(ctx):
     common.header(ctx, "report", model, topology,
-                  f"mesh {report.mesh_shape.text}",
+                  f"mesh {report.mesh_shape.text} ({which})",
                   overlap=setup.overlap)
     common.show_rules(ctx, report)
     common.show_times(ctx, report, result)
@@ -71,7 +82,8 @@ def _run(args, ctx):
       csv_index=args.view != "collectives", table=table,
       plot=common.compare_plot(
           {str(report.layout_rules) or "replicated": report}, model,
-          topology))
+          topology),
+      views=html.one(report, result, model.outputs))
 
 
 COMMAND = Command(

@@ -5,7 +5,7 @@ import pandas as pd
 
 from autolayout.default_search import solve_default
 from autolayout.meshes.mesh_search import DEFAULT_MAX_AXES
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, html, inputs, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -16,6 +16,7 @@ from autolayout.cli.pipeline import add_pipeline_args, run_pipeline
 
 def _arguments(p):
   add_model_args(p)
+  html.add_argument(p)
   p.add_argument("--devices", "-n", type=int,
                  help="search every mesh shape of this many devices and "
                  "keep the best (the default without --mesh: the "
@@ -49,11 +50,82 @@ def _arguments(p):
 def _run(args, ctx):
   if getattr(args, "pipeline", False):
     return run_pipeline(args, ctx)
-  setup = common.Setup(args)
+  with ctx.phase("model and topology"):
+    setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   budget = inputs.memory_budget(args, topology)
-  decisions_tried = ()
   hint = plans.read(args.hint) if args.hint else None
+  with ctx.phase("search"):
+    found = _search(ctx, args, setup, budget, hint)
+  if isinstance(found, Answer):
+    return found   # the pipelined plan, faster (autolayout.cli.scale)
+  result, decisions_tried, tried, fell_back, compared = found
+  report = result.report
+  saved = None
+  if args.save:
+    with ctx.phase("plan file"):
+      saved = plans.save(result, args, model)
+
+  def table(ctx):
+    how = ("given" if tried is None else
+           f"best of {int(tried['step_time_s'].notna().sum())} shapes tried")
+    common.header(ctx, "solve", model, topology,
+                  f"mesh {report.mesh_shape.text} ({how}), "
+                  "memory budget "
+                  f"{out.fmt_bytes(budget) if budget else 'none'}",
+                  overlap=setup.overlap)
+    if setup.question_from:
+      ctx.line(f"(the question of plan {setup.question_from}: its model, "
+               "overrides, training or forward pass, topology and mesh)")
+    if fell_back:
+      ctx.line("no layout of the step as built fits the budget, so the "
+               "training decisions (precision, ZeRO stage, recompute, "
+               "microbatches) were searched too")
+    if tried is not None:
+      view = tried[["mesh", "step_time_s", "status"]].rename(
+          columns={"step_time_s": "step"})
+      out.render(ctx.console, view, "Mesh shapes tried", index=False,
+                 formats={"step": out.fmt_time}, best={"step": "min"})
+    common.show_rules(ctx, report)
+    if result.decisions is not None:
+      common.show_decisions(ctx, result, model, topology)
+    common.show_memory(ctx, report)
+    common.show_axes(ctx, report)
+    common.show_times(ctx, report, result)
+    if result.hint_report is not None:
+      ctx.line(f"Warm start from {args.hint}:")
+      for line in str(result.hint_report).splitlines():
+        ctx.line("  " + line)
+    for line in compared:
+      ctx.line(line)
+    if saved is not None:
+      ctx.line(f"saved the plan to {args.save}")
+
+  return Answer(
+      json=lambda: common.payload(
+          model, topology, result=out.layout_record(
+              report, result, training=common.training_record(
+                  result, model, topology, decisions_tried)),
+          question="train" if model.train else "forward",
+          meshes_tried=(None if tried is None
+                        else out.frame_records(tried)),
+          **({"spaces_compared": list(compared)} if compared else {}),
+          **plans.solve_record(args, result)),
+      csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
+      csv_index=False, table=table,
+      plot=common.compare_plot({str(result.rules) or "replicated": report},
+                               model, topology),
+      views=html.one(report, result))
+
+
+def _search(ctx, args, setup, budget, hint):
+  """The answer: ``(LayoutResult, training decisions tried, mesh shapes
+  tried or None, whether the training decisions were searched because
+  no layout of the step as built fits, the lines saying which plan spaces
+  were compared at scale)``, or the pipelined plan's Answer where it is
+  the faster (:mod:`autolayout.cli.scale`)."""
+  topology, model = setup.topology, setup.model
+  decisions_tried = ()
   tried = None   # the mesh shapes tried, when searching meshes
   fell_back = False   # no layout of the step as built fits: decisions
   compared = ()   # the plan spaces compared at scale (autolayout.cli.scale)
@@ -100,58 +172,27 @@ def _run(args, ctx):
           config=model.config if _fall_back(args, model) else None,
           search=setup.search, hint=hint,
           progress=update if mesh is not None else None,
-          mesh_progress=update.on_mesh if mesh is None else None)
+          mesh_progress=update.on_mesh if mesh is None else None,
+          decision_progress=_steps(ctx) if mesh is not None else None)
     result, tried = answer.result, answer.meshes
     decisions_tried, fell_back = answer.decisions_tried, answer.fell_back
-  report = result.report
-  saved = plans.save(result, args, model) if args.save else None
+  return result, decisions_tried, tried, fell_back, compared
 
-  def table(ctx):
-    how = ("given" if tried is None else
-           f"best of {int(tried['step_time_s'].notna().sum())} shapes tried")
-    common.header(ctx, "solve", model, topology,
-                  f"mesh {report.mesh_shape.text} ({how}), "
-                  "memory budget "
-                  f"{out.fmt_bytes(budget) if budget else 'none'}",
-                  overlap=setup.overlap)
-    if fell_back:
-      ctx.line("no layout of the step as built fits the budget, so the "
-               "training decisions (precision, ZeRO stage, recompute, "
-               "microbatches) were searched too")
-    if tried is not None:
-      view = tried[["mesh", "step_time_s", "status"]].rename(
-          columns={"step_time_s": "step"})
-      out.render(ctx.console, view, "Mesh shapes tried", index=False,
-                 formats={"step": out.fmt_time}, best={"step": "min"})
-    common.show_rules(ctx, report)
-    if result.decisions is not None:
-      common.show_decisions(ctx, result, model, topology)
-    common.show_memory(ctx, report)
-    common.show_axes(ctx, report)
-    common.show_times(ctx, report, result)
-    if result.hint_report is not None:
-      ctx.line(f"Warm start from {args.hint}:")
-      for line in str(result.hint_report).splitlines():
-        ctx.line("  " + line)
-    for line in compared:
-      ctx.line(line)
-    if saved is not None:
-      ctx.line(f"saved the plan to {args.save}")
 
-  return Answer(
-      json=lambda: common.payload(
-          model, topology, result=out.layout_record(
-              report, result, training=common.training_record(
-                  result, model, topology, decisions_tried)),
-          question="train" if model.train else "forward",
-          meshes_tried=(None if tried is None
-                        else out.frame_records(tried)),
-          **({"spaces_compared": list(compared)} if compared else {}),
-          **plans.solve_record(args, result)),
-      csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
-      csv_index=False, table=table,
-      plot=common.compare_plot({str(result.rules) or "replicated": report},
-                               model, topology))
+def _steps(ctx):
+  """The decision search's ``progress``: each program is a step of the
+  search phase (``k=2: best 496.1 us``)."""
+  def step(decisions, step_time_s):
+    if decisions is None:
+      ctx.phase_step("the step as built: no layout fits")
+      return
+    what = (f"k={decisions.microbatches}"
+            + ("" if isinstance(decisions.zero_stage, int)
+               else ", stage per group"))
+    ctx.phase_step(f"{what}: " + (
+        f"best {out.fmt_time(step_time_s)}" if step_time_s is not None
+        else "every candidate over budget"))
+  return step
 
 
 def _plan_search(args, model):
@@ -180,6 +221,11 @@ def _training_meshes(ctx, args, model, topology, budget, n,
   """The fastest mesh shape, training decisions and layout
   (autolayout.meshes.training_meshes)."""
   from autolayout.meshes.training_meshes import search_training_meshes
+  steps = _mesh_steps(ctx)
+
+  def on_mesh(update, what, i, count):
+    update.on_mesh(what, i, count, None)
+    steps(what)
   with ctx.progress(f"searching mesh shapes of {n} devices and training "
                     f"decisions of {model.name}") as update:
     plan, tried = search_training_meshes(
@@ -190,9 +236,23 @@ def _training_meshes(ctx, args, model, topology, budget, n,
                       else time_limit_s),
         overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
-        progress=lambda mesh, stage, i, count: update.on_mesh(
-            f"{mesh} ({stage})", i, count, None))
+        progress=lambda mesh, stage, i, count: on_mesh(
+            update, f"{mesh} ({stage})", i, count))
+  steps(None)
   return plan.result, plan.tried, tried
+
+
+def _mesh_steps(ctx):
+  """A mesh search's progress calls come as each shape starts; each ends
+  the previous shape's step of the search phase (``None``: the last)."""
+  pending = []
+
+  def step(label):
+    if pending:
+      ctx.phase_step(pending.pop())
+    if label is not None:
+      pending.append(label)
+  return step
 
 
 def _training_plan(ctx, args, model, mesh, topology, budget):
@@ -206,7 +266,7 @@ def _training_plan(ctx, args, model, mesh, topology, budget):
         model.config, mesh, topology, budget, fixed=fixed,
         param_dtype=param_dtype, time_limit_s=args.time_limit,
         memory_reserve_fraction=inputs.memory_reserve(args),
-        overlap=getattr(args, "overlap", True))
+        overlap=getattr(args, "overlap", True), progress=_steps(ctx))
   return plan.result, plan.tried
 
 

@@ -55,13 +55,17 @@ def mesh_factorizations(num_devices, max_axes=3, axis_names=AXIS_NAMES):
 
 
 def physical_axis_names(topology, mesh_shape):
-  """``mesh_shape`` with each axis renamed after the physical dims it lies
-  on (row-major, as :func:`costmodels.map_mesh` lays it): on
-  ``tpu-v5e-16x16``, ``x:16;y:16`` stays, ``x:256`` becomes ``xy:256``; on
-  ``h100x8-nodes4``, ``x:4;y:8`` becomes ``node:4;gpu:8`` and ``x:32``
-  ``node_gpu:32``.  Names repeated by axes that share one physical dim get
-  ``_2``, ``_3``...  So a rule such as ``batch:node`` says where the data
-  travels, and ``batch`` never lands on an axis named ``model``.
+  """``mesh_shape`` with each axis renamed after what it lies on (row-major,
+  as :func:`costmodels.map_mesh` lays it), so that a name says what the
+  axis is: an axis over every chip of the topology is ``chips``; one on
+  torus dims is named after its link and those dims (``ici_x``, ``ici_y``,
+  ``ici_xy`` for part of x and all of y); one on named physical dims keeps
+  their names (``node``, ``gpu``, ``node_gpu``).  On ``tpu-v5e-16x16``,
+  ``x:16;y:16`` becomes ``ici_x:16;ici_y:16`` and ``x:256`` ``chips:256``;
+  on ``h100x8-nodes4``, ``x:4;y:8`` becomes ``node:4;gpu:8``.  Names
+  repeated by axes that share one physical dim get ``_2``, ``_3``...  So a
+  rule such as ``batch:node`` says where the data travels, and ``batch``
+  never lands on an axis named ``model``.
 
   Raises:
     costmodels.TopologyError: if the mesh does not embed in ``topology``.
@@ -69,6 +73,8 @@ def physical_axis_names(topology, mesh_shape):
   Example:
     >>> str(physical_axis_names("h100x8-nodes4", "x:4;y:8"))
     'node:4,gpu:8'
+    >>> str(physical_axis_names("tpu-v5e-16x16", "x:2;y:128"))
+    'ici_x:2,ici_xy:128'
   """
   topology = costmodels.get_topology(topology)
   mesh_shape = convert_to_mesh_shape(mesh_shape)
@@ -79,8 +85,13 @@ def physical_axis_names(topology, mesh_shape):
     for seg in sorted(a.segments, key=lambda g: g.phys_index):
       if seg.phys_dim not in phys:
         phys.append(seg.phys_dim)
-    sep = "" if all(len(n) == 1 for n in phys) else "_"
-    name = sep.join(phys) or "one"
+    if a.size == topology.num_chips and a.size > 1:
+      name = "chips"
+    elif phys and all(len(n) == 1 for n in phys):
+      # torus dims (x, y, z): the letters alone read as internal codes
+      name = f"{a.link_kind.split('+')[0]}_{''.join(phys)}"
+    else:
+      name = "_".join(phys) or "one"
     seen[name] = seen.get(name, 0) + 1
     if seen[name] > 1:
       name = f"{name}_{seen[name]}"

@@ -82,6 +82,54 @@ def _entries(rd, obj, path, dims, with_trainable):
   return tuple(out)
 
 
+SCHEMA_FILE = os.path.join(os.path.dirname(__file__), "plan_file.schema.json")
+
+
+def json_schema():
+  """The published JSON Schema of plan files (``docs/plan_file.schema.json``
+  is the same file), as a dict (read afresh: no module cache)."""
+  with open(SCHEMA_FILE, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def schema_errors(data):
+  """The plan file ``data``'s JSON Schema violations as messages naming the
+  field and the fix, most relevant first (empty when it conforms)."""
+  import jsonschema  # pylint: disable=g-import-not-at-top
+  validator = jsonschema.Draft202012Validator(json_schema())
+  errors = list(validator.iter_errors(data))
+  if not errors:
+    return []
+  best = jsonschema.exceptions.best_match(errors)
+  return [_schema_message(best)] + [_schema_message(e) for e in errors
+                                    if e is not best]
+
+
+def _schema_message(err):
+  path = ".".join(str(p) for p in err.absolute_path)
+  if err.validator == "required":
+    missing = err.message.split("'")[1]
+    return (f"missing field {(path + '.' if path else '') + missing!r}; add "
+            "it (docs/plan_file.schema.json lists every field)")
+  if err.validator == "type":
+    want = err.validator_value
+    want = "/".join(want) if isinstance(want, list) else want
+    return (f"field {path!r} must be {want}, got {err.instance!r}"[:300]
+            + "; write it as the schema says (docs/plan_file.schema.json)")
+  if err.validator in ("minimum", "maximum"):
+    return (f"field {path!r} is {err.instance!r}; it must be "
+            f"{'>=' if err.validator == 'minimum' else '<='} "
+            f"{err.validator_value}")
+  if err.validator == "enum":
+    return (f"field {path!r} is {err.instance!r}; use one of "
+            f"{err.validator_value}")
+  if err.validator == "additionalProperties":
+    return (f"{path or 'the top level'} has a field the schema does not "
+            f"know: {err.message}; remove it")
+  return (f"field {path or 'the top level'!r} does not match the schema: "
+          f"{err.message}"[:300] + " (docs/plan_file.schema.json)")
+
+
 def plan_from_json_dict(data, where="<dict>"):
   """The :class:`Plan` of a parsed plan file.
 
@@ -100,6 +148,14 @@ def plan_from_json_dict(data, where="<dict>"):
             f"mesh-tf {version()} reads; "
             + ("upgrade mesh-tf" if found > SCHEMA_VERSION else
                "solve the model again to write a current plan"))
+  decisions = data.get("decisions")
+  if isinstance(decisions, dict):
+    # A family from a newer mesh-tf is named as such, before the schema
+    # (which knows this version's families only) calls it unknown.
+    decision_codec.read_decisions(decisions, f"plan file {rd.where}")
+  errors = schema_errors(data)
+  if errors:
+    rd.fail(errors[0])
   m = rd.get(data, "model", dict, "")
   dims = rd.get(m, "dims", dict, "model")
   dim_pairs = []

@@ -54,6 +54,8 @@ Objective
 import collections
 from typing import Dict, NamedTuple, Optional, Tuple
 
+import numpy as np
+
 from ortools.sat.python import cp_model
 
 from autolayout.search import assignments
@@ -197,41 +199,113 @@ def build_tables(tables, space, extra_scopes=(), placements=None):
     by_host[host[f.scope]].append(f)
   out = []
   for scope in sorted(set(host.values())):
-    factors = by_host.get(scope, [])
-    choices, times, comms, terms = [], [], [], []
-    memo = {}
-    # Each factor's positions in the scope, found once per scope (not once
-    # per local assignment: a scope has up to thousands).
-    pos = {d: i for i, d in enumerate(scope)}
-    picks = [tuple(pos[d] for d in f.scope) for f in factors]
-    for sigma in assignments.local_assignments(space, scope):
-      ok, t_sum, c_sum = True, 0.0, 0.0
-      extra = collections.defaultdict(float)
-      for f, pick in zip(factors, picks):
-        sub = tuple(sigma[i] for i in pick)
-        v = memo.get((f.kind, f.key, sub))
-        if v is None:
-          v = memo[(f.kind, f.key, sub)] = tables.value(f, sub)
-        if not v[0]:
-          ok = False
-          break
-        pl = placements[(f.kind, f.key)] if placements else None
-        plain = f.count if pl is None else pl.plain
-        t_sum += f.count * v[1] + plain * v[2]
-        c_sum += plain * v[2]
-        if pl is not None:
-          _overlap_terms(extra, pl, v, lambda f=f, sub=sub, memo=memo:
-                         _comm_by_axis(tables, f, sub, memo))
-      if ok:
-        choices.append(sigma)
-        times.append(t_sum)
-        comms.append(c_sum)
-        terms.append(extra)
-    keys = sorted({k for e in terms for k in e}, key=repr)
-    out.append(Table(scope, tuple(choices), tuple(times), tuple(comms),
-                     tuple((k, tuple(e.get(k, 0.0) for e in terms))
-                           for k in keys)))
+    out.append(_scope_table(tables, space, scope, by_host.get(scope, []),
+                            placements))
   return out, host
+
+
+def _scope_table(tables, space, scope, factors, placements):
+  r"""The :class:`Table` of one host ``scope``: per local assignment
+  :math:`\sigma`, the sums over its factors, as arrays over every
+  :math:`\sigma` at once.  Each factor is priced once per assignment of
+  its own (smaller) scope and gathered onto the :math:`\sigma` (a scope
+  has up to thousands; a per-group-stage candidate of transformer_tiny
+  spent most of its 0.5 s here one :math:`\sigma` and factor at a time).
+  The sums run factor by factor in the same order as a per-:math:`\sigma`
+  loop would, so every float is the same."""
+  sigmas = assignments.local_assignments(space, scope)
+  n = len(sigmas)
+  pos = {d: i for i, d in enumerate(scope)}
+  ok = np.ones(n, dtype=bool)
+  t_sum, c_sum = np.zeros(n), np.zeros(n)
+  extra = {}   # term key -> (per-sigma value, per-sigma touched)
+  memo = {}
+  gathers = {}   # a factor scope's positions -> (its assignments, index)
+  for f in factors:
+    pick = tuple(pos[d] for d in f.scope)
+    if pick not in gathers:
+      gathers[pick] = _gather(sigmas, pick)
+    subs, inv = gathers[pick]
+    vals = []
+    for sub in subs:
+      v = memo.get((f.kind, f.key, sub))
+      if v is None:
+        v = memo[(f.kind, f.key, sub)] = tables.value(f, sub)
+      vals.append(v)
+    ok &= np.array([v[0] for v in vals], dtype=bool)[inv]
+    compute = np.array([v[1] for v in vals], dtype=np.float64)[inv]
+    comm = np.array([v[2] for v in vals], dtype=np.float64)[inv]
+    pl = placements[(f.kind, f.key)] if placements else None
+    plain = f.count if pl is None else pl.plain
+    t_sum += f.count * compute + plain * comm
+    c_sum += plain * comm
+    if pl is not None:
+      _add_terms(extra, tables, f, pl, subs, vals, inv, memo)
+  keep = np.flatnonzero(ok)
+  keys = sorted((k for k, (_, touched) in extra.items()
+                 if touched[keep].any()), key=repr)
+  return Table(scope, tuple(sigmas[i] for i in keep.tolist()),
+               tuple(t_sum[keep].tolist()), tuple(c_sum[keep].tolist()),
+               tuple((k, tuple(extra[k][0][keep].tolist())) for k in keys))
+
+
+def _gather(sigmas, pick):
+  """``(subs, inv)``: the distinct restrictions of ``sigmas`` to the
+  positions ``pick``, in first-seen order, and each sigma's index into
+  them."""
+  subs, index, inv = [], {}, []
+  for sigma in sigmas:
+    sub = tuple(sigma[i] for i in pick)
+    j = index.get(sub)
+    if j is None:
+      j = index[sub] = len(subs)
+      subs.append(sub)
+    inv.append(j)
+  return subs, np.asarray(inv, dtype=np.int64)
+
+
+def _add_terms(extra, tables, f, pl, subs, vals, inv, memo):
+  r"""Adds one factor's overlap terms (:func:`_overlap_terms` under each of
+  its own assignments) to ``extra``, increment by increment in the order a
+  per-:math:`\sigma` loop adds them."""
+  incs = {}   # term key -> [per-sub increments, in order]
+  for j, (sub, v) in enumerate(zip(subs, vals)):
+    got = _Increments()
+    _overlap_terms(got, pl, v, lambda sub=sub: _comm_by_axis(
+        tables, f, sub, memo))
+    for k, steps in got.log.items():
+      row = incs.setdefault(k, [])
+      while len(row) < len(steps):
+        row.append({})
+      for i, x in enumerate(steps):
+        row[i][j] = x
+  for k, row in incs.items():
+    values, touched = extra.get(k, (None, None))
+    if values is None:
+      values, touched = np.zeros(len(inv)), np.zeros(len(inv), dtype=bool)
+      extra[k] = (values, touched)
+    hit = np.zeros(len(subs), dtype=bool)
+    hit[list(row[0])] = True
+    touched |= hit[inv]
+    for per_sub in row:
+      inc = np.zeros(len(subs))
+      for j, x in per_sub.items():
+        inc[j] = x
+      values += inc[inv]
+
+
+class _Increments:
+  """Stands for :func:`_overlap_terms`'s ``extra``: each ``extra[key] +=
+  x`` is recorded as one increment ``x`` of ``key`` (``log``)."""
+
+  def __init__(self):
+    self.log = {}
+
+  def __getitem__(self, key):
+    return 0.0
+
+  def __setitem__(self, key, value):
+    self.log.setdefault(key, []).append(value)
 
 
 # --- constraint families (each adds to the model; some return terms) -----
@@ -376,31 +450,53 @@ def add_memory_constraints(model, v, steps, host, budget, with_peak):
     bound = int(budget)
   choices = collections.defaultdict(list)
   for k in v.y:
-    choices[k.scope].append(k.assignment)
-  # Each scope's table choices and their restriction to the scope, found
-  # once, not once per step (a program has tens of steps over the same
-  # scopes).
+    choices[k.scope].append(k)
+  # Per memory scope, found once (a program has tens of steps over the same
+  # scopes): its host table, the scope's local assignments (``subs``) and,
+  # for each choice of the host table, the index of its restriction to the
+  # scope.  Each step then adds a scope's bytes to its host table's choices
+  # as one numpy gather, not one dict lookup per choice (GPT-3's and
+  # per-group-stage programs have thousands of choices per table: 2.5 s of
+  # a 3 s build of a transformer_tiny per-group candidate).  The terms come
+  # out in the order the choices first get bytes, as a running sum over the
+  # scopes in step order would add them, so the program is the same.
   restricted = {}
   for step in steps:
-    acc = collections.Counter()
+    coeff, seen, order = {}, {}, []
     for scope, per in step.items():
-      pairs = restricted.get(scope)
-      if pairs is None:
+      hit = restricted.get(scope)
+      if hit is None:
         tscope = host[scope]
         pos = {d: i for i, d in enumerate(tscope)}
         pick = tuple(pos[d] for d in scope)
-        pairs = restricted[scope] = [
-            (TableChoice(tscope, sigma_t),
-             tuple(sigma_t[i] for i in pick))
-            for sigma_t in choices[tscope]]
-      for key, sub in pairs:
-        b = per.get(sub, 0)
-        if b:
-          acc[key] += int(b)
-    if acc:
-      keys = list(acc)  # insertion order: deterministic
-      model.add(cp_model.LinearExpr.weighted_sum(
-          [v.y[k] for k in keys], [acc[k] for k in keys]) <= bound)
+        subs, index, inv = [], {}, []
+        for k in choices[tscope]:
+          sub = tuple(k.assignment[i] for i in pick)
+          if sub not in index:
+            index[sub] = len(subs)
+            subs.append(sub)
+          inv.append(index[sub])
+        hit = restricted[scope] = (tscope, subs,
+                                   np.asarray(inv, dtype=np.int64))
+      tscope, subs, inv = hit
+      vals = np.fromiter((per.get(sub, 0) for sub in subs), dtype=np.int64,
+                         count=len(subs))[inv]
+      nz = vals != 0
+      if tscope not in coeff:
+        coeff[tscope] = np.zeros(len(inv), dtype=np.int64)
+        seen[tscope] = np.zeros(len(inv), dtype=bool)
+      new = np.flatnonzero(nz & ~seen[tscope])
+      if len(new):
+        order.append((tscope, new))
+        seen[tscope] |= nz
+      coeff[tscope] += vals
+    if order:
+      ys, cs = [], []
+      for tscope, idx in order:
+        keys, c = choices[tscope], coeff[tscope]
+        ys += [v.y[keys[i]] for i in idx.tolist()]
+        cs += c[idx].tolist()
+      model.add(cp_model.LinearExpr.weighted_sum(ys, cs) <= bound)
   return v.peak
 
 

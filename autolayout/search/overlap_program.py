@@ -15,6 +15,8 @@ import fractions
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from ortools.sat.python import cp_model
 
 from costmodels import overlap as cm_overlap
@@ -22,20 +24,35 @@ from costmodels import prefetch as cm_prefetch
 from autolayout.search.formulation import TableChoice
 
 
-def _linear(parts, key, unit, scale=1.0):
-  """``(ys, coefficients)`` of the term ``key`` in units, over ``parts``:
-  ``((Variables, tables), ...)``."""
+class _Terms:
+  """The overlap terms of ``parts`` (``((Variables, tables), ...)``) by
+  key: each term's columns (as arrays) and its table's variables, found
+  once, not by a scan of every table per key, and rounded to units with
+  numpy, not one choice at a time (the chains ask for every bucket, axis
+  and segment)."""
+
+  def __init__(self, parts):
+    self.by_key = {}
+    for v, tables in parts:
+      for tb in tables:
+        ys = None
+        for k, col in tb.terms:
+          if ys is None:
+            ys = [v.y[TableChoice(tb.scope, sigma)] for sigma in tb.choices]
+          self.by_key.setdefault(k, []).append(
+              (ys, np.asarray(col, dtype=np.float64)))
+
+
+def _linear(terms, key, unit, scale=1.0):
+  """``(ys, coefficients)`` of the term ``key`` in units: each choice's
+  ``round(scale * seconds / unit)``, where not 0 (``np.rint`` rounds half
+  to even, as ``round`` does)."""
   ys, coeffs = [], []
-  for v, tables in parts:
-    for tb in tables:
-      for k, col in tb.terms:
-        if k != key:
-          continue
-        for sigma, s in zip(tb.choices, col):
-          q = int(round(scale * s / unit))
-          if q:
-            ys.append(v.y[TableChoice(tb.scope, sigma)])
-            coeffs.append(q)
+  for tys, col in terms.by_key.get(key, ()):
+    q = np.rint(scale * col / unit).astype(np.int64)
+    nz = np.flatnonzero(q)
+    ys += [tys[i] for i in nz.tolist()]
+    coeffs += q[nz].tolist()
   return ys, coeffs
 
 
@@ -155,9 +172,9 @@ def add_overlap_constraints(model, v, tables, spec, unit):
 
   Returns an :class:`OverlapTerms`.
   """
-  parts = [(v, tables)]
   if spec is None or not (spec.num_buckets or spec.num_prefetch):
     return OverlapTerms(0, 0, 0)
+  parts = _Terms([(v, tables)])
   axes = sorted({k[2] for tb in tables for k, _ in tb.terms
                  if k[0] in ("sync", "gather")})
   total, lost, rounded = [], [], 0

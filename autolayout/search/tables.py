@@ -320,24 +320,29 @@ class GraphTables:
     if cached is not None:
       return cached
     scope = self._key_scope[key]
+    op = self._key_op[key]
+    # Where the op's own dims and each pending input's dims sit in the
+    # scope, found once per op, not once per local assignment (the README
+    # plan's search prices 2 * 10^5 of them).
+    pos = {d: i for i, d in enumerate(scope)}
+    dims = tuple(sorted(self._dims(op)))
+    picks = (tuple(pos[d] for d in dims),
+             tuple(None if tkey is None else
+                   (tkey, tuple(pos[d] for d in pscope))
+                   for pscope, tkey in self._key_inputs[key]))
     table = {}
     for sigma in assignments.local_assignments(self.space, scope):
-      table[sigma] = self._outcome(key, scope, sigma)
+      table[sigma] = self._outcome(key, op, dims, picks, sigma)
     self._op_cache[("table", key)] = table
     return table
 
-  def _outcome(self, key, scope, sigma):
-    op = self._key_op[key]
-    states = []
-    for pscope, tkey in self._key_inputs[key]:
-      if tkey is None:
-        states.append(None)
-      else:
-        states.append(self.state(tkey, assignments.restrict(scope, sigma,
-                                                            pscope)))
-    states = tuple(states)
-    dims = tuple(sorted(self._dims(op)))
-    local = assignments.restrict(scope, sigma, dims)
+  def _outcome(self, key, op, dims, picks, sigma):
+    own, inputs = picks
+    states = tuple(
+        None if inp is None else
+        self.state(inp[0], tuple(sigma[i] for i in inp[1]))
+        for inp in inputs)
+    local = tuple(sigma[i] for i in own)
     ck = (self._key_sig[key], local, states)
     out = self._outcomes.get(ck)
     if out is None:

@@ -85,7 +85,7 @@ recompute_choices = recompute_lib.choices
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
                     memory_budget, time_limit_s=60.0, forbid=(),
-                    overlap=True, *, joint=False, first=None):
+                    overlap=True, *, joint=False, first=None, explain=True):
   """The fastest of ``decision_list`` (stage and recompute choices at one
   microbatch count and dtype) and its layout.
 
@@ -101,7 +101,8 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
 
   Raises:
     InfeasibleLayoutError: if no pair fits the budget (with the smallest
-      peak of the most memory-saving pair).
+      peak of the most memory-saving pair; with ``explain=False``, without
+      it: :func:`explain_infeasible` finds it when a caller needs it).
   """
   from autolayout.training import candidate_search
   from autolayout.training import decision_program as dp
@@ -129,15 +130,26 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
           decision_list, problem_of, memory_budget, deadline,
           DEFAULT_NUM_WORKERS, DEFAULT_SEED, forbid, first)
   except InfeasibleLayoutError:
-    # Every pair is over budget: the most memory-saving one says by how
-    # much (its own search states the smallest peak and what dominates).
-    lean = max(decision_list, key=lambda d: (
-        zero.rank(d.zero_stage), d.recompute))
-    _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
-           max(deadline - time.perf_counter(), 1e-3), forbid,
-           candidates.memory_reserve_fraction, overlap, candidates)
+    if explain:
+      explain_infeasible(candidates, decision_list, mesh_shape, topology,
+                         memory_budget, deadline - time.perf_counter(),
+                         forbid, overlap)
     raise
   return candidates.get(decision_list[index])[0], result
+
+
+def explain_infeasible(candidates, decision_list, mesh_shape, topology,
+                       memory_budget, time_limit_s, forbid=(), overlap=True):
+  """Raises the InfeasibleLayoutError of the most memory-saving of
+  ``decision_list`` (every one of them over budget): its own search states
+  the smallest peak and what dominates it.  That search and its build take
+  seconds (transformer_tiny: 3.4 s of the README plan's 27.7), so the
+  microbatch walk asks for it only when no k fits at all."""
+  lean = max(decision_list, key=lambda d: (
+      zero.rank(d.zero_stage), d.recompute))
+  _solve(candidates.config, lean, mesh_shape, topology, memory_budget,
+         max(time_limit_s, 1e-3), forbid,
+         candidates.memory_reserve_fraction, overlap, candidates)
 
 
 def _better(step, d, best_step, best_d):
@@ -296,6 +308,7 @@ class TrainingSearch:
     self.deadline = (time.perf_counter() + time_limit_s if deadline is None
                      else deadline)
     self.tried, self.best, self.last_error = [], None, None
+    self.over = None   # the walk's last k whose every pair is over budget
     self.cut = False   # the time limit stopped the search before its end
 
   # --- the search's bookkeeping -------------------------------------------
@@ -335,11 +348,12 @@ class TrainingSearch:
     """The decisions ``kw`` with the fixed ones."""
     return TrainingDecisions(**dict(kw, **self.fixed))
 
-  def solve(self, pairs, budget_s, first=None):
+  def solve(self, pairs, budget_s, first=None, explain=True):
     """:func:`solve_decisions` of ``pairs`` on this search's mesh."""
     return solve_decisions(self.candidates, pairs, self.mesh_shape,
                            self.topology, self.memory_budget, budget_s,
-                           self.forbid, self.overlap, first=first)
+                           self.forbid, self.overlap, first=first,
+                           explain=explain)
 
   # --- the choices ----------------------------------------------------------
   def stages(self):
@@ -440,7 +454,7 @@ class TrainingSearch:
             # Without a plan yet, the walk may use all the time.
             budget_s if self.best is None else
             max(1e-3, min(budget_s, walk_end - time.perf_counter())),
-            first=first if first in pairs else None)
+            first=first if first in pairs else None, explain=False)
         t = self.keep(tg, result, time.perf_counter() - t0)
         if result.status != "optimal":
           return True   # the walk's time ran out within this k
@@ -450,6 +464,7 @@ class TrainingSearch:
         return True
       except InfeasibleLayoutError as e:
         self.failed(pairs[-1], e, time.perf_counter() - t0)
+        self.over = pairs   # explained only if no k fits (plan())
         if found is None or not walk:
           continue
         break
@@ -506,6 +521,11 @@ class TrainingSearch:
     Raises:
       InfeasibleLayoutError: if no candidate fits (the last one's error).
     """
+    if self.best is None and self.over is not None:
+      explain_infeasible(self.candidates, self.over, self.mesh_shape,
+                         self.topology, self.memory_budget,
+                         self.deadline - time.perf_counter(), self.forbid,
+                         self.overlap)
     if self.best is None:
       raise self.last_error or InfeasibleLayoutError(
           "no training plan candidate was solved")

@@ -10,13 +10,15 @@ each device.  Segments with the same structure -- the same kernels on the
 same slice shapes, as in every layer of a deep model -- share one function,
 so TF also instantiates and optimises it once per device instead of once per
 layer and device: 12 functions serve all 32 layers, and the same step starts
-in 17-20 s (``benchmarks/train_step.py``).  Inside a ``tf.function``
-(``TrainStep``) the functions are marked ``_noinline`` (inlined, TF would
-optimise the whole expanded graph again); the price is a call per segment
-and device, which made steady steps 10-20% slower on logical CPU devices
-(1 to 32 layers).  In a plain ``tf.compat.v1`` graph, which a Session
-optimises once as a whole anyway, TF may inline them, so Session steps run
-as unfused while lowering still builds each segment once.  There the
+in 17-20 s (``benchmarks/train_step.py``).  TF may inline the calls
+(up to ``MAX_INLINED_OPS_PER_GRAPH``), so steps run as unfused while
+lowering still builds each segment once: in a plain ``tf.compat.v1`` graph,
+which a Session optimises once as a whole anyway, and inside a
+``tf.function`` (``TrainStep``), which is called with grappler reduced to
+its dependency optimizer.  Uninlined (``_noinline``, as before), each
+segment cost a call per device every step (0.1 ms each: 1.4x the Session's
+steady step at 1 layer) and its function was optimised once per device on
+the first step (18 s against 10 s inlined at 8 layers).  There the
 functions are defined in the graph's own library (TF's v1 function
 machinery, :func:`~mesh_tf.lowering.tf_private.graph_function`), not as
 ``tf.function``s: tracing those would start TF's eager runtime, and with it
@@ -270,13 +272,13 @@ class SlicewiseFuser:
     # against 36 s uninlined and the original's 217 s in that run), as the
     # original's whole graph, which has more nodes, costs it; only past
     # MAX_INLINED_OPS_PER_GRAPH ops of a graph do calls stay uninlined.
-    # Inside a tf.function (TrainStep) calls stay uninlined; see the
-    # module doc.
+    # Inside a tf.function (TrainStep) calls are inlined too: the step is
+    # called with grappler reduced to its dependency optimizer (see
+    # TrainStep), so the expanded graph costs TF little more to set up than
+    # the calls did (each fused function was optimised per device when
+    # instantiated), and steady steps save a call per segment and device.
     plain = not graph.building_function
-    import os as _os
-    inline = (not plain and _os.environ.get("MTF_EXP_INLINE") == "1") or (
-        plain and (self._inlined.get(graph, 0)
-                   < self.MAX_INLINED_OPS_PER_GRAPH))
+    inline = (self._inlined.get(graph, 0) < self.MAX_INLINED_OPS_PER_GRAPH)
     key = key + (plain, inline)
     with graph.as_default(), graph.device(None), \
         graph.control_dependencies(None):

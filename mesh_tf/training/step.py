@@ -36,8 +36,8 @@ class LoweredStep:
   """What a lowered step (:class:`TrainStep`, ``DecodeStep``) is made of:
   variables created eagerly once, in ``mesh_impl``; ``_step`` traced once
   as a ``tf.function`` (the mtf lowering runs then); calls of the traced
-  step as :func:`~mesh_tf.lowering.fusion.step_call_options` makes them,
-  through call options the step owns (built once, not per call).
+  step with grappler reduced to its dependency optimizer, through call
+  options the step owns (built once, not per call).
 
   Subclasses call :meth:`_init_step` and define ``_step(*args)``.
   """
@@ -75,10 +75,12 @@ class LoweredStep:
     return self._concrete
 
   def _call(self, args):
-    # Traced outside step_call_options: the fused functions' own call ops
-    # keep TF's default (optimising) options.
+    # The step graph, with the fused segments' calls inlined (see
+    # mesh_tf.lowering.fusion), gets one pass of grappler's dependency
+    # optimizer only: full grappler on the expanded graph would make the
+    # first step as slow as a Session's.
     self.concrete_function()
-    with self._call_options.scope(optimize=False):
+    with self._call_options.scope(optimize="light"):
       return self._function(*args)
 
 

@@ -206,6 +206,12 @@ def test_api_defaults_are_the_cli_defaults():
   sub = next(a for a in parser._actions  # pylint: disable=protected-access
              if a.dest == "command").choices
   solve = sub["solve"].parse_args(["-m", "mlp_tiny"])
+  # Left out, the topology, budget and objective are a plan's own when one
+  # is given (-l @plan.json, or solve --hint alone); else these defaults.
+  assert (solve.topology, solve.memory_budget, solve.objective) == (
+      None, None, None)
+  from autolayout.cli import common
+  common.Setup(solve)
   d = arguments.DEFAULTS
   assert solve.topology == d.topology
   assert solve.memory_budget == d.memory_budget

@@ -219,7 +219,7 @@ def test_mesh_ranks_every_factorisation(tmp_path):
   ranking = json.loads(p.stdout)["ranking"]
   meshes = [r["mesh"] for r in ranking]
   # Axes are named after the physical dims they lie on (#14).
-  assert set(meshes) == {"xy:8", "x:2;y:4", "xy:4;y:2"}
+  assert set(meshes) == {"chips:8", "ici_x:2;ici_y:4", "ici_xy:4;ici_y:2"}
   steps = [r["step_time_s"] for r in ranking if r["step_time_s"] is not None]
   assert steps == sorted(steps)
   assert ranking[0]["rank"] == 1 and ranking[0]["result"]["rules"] is not None

@@ -35,7 +35,7 @@ def test_solve_without_a_mesh_searches_mesh_shapes_and_says_so():
   data = _json("solve", *MODEL)
   assert data["question"] == "train"
   tried = data["meshes_tried"]
-  assert {r["mesh"] for r in tried} == {"xy:8", "x:2;y:4", "xy:4;y:2"}
+  assert {r["mesh"] for r in tried} == {"chips:8", "ici_x:2;ici_y:4", "ici_xy:4;ici_y:2"}
   steps = [r["step_time_s"] for r in tried]
   assert data["result"]["step_time_s"] == min(steps)
   assert data["result"]["mesh"] == tried[0]["mesh"]

@@ -168,3 +168,35 @@ def test_fingerprint_is_structural():
   with pytest.raises(PlanMismatchError, match="the ops changed"):
     plan_identity.check(plan_identity.model_identity(a, "t"),
                         plan_identity.model_identity(c, "t"))
+
+
+def test_the_published_schema_is_the_one_files_are_validated_with(solved):
+  import jsonschema
+  from autolayout.plans import file as plan_file
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.dirname(os.path.abspath(__file__)))))
+  with open(os.path.join(root, "docs", "plan_file.schema.json"),
+            encoding="utf-8") as f:
+    published = json.load(f)
+  assert published == plan_file.json_schema()
+  jsonschema.Draft202012Validator.check_schema(published)
+  data = solved[1].to_plan("transformer_tiny").to_json_dict()
+  jsonschema.validate(data, published)
+  assert plan_file.schema_errors(data) == []
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: d["solver"].update(gap="small"),
+     "field 'solver.gap' must be number/null, got 'small'"),
+    (lambda d: d["model"]["variables"]["embedding/weights"].pop("dtype"),
+     "missing field 'model.variables.embedding/weights.dtype'"),
+    (lambda d: d["mesh"].update(shape=[2, 0]),
+     "field 'mesh.shape.1' is 0; it must be >= 1"),
+    (lambda d: d.update(topology={"preset": "dgx-h100", "x": 1}),
+     "field 'topology' does not match the schema.*plan_file.schema.json"),
+])
+def test_schema_errors_name_the_field_and_the_fix(solved, tmp_path, edit,
+                                                   match):
+  path = _write(tmp_path, solved, edit)
+  with pytest.raises(PlanFormatError, match=match):
+    mtf.load_plan(path)

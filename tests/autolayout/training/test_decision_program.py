@@ -116,7 +116,7 @@ def test_train_without_a_mesh_searches_meshes_and_decisions():
   res = data["result"]
   assert res["training"]["decisions"]["param_dtype"] == "bfloat16"
   tried = data["meshes_tried"]
-  assert {r["mesh"] for r in tried} == {"xy:8", "x:2;y:4", "xy:4;y:2"}
+  assert {r["mesh"] for r in tried} == {"chips:8", "ici_x:2;ici_y:4", "ici_xy:4;ici_y:2"}
   assert res["step_time_s"] == min(r["step_time_s"] for r in tried)
   assert res["mesh"] == tried[0]["mesh"]
   assert {r["searched"] for r in tried} == {"screen", "decisions"}
