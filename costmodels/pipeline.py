@@ -171,6 +171,11 @@ class StageWork(NamedTuple):
       data-parallel axes per step (:func:`costmodels.stage_work.price_sync`
       prices them for any data-parallel size).
     base_sync_bytes: the ends'.
+    layer_optimizer_bytes, base_optimizer_bytes: of the state, the
+      optimizer's (what ZeRO 1 shards over the data axis;
+      :func:`costmodels.stage_work.price_sync`).
+    layer_gradient_bytes, base_gradient_bytes: the gradients' (what ZeRO 2
+      shards too).
   """
   layer_s: float
   first_s: float = 0.0
@@ -191,6 +196,10 @@ class StageWork(NamedTuple):
   flops: float = 0.0
   layer_sync_bytes: int = 0
   base_sync_bytes: int = 0
+  layer_optimizer_bytes: int = 0
+  base_optimizer_bytes: int = 0
+  layer_gradient_bytes: int = 0
+  base_gradient_bytes: int = 0
 
   def end_share(self, stage, stages):
     """The part of the ends' per-step work and state on ``stage`` of
@@ -241,7 +250,7 @@ def boundary_time(nbytes, link):
 
 def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
                    mesh_shape=None, layout_rules=None, scatter=1,
-                   gather_s=0.0):
+                   gather_s=0.0, sent_memo=None):
   """The :class:`PipelineCost` of ``layers`` repeated layers of ``work``
   under ``pipeline`` (a :class:`mesh_tf.pipeline.Pipeline`; its split is
   the layers per virtual stage), or as one stage of ``microbatches``
@@ -255,7 +264,8 @@ def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
   send carries ``1/t`` of the slice and the receivers all-gather it in
   ``gather_s`` (Narayanan et al., 2021, section 4.1, the scatter/gather
   optimization of an activation replicated over a tensor-parallel group
-  of t).
+  of t).  ``sent_memo``: a dict the caller owns, to reuse the boundary
+  bytes of one (pipeline, activation, mesh, rules) across calls.
 
   Example:
     >>> from mesh_tf.pipeline import Pipeline
@@ -280,9 +290,15 @@ def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
   hops = [0.0] * p
   if pipeline is not None and work.boundary_bytes:
     if work.boundary_shape and mesh_shape is not None:
-      sent = expected_boundary_bytes(pipeline, work.boundary_shape,
-                                     work.boundary_dtype, mesh_shape,
-                                     layout_rules or "")
+      key = (pipeline, work.boundary_shape, work.boundary_dtype,
+             str(mesh_shape), str(layout_rules or ""))
+      sent = None if sent_memo is None else sent_memo.get(key)
+      if sent is None:
+        sent = expected_boundary_bytes(pipeline, work.boundary_shape,
+                                       work.boundary_dtype, mesh_shape,
+                                       layout_rules or "")
+        if sent_memo is not None:
+          sent_memo[key] = sent
     else:
       sent = tuple(2 * v * work.boundary_bytes for _ in range(p))
     piece = work.boundary_bytes // max(1, scatter)

@@ -33,6 +33,7 @@ from costmodels import overlap as overlap_lib
 from costmodels.evaluate import _price, trace_graph
 from costmodels.pipeline import StageWork
 from costmodels.topology import get_topology, map_mesh
+from mesh_tf.core.errors import MtfError
 
 _SYNC_KINDS = ("allreduce", "reduce_scatter")
 
@@ -106,14 +107,30 @@ def price_collective(kind, axes, group, nbytes, mapping):
   return _price(kind, tuple(axes), group, nbytes, mapping)[0]
 
 
-def price_sync(work, mapping, data_axes):
+def price_sync(work, mapping, data_axes, zero=0):
   """``work`` with its gradient reduction re-priced on the data axes of
   ``mapping`` (a mesh with other data-parallel sizes than the one it was
-  measured on): one all-reduce of the layer's, and of the ends',
-  gradient bytes per device (bucketed), exposed in the fraction of
-  :func:`sync_exposure`.  The per-device compute of a stage does not
-  depend on the data-parallel size (each replica's microbatch is the
-  same), so one measurement serves every size."""
+  measured on), exposed in the fraction of :func:`sync_exposure`.  The
+  per-device compute of a stage does not depend on the data-parallel
+  size (each replica's microbatch is the same), so one measurement serves
+  every size.
+
+  ``zero`` is the ZeRO stage over the data axes (0, 1 or 2), with data
+  size ``D``:
+
+  * 0: one all-reduce of the layer's, and of the ends', gradient bytes
+    per device per step (bucketed);
+  * 1: the optimizer state is sharded ``1/D``: a reduce-scatter of the
+    gradients, the update of a ``1/D`` shard (the once-per-step work
+    divided by ``D``) and an all-gather of the updated weights (the same
+    bytes) once per step;
+  * 2: the gradients are sharded too: the reduce-scatter runs per
+    microbatch (in the per-microbatch work, exposed as the step's
+    reduction is), the all-gather once per step.
+  """
+  if zero not in (0, 1, 2):
+    raise MtfError(f"zero={zero!r}: the pipelined space prices ZeRO "
+                   "stages 0, 1 and 2; use one of them")
   group = 1
   for a in data_axes:
     group *= mapping[a].size
@@ -122,12 +139,47 @@ def price_sync(work, mapping, data_axes):
   exposed = sync_exposure(mapping, data_axes)
   axes = tuple(data_axes)
 
-  def t(nbytes):
+  def t(kind, nbytes):
     if not nbytes:
       return 0.0
-    return exposed * _price("allreduce", axes, group, nbytes, mapping)[0]
-  return work._replace(layer_sync_s=t(work.layer_sync_bytes),
-                       base_sync_s=t(work.base_sync_bytes))
+    return exposed * _price(kind, axes, group, nbytes, mapping)[0]
+  if zero == 0:
+    return work._replace(layer_sync_s=t("allreduce", work.layer_sync_bytes),
+                         base_sync_s=t("allreduce", work.base_sync_bytes))
+
+  def shard(nbytes):
+    return nbytes - nbytes // group
+  opt = shard(work.layer_optimizer_bytes)
+  opt_base = shard(work.base_optimizer_bytes)
+  grad = shard(work.layer_gradient_bytes) if zero >= 2 else 0
+  grad_base = shard(work.base_gradient_bytes) if zero >= 2 else 0
+  base_state = work.base_state_bytes - opt_base - grad_base
+
+  def end(held):
+    # The first / last stage's part of the ends' state, scaled alike.
+    if held is None or not work.base_state_bytes:
+      return held
+    return int(held * base_state / work.base_state_bytes)
+  out = work._replace(
+      layer_step_s=work.layer_step_s / group,
+      base_step_s=work.base_step_s / group,
+      layer_state_bytes=work.layer_state_bytes - opt - grad,
+      base_state_bytes=base_state,
+      first_state_bytes=end(work.first_state_bytes),
+      last_state_bytes=end(work.last_state_bytes),
+      layer_sync_s=t("allgather", work.layer_sync_bytes),
+      base_sync_s=t("allgather", work.base_sync_bytes))
+  if zero == 1:
+    return out._replace(
+        layer_sync_s=out.layer_sync_s + t("reduce_scatter",
+                                          work.layer_sync_bytes),
+        base_sync_s=out.base_sync_s + t("reduce_scatter",
+                                        work.base_sync_bytes))
+  # ZeRO 2: a reduce-scatter of each microbatch's gradients.
+  return out._replace(
+      layer_s=work.layer_s + t("reduce_scatter", work.layer_sync_bytes),
+      first_s=work.first_s + t("reduce_scatter", work.base_sync_bytes) / 2,
+      last_s=work.last_s + t("reduce_scatter", work.base_sync_bytes) / 2)
 
 
 def _first_stage_ops(trace, layer_prefix):
@@ -149,8 +201,8 @@ def boundary_tensor(graph, layer_prefix="layer_0/"):
   return None
 
 
-def _state_bytes(graph, mesh_shape, rules):
-  cats = ("params", "gradients", "optimizer")
+def _state_bytes(graph, mesh_shape, rules, cats=("params", "gradients",
+                                                "optimizer")):
   total = 0
   for v in graph.all_variables:
     if memory_lib.tensor_category(v.outputs[0]) in cats:
@@ -224,6 +276,14 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   state2 = (_state_bytes(g2, mesh_shape, layout_rules)
             + prof2.breakdown.get("gradients", 0))
   layer_state = state2 - state1
+  # What ZeRO shards over the data axis: the optimizer state (stage 1) and
+  # the gradients (stage 2).
+  opt1 = _state_bytes(g1, mesh_shape, layout_rules, ("optimizer",))
+  opt2 = _state_bytes(g2, mesh_shape, layout_rules, ("optimizer",))
+  grad1 = (_state_bytes(g1, mesh_shape, layout_rules, ("gradients",))
+           + prof1.breakdown.get("gradients", 0))
+  grad2 = (_state_bytes(g2, mesh_shape, layout_rules, ("gradients",))
+           + prof2.breakdown.get("gradients", 0))
   working = prof1.breakdown.get("activations", 0)
   if stash_bytes is None:
     # The activations one more layer keeps from its forward pass to its
@@ -246,6 +306,10 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       layer_stash_bytes=stash_bytes,
       working_bytes=working, layer_sync_bytes=layer.sync_bytes,
       base_sync_bytes=one.sync_bytes - layer.sync_bytes,
+      layer_optimizer_bytes=opt2 - opt1,
+      base_optimizer_bytes=max(0, opt1 - (opt2 - opt1)),
+      layer_gradient_bytes=grad2 - grad1,
+      base_gradient_bytes=max(0, grad1 - (grad2 - grad1)),
       first_state_bytes=int(base_state * _read_fraction(
           g1, first_ops, layer_prefix)),
       last_state_bytes=int(base_state * _read_fraction(

@@ -3,7 +3,7 @@ Transformer on a GPU cluster (:mod:`autolayout.meshes.pipeline_search`),
 with a published layout as a starting hint.
 
 ``--hint`` takes, besides a plan file, a pipelined layout written
-``tp=8,pp=64,dp=6,v=2[,mb=1][,recompute=full][,placement=inner]``: it is
+``tp=8,pp=64,dp=6,v=2[,mb=1][,recompute=full][,placement=inner][,zero=1]``: it is
 priced first, starts the search as its incumbent, and the answer says how
 the plan compares with it.
 
@@ -26,7 +26,7 @@ from mesh_tf import models
 
 _KEYS = {"tp": "model", "pp": "stages", "dp": "data", "v": "chunks",
          "mb": "microbatch", "recompute": "recompute",
-         "placement": "placement", "schedule": "schedule"}
+         "placement": "placement", "schedule": "schedule", "zero": "zero"}
 
 
 def add_pipeline_args(p):
@@ -37,6 +37,11 @@ def add_pipeline_args(p):
                  "(stages, chunks, microbatch size, recompute, idle chips "
                  "or padding); --hint may then be a layout such as "
                  "tp=8,pp=64,dp=6,v=2")
+  g.add_argument("--no-pipeline", action="store_true",
+                 help="on a multi-node GPU cluster, search only the "
+                 "unpipelined layouts (by default a large model's training "
+                 "plan there is the faster of the pipelined and the "
+                 "unpipelined search, within about 16 s)")
 
 
 def parse_layout_hint(text):
@@ -69,9 +74,12 @@ def parse_layout_hint(text):
   return PipelineLayout(**fields)
 
 
-def run_pipeline(args, ctx):
-  """The ``--pipeline`` answer of ``mtf-layout solve``."""
-  topology = inputs.get_topology(args.topology)
+def pipeline_config(args):
+  """The zoo Transformer config of ``-m`` / ``--set``.
+
+  Raises:
+    CliInputError: for a model that is not a zoo Transformer.
+  """
   try:
     config = models.get_config(args.model, **parse_overrides(args.set))
   except Exception as e:  # noqa: BLE001  (an unknown preset or field)
@@ -80,6 +88,13 @@ def run_pipeline(args, ctx):
   if not hasattr(config, "heads") or not hasattr(config, "recompute"):
     raise CliInputError(f"--pipeline needs a zoo Transformer, not "
                         f"{args.model!r}", hint="e.g. -m gpt3_175b")
+  return config
+
+
+def run_pipeline(args, ctx):
+  """The ``--pipeline`` answer of ``mtf-layout solve``."""
+  topology = inputs.get_topology(args.topology)
+  config = pipeline_config(args)
   budget = (inputs.memory_budget(args, topology)
             or hardware.usable_memory_bytes(topology.chip))
   hint = None
@@ -89,6 +104,13 @@ def run_pipeline(args, ctx):
                     f"{topology.name}"):
     r = search_pipelines(config, topology, budget,
                          time_limit_s=args.time_limit, hint=hint)
+  return pipeline_answer(args, topology, budget, r)
+
+
+def pipeline_answer(args, topology, budget, r, compared=()):
+  """The Answer showing search result ``r`` (a
+  :class:`~autolayout.meshes.pipeline_search.PipelineSearchResult`);
+  ``compared``: lines saying which plan spaces were compared."""
   best = r.best
 
   def rows():
@@ -124,11 +146,15 @@ def run_pipeline(args, ctx):
       ctx.line(f"  hint {r.hint.layout.describe()}: step "
                f"{r.hint.step_time_s:.3f} s, peak "
                f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB")
+    for line in compared:
+      ctx.line(line)
 
   return Answer(
       json=lambda: {"model": args.model, "topology": topology.name,
                     "status": r.status, "gap": r.gap,
                     "solve_time_s": r.solve_time_s,
                     "by_placement": r.by_placement,
-                    "plans": rows().to_dict("records")},
+                    "plans": rows().to_dict("records"),
+                    **({"spaces_compared": list(compared)}
+                       if compared else {})},
       csv=rows, csv_index=False, table=table)

@@ -10,6 +10,7 @@ from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
+from autolayout.cli import scale
 from autolayout.cli.pipeline import add_pipeline_args, run_pipeline
 
 
@@ -55,8 +56,10 @@ def _run(args, ctx):
   budget = inputs.memory_budget(args, topology)
   hint = plans.read(args.hint) if args.hint else None
   with ctx.phase("search"):
-    result, decisions_tried, tried, fell_back = _search(ctx, args, setup,
-                                                        budget, hint)
+    found = _search(ctx, args, setup, budget, hint)
+  if isinstance(found, Answer):
+    return found   # the pipelined plan, faster (autolayout.cli.scale)
+  result, decisions_tried, tried, fell_back, compared = found
   report = result.report
   saved = None
   if args.save:
@@ -93,6 +96,8 @@ def _run(args, ctx):
       ctx.line(f"Warm start from {args.hint}:")
       for line in str(result.hint_report).splitlines():
         ctx.line("  " + line)
+    for line in compared:
+      ctx.line(line)
     if saved is not None:
       ctx.line(f"saved the plan to {args.save}")
 
@@ -104,6 +109,7 @@ def _run(args, ctx):
           question="train" if model.train else "forward",
           meshes_tried=(None if tried is None
                         else out.frame_records(tried)),
+          **({"spaces_compared": list(compared)} if compared else {}),
           **plans.solve_record(args, result)),
       csv=lambda: pd.DataFrame([out.summary_row(report, result, "auto")]),
       csv_index=False, table=table,
@@ -115,11 +121,14 @@ def _run(args, ctx):
 def _search(ctx, args, setup, budget, hint):
   """The answer: ``(LayoutResult, training decisions tried, mesh shapes
   tried or None, whether the training decisions were searched because
-  no layout of the step as built fits)."""
+  no layout of the step as built fits, the lines saying which plan spaces
+  were compared at scale)``, or the pipelined plan's Answer where it is
+  the faster (:mod:`autolayout.cli.scale`)."""
   topology, model = setup.topology, setup.model
   decisions_tried = ()
   tried = None   # the mesh shapes tried, when searching meshes
   fell_back = False   # no layout of the step as built fits: decisions
+  compared = ()   # the plan spaces compared at scale (autolayout.cli.scale)
   if args.devices is not None and args.mesh:
     raise CliInputError("give either --mesh or --devices, not both",
                         hint="--devices searches every mesh shape")
@@ -132,8 +141,18 @@ def _search(ctx, args, setup, budget, hint):
     # whether --train was given or training is the default question.
     n = topology.num_chips if args.devices is None else args.devices
     inputs.check_devices(n, topology)
-    result, decisions_tried, tried = _training_meshes(ctx, args, model,
-                                                      topology, budget, n)
+    if scale.applies(args, model, topology, n):
+      choice = scale.compare(
+          ctx, args, model, topology, budget,
+          lambda limit: _training_meshes(ctx, args, model, topology, budget,
+                                         n, limit))
+      if choice.answer is not None:
+        return choice.answer
+      (result, decisions_tried, tried), compared = (choice.unpipelined,
+                                                    choice.compared)
+    else:
+      result, decisions_tried, tried = _training_meshes(
+          ctx, args, model, topology, budget, n)
   else:
     # The default question: the API's own path (autolayout.default_search),
     # so mtf.auto_layout and a bare solve answer alike.
@@ -157,7 +176,7 @@ def _search(ctx, args, setup, budget, hint):
           decision_progress=_steps(ctx) if mesh is not None else None)
     result, tried = answer.result, answer.meshes
     decisions_tried, fell_back = answer.decisions_tried, answer.fell_back
-  return result, decisions_tried, tried, fell_back
+  return result, decisions_tried, tried, fell_back, compared
 
 
 def _steps(ctx):
@@ -197,7 +216,8 @@ def _fixed(args):
   return dict(args.fixed_decisions)
 
 
-def _training_meshes(ctx, args, model, topology, budget, n):
+def _training_meshes(ctx, args, model, topology, budget, n,
+                     time_limit_s=None):
   """The fastest mesh shape, training decisions and layout
   (autolayout.meshes.training_meshes)."""
   from autolayout.meshes.training_meshes import search_training_meshes
@@ -212,7 +232,8 @@ def _training_meshes(ctx, args, model, topology, budget, n):
         model.config, topology, budget, n,
         args.max_axes or DEFAULT_MAX_AXES, fixed=_fixed(args),
         param_dtype=model.overrides.get("param_dtype") or "bfloat16",
-        time_limit_s=args.time_limit,
+        time_limit_s=(args.time_limit if time_limit_s is None
+                      else time_limit_s),
         overlap=getattr(args, "overlap", True),
         memory_reserve_fraction=inputs.memory_reserve(args),
         progress=lambda mesh, stage, i, count: on_mesh(

@@ -5,8 +5,9 @@ exactly -- tensor parallelism (each divisor of the node size that the
 heads divide, placed on the node's fast link or across nodes), pipeline
 stages (any count up to the layers: a count that does not divide them
 gets an uneven, balanced layer split), chunks per stage (interleaving),
-data parallelism, microbatch size, recompute -- under the per-device
-memory budget, and keeps the layout with the smallest predicted step time
+data parallelism, microbatch size, recompute, the ZeRO stage over the
+data axis (0; 1: optimizer state sharded; 2: gradients too) -- under the
+per-device memory budget, and keeps the layout with the smallest predicted step time
 (ties: fewer chips, then the earlier layout in enumeration order).
 
 **Any chip count.**  A layout uses ``model * stages * data`` chips in
@@ -37,13 +38,16 @@ from typing import Any, NamedTuple, Tuple
 from costmodels import hardware
 from costmodels.topology import get_topology
 from mesh_tf.core.errors import MtfError
-from autolayout.errors import InfeasibleLayoutError
+from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.training.pipeline_price import (
     PLACEMENTS, RECOMPUTE, PipelineLayout, aligned, measure_stage,
     measuring_data, price_layout)
 
 DEFAULT_MICROBATCH_SIZES = (1, 2)
 DEFAULT_MAX_CHUNKS = 4
+#: ZeRO stages over the data axis (1: optimizer state sharded; 2: and the
+#: gradients, reduce-scattered per microbatch).
+DEFAULT_ZERO = (0, 1, 2)
 
 
 class PipelineInfeasibleError(InfeasibleLayoutError):
@@ -118,16 +122,23 @@ def _time_bound(work, layers, lay, batch):
   return m * mean * (1 + (lay.stages - 1) / (lay.chunks * m))
 
 
-def _state_bound(work, layers, stages):
+def _state_bound(work, layers, stages, data=1, zero=0):
   """A lower bound on the busiest stage's memory: its share of the
-  layers' state (no activations)."""
-  return math.ceil(layers / stages) * work.layer_state_bytes
+  layers' state (no activations), less what ZeRO ``zero`` shards over
+  ``data`` replicas."""
+  state = work.layer_state_bytes
+  if data > 1 and zero >= 1:
+    state -= work.layer_optimizer_bytes - work.layer_optimizer_bytes // data
+  if data > 1 and zero >= 2:
+    state -= work.layer_gradient_bytes - work.layer_gradient_bytes // data
+  return math.ceil(layers / stages) * state
 
 
 def layouts(config, topology, tensor=None, stages=None, chunks=None,
             microbatch=DEFAULT_MICROBATCH_SIZES, recompute=RECOMPUTE,
-            placements=PLACEMENTS):
-  """Every :class:`PipelineLayout` of the space, in enumeration order."""
+            placements=PLACEMENTS, zero=DEFAULT_ZERO):
+  """Every :class:`PipelineLayout` of the space, in enumeration order
+  (ZeRO stages above 0 only with data parallelism)."""
   topology = get_topology(topology)
   tensor = tensor or tensor_degrees(config, topology)
   out = []
@@ -147,7 +158,10 @@ def layouts(config, topology, tensor=None, stages=None, chunks=None,
               for d in _data_sizes(config, topology, t, p, b):
                 if place == "outer" and d % topology.dims[-1].size:
                   continue
-                out.append(PipelineLayout(t, p, d, v, b, rec, place))
+                for z in zero:
+                  if z == 0 or d > 1:
+                    out.append(PipelineLayout(t, p, d, v, b, rec, place,
+                                              zero=z))
   return out
 
 
@@ -155,24 +169,27 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
                      stages=None, chunks=None,
                      microbatch=DEFAULT_MICROBATCH_SIZES,
                      recompute=RECOMPUTE, placements=PLACEMENTS,
-                     time_limit_s=30.0, hint=None):
+                     time_limit_s=30.0, hint=None, zero=DEFAULT_ZERO):
   """The fastest pipelined layout of ``config`` on ``topology`` that fits
   ``memory_budget`` bytes per device (default: the chip's usable memory);
   see the module docstring.  ``tensor``, ``stages``, ``chunks``,
-  ``microbatch``, ``recompute`` and ``placements`` restrict the space;
+  ``microbatch``, ``recompute``, ``placements`` and ``zero`` (ZeRO
+  stages) restrict the space;
   ``hint`` is a :class:`PipelineLayout` priced first (see the module
   docstring; it need not be in the space).
 
   Raises:
     PipelineInfeasibleError: if no layout fits (with the smallest chip
       count that would).
+    TimeLimitError: if the time limit ran out before a layout that fits
+      was found.
   """
   t0 = time.perf_counter()
   topology = get_topology(topology)
   if memory_budget is None:
     memory_budget = hardware.usable_memory_bytes(topology.chip)
   deadline = t0 + time_limit_s
-  works, traces, best, best_key = {}, {}, None, None
+  works, traces, memo, best, best_key = {}, {}, {}, None, None
   priced = skipped = over = 0
   by_place = {p: None for p in placements}
   table = {}
@@ -180,7 +197,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   smallest_state = None
   hint_price = None
   order = layouts(config, topology, tensor, stages, chunks, microbatch,
-                  recompute, placements)
+                  recompute, placements, zero)
   if hint is not None:
     order = [PipelineLayout(*hint)] + order
   for n_lay, lay in enumerate(order):
@@ -194,7 +211,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       work = works[key] = measure_stage(config, topology, lay.model, md,
                                         lay.microbatch, lay.recompute,
                                         lay.placement, traces)
-    bound = _state_bound(work, config.layers, lay.stages)
+    bound = _state_bound(work, config.layers, lay.stages, lay.data, lay.zero)
     smallest_state = min(bound, smallest_state or bound)
     # The time bound prunes against the incumbent of the layout's own
     # placement, so that the best of each placement is exact too.
@@ -206,7 +223,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       skipped += 1
       continue
     try:
-      r = price_layout(config, topology, lay, work)
+      r = price_layout(config, topology, lay, work, memo=memo)
     except MtfError:
       if hint is not None and n_lay == 0:
         raise
@@ -231,7 +248,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   elapsed = time.perf_counter() - t0
   if best is None:
     if cut:
-      raise PipelineInfeasibleError(
+      raise TimeLimitError(
           f"the time limit of {time_limit_s:g} s ran out before any "
           "pipelined layout that fits was found; raise the time limit")
     need = min_chips(config, topology, memory_budget, works)
@@ -296,3 +313,24 @@ def _grown(topology, chips):
   nodes = max(1, -(-chips // node))
   return topology._replace(name=f"{topology.name}+", dims=(
       dims[0]._replace(size=max(nodes, dims[0].size)), dims[1]))
+
+
+def pipelining_applies(config, topology, num_devices=None):
+  """Whether a training question of zoo ``config`` on ``topology`` should
+  also consider pipelined layouts by default: a Transformer
+  (``heads``, ``layers``) on a GPU cluster of several nodes, using all of
+  its chips, whose training state at ZeRO 0 (about 16 bytes per
+  parameter: bf16 weights and gradients, fp32 master and two Adam
+  moments) does not fit one chip.  Small models, one node and TPU
+  slices keep the layout search alone."""
+  topology = get_topology(topology)
+  if not (hasattr(config, "heads") and hasattr(config, "layers")
+          and hasattr(config, "num_parameters")):
+    return False
+  if (topology.kind != "gpu" or len(topology.dims) != 2
+      or topology.dims[0].size < 2):
+    return False
+  if num_devices is not None and num_devices != topology.num_chips:
+    return False
+  state = 16 * config.num_parameters()
+  return state > hardware.usable_memory_bytes(topology.chip)

@@ -53,6 +53,7 @@ class PipelineLayout(NamedTuple):
   placement: str = "inner"
   schedule: str = None   # None: interleaved_1f1b if chunks > 1 else 1f1b
   scatter_gather: bool = True
+  zero: int = 0          # ZeRO stage over the data axis (0, 1 or 2)
 
   @property
   def chips(self):
@@ -86,7 +87,8 @@ class PipelineLayout(NamedTuple):
   def describe(self):
     return (f"TP {self.model} ({self.placement}) x PP {self.stages}"
             f" (v={self.chunks}, {self.schedule_name()}) x DP {self.data},"
-            f" microbatch {self.microbatch}, recompute {self.recompute}")
+            f" microbatch {self.microbatch}, recompute {self.recompute}"
+            + (f", ZeRO {self.zero}" if self.zero else ""))
 
 
 class PipelinedPrice(NamedTuple):
@@ -209,11 +211,14 @@ def measuring_data(layout, topology):
   return topology.dims[-1].size
 
 
-def price_layout(config, topology, layout, work=None, split=None):
+def price_layout(config, topology, layout, work=None, split=None,
+                 memo=None):
   """The :class:`PipelinedPrice` of zoo ``config`` under ``layout`` on
   ``topology`` (``work``: a :func:`measure_stage` of the layout's model,
   microbatch, recompute and placement at :func:`measuring_data`; measured
-  here if None).
+  here if None).  ``memo``: a dict the caller owns, to share the layer
+  splits, mesh mappings, re-priced work and boundary bytes that several
+  layouts of one search have in common (the prices are the same).
 
   Raises:
     MtfError: subclasses, for sizes that do not split or fit (named).
@@ -243,17 +248,24 @@ def price_layout(config, topology, layout, work=None, split=None):
           f"stages={layout.stages} x chunks={layout.chunks} is more layer "
           f"groups than the model's layers={config.layers}; use fewer")
     if split is None:
-      split = pipe.split_layers(config.layers, layout.stages * layout.chunks,
-                                work.first_s, work.last_s,
-                                work.layer_s or 1.0)
+      split = _memo(memo, ("split", config.layers, layout.stages
+                           * layout.chunks, work.first_s, work.last_s,
+                           work.layer_s), lambda: pipe.split_layers(
+                               config.layers, layout.stages * layout.chunks,
+                               work.first_s, work.last_s,
+                               work.layer_s or 1.0))
     pipeline = Pipeline(STAGE_AXIS, layout.stages, m, config.layers,
                         layout.chunks, layout.schedule_name(), tuple(split))
   mesh = layout.mesh()
   rules = tensor_rules(config, layout.data, layout.model)
-  mapping = map_mesh(sub_topology(topology, chips), mesh)
-  work = price_sync(work, mapping, (DATA_AXIS,))._replace(
-      boundary_shape=_with_batch(work.boundary_shape,
-                                 layout.data * layout.microbatch))
+  mapping = _memo(memo, ("mapping", topology.name, chips, mesh),
+                  lambda: map_mesh(sub_topology(topology, chips), mesh))
+  work = _memo(memo, ("work", work, chips, mesh, layout.zero),
+               lambda: price_sync(work, mapping, (DATA_AXIS,),
+                                  layout.zero)._replace(
+                   boundary_shape=_with_batch(
+                       work.boundary_shape,
+                       layout.data * layout.microbatch)))
   link, gather, scatter = None, 0.0, 1
   if pipeline is not None:
     link = min(mapping.link_params((STAGE_AXIS,)),
@@ -265,10 +277,21 @@ def price_layout(config, topology, layout, work=None, split=None):
       gather = price_collective("allgather", (MODEL_AXIS,), layout.model,
                                 work.boundary_bytes // layout.model, mapping)
   cost = pipe.price_pipeline(work, pipeline, config.layers, m, link, mesh,
-                             rules, scatter, gather)
+                             rules, scatter, gather,
+                             None if memo is None else
+                             memo.setdefault("sent", {}))
   return PipelinedPrice(layout, rules, work, cost, m,
                         layout.padded_sequences(config.batch),
                         topology.num_chips - chips)
+
+
+def _memo(memo, key, make):
+  """``memo[key]``, made by ``make()`` the first time (no memo: made)."""
+  if memo is None:
+    return make()
+  if key not in memo:
+    memo[key] = make()
+  return memo[key]
 
 
 def _with_batch(shape, batch):

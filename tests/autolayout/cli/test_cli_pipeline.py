@@ -44,3 +44,72 @@ def test_layout_hint_parsing():
   assert "tp=8,pp=64" in e.value.hint
   with pytest.raises(CliInputError, match="not an integer"):
     parse_layout_hint("tp=eight")
+
+
+# 12.9B parameters (its training state does not fit one A100) on three
+# 8-GPU nodes: the default ``solve --train`` plans it with both searches.
+LARGE = ["-m", "gpt3_175b", "--set",
+         "layers=16,d_model=8192,heads=64,d_kv=128,d_ff=32768,batch=18,"
+         "vocab=8192", "-t", "a100x8-nodes3", "--train"]
+
+
+def test_default_solve_at_scale_returns_the_faster_pipelined_plan(capsys):
+  assert cli.main(["solve", *LARGE, "--time-limit", "8",
+                   "--format", "json"]) == 0
+  out = json.loads(capsys.readouterr().out)
+  compared = out["spaces_compared"]
+  assert compared[0].startswith("compared the pipelined and the "
+                                "unpipelined plan spaces")
+  assert any(line.strip().startswith("pipelined (optimal")
+             for line in compared)
+  assert any(line.strip().startswith("unpipelined") for line in compared)
+  assert compared[-1].strip() == "chosen: pipelined"
+  plan = out["plans"][0]
+  # The plan reports its idle chips and padding, and they add up.
+  assert plan["idle_chips"] >= 0 and plan["padded_sequences"] >= 0
+  assert "idle chips" in compared[1] and "padded sequences" in compared[1]
+  # Where the unpipelined search found a plan, it is not faster.
+  flat = [l for l in compared if l.strip().startswith("unpipelined (")]
+  if flat:
+    step = float(flat[0].split("step ")[1].split(" s")[0])
+    assert plan["step_s"] < step
+
+
+def test_small_models_and_opt_out_keep_the_unpipelined_search():
+  from autolayout.meshes.pipeline_search import pipelining_applies
+  from costmodels.topology import get_topology
+  from mesh_tf import models
+  big = models.get_config("gpt3_175b")
+  tiny = models.get_config("transformer_tiny")
+  assert pipelining_applies(big, get_topology("a100x8-nodes4"))
+  assert not pipelining_applies(tiny, get_topology("a100x8-nodes4"))
+  assert not pipelining_applies(big, get_topology("dgx-h100"))   # one node
+  assert not pipelining_applies(big, get_topology("tpu-v5e-4x4"))
+  assert not pipelining_applies(big, get_topology("a100x8-nodes4"), 16)
+
+
+def test_scale_applies_only_to_the_open_training_question():
+  import argparse
+  from autolayout.cli import scale
+  from costmodels.topology import get_topology
+  from mesh_tf import models
+
+  class Model:
+    config = models.get_config("gpt3_175b")
+  topo = get_topology("a100x8-nodes4")
+  base = dict(no_pipeline=False, hint=None, fixed_decisions={},
+              objective="time", save=None)
+  assert scale.applies(argparse.Namespace(**base), Model, topo, 32)
+  for change in (dict(no_pipeline=True), dict(hint="plan.json"),
+                 dict(fixed_decisions={"zero_stage": 3}),
+                 dict(objective="memory")):
+    args = argparse.Namespace(**{**base, **change})
+    assert not scale.applies(args, Model, topo, 32), change
+
+
+def test_save_of_a_pipelined_default_plan_names_no_pipeline(tmp_path,
+                                                            capsys):
+  assert cli.main(["solve", *LARGE, "--time-limit", "5", "--save",
+                   str(tmp_path / "p.json")]) == 2
+  err = capsys.readouterr().err
+  assert "--no-pipeline" in err and "pipelined" in err

@@ -159,7 +159,58 @@ def test_published_layout_is_in_the_space_and_priced_the_same():
   lay = PipelineLayout(2, 2, 2, 2, 1, "full", "inner")
   assert lay in ps.layouts(config, topo)
   r = ps.search_pipelines(config, topo, tensor=(2,), stages=(2,),
-                          chunks=(2,), microbatch=(1,), recompute=("full",))
+                          chunks=(2,), microbatch=(1,), recompute=("full",),
+                          zero=(0,))
   direct = price_layout(config, topo, lay)
   assert r.best.layout == lay
   assert r.best.step_time_s == direct.step_time_s
+
+
+def test_search_equals_brute_force_with_the_zero_stage():
+  """ZeRO 0, 1 and 2 in the pipelined space: the search is still the
+  brute-force optimum, and where the budget binds a sharded optimizer is
+  what makes the plan fit."""
+  config = _tiny(batch=8)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  space = dict(tensor=(1,), microbatch=(1,), recompute=("full",),
+               zero=(0, 1, 2))
+  lays = ps.layouts(config, topo, **space)
+  assert {x.zero for x in lays} == {0, 1, 2}
+  assert all(x.data > 1 for x in lays if x.zero)
+  chosen = set()
+  for budget in (2**40, int(0.75 * 2**20), int(0.6 * 2**20)):
+    got = ps.search_pipelines(config, topo, budget, **space)
+    want = _brute(config, topo, budget, **space)
+    assert got.status == "optimal"
+    assert got.best.layout == want[1].layout
+    assert got.best.step_time_s == want[1].step_time_s
+    chosen.add(got.best.layout.zero)
+  # Each tighter budget is met by sharding more.
+  assert chosen == {0, 1, 2}
+
+
+def test_zero_shards_the_optimizer_state_and_swaps_the_all_reduce():
+  config = _tiny(batch=16)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(1, 2, 4, 1, 1, "full", "inner")
+  work = measure_stage(config, topo, 1, 2)
+  assert work.layer_optimizer_bytes > 0 and work.layer_gradient_bytes > 0
+  z0, z1, z2 = (price_layout(config, topo, lay._replace(zero=z), work)
+                for z in (0, 1, 2))
+  # Memory: ZeRO 1 takes 3/4 of each layer's optimizer state off a
+  # device (data 4), ZeRO 2 the gradients' too.
+  assert (z0.work.layer_state_bytes - z1.work.layer_state_bytes
+          == work.layer_optimizer_bytes - work.layer_optimizer_bytes // 4)
+  assert (z1.work.layer_state_bytes - z2.work.layer_state_bytes
+          == work.layer_gradient_bytes - work.layer_gradient_bytes // 4)
+  assert z0.peak_memory_bytes > z1.peak_memory_bytes > z2.peak_memory_bytes
+  # Time: a reduce-scatter and an all-gather instead of the all-reduce
+  # (the update of a quarter shard); ZeRO 2 reduce-scatters per
+  # microbatch, so it is slower than ZeRO 1 with several microbatches.
+  assert z1.work.layer_step_s == pytest.approx(work.layer_step_s / 4)
+  assert z1.work.layer_sync_s > 0 and z0.work.layer_sync_s > 0
+  assert z2.work.layer_s > z1.work.layer_s
+  assert z2.microbatches > 1 and z2.step_time_s > z1.step_time_s
+  assert "ZeRO 1" in z1.layout.describe()
+  with pytest.raises(Exception, match="zero=3"):
+    price_layout(config, topo, lay._replace(zero=3), work)
