@@ -111,6 +111,13 @@ class GraphInterface:
     return tensor_name in self._final or (
         not self._final and not self._graph.consumers_of(t))
 
+  def marked_final(self, tensor_name):
+    """Whether ``set_tensor_final`` (or ``mtf_outputs``) marked the tensor
+    (the original's ``is_tensor_final``; ours also counts unread tensors
+    when nothing is marked)."""
+    self._tensor(tensor_name)
+    return tensor_name in self._final
+
   def set_tensor_final(self, tensor_name):
     """Marks the tensor as kept to the end (an output)."""
     self._tensor(tensor_name)
