@@ -24,7 +24,7 @@ def _neutral_topology(num_devices):
   return f"h100x{num_devices}-nodes1"
 
 
-def _solve(graph, mesh_shape, outputs, topology, time_limit_s):
+def _solve(graph, mesh_shape, outputs, topology, time_limit_s, forbid=()):
   from mesh_tf.auto_mtf.door import auto_layout  # pylint: disable=g-import-not-at-top
   mesh_shape = dims_lib.convert_to_shape(mesh_shape)
   outputs = list(outputs) or None
@@ -32,13 +32,14 @@ def _solve(graph, mesh_shape, outputs, topology, time_limit_s):
     return auto_layout(graph, mesh_shape, outputs,
                        topology=_neutral_topology(mesh_shape.size),
                        objective="memory", tie_break=("time",),
-                       time_limit_s=time_limit_s)
+                       time_limit_s=time_limit_s, forbid=forbid)
   return auto_layout(graph, mesh_shape, outputs, topology=topology,
-                     objective="time", time_limit_s=time_limit_s)
+                     objective="time", time_limit_s=time_limit_s,
+                     forbid=forbid)
 
 
 def layout(mtf_graph, mesh_shape, mtf_outputs=(), topology=None,
-           time_limit_s=60.0):
+           time_limit_s=60.0, forbid=()):
   """The layout rules for ``mtf_graph`` on ``mesh_shape`` (Mesh TF's
   ``auto_mtf.layout``).
 
@@ -50,6 +51,7 @@ def layout(mtf_graph, mesh_shape, mtf_outputs=(), topology=None,
     topology: None for Mesh TF's objective (least peak memory, see the
       module docstring), or hardware to minimise predicted step time on.
     time_limit_s: CP-SAT time limit.
+    forbid: ``(dim name, mesh axis name)`` pairs the answer must not use.
 
   Returns:
     :class:`mesh_tf.LayoutRules`.
@@ -58,7 +60,7 @@ def layout(mtf_graph, mesh_shape, mtf_outputs=(), topology=None,
     >>> rules = mtf.auto_mtf.layout(graph, "rows:2;cols:4", [loss])  # doctest: +SKIP
   """
   return _solve(mtf_graph, mesh_shape, mtf_outputs, topology,
-                time_limit_s).rules
+                time_limit_s, forbid).rules
 
 
 def layout_and_mesh_shape(mtf_graph, num_processors, mtf_outputs=(),

@@ -66,4 +66,12 @@ def load_plan(path, graph=None, name=None, outputs=()):
   return autolayout.load_plan(path, graph, name, outputs)
 
 
-__all__ = ["auto_layout", "auto_mesh_and_layout", "load_plan"]
+def peak_memory(graph, mesh_shape, layout_rules, outputs=None):
+  """Peak per-device bytes of ``graph`` under a layout, by mesh-tf's cost
+  model; see :func:`costmodels.memory.peak_memory` (imported here, on
+  call).  Returns ``(peak_bytes, step_index, breakdown)``."""
+  from costmodels import memory  # pylint: disable=g-import-not-at-top
+  return memory.peak_memory(graph, mesh_shape, layout_rules, outputs=outputs)
+
+
+__all__ = ["auto_layout", "auto_mesh_and_layout", "load_plan", "peak_memory"]

@@ -31,15 +31,22 @@ PRIVATE = {
     "ops_test.py": {"OperationSplittabilityTest.testOperation"} | {
         f"MeshTensorFlowTest.testConvertToLayoutRules{i}" for i in range(6)},
     "auto_mtf/api_test.py": {"LayoutTest.testMeshShapeIterator"},
+    # _global_var_name, _local_var_name, _generate_assignments, and the
+    # optimizer's _graph and _model (its CP-SAT proto).
+    "auto_mtf/layout_optimizer_test.py": {
+        "VariableNamesTest.testGlobalVarName",
+        "VariableNamesTest.testLocalVarName",
+        "AssignmentsTest.testGenerateAssignments",
+        "OptimizeLayoutTest.testOptimizeLayoutRepetition"},
 }
 FAIL_ON_ORIGINAL = {
     "layers_test.py": {"LayersTest.testCorr2DInput",
                        "LayersTest.testCorr3DInput"},
 }
 NOT_YET = {
+    # It patches tf.truncated_normal_initializer; mesh-tf's initializers are
+    # its own layout-invariant generator (docs/porting.md).
     "layers_test.py": {"LayersTest.testSeparableConv1d"},
-    # TF graphs: mesh-tf's GraphInterface reads mtf graphs only.
-    "auto_mtf/graph_interface_test.py": {"GraphInterfaceTest.testTensorFlowGraph"},
 }
 
 # (mode, files): each mode in one subprocess.
@@ -48,7 +55,9 @@ RUNS = [
     ("v1", ["utils_test.py", "simd_mesh_impl_test.py", "import_test.py",
             "auto_mtf/api_test.py", "auto_mtf/graph_interface_test.py",
             "auto_mtf/memory_estimator_test.py",
-            "auto_mtf/valid_layouts_test.py"]),
+            "auto_mtf/valid_layouts_test.py",
+            "auto_mtf/layout_optimizer_test.py",
+            "auto_mtf/scheduler_test.py"]),
     ("v2", ["test_utils_test.py"]),
 ]
 
@@ -89,10 +98,13 @@ def test_original_tests_pass(mode, files):
 
 # Tests that pass on mesh-tf per file (the original: ops 58, layers 19, utils
 # 1, simd_mesh_impl 12, import 1, test_utils 3, auto_mtf api 3,
-# graph_interface 3, memory_estimator 2, valid_layouts 3).
+# graph_interface 3, memory_estimator 2, valid_layouts 3, layout_optimizer 7,
+# scheduler 5).
 MIN_PASSES = {"ops_test.py": 51, "layers_test.py": 18, "utils_test.py": 1,
               "simd_mesh_impl_test.py": 12, "import_test.py": 1,
               "test_utils_test.py": 3, "auto_mtf/api_test.py": 2,
-              "auto_mtf/graph_interface_test.py": 2,
+              "auto_mtf/graph_interface_test.py": 3,
               "auto_mtf/memory_estimator_test.py": 2,
-              "auto_mtf/valid_layouts_test.py": 3}
+              "auto_mtf/valid_layouts_test.py": 3,
+              "auto_mtf/layout_optimizer_test.py": 3,
+              "auto_mtf/scheduler_test.py": 5}
