@@ -213,7 +213,7 @@ def _state_bytes(graph, mesh_shape, rules, cats=("params", "gradients",
 
 def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
                layer_prefix="layer_0/", stash_bytes=None, price_mesh=None,
-               memo=None):
+               *, memo=None):
   """The :class:`~costmodels.pipeline.StageWork` of a model.
 
   Args:

@@ -136,7 +136,7 @@ def _state_bound(work, layers, stages, data=1, zero=0):
 
 def layouts(config, topology, tensor=None, stages=None, chunks=None,
             microbatch=DEFAULT_MICROBATCH_SIZES, recompute=RECOMPUTE,
-            placements=PLACEMENTS, zero=DEFAULT_ZERO):
+            placements=PLACEMENTS, *, zero=DEFAULT_ZERO):
   """Every :class:`PipelineLayout` of the space, in enumeration order
   (ZeRO stages above 0 only with data parallelism)."""
   topology = get_topology(topology)
@@ -168,7 +168,7 @@ def layouts(config, topology, tensor=None, stages=None, chunks=None,
 def search_pipelines(config, topology, memory_budget=None, tensor=None,
                      stages=None, chunks=None,
                      microbatch=DEFAULT_MICROBATCH_SIZES,
-                     recompute=RECOMPUTE, placements=PLACEMENTS,
+                     recompute=RECOMPUTE, *, placements=PLACEMENTS,
                      time_limit_s=30.0, hint=None, zero=DEFAULT_ZERO):
   """The fastest pipelined layout of ``config`` on ``topology`` that fits
   ``memory_budget`` bytes per device (default: the chip's usable memory);
@@ -197,7 +197,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   smallest_state = None
   hint_price = None
   order = layouts(config, topology, tensor, stages, chunks, microbatch,
-                  recompute, placements, zero)
+                  recompute, placements, zero=zero)
   if hint is not None:
     order = [PipelineLayout(*hint)] + order
   for n_lay, lay in enumerate(order):

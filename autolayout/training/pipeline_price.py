@@ -277,8 +277,8 @@ def price_layout(config, topology, layout, work=None, split=None,
       gather = price_collective("allgather", (MODEL_AXIS,), layout.model,
                                 work.boundary_bytes // layout.model, mapping)
   cost = pipe.price_pipeline(work, pipeline, config.layers, m, link, mesh,
-                             rules, scatter, gather,
-                             None if memo is None else
+                             rules, scatter, gather_s=gather,
+                             sent_memo=None if memo is None else
                              memo.setdefault("sent", {}))
   return PipelinedPrice(layout, rules, work, cost, m,
                         layout.padded_sequences(config.batch),
