@@ -249,8 +249,8 @@ def boundary_time(nbytes, link):
 
 
 def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
-                   mesh_shape=None, layout_rules=None, scatter=1, *,
-                   gather_s=0.0, sent_memo=None):
+                   mesh_shape=None, layout_rules=None, scatter=1,
+                   *, gather_s=0.0, sent_memo=None):
   """The :class:`PipelineCost` of ``layers`` repeated layers of ``work``
   under ``pipeline`` (a :class:`mesh_tf.pipeline.Pipeline`; its split is
   the layers per virtual stage), or as one stage of ``microbatches``
