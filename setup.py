@@ -24,6 +24,8 @@ setup(
         "matplotlib>=3.8,<4",
         "rich>=13,<16",
         "jsonschema>=4.18,<5",
+        # Calibration fits (NNLS) and the truth statistics.
+        "scipy>=1.11,<2",
         # --html: the self-contained report (plotly.js written inline).
         "plotly==6.*",
     ],
