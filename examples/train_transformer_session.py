@@ -21,19 +21,10 @@ Run (8 logical CPU devices)::
 import argparse
 
 import mesh_tf as mtf  # The original: import mesh_tensorflow as mtf
-import numpy as np
 import tensorflow.compat.v1 as tf
-
-
-def synthetic_batch(batch, length, vocab, seed=0):
-  """Token ids whose next token is a fixed permutation of the current one."""
-  rng = np.random.RandomState(seed)
-  perm = rng.permutation(vocab)
-  ids = [rng.randint(0, vocab, size=(batch, 1))]
-  for _ in range(length):
-    ids.append(perm[ids[-1]])
-  ids = np.concatenate(ids, axis=1).astype(np.int32)
-  return ids[:, :-1], ids[:, 1:]
+# The synthetic batch of this folder's other port example (the script's own
+# folder is first on sys.path).
+from port_from_mesh_tensorflow import synthetic_batch
 
 
 def model(mesh, inputs, targets, hp):

@@ -212,12 +212,16 @@ class _Run:
         lw.lower_operations(c.pre)
         _flush(self.impls[c.stage])
 
+  def _locate(self, step):
+    """``(virtual stage j, its chunk, its lowering, the stage's backend,
+    the microbatch)`` of one schedule step."""
+    j = self.pipeline.virtual_stage(step.stage, step.chunk)
+    return (j, self.program.chunks[j], self.lowerings[j],
+            self.impls[step.stage], step.microbatch)
+
   def forward(self, step):
     p = self.pipeline
-    j = p.virtual_stage(step.stage, step.chunk)
-    chunk, lw, impl = self.program.chunks[j], self.lowerings[j], \
-        self.impls[step.stage]
-    mb = step.microbatch
+    j, chunk, lw, impl, mb = self._locate(step)
     with self.marks.segment(step.stage, step), self._ordered(step.stage):
       self._feed(chunk, lw, mb)
       if chunk.x_in is not None:
@@ -241,10 +245,7 @@ class _Run:
 
   def backward(self, step):
     p = self.pipeline
-    j = p.virtual_stage(step.stage, step.chunk)
-    chunk, lw, impl = self.program.chunks[j], self.lowerings[j], \
-        self.impls[step.stage]
-    mb = step.microbatch
+    j, chunk, lw, impl, mb = self._locate(step)
     with self.marks.segment(step.stage, step), self._ordered(step.stage):
       lw.tensors.update(self.saved.pop((j, mb)))
       if chunk.dy is not None:

@@ -10,6 +10,7 @@ TORCH-OK; raises in a rank (and so here) on any mismatch.
 """
 
 import json
+import math
 import socket
 import sys
 
@@ -50,22 +51,28 @@ def _rank(rank, world, port, spec, expected):
     dist.destroy_process_group()
 
 
-def main(spec_path, expected_path):
+def launch(rank, spec_path, expected_path):
+  """Runs ``rank(r, world, port, spec, expected)`` on one forked gloo
+  process per mesh position (``world`` of them, a free 127.0.0.1 port);
+  returns ``(spec, world)``.  Shared with ``run_torch_training.py``."""
   with open(spec_path, encoding="utf-8") as f:
     spec = json.load(f)
   with open(expected_path, encoding="utf-8") as f:
     expected = json.load(f)
-  world = 1
-  for s in spec["mesh"]["shape"]:
-    world *= s
+  world = math.prod(spec["mesh"]["shape"])
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   # fork: the ranks share the parent's imported torch instead of importing
   # it again each (seconds apiece on a small machine).  Nothing here has
   # started a thread pool yet, so forking is safe.
-  mp.start_processes(_rank, args=(world, port, spec, expected),
+  mp.start_processes(rank, args=(world, port, spec, expected),
                      nprocs=world, join=True, start_method="fork")
+  return spec, world
+
+
+def main(spec_path, expected_path):
+  spec, world = launch(_rank, spec_path, expected_path)
   print(f"TORCH-OK {len(spec['params'])} params on {world} ranks")
 
 

@@ -18,17 +18,16 @@ plan's per-device bytes of the stored parameters.  Every rank:
 Prints TORCH-TRAIN-OK; raises in a rank (and so here) on any mismatch.
 """
 
-import json
 import math
-import socket
 import sys
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+from run_torch import launch  # this folder: the script's own sys.path[0]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -120,16 +119,7 @@ def _rank(rank, world, port, spec, expected):
 
 
 def main(spec_path, expected_path):
-  with open(spec_path, encoding="utf-8") as f:
-    spec = json.load(f)
-  with open(expected_path, encoding="utf-8") as f:
-    expected = json.load(f)
-  world = math.prod(spec["mesh"]["shape"])
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-  mp.start_processes(_rank, args=(world, port, spec, expected),
-                     nprocs=world, join=True, start_method="fork")
+  launch(_rank, spec_path, expected_path)
 
 
 if __name__ == "__main__":
