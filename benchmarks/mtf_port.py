@@ -280,9 +280,9 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
   else:
     mtf.set_logical_cpu_devices(8)
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
-  steppers, first_s = {}, {}
+  steppers, first_s, ready = {}, {}, {}
   for path in paths:
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     if path == "trainstep":
       example = _load_example(False)
       hp = _hparams(example, layers)
@@ -307,6 +307,9 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
     first = time.perf_counter()
     steppers[path]()
     first_s[path] = time.perf_counter() - first
+    # Building and the first step: wall and process CPU time (lowering
+    # runs at build for a Session, at the first step for TrainStep).
+    ready[path] = (time.perf_counter() - t0, time.process_time() - c0)
     print(f"# {path}: built in {first - t0:.1f} s, first step "
           f"{first_s[path]:.1f} s", file=sys.stderr)
   times = {p: [] for p in paths}
@@ -319,7 +322,7 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
       cpu[path].append(time.process_time() - c1)
   return {"wall": {p: 1000 * statistics.median(ts) for p, ts in times.items()},
           "cpu": {p: 1000 * statistics.median(ts) for p, ts in cpu.items()},
-          "first_s": first_s}
+          "first_s": first_s, "ready_s": ready}
 
 
 def _worker(path, layers, steps, session_threads=False):
@@ -407,6 +410,9 @@ def main(argv=None):
           print(f"{layers:>6} layers, {label}, {kind}: {cells}  |  {ratios}")
         print(f"{layers:>6} layers, {label}, first step s: " + "  ".join(
             f"{p} {v:.1f}" for p, v in r["first_s"].items()))
+        print(f"{layers:>6} layers, {label}, build + first step s (wall/"
+              "cpu): " + "  ".join(f"{p} {w:.1f}/{c:.1f}"
+                                   for p, (w, c) in r["ready_s"].items()))
     return
   for layers in args.layers:
     _alternate(layers, args.steps, args.rounds, paths, args.session_threads)

@@ -36,8 +36,8 @@ class LoweredStep:
   """What a lowered step (:class:`TrainStep`, ``DecodeStep``) is made of:
   variables created eagerly once, in ``mesh_impl``; ``_step`` traced once
   as a ``tf.function`` (the mtf lowering runs then); calls of the traced
-  step with grappler reduced to its dependency optimizer, through call
-  options the step owns (built once, not per call).
+  step with grappler reduced to a few passes, through call options the step
+  owns (built once, not per call).
 
   Subclasses call :meth:`_init_step` and define ``_step(*args)``.
   """
@@ -76,12 +76,15 @@ class LoweredStep:
 
   def _call(self, args):
     # The step graph, with the fused segments' calls inlined (see
-    # mesh_tf.lowering.fusion), gets one pass of grappler's dependency
-    # optimizer only: full grappler on the expanded graph would make the
-    # first step as slow as a Session's.
-    self.concrete_function()
+    # mesh_tf.lowering.fusion), gets a light grappler (see
+    # tf_private.LIGHT_PASSES): full grappler on the expanded graph would
+    # make the first step as slow as a Session's.  The traced step is
+    # called directly: the tf.function would look its trace up again on
+    # every call, hashing the step's captured variables (half of the
+    # Python time of a call, 0.5 ms on the 2-core benchmark machine).
+    concrete = self.concrete_function()
     with self._call_options.scope(optimize="light"):
-      return self._function(*args)
+      return concrete(*args)
 
 
 class TrainStep(LoweredStep):
