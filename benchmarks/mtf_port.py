@@ -54,6 +54,8 @@ Reproduce:
   python benchmarks/mtf_port.py --layers 1 8 --rounds 5 --steps 20
   python benchmarks/mtf_port.py --layers 32 --rounds 2 --steps 6
   python benchmarks/mtf_port.py --interleaved --layers 1 8 --steps 20
+  python benchmarks/mtf_port.py --interleaved --tf2-only --paths session \
+      trainstep --layers 32 --steps 6
 """
 
 import argparse
@@ -375,6 +377,9 @@ def main(argv=None):
                       help="size TF's process-wide intra-op pool from the "
                       "Sessions' config (1 thread) before lowering, as the "
                       "original gets it (see the module doc)")
+  parser.add_argument("--tf2-only", action="store_true",
+                      help="--interleaved: skip the disable_v2 process (it "
+                      "runs no TrainStep)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.worker in ("interleaved", "interleaved_v1"):
@@ -396,7 +401,9 @@ def main(argv=None):
     print("steady step (median ms of wall and of process CPU time), steps "
           "taken in turn in one process")
     for layers in args.layers:
-      for mode in ("interleaved", "interleaved_v1"):
+      modes = ("interleaved",) if args.tf2_only else ("interleaved",
+                                                      "interleaved_v1")
+      for mode in modes:
         r = _spawn(mode, layers, args.steps, paths, args.session_threads)
         if "error" in r:
           print(f"{layers:>6} {mode} failed: {r['error']}")

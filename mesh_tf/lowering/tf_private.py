@@ -27,6 +27,9 @@ The uses:
 * :class:`CallOptions` -- the per-thread options TF function calls are made
   with (executor type, grappler on or off).  Public route: TF's defaults
   (slower steps).
+* :func:`flat_caller` -- calls a traced step on its flat tensors and
+  captured variables, without binding the arguments to its signature again.
+  Public route: the ConcreteFunction's own call (0.1-0.2 ms more per call).
 """
 
 import contextlib
@@ -34,7 +37,7 @@ import weakref
 
 from mesh_tf.startup.import_order import import_tensorflow
 
-__all__ = ["CallOptions", "FusedFunction", "graph_function",
+__all__ = ["CallOptions", "FusedFunction", "flat_caller", "graph_function",
            "skip_autograph", "uninlined_function"]
 
 # What a moved private API raises when we reach for it.
@@ -234,6 +237,33 @@ def _private_uninlined_copy(concrete, inline=False):
       fdef.signature.name, ctx, atomic.function_type,
       children=list(atomic.children), call_options=atomic.call_options)
   return FusedFunction(copy.definition, copy.call_flat, private=True)
+
+
+def flat_caller(concrete, private=True):
+  """A function calling the ConcreteFunction ``concrete`` on its positional
+  arguments, as tensors of its signature's dtypes and shapes.
+
+  The private route passes them, with the function's captured inputs (a
+  step's variables), straight to the traced function; a ConcreteFunction's
+  own call binds them to its signature and converts them again first.  The
+  caller checks their dtypes and shapes (as ``LoweredStep`` does).
+
+  Returns:
+    ``fn(*tensors)`` -> the function's (structured) outputs; on the public
+    route (or when the private API moved, or captures are deferred)
+    ``concrete`` itself.
+  """
+  if private:
+    try:
+      atomic = concrete._inference_function  # pylint: disable=protected-access
+      deferred = any(callable(c) for c in concrete._captured_inputs)  # pylint: disable=protected-access
+      captures = list(concrete.captured_inputs)
+      call, pack = atomic.call_flat, atomic.function_type.pack_output
+    except _MOVED:
+      deferred = True
+    if not deferred:
+      return lambda *tensors: pack(call(*tensors, *captures))
+  return concrete
 
 
 class CallOptions:

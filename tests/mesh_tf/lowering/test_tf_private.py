@@ -150,6 +150,20 @@ def test_light_scope_merges_repeated_work_and_folds_constants():
   assert light.count("Square") == 1 and "Range" not in light
 
 
+def test_flat_caller_public_route_is_the_concrete_function_and_agrees():
+  v = tf.Variable([1.0, 2.0])
+  concrete = tf.function(lambda x: {"y": x * v}, autograph=False,
+                         input_signature=[tf.TensorSpec([2], tf.float32)]
+                         ).get_concrete_function()
+  x = tf.constant([3.0, 4.0])
+  private = tf_private.flat_caller(concrete)
+  assert private is not concrete  # the private route works
+  assert tf_private.flat_caller(concrete, private=False) is concrete
+  np.testing.assert_array_equal(private(x)["y"], concrete(x)["y"])
+  v.assign([5.0, 6.0])  # captured by reference, as a step's variables
+  np.testing.assert_array_equal(private(x)["y"], [15.0, 24.0])
+
+
 def test_training_step_on_public_routes_equals_private(monkeypatch):
   from mesh_tf import models, training  # pylint: disable=g-import-not-at-top
   from mesh_tf.training import optimize
