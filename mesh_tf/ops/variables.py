@@ -94,6 +94,49 @@ class random_uniform_initializer(_RandomInitializer):  # pylint: disable=invalid
     self.minval, self.maxval = minval, maxval
 
 
+class truncated_normal_initializer(_RandomInitializer):  # pylint: disable=invalid-name
+  """Normal(mean, stddev) cut at two standard deviations (TensorFlow's
+  truncated normal, without its rescaling), the same for every layout."""
+  kind = "truncated_normal"
+
+  def __init__(self, mean=0.0, stddev=1.0, seed=None):
+    super().__init__(seed, mean=mean, stddev=stddev)
+    self.mean, self.stddev = mean, stddev
+
+
+class tf_truncated_normal_initializer(Initializer):  # pylint: disable=invalid-name
+  """The kernels Mesh TF drew from ``tf.truncated_normal_initializer``.
+
+  The original's layers ask TensorFlow's v1 ``truncated_normal_initializer``
+  for their normal kernels.  These do too, when a slice is first made:
+  while that name is TensorFlow's own initializer, the values come from the
+  layout-invariant :class:`truncated_normal_initializer` (the same
+  distribution, reproducible per variable); when a program or a test has
+  put another callable under that name, it is called for the whole kernel,
+  ``fn(stddev=...)(shape, dtype=...)``, and sliced.
+  """
+
+  def __init__(self, stddev=1.0):
+    self.stddev = stddev
+    self._own = truncated_normal_initializer(stddev=stddev)
+    self._resolved = (None, None)   # (the factory seen, its initializer)
+
+  def _delegate(self):
+    factory = tf.compat.v1.truncated_normal_initializer
+    if factory is tf.compat.v1.initializers.truncated_normal:
+      return self._own
+    if self._resolved[0] is not factory:
+      self._resolved = (factory,
+                        _ValueInitializer(factory(stddev=self.stddev)))
+    return self._resolved[1]
+
+  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
+    return self._delegate()(full_shape, begin, slice_shape, dtype, seed)
+
+  def numpy(self, full_shape, dtype, seed):
+    return self._delegate().numpy(full_shape, dtype, seed)
+
+
 class _ValueInitializer(Initializer):
   """A full NumPy value, or a callable ``(shape, dtype) -> value`` (e.g. a
   Keras initializer), computed once on the host and sliced."""
