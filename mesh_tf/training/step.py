@@ -195,14 +195,14 @@ class TrainStep(LoweredStep):
                                         mesh_impl.layout_rules,
                                         microbatches)
     axes = []
-    for t in self.inputs:
+    for name, t in zip(self.input_names, self.inputs):
       names = t.shape.dimension_names
       axis = names.index(padding.dim) if padding.dim in names else None
       if axis is not None:
         size = t.shape.dims[axis].size * (microbatches if axis == 0 else 1)
         if size != padding.padded_size or (microbatches != 1 and axis):
           raise padding_lib.PaddingError(
-              f"input {t.name} has {padding.dim}={size} per step (axis "
+              f"input {name} has {padding.dim}={size} per step (axis "
               f"{axis}), but the padding runs {padding.dim}="
               f"{padding.padded_size}; build the graph at the padded size"
               + (" with the dim first" if axis else ""))
