@@ -46,8 +46,9 @@ from autolayout.training.pipeline_price import (
 DEFAULT_MICROBATCH_SIZES = (1, 2)
 DEFAULT_MAX_CHUNKS = 4
 #: ZeRO stages over the data axis (1: optimizer state sharded; 2: and the
-#: gradients, reduce-scattered per microbatch).
-DEFAULT_ZERO = (0, 1, 2)
+#: gradients, reduce-scattered per microbatch; 3: and the weights,
+#: gathered before each microbatch's forward and backward).
+DEFAULT_ZERO = (0, 1, 2, 3)
 
 
 class PipelineInfeasibleError(InfeasibleLayoutError):
@@ -131,6 +132,10 @@ def _state_bound(work, layers, stages, data=1, zero=0):
     state -= work.layer_optimizer_bytes - work.layer_optimizer_bytes // data
   if data > 1 and zero >= 2:
     state -= work.layer_gradient_bytes - work.layer_gradient_bytes // data
+  if data > 1 and zero >= 3:
+    weights = (work.layer_state_bytes - work.layer_optimizer_bytes
+               - work.layer_gradient_bytes)
+    state -= weights - weights // data
   return math.ceil(layers / stages) * state
 
 

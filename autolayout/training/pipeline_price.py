@@ -57,7 +57,7 @@ class PipelineLayout(NamedTuple):
   placement: str = "inner"
   schedule: str = None   # None: interleaved_1f1b if chunks > 1 else 1f1b
   scatter_gather: bool = True
-  zero: int = 0          # ZeRO stage over the data axis (0, 1 or 2)
+  zero: int = 0          # ZeRO stage over the data axis (0-3)
 
   @property
   def chips(self):

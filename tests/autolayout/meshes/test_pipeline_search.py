@@ -2,6 +2,7 @@
 count gets a plan (idle chips or padding), and "no plan" names the chips
 that would hold the model."""
 
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,9 @@ from autolayout.training.pipeline_price import (PipelineLayout,
                                                 measuring_data, price_layout)
 from costmodels.topology import gpu_cluster
 from mesh_tf import models
+from mesh_tf.pipeline import trace_pipeline
+from mesh_tf.pipeline.schedule import Step
+from mesh_tf.training import optimize
 
 
 def _tiny(layers=4, batch=16, heads=4):
@@ -167,26 +171,29 @@ def test_published_layout_is_in_the_space_and_priced_the_same():
 
 
 def test_search_equals_brute_force_with_the_zero_stage():
-  """ZeRO 0, 1 and 2 in the pipelined space: the search is still the
-  brute-force optimum, and where the budget binds a sharded optimizer is
-  what makes the plan fit."""
+  """ZeRO 0-3 in the pipelined space: the search is still the
+  brute-force optimum, and where the budget binds sharding more state
+  (optimizer, gradients, weights) is what makes the plan fit."""
   config = _tiny(batch=8)
   topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
   space = dict(tensor=(1,), microbatch=(1,), recompute=("full",),
-               zero=(0, 1, 2))
+               zero=(0, 1, 2, 3))
   lays = ps.layouts(config, topo, **space)
-  assert {x.zero for x in lays} == {0, 1, 2}
+  assert {x.zero for x in lays} == {0, 1, 2, 3}
+  assert ps.DEFAULT_ZERO == (0, 1, 2, 3)
   assert all(x.data > 1 for x in lays if x.zero)
   chosen = set()
-  for budget in (2**40, int(0.75 * 2**20), int(0.6 * 2**20)):
+  for budget in (2**40, int(0.6 * 2**20), int(0.4 * 2**20)):
     got = ps.search_pipelines(config, topo, budget, **space)
     want = _brute(config, topo, budget, **space)
     assert got.status == "optimal"
     assert got.best.layout == want[1].layout
     assert got.best.step_time_s == want[1].step_time_s
     chosen.add(got.best.layout.zero)
-  # Each tighter budget is met by sharding more.
-  assert chosen == {0, 1, 2}
+  # Each tighter budget is met by sharding more.  (ZeRO 1 moves the bytes
+  # of ZeRO 0's all-reduce, as a reduce-scatter and an all-gather, and
+  # updates a shard: with data parallelism it is never slower.)
+  assert chosen == {1, 2, 3}
 
 
 def test_zero_shards_the_optimizer_state_and_swaps_the_all_reduce():
@@ -212,5 +219,48 @@ def test_zero_shards_the_optimizer_state_and_swaps_the_all_reduce():
   assert z2.work.layer_s > z1.work.layer_s
   assert z2.microbatches > 1 and z2.step_time_s > z1.step_time_s
   assert "ZeRO 1" in z1.layout.describe()
-  with pytest.raises(Exception, match="zero=3"):
-    price_layout(config, topo, lay._replace(zero=3), work)
+  with pytest.raises(Exception, match="zero=4"):
+    price_layout(config, topo, lay._replace(zero=4), work)
+
+
+@pytest.mark.parametrize("recompute", ["full", "none"])
+def test_zero3_gathers_per_microbatch_are_the_lowerings(recompute):
+  """ZeRO 3 shards the weights too (less memory than ZeRO 2) and gathers
+  each layer's shard before every microbatch's forward and backward: the
+  predicted gather bytes are those of the pipelined lowering's trace, per
+  layer and per microbatch (a backward without recompute regathers a few
+  bytes less: priced within 1%)."""
+  config = _tiny(batch=8)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(1, 2, 2, 1, 1, recompute, "inner", zero=3)
+  work = measure_stage(config, topo, 1, 2, 1, recompute)
+  z3 = price_layout(config, topo, lay, work)
+  z2 = price_layout(config, topo, lay._replace(zero=2), work)
+  assert "ZeRO 3" in z3.layout.describe()
+  assert z3.work.layer_state_bytes < z2.work.layer_state_bytes
+  assert z3.peak_memory_bytes < z2.peak_memory_bytes
+  assert z3.work.layer_s > z2.work.layer_s and z3.work.layer_sync_s == 0.0
+  assert z3.work.layer_gather_bytes > 0 == z2.work.layer_gather_bytes
+  pipe = z3.cost.pipeline
+  lowered = dataclasses.replace(
+      config, param_dtype="bfloat16",
+      recompute=config.layers if recompute == "full" else 0)
+  trace = trace_pipeline(lowered.parts(), pipe, lay.mesh(),
+                         z3.rules + ";d_model_storage:data",
+                         optimize.SgdOptimizer(0.1), storage=3)
+  gathered = {}
+  for seg in trace.segments:
+    if not isinstance(seg.step, Step):
+      continue
+    for c in seg.collectives:
+      if c.kind == "allconcat" and c.op_name.startswith("layer_"):
+        assert c.mesh_axes == ("data",)
+        key = (c.op_name.split("/")[0], seg.step.microbatch)
+        gathered[key] = gathered.get(key, 0) + c.bytes_per_device
+  # Every layer, every microbatch.
+  assert len(gathered) == config.layers * pipe.microbatches
+  for got in gathered.values():
+    if recompute == "full":
+      assert got == z3.work.layer_gather_bytes
+    else:
+      assert got == pytest.approx(z3.work.layer_gather_bytes, rel=0.01)
