@@ -256,7 +256,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       raise TimeLimitError(
           f"the time limit of {time_limit_s:g} s ran out before any "
           "pipelined layout that fits was found; raise the time limit")
-    need = min_chips(config, topology, memory_budget, works)
+    need = min_chips(config, topology, memory_budget, works, zero=zero)
     where = (f"the smallest chip count that would hold it is {need}"
              if need else "no chip count up to "
              f"{config.layers * max(tensor_degrees(config, topology))} "
@@ -273,37 +273,41 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
                               rows, hint_price)
 
 
-def min_chips(config, topology, memory_budget, works=None):
-  """The smallest ``model * stages`` (tensor parallelism within a node,
-  one replica, microbatch 1, full recompute, 1F1B) whose busiest stage
+def min_chips(config, topology, memory_budget, works=None, *,
+              zero=DEFAULT_ZERO):
+  """The smallest ``model * stages * data`` (tensor parallelism within a
+  node, microbatch 1, full recompute, 1F1B; ZeRO 3 over the ``data``
+  replicas, which shards the whole training state) whose busiest stage
   fits ``memory_budget``, on a cluster like ``topology`` grown as needed;
-  None if none up to a stage per layer does."""
+  None if none up to a stage per layer (and as many replicas) does.
+  Without 3 in ``zero`` (the ZeRO stages of the space), one replica."""
   topology = get_topology(topology)
   node = topology.dims[-1].size
-  best = None
-  for t in tensor_degrees(config, topology):
-    for p in range(1, config.layers + 1):
-      chips = t * p
-      if best is not None and chips >= best:
-        break
-      grown = _grown(topology, chips)
-      if grown is None:
-        continue
-      lay = PipelineLayout(t, p, 1, 1, 1, "full", "inner")
-      work = None if works is None else works.get(
-          (t, "inner", 1, "full", 2))
-      if work is None:
-        work = measure_stage(config, grown, t, 2, 1, "full", "inner")
-        if works is not None:
-          works[(t, "inner", 1, "full", 2)] = work
-      if _state_bound(work, config.layers, p) > memory_budget:
-        continue
-      r = price_layout(config, grown, lay, work)
-      if r.peak_memory_bytes <= memory_budget:
-        best = chips if chips % node == 0 or node % chips == 0 else (
-            -(-chips // node) * node)
-        break
-  return best
+  limit = config.layers * max(tensor_degrees(config, topology))
+  points = sorted((t * p * d, t, p, d)
+                  for t in tensor_degrees(config, topology)
+                  for p in range(1, config.layers + 1)
+                  for d in range(1, (limit // (t * p) if 3 in zero else 1)
+                                 + 1))
+  for chips, t, p, d in points:
+    grown = _grown(topology, chips)
+    if grown is None:
+      continue
+    lay = PipelineLayout(t, p, d, 1, 1, "full", "inner", zero=3 if d > 1
+                         else 0)
+    work = None if works is None else works.get(
+        (t, "inner", 1, "full", 2))
+    if work is None:
+      work = measure_stage(config, grown, t, 2, 1, "full", "inner")
+      if works is not None:
+        works[(t, "inner", 1, "full", 2)] = work
+    if _state_bound(work, config.layers, p, d, lay.zero) > memory_budget:
+      continue
+    r = price_layout(config, grown, lay, work)
+    if r.peak_memory_bytes <= memory_budget:
+      return chips if chips % node == 0 or node % chips == 0 else (
+          -(-chips // node) * node)
+  return None
 
 
 def _grown(topology, chips):

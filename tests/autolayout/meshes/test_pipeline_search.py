@@ -92,11 +92,14 @@ def test_any_chip_count_gets_a_plan(nodes, per_node):
   assert (m * best.layout.data * best.layout.microbatch
           == config.batch + best.padded_sequences)
   # The other way (the other data-parallel size of the same tensor and
-  # stage counts) was priced too, and is not faster.
+  # stage counts) was priced too, and is not faster.  (``best.work`` is
+  # re-priced for the best layout's ZeRO stage: measure afresh.)
+  work = measure_stage(config, topo, best.layout.model,
+                       measuring_data(best.layout, topo), 1, "full",
+                       best.layout.placement)
   for d in ps._data_sizes(config, topo, best.layout.model,
                           best.layout.stages, 1):
-    other = price_layout(config, topo, best.layout._replace(data=d),
-                         best.work)
+    other = price_layout(config, topo, best.layout._replace(data=d), work)
     assert other.step_time_s >= best.step_time_s or (
         other.peak_memory_bytes > r.best.peak_memory_bytes * 10)
   # A prime or odd count the batch does not divide: chips idle or the
@@ -105,23 +108,27 @@ def test_any_chip_count_gets_a_plan(nodes, per_node):
     assert best.idle_chips > 0 or best.padded_sequences > 0
 
 
-def test_no_plan_names_the_smallest_chip_count_that_would():
+@pytest.mark.parametrize("zero,need", [((0, 1, 2), 4), ((0, 1, 2, 3), 3)])
+def test_no_plan_names_the_smallest_chip_count_that_would(zero, need):
+  """Without ZeRO 3 the smallest count is one replica's stages; with it,
+  data-parallel replicas that shard the whole state hold it on fewer."""
   config = _tiny(layers=8, batch=8)
   small = gpu_cluster("a100", nodes=2, gpus_per_node=1)
   budget = 1000 * 2**10
-  space = dict(microbatch=(1,), recompute=("full",))
+  space = dict(microbatch=(1,), recompute=("full",), zero=zero)
   with pytest.raises(ps.PipelineInfeasibleError,
-                     match="smallest chip count that would hold it is 4"
+                     match=f"smallest chip count that would hold it is {need}"
                      ) as e:
     ps.search_pipelines(config, small, budget, **space)
-  assert e.value.min_chips == 4
+  assert e.value.min_chips == need
   # That many chips hold it, one fewer does not.
-  ok = ps.search_pipelines(config, gpu_cluster("a100", nodes=4,
+  ok = ps.search_pipelines(config, gpu_cluster("a100", nodes=need,
                                                gpus_per_node=1), budget,
                            **space)
   assert ok.best.peak_memory_bytes <= budget
+  assert (ok.best.layout.zero == 3) == (3 in zero)
   with pytest.raises(ps.PipelineInfeasibleError):
-    ps.search_pipelines(config, gpu_cluster("a100", nodes=3,
+    ps.search_pipelines(config, gpu_cluster("a100", nodes=need - 1,
                                             gpus_per_node=1), budget,
                         **space)
 
