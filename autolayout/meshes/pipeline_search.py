@@ -14,7 +14,10 @@ per-device memory budget, and keeps the layout with the smallest predicted step 
 whole nodes (or part of one node); the rest are *idle* and reported.  For
 each (tensor, stages) pair it tries the largest data-parallel size that
 fits in the chips, whose microbatches the batch need not divide (the
-last microbatch is *padded*, and the padding priced as work), and the
+last microbatch is *padded*, and the padding priced as work; the plan's
+:attr:`~autolayout.training.pipeline_price.PipelinedPrice.padding` is the
+:class:`mesh_tf.training.padding.Padding` that
+:class:`mesh_tf.pipeline.PipelineTrainStep` lowers), and the
 largest one that divides the batch (no padding, more idle chips): the
 predicted step time picks between them.  When no layout fits on the
 chips, :class:`PipelineInfeasibleError` names the smallest chip count

@@ -29,7 +29,7 @@ Example:
   Padding(dim='batch', real_size=13, padded_size=16)
   >>> padding_for("batch", 6, "data:4", "batch:data", microbatches=2).rows
   2
-  >>> Padding("batch", 6, 8).mask(2, 2).tolist()
+  >>> Padding("batch", 6, 8).mask(microbatches=2).tolist()
   [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
 """
 
@@ -84,13 +84,11 @@ class Padding(NamedTuple):
           f"{self.dim}={self.real_size}")
     return self
 
-  def mask(self, microbatches=1, rows=None):
-    """The mask, float32, ``[microbatches, padded_size / microbatches]``
-    (the real rows first, then the padded ones); ``rows``: the rows per
-    microbatch (default: the even split)."""
-    rows = rows or self.padded_size // microbatches
-    flat = (np.arange(microbatches * rows) < self.real_size)
-    return flat.astype(np.float32).reshape(microbatches, rows)
+  def mask(self, microbatches=1):
+    """The mask, float32, ``[microbatches, padded_size / microbatches]``:
+    1 on the real rows (first), 0 on the padded ones (last)."""
+    flat = np.arange(self.padded_size) < self.real_size
+    return flat.astype(np.float32).reshape(microbatches, -1)
 
   def row_index(self):
     """The real row each padded row copies: ``i % real_size``."""

@@ -45,7 +45,7 @@ def padded_value(value, axis, padding):
 def padding_mask(padding, dtype):
   """The mask of ``padding`` as a TF tensor of ``dtype``,
   ``[padded_size]`` (the step splits it into its microbatches)."""
-  return tf.cast(tf.constant(padding.mask(1, padding.padded_size)[0]),
+  return tf.cast(tf.constant(padding.mask()[0]),
                  dtype)
 
 

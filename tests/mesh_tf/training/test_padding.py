@@ -157,3 +157,10 @@ def test_a_loss_whose_rows_meet_before_it_cannot_be_padded():
   with pytest.raises(PaddingError, match=r"reduces it in \['batch_mean "
                      r"\(ReduceOperation\)', .*use idle devices"):
     pad_loss(loss, Padding("batch", 7, 8))
+
+
+def test_docstring_examples():
+  import doctest
+  from mesh_tf.training import padding
+  result = doctest.testmod(padding)
+  assert result.failed == 0 and result.attempted > 0
