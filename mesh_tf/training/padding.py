@@ -31,6 +31,8 @@ Example:
   2
   >>> Padding("batch", 6, 8).mask(microbatches=2).tolist()
   [[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]]
+  >>> Padding.from_dict(Padding("batch", 6, 8).to_dict())
+  Padding(dim='batch', real_size=6, padded_size=8)
 """
 
 import math
@@ -89,6 +91,23 @@ class Padding(NamedTuple):
     1 on the real rows (first), 0 on the padded ones (last)."""
     flat = np.arange(self.padded_size) < self.real_size
     return flat.astype(np.float32).reshape(microbatches, -1)
+
+  def to_dict(self):
+    """A JSON-ready dict (see :meth:`from_dict`)."""
+    return {"dim": self.dim, "real_size": self.real_size,
+            "padded_size": self.padded_size}
+
+  @classmethod
+  def from_dict(cls, d):
+    """The Padding of :meth:`to_dict`'s dict, checked.
+
+    Raises:
+      PaddingError: for missing or unknown keys, or impossible sizes.
+    """
+    keys = {"dim", "real_size", "padded_size"}
+    if not isinstance(d, dict) or set(d) != keys:
+      raise PaddingError(f"a padding is a dict of {sorted(keys)}, got {d!r}")
+    return cls(**d).check()
 
   def row_index(self):
     """The real row each padded row copies: ``i % real_size``."""

@@ -271,3 +271,29 @@ def test_zero3_gathers_per_microbatch_are_the_lowerings(recompute):
       assert got == z3.work.layer_gather_bytes
     else:
       assert got == pytest.approx(z3.work.layer_gather_bytes, rel=0.01)
+
+
+def test_zero1_gathers_each_shard_once_per_step():
+  """ZeRO 1's all-gather of the updated weights is priced by the shard
+  each device starts with (the all-gather convention of
+  :func:`costmodels.collectives.allgather_time`): the lowering gathers
+  ``layer_sync_bytes / D`` per layer and device, once per step."""
+  config = _tiny(batch=8)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(1, 2, 2, 1, 1, "full", "inner", zero=1)
+  work = measure_stage(config, topo, 1, 2)
+  z1 = price_layout(config, topo, lay, work)
+  lowered = dataclasses.replace(config, param_dtype="bfloat16",
+                                recompute=config.layers)
+  trace = trace_pipeline(lowered.parts(), z1.cost.pipeline, lay.mesh(),
+                         z1.rules + ";d_model_storage:data",
+                         optimize.SgdOptimizer(0.1), storage=1)
+  gathered = {}
+  for seg in trace.segments:
+    for c in seg.collectives:
+      if c.kind == "allconcat" and c.op_name.startswith("layer_"):
+        assert seg.step == "setup"
+        key = c.op_name.split("/")[0]
+        gathered[key] = gathered.get(key, 0) + c.bytes_per_device
+  assert len(gathered) == config.layers
+  assert set(gathered.values()) == {work.layer_sync_bytes // lay.data}

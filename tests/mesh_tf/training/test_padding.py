@@ -128,6 +128,10 @@ def test_impossible_paddings_name_the_dim_and_the_mesh_axes():
                   "batch:data", microbatches=2)
   with pytest.raises(PaddingError, match=r"at least the real size batch=8"):
     Padding("batch", 8, 6).check()
+  with pytest.raises(PaddingError, match=r"at least the real size batch=8"):
+    Padding.from_dict({"dim": "batch", "real_size": 8, "padded_size": 6})
+  with pytest.raises(PaddingError, match=r"a padding is a dict of"):
+    Padding.from_dict({"dim": "batch", "real_size": 8})
   model = dataclasses.replace(LM, batch=16).build()
   with pytest.raises(PaddingError, match=r"input inputs has batch=16 per "
                      r"step .* but the padding runs batch=8"):
