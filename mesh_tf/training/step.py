@@ -126,7 +126,8 @@ class TrainStep(LoweredStep):
       built with ``padding.dim`` at the padded size (per microbatch: its
       ``1/k``), the step takes inputs at the real size, pads them and
       masks the padded rows out of the loss (the loss and the update are
-      the unpadded step's; see :mod:`mesh_tf.training.padding`).
+      the unpadded step's; see :mod:`mesh_tf.training.padding`); extra
+      ``outputs`` keep the padded rows.
 
   Raises:
     MtfError: if the loss is not a scalar or an input is not an import.
