@@ -306,7 +306,10 @@ def min_chips(config, topology, memory_budget, works=None, *,
         works[(t, "inner", 1, "full", 2)] = work
     if _state_bound(work, config.layers, p, d, lay.zero) > memory_budget:
       continue
-    r = price_layout(config, grown, lay, work)
+    try:
+      r = price_layout(config, grown, lay, work)
+    except MtfError:
+      continue   # a mesh the cluster's dims cannot take
     if r.peak_memory_bytes <= memory_budget:
       return chips if chips % node == 0 or node % chips == 0 else (
           -(-chips // node) * node)
