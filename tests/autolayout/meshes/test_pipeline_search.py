@@ -297,3 +297,18 @@ def test_zero1_gathers_each_shard_once_per_step():
         gathered[key] = gathered.get(key, 0) + c.bytes_per_device
   assert len(gathered) == config.layers
   assert set(gathered.values()) == {work.layer_sync_bytes // lay.data}
+
+
+def test_no_plan_at_scale_names_a_chip_count_zero3_lowers():
+  """GPT-3 175B on 16 A100s: no plan; the smallest count is found among
+  meshes a grown cluster can take (data-parallel replicas that do not fit
+  a node's dims are skipped), and ZeRO 3 needs no more chips."""
+  config = models.get_config("gpt3_175b")
+  needs = []
+  for zero in ((0, 1, 2), (0, 1, 2, 3)):
+    with pytest.raises(ps.PipelineInfeasibleError) as e:
+      ps.search_pipelines(config, "a100x8-nodes2", microbatch=(1,),
+                          zero=zero)
+    assert e.value.min_chips is not None and e.value.min_chips % 8 == 0
+    needs.append(e.value.min_chips)
+  assert needs[1] <= needs[0]
