@@ -312,3 +312,7 @@ def test_no_plan_at_scale_names_a_chip_count_zero3_lowers():
     assert e.value.min_chips is not None and e.value.min_chips % 8 == 0
     needs.append(e.value.min_chips)
   assert needs[1] <= needs[0]
+  # That many chips hold it.
+  ok = ps.search_pipelines(config, f"a100x8-nodes{needs[1] // 8}",
+                           microbatch=(1,))
+  assert ok.status == "optimal" and ok.best.layout.chips <= needs[1]
