@@ -14,7 +14,10 @@ per-device memory budget, and keeps the layout with the smallest predicted step 
 whole nodes (or part of one node); the rest are *idle* and reported.  For
 each (tensor, stages) pair it tries the largest data-parallel size that
 fits in the chips, whose microbatches the batch need not divide (the
-last microbatch is *padded*, and the padding priced as work), and the
+last microbatch is *padded*, and the padding priced as work; the plan's
+:attr:`~autolayout.training.pipeline_price.PipelinedPrice.padding` is the
+:class:`mesh_tf.training.padding.Padding` that
+:class:`mesh_tf.pipeline.PipelineTrainStep` lowers), and the
 largest one that divides the batch (no padding, more idle chips): the
 predicted step time picks between them.  When no layout fits on the
 chips, :class:`PipelineInfeasibleError` names the smallest chip count
@@ -46,8 +49,9 @@ from autolayout.training.pipeline_price import (
 DEFAULT_MICROBATCH_SIZES = (1, 2)
 DEFAULT_MAX_CHUNKS = 4
 #: ZeRO stages over the data axis (1: optimizer state sharded; 2: and the
-#: gradients, reduce-scattered per microbatch).
-DEFAULT_ZERO = (0, 1, 2)
+#: gradients, reduce-scattered per microbatch; 3: and the weights,
+#: gathered before each microbatch's forward and backward).
+DEFAULT_ZERO = (0, 1, 2, 3)
 
 
 class PipelineInfeasibleError(InfeasibleLayoutError):
@@ -131,6 +135,10 @@ def _state_bound(work, layers, stages, data=1, zero=0):
     state -= work.layer_optimizer_bytes - work.layer_optimizer_bytes // data
   if data > 1 and zero >= 2:
     state -= work.layer_gradient_bytes - work.layer_gradient_bytes // data
+  if data > 1 and zero >= 3:
+    weights = (work.layer_state_bytes - work.layer_optimizer_bytes
+               - work.layer_gradient_bytes)
+    state -= weights - weights // data
   return math.ceil(layers / stages) * state
 
 
@@ -251,7 +259,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       raise TimeLimitError(
           f"the time limit of {time_limit_s:g} s ran out before any "
           "pipelined layout that fits was found; raise the time limit")
-    need = min_chips(config, topology, memory_budget, works)
+    need = min_chips(config, topology, memory_budget, works, zero=zero)
     where = (f"the smallest chip count that would hold it is {need}"
              if need else "no chip count up to "
              f"{config.layers * max(tensor_degrees(config, topology))} "
@@ -268,37 +276,44 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
                               rows, hint_price)
 
 
-def min_chips(config, topology, memory_budget, works=None):
-  """The smallest ``model * stages`` (tensor parallelism within a node,
-  one replica, microbatch 1, full recompute, 1F1B) whose busiest stage
+def min_chips(config, topology, memory_budget, works=None, *,
+              zero=DEFAULT_ZERO):
+  """The smallest ``model * stages * data`` (tensor parallelism within a
+  node, microbatch 1, full recompute, 1F1B; ZeRO 3 over the ``data``
+  replicas, which shards the whole training state) whose busiest stage
   fits ``memory_budget``, on a cluster like ``topology`` grown as needed;
-  None if none up to a stage per layer does."""
+  None if none up to a stage per layer (and as many replicas) does.
+  Without 3 in ``zero`` (the ZeRO stages of the space), one replica."""
   topology = get_topology(topology)
   node = topology.dims[-1].size
-  best = None
-  for t in tensor_degrees(config, topology):
-    for p in range(1, config.layers + 1):
-      chips = t * p
-      if best is not None and chips >= best:
-        break
-      grown = _grown(topology, chips)
-      if grown is None:
-        continue
-      lay = PipelineLayout(t, p, 1, 1, 1, "full", "inner")
-      work = None if works is None else works.get(
-          (t, "inner", 1, "full", 2))
-      if work is None:
-        work = measure_stage(config, grown, t, 2, 1, "full", "inner")
-        if works is not None:
-          works[(t, "inner", 1, "full", 2)] = work
-      if _state_bound(work, config.layers, p) > memory_budget:
-        continue
+  limit = config.layers * max(tensor_degrees(config, topology))
+  points = sorted((t * p * d, t, p, d)
+                  for t in tensor_degrees(config, topology)
+                  for p in range(1, config.layers + 1)
+                  for d in range(1, (limit // (t * p) if 3 in zero else 1)
+                                 + 1))
+  for chips, t, p, d in points:
+    grown = _grown(topology, chips)
+    if grown is None:
+      continue
+    lay = PipelineLayout(t, p, d, 1, 1, "full", "inner", zero=3 if d > 1
+                         else 0)
+    work = None if works is None else works.get(
+        (t, "inner", 1, "full", 2))
+    if work is None:
+      work = measure_stage(config, grown, t, 2, 1, "full", "inner")
+      if works is not None:
+        works[(t, "inner", 1, "full", 2)] = work
+    if _state_bound(work, config.layers, p, d, lay.zero) > memory_budget:
+      continue
+    try:
       r = price_layout(config, grown, lay, work)
-      if r.peak_memory_bytes <= memory_budget:
-        best = chips if chips % node == 0 or node % chips == 0 else (
-            -(-chips // node) * node)
-        break
-  return best
+    except MtfError:
+      continue   # a mesh the cluster's dims cannot take
+    if r.peak_memory_bytes <= memory_budget:
+      return chips if chips % node == 0 or node % chips == 0 else (
+          -(-chips // node) * node)
+  return None
 
 
 def _grown(topology, chips):

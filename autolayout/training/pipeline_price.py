@@ -12,7 +12,10 @@ the data axis, on the network).  The mesh is ``stage:P;data:D;model:T``
 lowering runs), laid onto the first
 ``P * D * T`` chips of the topology row-major; the other chips are idle.
 A batch that ``data * microbatch`` does not divide is padded up to whole
-microbatches (the padding is priced: it is computed like real data).
+microbatches (the padding is priced: it is computed like real data), as
+:class:`mesh_tf.training.padding.Padding` lowers it (:meth:`PipelinedPrice.
+padding` is the value the lowering takes: its padded rows carry a zero
+mask, the same collectives and sends as real rows).
 
 :func:`measure_stage` measures one stage's work from the ShapeMeshImpl
 trace of the training step with one and two layers
@@ -32,6 +35,7 @@ from costmodels.stage_work import price_collective, price_sync, stage_work
 from costmodels.topology import get_topology, map_mesh
 from mesh_tf.core.errors import MtfError
 from mesh_tf.pipeline.spec import Pipeline, Schedule
+from mesh_tf.training.padding import Padding
 from autolayout.training import decisions as dec
 
 STAGE_AXIS, DATA_AXIS, MODEL_AXIS = "stage", "data", "model"
@@ -53,7 +57,7 @@ class PipelineLayout(NamedTuple):
   placement: str = "inner"
   schedule: str = None   # None: interleaved_1f1b if chunks > 1 else 1f1b
   scatter_gather: bool = True
-  zero: int = 0          # ZeRO stage over the data axis (0, 1 or 2)
+  zero: int = 0          # ZeRO stage over the data axis (0-3)
 
   @property
   def chips(self):
@@ -77,6 +81,13 @@ class PipelineLayout(NamedTuple):
 
   def padded_sequences(self, batch):
     return self.microbatches(batch) * self.data * self.microbatch - batch
+
+  def padding(self, batch):
+    """The :class:`mesh_tf.training.padding.Padding` of the batch that the
+    lowering applies (``batch`` real sequences, run as whole microbatches
+    of ``data * microbatch``); None when the microbatches divide it."""
+    rows = self.padded_sequences(batch)
+    return Padding("batch", batch, batch + rows) if rows else None
 
   def mesh(self):
     dm = f"{DATA_AXIS}:{self.data};{MODEL_AXIS}:{self.model}"
@@ -108,6 +119,15 @@ class PipelinedPrice(NamedTuple):
   @property
   def peak_memory_bytes(self):
     return self.cost.peak_memory_bytes
+
+  @property
+  def padding(self):
+    """The batch's :class:`mesh_tf.training.padding.Padding` the lowering
+    applies (``padded_sequences`` rows; None: unpadded)."""
+    if not self.padded_sequences:
+      return None
+    rows = self.microbatches * self.layout.data * self.layout.microbatch
+    return Padding("batch", rows - self.padded_sequences, rows)
 
 
 def tensor_rules(config, data, model):
