@@ -112,8 +112,8 @@ def compare(ctx, args, model, topology, budget, unpipelined_search,
       not_comparable())
   if piped is None and flat is None:
     raise piped_error
-  lines = [f"compared the pipelined and the unpipelined plan spaces "
-           f"within {limit:g} s:"]
+  lines = [f"{'searched' if why_not else 'compared'} the pipelined and "
+           f"the unpipelined plan spaces within {limit:g} s:"]
   if why_not:
     lines.append(f"  pipelined: not compared ({why_not})")
     piped = None
