@@ -111,11 +111,13 @@ def tensor_degrees(config, topology):
   the divisors of the node size (the innermost physical dim); on a torus
   the sizes whose chips fill a box of its minor dims (a divisor of the
   minor-most dim, or that dim times a divisor of the next...), up to
-  :data:`MAX_TORUS_TENSOR`."""
+  :data:`MAX_TORUS_TENSOR` and to half the slice (a stage's work is
+  measured on two replicas, and a torus cannot grow)."""
   if is_torus(topology):
     return tuple(t for t in range(1, min(MAX_TORUS_TENSOR,
-                                         topology.num_chips) + 1)
-                 if config.heads % t == 0 and _divides_dims(topology, t))
+                                         topology.num_chips // 2) + 1)
+                 if config.heads % t == 0 and _divides_dims(topology, t)
+                 and aligned(topology, 2 * t))
   node = topology.dims[-1].size
   return tuple(t for t in range(1, node + 1)
                if node % t == 0 and config.heads % t == 0)
