@@ -30,6 +30,12 @@ _KEYS = {"tp": "model", "pp": "stages", "dp": "data", "v": "chunks",
          "placement": "placement", "schedule": "schedule", "zero": "zero"}
 
 
+# The placements of a torus, as the answer names them.
+_TORUS_PLACES = {
+    "inner": "on the minor ICI dims, stages outermost",
+    "data-outer": "on the minor ICI dims, data outermost"}
+
+
 def add_pipeline_args(p):
   g = p.add_argument_group("pipeline parallelism (zoo Transformers on GPU "
                            "clusters and TPU slices)")
@@ -141,7 +147,7 @@ def pipeline_answer(args, topology, budget, r, compared=()):
              f"{best.peak_memory_bytes / 2**30:.1f} GiB, idle chips "
              f"{best.idle_chips}, padded sequences {best.padded_sequences}")
     for place, t in r.by_placement.items():
-      where = ("on the torus's minor ICI dims" if is_torus(topology) else
+      where = (_TORUS_PLACES.get(place, place) if is_torus(topology) else
                "inside a node" if place == "inner" else "across nodes")
       ctx.line(f"  tensor axis {where}: best step "
                + ("none fits" if t is None else f"{t:.3f} s"))

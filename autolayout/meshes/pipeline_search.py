@@ -17,8 +17,11 @@ them, :func:`tensor_degrees`), the data axis on the next, the stages
 along the major dims (a whole dim, or a sub-block of it), so that a
 stage boundary is a send to the neighbouring chips of the next stage,
 priced on the ICI link (or the data-centre network where the stages span
-pods).  There is one placement (``inner``): across the torus's dims the
-link is the same.
+pods).  The tensor axis is not placed across the data axis (across the
+torus's dims the link is the same), but the data axis may be outermost
+instead of the stages (``data-outer``: the stages on the middle dims, the
+data axis on the major ones and across pods), and the search compares
+both.
 
 **Any chip count.**  A layout uses ``model * stages * data`` chips in
 whole nodes (or part of one node; on a torus, a box of it: whole minor
@@ -135,25 +138,48 @@ def _divides_dims(topology, chips):
 
 
 def placements_of(topology, placements=PLACEMENTS):
-  """The tensor-axis placements that differ on ``topology``: inside a node
-  and across nodes on a two-level cluster; on a torus only ``inner`` (the
-  minor ICI dims: across them is the same kind of link)."""
-  if is_torus(topology):
-    return tuple(p for p in placements if p == "inner")
-  return tuple(placements)
+  """The placements searched on ``topology``: the tensor axis inside a
+  node or across nodes on a two-level cluster; on a torus the tensor axis
+  on the minor ICI dims (across them is the same kind of link) with the
+  stages outermost (``inner``) or the data axis outermost
+  (``data-outer``)."""
+  keep = ("inner", "data-outer") if is_torus(topology) else (
+      "inner", "outer")
+  return tuple(p for p in placements if p in keep)
 
 
-def _data_sizes(config, topology, model, stages, microbatch):
+def measured_placement(placement):
+  """The placement whose stage measurement serves ``placement``'s (the
+  tensor axis lies alike in ``inner`` and ``data-outer``)."""
+  return "inner" if placement == "data-outer" else placement
+
+
+def box_counts(topology):
+  """The chip counts that fill a box of a torus (:func:`autolayout.
+  training.pipeline_price.box_sizes`), largest first: a part of one dim
+  times the whole dims minor to it."""
+  counts, minor = set(), 1
+  for d in reversed(topology.dims):
+    counts.update(a * minor for a in range(1, d.size + 1))
+    minor *= d.size
+  return tuple(sorted(counts, reverse=True))
+
+
+def _data_sizes(config, topology, model, stages, microbatch, counts=None):
   """The data-parallel sizes tried for (model, stages): the largest that
   fits in the chips (padding the batch if needed) and the largest that
-  divides the batch into whole microbatches, both on whole nodes."""
+  divides the batch into whole microbatches, both on whole nodes (on a
+  torus, boxes of it: ``counts``, :func:`box_counts`)."""
   per = model * stages
   most = topology.num_chips // per
-  fit = next((d for d in range(most, 0, -1) if aligned(topology, d * per)),
-             None)
-  exact = next((d for d in range(most, 0, -1)
-                if aligned(topology, d * per)
-                and config.batch % (d * microbatch) == 0), None)
+  if is_torus(topology):
+    sizes = [c // per for c in counts or box_counts(topology)
+             if c % per == 0]
+  else:
+    sizes = [d for d in range(most, 0, -1) if aligned(topology, d * per)]
+  fit = next(iter(sizes), None)
+  exact = next((d for d in sizes if config.batch % (d * microbatch) == 0),
+               None)
   return tuple(sorted({d for d in (fit, exact) if d is not None},
                       reverse=True))
 
@@ -185,6 +211,7 @@ def layouts(config, topology, tensor=None, stages=None, chunks=None,
   (ZeRO stages above 0 only with data parallelism)."""
   topology = get_topology(topology)
   tensor = tensor or tensor_degrees(config, topology)
+  counts = box_counts(topology) if is_torus(topology) else None
   out = []
   for t in tensor:
     for place in placements_of(topology, placements):
@@ -199,9 +226,11 @@ def layouts(config, topology, tensor=None, stages=None, chunks=None,
             for v in (chunks or range(1, DEFAULT_MAX_CHUNKS + 1)):
               if (p == 1 and v > 1) or p * v > config.layers:
                 continue
-              for d in _data_sizes(config, topology, t, p, b):
+              for d in _data_sizes(config, topology, t, p, b, counts):
                 if place == "outer" and d % topology.dims[-1].size:
                   continue
+                if place == "data-outer" and (d == 1 or p == 1):
+                  continue   # the same mesh as inner
                 for z in zero:
                   if z == 0 or d > 1:
                     out.append(PipelineLayout(t, p, d, v, b, rec, place,
@@ -249,12 +278,13 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       cut = True
       break
     md = measuring_data(lay, topology)
-    key = (lay.model, lay.placement, lay.microbatch, lay.recompute, md)
+    measured = measured_placement(lay.placement)
+    key = (lay.model, measured, lay.microbatch, lay.recompute, md)
     work = works.get(key)
     if work is None:
       work = works[key] = measure_stage(config, topology, lay.model, md,
                                         lay.microbatch, lay.recompute,
-                                        lay.placement, traces)
+                                        measured, traces)
     bound = _state_bound(work, config.layers, lay.stages, lay.data, lay.zero)
     smallest_state = min(bound, smallest_state or bound)
     # The time bound prunes against the incumbent of the layout's own

@@ -39,7 +39,12 @@ STAGE_AXIS, DATA_AXIS, MODEL_AXIS = "stage", "data", "model"
 #: Megatron-style tensor parallelism: heads and d_ff split, the vocabulary
 #: split in the output layer.
 TENSOR_RULES = ("heads", "d_ff", "vocab")
-PLACEMENTS = ("inner", "outer")
+#: Where the tensor axis lies: ``inner`` (innermost, the data axis next,
+#: the stages outermost), ``outer`` (across the data axis: across nodes on
+#: a GPU cluster), ``data-outer`` (innermost, the stages next, the data axis
+#: outermost: on a torus the stages then take the middle dims and the data
+#: axis the major ones, across pods where there are several).
+PLACEMENTS = ("inner", "outer", "data-outer")
 RECOMPUTE = ("full", "none")
 
 
@@ -81,6 +86,9 @@ class PipelineLayout(NamedTuple):
 
   def mesh(self):
     dm = f"{DATA_AXIS}:{self.data};{MODEL_AXIS}:{self.model}"
+    if self.placement == "data-outer":
+      return (f"{DATA_AXIS}:{self.data};{STAGE_AXIS}:{self.stages};"
+              f"{MODEL_AXIS}:{self.model}")
     if self.placement == "outer":
       dm = f"{MODEL_AXIS}:{self.model};{DATA_AXIS}:{self.data}"
     return f"{STAGE_AXIS}:{self.stages};{dm}"
@@ -243,11 +251,11 @@ def measure_stage(config, topology, model, data, microbatch=1,
 
 def measuring_data(layout, topology):
   """The data-parallel size a layout's stage work is measured at: the
-  smallest that puts the model axis where the layout does (2 inner; a
-  node's worth outer).  Per-device work does not depend on it, and the
+  smallest that puts the model axis where the layout does (2 inner and
+  data-outer; a node's worth outer).  Per-device work does not depend on it, and the
   gradient reduction is re-priced for the layout's own size
   (:func:`costmodels.stage_work.price_sync`)."""
-  if layout.placement == "inner" or len(topology.dims) != 2:
+  if layout.placement != "outer" or len(topology.dims) != 2:
     return 2
   return topology.dims[-1].size
 

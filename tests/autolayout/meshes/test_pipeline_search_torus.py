@@ -39,7 +39,7 @@ def test_boxes_of_a_torus():
   # (8, and 8 x a divisor of the next 8), none that a dim cuts unevenly.
   cfg = models.get_config("gpt3_175b")
   assert ps.tensor_degrees(cfg, topo) == (1, 2, 4, 8, 16, 32)
-  assert ps.placements_of(topo) == ("inner",)
+  assert ps.placements_of(topo) == ("inner", "data-outer")
 
 
 def _brute(config, topology, budget, **space):
@@ -77,8 +77,10 @@ def test_search_equals_brute_force_on_a_tpu_slice(budget_mib):
   assert got.best.step_time_s == want[1].step_time_s
   lays = ps.layouts(config, topo, **space)
   assert {x.stages for x in lays} >= {1, 2, 4}
-  assert {x.placement for x in lays} == {"inner"}
-  assert set(got.by_placement) == {"inner"}
+  assert {x.placement for x in lays} == {"inner", "data-outer"}
+  assert set(got.by_placement) == {"inner", "data-outer"}
+  assert all(x.stages > 1 and x.data > 1 for x in lays
+             if x.placement == "data-outer")
 
 
 def test_stage_boundary_is_priced_on_the_ici_link():
@@ -109,6 +111,15 @@ def test_stages_across_pods_cross_the_data_centre_network():
   inside = price_layout(config, tpu_slice("v4", (8, 4, 4)), lay)
   across = price_layout(config, pods, lay)
   assert across.cost.boundary_s > inside.cost.boundary_s
+  # With the data axis outermost the stages stay on ICI inside a pod and
+  # the data axis crosses the pods.
+  outer = lay._replace(placement="data-outer")
+  assert outer.mesh() == "data:32;stage:2;model:2"
+  mapping = map_mesh(sub_topology(pods, lay.chips), outer.mesh())
+  assert mapping["stage"].link_kind == "ici"
+  assert "dcn" in mapping["data"].link_kind
+  r = price_layout(config, pods, outer)
+  assert r.cost.boundary_s < across.cost.boundary_s
 
 
 def test_a_large_model_on_a_large_tpu_slice_gets_a_pipelined_plan():
