@@ -154,7 +154,9 @@ def pipeline_answer(args, topology, budget, r, compared=()):
     if r.hint is not None:
       ctx.line(f"  hint {r.hint.layout.describe()}: step "
                f"{r.hint.step_time_s:.3f} s, peak "
-               f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB")
+               f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB"
+               + (" (over the budget)" if r.hint.peak_memory_bytes > budget
+                  else ""))
     for line in compared:
       ctx.line(line)
 

@@ -290,10 +290,11 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
     # The time bound prunes against the incumbent of the layout's own
     # placement, so that the best of each placement is exact too.
     incumbent = by_place.get(lay.placement)
-    if bound > memory_budget or (
+    # The hint is priced whatever the bounds say (the answer shows it).
+    if (hint is None or n_lay > 0) and (bound > memory_budget or (
         incumbent is not None
         and _time_bound(work, config.layers, lay, config.batch)
-        > incumbent * (1 + 1e-9)):
+        > incumbent * (1 + 1e-9))):
       skipped += 1
       continue
     try:
