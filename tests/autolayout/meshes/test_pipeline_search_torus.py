@@ -133,3 +133,17 @@ def test_a_large_model_on_a_large_tpu_slice_gets_a_pipelined_plan():
   assert best.layout.chips + best.idle_chips == 512
   assert ps.pipelining_applies(config, topo)
   assert not ps.pipelining_applies(config, get_topology("tpu-v4-4x4x2"))
+
+
+def test_a_hint_over_the_memory_bound_is_still_priced():
+  config = _tiny(layers=8, batch=16)
+  topo = tpu_slice("v4", (4, 4, 4))
+  hint = PipelineLayout(1, 1, 16)   # every layer's state on each chip
+  space = dict(tensor=(1,), microbatch=(1,), recompute=("full",),
+               zero=(0,))
+  full = price_layout(config, topo, hint)
+  budget = full.peak_memory_bytes // 2
+  r = ps.search_pipelines(config, topo, budget, hint=hint, **space)
+  assert r.hint is not None and r.hint.layout == hint
+  assert r.hint.peak_memory_bytes > budget >= r.best.peak_memory_bytes
+  assert r.best.layout.stages > 1
