@@ -94,7 +94,12 @@ def step_peaks(tf, call, graph):
     xspace = xplane_pb2.XSpace()
     with open(path, "rb") as f:
       xspace.ParseFromString(f.read())
-  events, (start, end) = _events(xspace)
+  events, mark = _events(xspace)
+  if mark is None or not events:
+    raise RuntimeError(
+        "the profile holds no marked step or no allocator events: is TF's "
+        "BFC host allocator on (import mesh_tf before TensorFlow starts)?")
+  start, end = mark
   owner, held = {}, collections.Counter()
   base, peak = None, collections.Counter()
   for t, alloc, st in events:
