@@ -92,10 +92,12 @@ print(json.dumps(max(peaks.values())))
 def test_held_gradients_are_what_the_allocator_holds_per_device():
   """Data parallel on 8 logical CPU devices: the most a device's steady
   step adds at once (the BFC allocator's events, charged to devices)
-  holds every gradient, as the model with the syncs' hold says (within
-  20%: TF also copies a variable it updates while a read of it is still
-  held, which the model does not count); the schedule alone, each update
-  right after its gradient, says under half."""
+  holds every gradient, as the model with the syncs' hold says; what it
+  measures above the model is at most one copy of each variable (TF
+  copies a variable it updates while a read of it is still held, which
+  the model does not count, and how many such copies overlap depends on
+  the devices' order, from run to run 1.15-1.30x the model here); the
+  schedule alone, each update right after its gradient, says under half."""
   env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="3")
   env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
   out = subprocess.run([sys.executable, "-c", _MEASURE % (MLP,)], env=env,
@@ -108,7 +110,8 @@ def test_held_gradients_are_what_the_allocator_holds_per_device():
   held = costmodels.evaluate(g, "x:8", "batch:x", _host(False))
   lockstep = costmodels.evaluate(g, "x:8", "batch:x", _host(True))
   assert measured >= gradients
-  assert abs(held.peak_memory_bytes - variables - measured) <= 0.2 * measured
+  modelled = held.peak_memory_bytes - variables
+  assert modelled <= measured <= modelled + variables
   assert lockstep.peak_memory_bytes - variables < 0.5 * measured
 
 
