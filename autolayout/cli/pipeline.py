@@ -37,6 +37,9 @@ def add_pipeline_args(p):
                  "(stages, chunks, microbatch size, recompute, idle chips "
                  "or padding); --hint may then be a layout such as "
                  "tp=8,pp=64,dp=6,v=2")
+  g.add_argument("--pipeline-stages", type=int, default=None, metavar="P",
+                 help="with --pipeline: search only layouts of P pipeline "
+                 "stages (e.g. to save a pipelined plan of a small model)")
   g.add_argument("--no-pipeline", action="store_true",
                  help="on a multi-node GPU cluster, search only the "
                  "unpipelined layouts (by default a large model's training "
@@ -100,18 +103,63 @@ def run_pipeline(args, ctx):
   hint = None
   if args.hint and not str(args.hint).endswith(".json"):
     hint = parse_layout_hint(args.hint)
+  stages = getattr(args, "pipeline_stages", None)
+  if stages is not None and not 1 <= stages <= config.layers:
+    raise CliInputError(f"--pipeline-stages {stages}: the model has "
+                        f"{config.layers} layers",
+                        hint=f"give 1 to {config.layers} stages")
   with ctx.progress(f"searching pipelined layouts of {args.model} on "
                     f"{topology.name}"):
     r = search_pipelines(config, topology, budget,
+                         stages=None if stages is None else (stages,),
                          time_limit_s=args.time_limit, hint=hint)
-  return pipeline_answer(args, topology, budget, r)
+  return pipeline_answer(args, topology, budget, r, config=config)
 
 
-def pipeline_answer(args, topology, budget, r, compared=()):
+def save_plan(args, topology, budget, r, config):
+  """Writes the pipelined answer ``r.best`` to ``args.save`` as a plan
+  file (its pipeline a training decision); returns the Plan.
+
+  Raises:
+    CliInputError: for a one-stage answer (no pipeline), or a path that
+      cannot be written.
+  """
+  from autolayout.errors import PlanError
+  from autolayout.plans import pipelined
+  from autolayout.plans.plan import SolverInfo
+  from autolayout.cli import plans
+  best = r.best
+  if best.cost.pipeline is None:
+    raise CliInputError(
+        f"the answer {best.layout.describe()} has one stage, which the "
+        "pipelined space prices as a pipeline of one; --save writes "
+        "pipelined plans of 2 or more stages",
+        hint="add --no-pipeline (without --pipeline) to save the "
+        "unpipelined search's plan, or drop --save")
+  solver = SolverInfo(r.status, "time", best.step_time_s,
+                      best.step_time_s if r.gap == 0 else None, r.gap,
+                      int(budget), r.solve_time_s)
+  try:
+    plan = pipelined.plan_of_price(
+        best, config, topology, args.model,
+        {**plans.source(args), "train": True}, solver)
+    plan.save(args.save)
+  except PlanError as e:
+    raise CliInputError(str(e), hint="give --save a writable path, e.g. "
+                        "--save plan.json") from None
+  return plan
+
+
+def pipeline_answer(args, topology, budget, r, compared=(), config=None):
   """The Answer showing search result ``r`` (a
   :class:`~autolayout.meshes.pipeline_search.PipelineSearchResult`);
-  ``compared``: lines saying which plan spaces were compared."""
+  ``compared``: lines saying which plan spaces were compared; with
+  ``--save``, the plan is written (``config``: the zoo config
+  searched)."""
   best = r.best
+  saved = None
+  if getattr(args, "save", None):
+    saved = save_plan(args, topology, budget, r, config)
 
   def rows():
     out = [("plan", best)] + ([("hint", r.hint)] if r.hint else [])
@@ -148,6 +196,8 @@ def pipeline_answer(args, topology, budget, r, compared=()):
                f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB")
     for line in compared:
       ctx.line(line)
+    if saved is not None:
+      ctx.line(f"saved the plan to {args.save}")
 
   return Answer(
       json=lambda: {"model": args.model, "topology": topology.name,
@@ -156,5 +206,6 @@ def pipeline_answer(args, topology, budget, r, compared=()):
                     "by_placement": r.by_placement,
                     "plans": rows().to_dict("records"),
                     **({"spaces_compared": list(compared)}
-                       if compared else {})},
+                       if compared else {}),
+                    **({"plan_file": args.save} if saved else {})},
       csv=rows, csv_index=False, table=table)
