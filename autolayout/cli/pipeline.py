@@ -94,14 +94,54 @@ def pipeline_config(args):
   return config
 
 
+def pipelined_hint(args):
+  """The pipelined plan ``--hint plan.json`` names, or None (no hint, a
+  layout hint, or an unpipelined plan)."""
+  from autolayout.plans import pipelined
+  from autolayout.cli import plans
+  hint = getattr(args, "hint", None)
+  if not hint or not str(hint).endswith(".json"):
+    return None
+  plan = plans.read(hint)
+  return plan if pipelined.is_pipelined(plan) else None
+
+
+def _ask_plans_question(args, plan):
+  """``solve --hint plan.json`` of a pipelined plan asks its question: its
+  zoo model and overrides, topology and memory budget, unless given."""
+  from autolayout.plans import decisions as plan_decisions
+  src = plan_decisions.source_of(plan) or {}
+  if not args.model:
+    if not src.get("model"):
+      raise CliInputError("the hint plan does not say which model it is "
+                          "for (it has no model.source)",
+                          hint="give --model (e.g. --model gpt3_175b)")
+    args.model = src["model"]
+    args.set = [f"{k}={v}" for k, v in (src.get("overrides") or {}).items()]
+  if args.topology is None:
+    args.topology = plan.topology_preset or plan.topology.name
+  if getattr(args, "memory_budget", None) is None and (
+      plan.solver.memory_budget_bytes is not None):
+    args.memory_budget = str(plan.solver.memory_budget_bytes)
+
+
 def run_pipeline(args, ctx):
-  """The ``--pipeline`` answer of ``mtf-layout solve``."""
+  """The ``--pipeline`` answer of ``mtf-layout solve`` (also for ``--hint``
+  of a pipelined plan file: its layout starts the search)."""
+  from autolayout.plans import pipelined
+  from autolayout.cli import pipelined_plan
+  plan = pipelined_hint(args)
+  if plan is not None:
+    _ask_plans_question(args, plan)
   topology = inputs.get_topology(args.topology)
   config = pipeline_config(args)
   budget = (inputs.memory_budget(args, topology)
             or hardware.usable_memory_bytes(topology.chip))
   hint = None
-  if args.hint and not str(args.hint).endswith(".json"):
+  if plan is not None:
+    pipelined_plan.config_for(plan, args.hint, args)
+    hint = pipelined.layout_of(plan, config)
+  elif args.hint and not str(args.hint).endswith(".json"):
     hint = parse_layout_hint(args.hint)
   stages = getattr(args, "pipeline_stages", None)
   if stages is not None and not 1 <= stages <= config.layers:
