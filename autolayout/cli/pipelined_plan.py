@@ -5,6 +5,8 @@ boundary sends, the bubble, the once-per-step work) and per stage its
 layers, time per microbatch, bytes sent, microbatches in flight and peak
 memory, next to what the file predicted."""
 
+import math
+
 import pandas as pd
 
 from costmodels import hardware
@@ -94,7 +96,10 @@ def record(plan, costs, label="plan"):
           "fits": costs.peak_memory_bytes <= usable},
       "axes": [{"axis": a.axis, "size": a.size, "link": a.link_kind,
                 "structure": a.structure,
-                "bandwidth_bytes_per_s": a.bandwidth_bytes_per_s,
+                # A one-device axis has no link (infinite bandwidth).
+                "bandwidth_bytes_per_s": (
+                    a.bandwidth_bytes_per_s
+                    if math.isfinite(a.bandwidth_bytes_per_s) else None),
                 "latency_s": a.latency_s,
                 "comm_time_s": comm.get(a.axis, 0.0),
                 "hidden_comm_time_s": 0.0} for a in mapping.axes],
