@@ -35,6 +35,7 @@ from mesh_tf.core.errors import MtfError
 from autolayout.errors import PlanError, PlanMismatchError
 from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import identity as plan_identity
+from autolayout.plans import pipelined
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +63,7 @@ class RunReport:
   measured_peak_bytes: Optional[Tuple[int, ...]]
   decisions: Optional[dict]
   first_step_s: float
+  pipeline: Optional[dict] = None
 
   @property
   def measured_step_time_s(self):
@@ -195,7 +197,7 @@ def _state_bytes(step, devices):
 
 
 def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
-             topology=None, allocator_peak=None):
+             topology=None, allocator_peak=None, eager=False):
   """Runs ``plan``'s training step on ``devices`` (TF device names) and
   returns a :class:`RunReport`.
 
@@ -209,6 +211,8 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
       calibrated file) to price the plan on as well.
     allocator_peak: ``(reset, read)`` callables giving each device's
       allocator peak in bytes (GPUs), or None.
+    eager: a pipelined plan's step runs op by op, not traced (see
+      :func:`autolayout.plans.run_pipelined.run_pipelined`).
 
   Raises:
     PlanError, PlanMismatchError: see :func:`build_step`.
@@ -216,6 +220,12 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
   if warmup < 0 or steps < 1:
     raise PlanError(f"warmup={warmup} and steps={steps}: give warmup >= 0 "
                     "and steps >= 1")
+  if pipelined.is_pipelined(plan):
+    # A program of stage graphs: a PipelineTrainStep.
+    from autolayout.plans import run_pipelined
+    return run_pipelined.run_pipelined(plan, devices, warmup, steps,
+                                       mesh_shape, topology, allocator_peak,
+                                       eager=eager)
   step, model, k = build_step(plan, devices, mesh_shape)
   batch = _batch(model, k)
   losses = []
@@ -274,6 +284,9 @@ def check_devices(plan, available, scale=False):
         f"{_mesh_text(plan.mesh_shape)}: it needs {need} devices, and "
         f"{available} are at hand")
   try:
+    if pipelined.is_pipelined(plan):
+      from autolayout.plans import run_pipelined
+      return run_pipelined.scale_down(plan, available)
     return scale_down(plan.mesh_shape, available)
   except MtfError as e:
     raise PlanError(str(e)) from None
