@@ -169,20 +169,20 @@ def save_plan(args, topology, budget, r, config):
   from autolayout.plans.plan import SolverInfo
   from autolayout.cli import plans
   best = r.best
-  if best.cost.pipeline is None:
-    raise CliInputError(
-        f"the answer {best.layout.describe()} has one stage, which the "
-        "pipelined space prices as a pipeline of one; --save writes "
-        "pipelined plans of 2 or more stages",
-        hint="add --no-pipeline (without --pipeline) to save the "
-        "unpipelined search's plan, or drop --save")
   solver = SolverInfo(r.status, "time", best.step_time_s,
                       best.step_time_s if r.gap == 0 else None, r.gap,
                       int(budget), r.solve_time_s)
+  # A one-stage answer is no pipeline: an unpipelined training plan.
+  make = (pipelined.plan_of_price if best.cost.pipeline is not None
+          else pipelined.one_stage_plan)
   try:
-    plan = pipelined.plan_of_price(
-        best, config, topology, args.model,
-        {**plans.source(args), "train": True}, solver)
+    plan = make(best, config, topology, args.model,
+                {**plans.source(args), "train": True}, solver)
+  except PlanError as e:
+    raise CliInputError(str(e), hint="add --no-pipeline (without "
+                        "--pipeline) to save the unpipelined search's "
+                        "plan") from None
+  try:
     plan.save(args.save)
   except PlanError as e:
     raise CliInputError(str(e), hint="give --save a writable path, e.g. "
@@ -236,7 +236,11 @@ def pipeline_answer(args, topology, budget, r, compared=(), config=None):
                f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB")
     for line in compared:
       ctx.line(line)
-    if saved is not None:
+    if saved is not None and best.cost.pipeline is None:
+      ctx.line(f"saved the plan to {args.save}: one stage, so an "
+               "unpipelined training plan priced by the layout cost model "
+               f"(step {saved.costs.step_time_s:.4g} s)")
+    elif saved is not None:
       ctx.line(f"saved the plan to {args.save}")
 
   return Answer(

@@ -56,6 +56,7 @@ from autolayout.training.families import FAMILIES, TrainingDecisions
 from autolayout.training.pipeline import PipelineDecision
 
 __all__ = ["build_program", "check", "check_model", "costs_of",
+           "one_stage_plan",
            "decisions_of_price",
            "is_pipelined", "layout_of", "plan_of_price", "price",
            "program_identity", "step_config"]
@@ -343,3 +344,42 @@ def check_model(plan, config, graph, what):
       + (f" (variables the plan lacks: {missing[:4]})" if missing else "")
       + "; give the zoo model the plan names, or solve again",
       missing or ["the graph differs from the plan's model"])
+
+
+def one_stage_plan(priced, config, topology, name="model", source=None,
+                   solver=None):
+  """The plan of a one-stage answer of the pipelined space (no pipeline):
+  an unpipelined training plan of the same tensor and data sizes, ZeRO
+  stage, recompute and microbatches (gradient accumulation), priced by
+  :func:`costmodels.evaluate` on the chips it uses (its costs are the
+  layout cost model's, which the plan's readers reprice with).
+
+  Raises:
+    PlanFormatError: for a padded batch (the step as built takes whole
+      microbatches only) or a layout with more than one stage.
+  """
+  import costmodels
+  from autolayout.plans.plan import make_plan
+  from autolayout.training.build import build_training
+  lay = priced.layout
+  if priced.cost.pipeline is not None:
+    raise PlanFormatError(f"the layout {lay.describe()} has "
+                          f"{lay.stages} stages; use plan_of_price")
+  if priced.padded_sequences:
+    raise PlanFormatError(
+        f"the one-stage layout {lay.describe()} pads the batch with "
+        f"{priced.padded_sequences} rows, which an unpipelined step cannot "
+        "run; give a batch of whole microbatches or save a pipelined plan")
+  d = TrainingDecisions("bfloat16", lay.zero,
+                        config.layers if lay.recompute == "full" else 0,
+                        priced.microbatches)
+  t = build_training(config, d)
+  axes = [(pp.DATA_AXIS, lay.data), (pp.MODEL_AXIS, lay.model)]
+  mesh = mesh_lib.MeshShape(axes[::-1] if lay.placement == "outer"
+                            else axes)
+  topo = pp.sub_topology(get_topology(topology), lay.chips)
+  rules = storage_rules(config, lay)
+  report = costmodels.evaluate(t.graph, mesh, rules, topo,
+                               microbatches=t.plan)
+  return make_plan(t.graph, mesh, rules, topo, report, name=name,
+                   solver=solver, decisions=d, source=source)

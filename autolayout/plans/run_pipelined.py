@@ -29,6 +29,7 @@ from mesh_tf.pipeline.spec import Pipeline
 from autolayout.errors import PlanError
 from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import pipelined
+from autolayout.plans.run_report import RunReport, scale_topology
 from autolayout.training import zero
 
 __all__ = ["run_pipelined", "scale_down", "scaled_plan"]
@@ -103,8 +104,8 @@ def _state_bytes(step, devices):
 
 
 def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
-                  topology=None, allocator_peak=None, learning_rate=1e-3,
-                  eager=False):
+                  topology=None, allocator_peak=None, *,
+                  learning_rate=1e-3, eager=False):
   """Runs pipelined ``plan`` on ``devices``; returns a
   :class:`~autolayout.plans.run.RunReport` (arguments as
   :func:`autolayout.plans.run.run_plan`; ``eager``: run the step's
@@ -116,7 +117,6 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
       cannot be cut to.
     PlanMismatchError: if the program rebuilt is not the one priced.
   """
-  from autolayout.plans import run as run_lib
   from mesh_tf import models
   from mesh_tf.pipeline import PipelineTrainStep
   from mesh_tf.training import optimize
@@ -126,7 +126,7 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
                     "model to build")
   pipelined.check(plan, config)
   mesh = mesh_shape or plan.mesh_shape
-  own = run_lib.scale_topology(plan.topology, mesh.size)
+  own = scale_topology(plan.topology, mesh.size)
   if own is None:
     raise PlanError(f"plan's topology {plan.topology.name} cannot be cut to "
                     f"the {mesh.size} chips of mesh {mesh.text}")
@@ -158,7 +158,7 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
   if topology is not None:
     repriced = pipelined.costs_of(pipelined.price(
         scaled_plan(plan, mesh, topology), config)).step_time_s
-  return run_lib.RunReport(
+  return RunReport(
       plan.model.name, mesh.text, tuple(devices), warmup, tuple(times),
       tuple(losses), float(costs.step_time_s), own.name, repriced,
       None if topology is None else topology.name,

@@ -221,3 +221,22 @@ def test_a_newer_family_is_still_refused_by_name(saved, tmp_path):
   with pytest.raises(PlanFormatError, match="decision family "
                      "'expert_parallel', which this mesh-tf does not know"):
     load_plan(str(bad))
+
+
+def test_a_one_stage_answer_saves_as_an_unpipelined_training_plan(
+    tmp_path, capsys):
+  # The tiny Transformer's pipelined-space answer on one node is one stage
+  # of data parallelism (no pipeline): --save writes the unpipelined
+  # training plan of that layout, which every reader takes.
+  path = str(tmp_path / "one.json")
+  code, out, _ = _run(capsys, "solve", "-m", "transformer_tiny", "-t",
+                      "dgx-h100", "--pipeline", "--save", path)
+  assert code == 0
+  assert "one stage, so an unpipelined training plan" in " ".join(out.split())
+  plan = load_plan(path)
+  assert not pipelined.is_pipelined(plan) and plan.training is not None
+  assert "stage" not in plan.mesh_shape.dimension_names
+  code, out, _ = _run(capsys, "report", "-l", f"@{path}", "-f", "json")
+  assert code == 0
+  assert json.loads(out)["result"]["step_time_s"] == pytest.approx(
+      plan.costs.step_time_s, rel=1e-9)
