@@ -71,11 +71,12 @@ def rows(plan_a, plan_b, config, b_costs):
     jb = b.as_dict().get(family, "none")
     moved, pipe = _moved(lay, config, family, a)
     if moved is None:
+      why = ("A has no pipeline: B without one is priced by the layout "
+             "cost model, not this one" if family == "pipeline" else
+             f"A's {family} is not in the pipelined space (bfloat16, ZeRO "
+             "0-2, every layer or none recomputed)")
       out.append(DiffRow("decision", family, ja, jb, None,
-                         f"A's {family} is not in the pipelined space "
-                         "(bfloat16, ZeRO 0-2, every layer or none "
-                         "recomputed, a pipeline of 2+ stages); the total "
-                         "compares the plans"))
+                         why + "; the total compares the plans"))
       continue
     try:
       delta = b_costs.minus(Costs.of(_price(config, plan_b.topology, moved,
@@ -130,10 +131,11 @@ def diff(plan_a, plan_b, config_a, config_b):
     b = (plan_b.training or TrainingDecisions()).as_dict()
     for k in sorted(set(a) | set(b)):
       if a.get(k) != b.get(k):
-        out.append(DiffRow("decision", k, a.get(k), b.get(k), None,
-                           "B is unpipelined: a pipeline decision of A is "
-                           "priced only in the total"))
-  if out:
+        out.append(DiffRow("decision", k, a.get(k, "none"),
+                           b.get(k, "none"), None,
+                           "A is pipelined and B is not (two cost models): "
+                           "this change is priced only in the total"))
+  if any(r.delta is not None for r in out):
     notes.append("each decision's delta is B with only that decision as "
                  "in A, priced by the pipelined cost model; decisions "
                  "interact, so they need not add up")

@@ -224,7 +224,7 @@ def test_a_newer_family_is_still_refused_by_name(saved, tmp_path):
 
 
 def test_a_one_stage_answer_saves_as_an_unpipelined_training_plan(
-    tmp_path, capsys):
+    saved, tmp_path, capsys):
   # The tiny Transformer's pipelined-space answer on one node is one stage
   # of data parallelism (no pipeline): --save writes the unpipelined
   # training plan of that layout, which every reader takes.
@@ -240,3 +240,12 @@ def test_a_one_stage_answer_saves_as_an_unpipelined_training_plan(
   assert code == 0
   assert json.loads(out)["result"]["step_time_s"] == pytest.approx(
       plan.costs.step_time_s, rel=1e-9)
+  # diff across the two cost models: each side repriced, the pipeline row
+  # says why it is not priced alone.
+  code, out, _ = _run(capsys, "diff", path, saved[0], "-f", "json")
+  assert code == 0
+  d = json.loads(out)
+  row = next(r for r in d["rows"] if r["name"] == "pipeline")
+  assert row["a"] == "none" and row["delta"] is None
+  assert "A has no pipeline" in row["note"]
+  assert d["b"]["step_time_s"] == load_plan(saved[0]).costs.step_time_s
