@@ -28,7 +28,7 @@ def _moved(lay, config, family, a):
   it cannot be priced on the pipelined model), and the split to price
   with (None: balanced)."""
   if family == "zero_stage":
-    if not isinstance(a.zero_stage, int) or a.zero_stage > 2:
+    if not isinstance(a.zero_stage, int):
       return None, None
     return lay._replace(zero=a.zero_stage), ()
   if family == "recompute":
@@ -73,8 +73,8 @@ def rows(plan_a, plan_b, config, b_costs):
     if moved is None:
       why = ("A has no pipeline: B without one is priced by the layout "
              "cost model, not this one" if family == "pipeline" else
-             f"A's {family} is not in the pipelined space (bfloat16, ZeRO "
-             "0-2, every layer or none recomputed)")
+             f"A's {family} is not in the pipelined space (bfloat16, one "
+             "ZeRO stage, every layer or none recomputed)")
       out.append(DiffRow("decision", family, ja, jb, None,
                          why + "; the total compares the plans"))
       continue

@@ -36,7 +36,6 @@ Example:
   True
 """
 
-import dataclasses
 import hashlib
 import json
 
@@ -55,7 +54,7 @@ from autolayout.training import zero
 from autolayout.training.families import FAMILIES, TrainingDecisions
 from autolayout.training.pipeline import PipelineDecision
 
-__all__ = ["build_program", "check", "check_model", "costs_of",
+__all__ = ["build_program", "check", "check_model", "costs_of", "padding_of",
            "one_stage_plan",
            "decisions_of_price",
            "is_pipelined", "layout_of", "plan_of_price", "price",
@@ -135,19 +134,20 @@ def layout_of(plan, config):
           f"stages on {pp.STAGE_AXIS}); {FIELD}.axis is {pipe.axis!r}")
   model = sizes.get(pp.MODEL_AXIS, 1)
   data = sizes.get(pp.DATA_AXIS, 1)
-  placement = ("outer" if pp.MODEL_AXIS in names and pp.DATA_AXIS in names
-               and names.index(pp.MODEL_AXIS) < names.index(pp.DATA_AXIS)
-               else "inner")
+  def before(a, b):
+    return a in names and b in names and names.index(a) < names.index(b)
+  placement = ("data-outer" if before(pp.DATA_AXIS, pp.STAGE_AXIS) else
+               "outer" if before(pp.MODEL_AXIS, pp.DATA_AXIS) else "inner")
   rows = config.batch + value.padded_rows
   if rows % (pipe.microbatches * data):
     _fail(plan, f"{FIELD}.padded_rows={value.padded_rows}: the batch of "
           f"{config.batch} rows and its padding do not make "
           f"microbatches={pipe.microbatches} of {data} replicas; write the "
           f"padded rows of whole microbatches")
-  if not isinstance(d.zero_stage, int) or d.zero_stage > 2:
+  if not isinstance(d.zero_stage, int):
     _fail(plan, f"decisions.zero_stage={zero.describe(d.zero_stage)} with "
-          f"a pipeline: the pipelined step shards ZeRO 0-2 over the data "
-          "axis; use 0, 1 or 2")
+          f"a pipeline: the pipelined step shards one ZeRO stage (0-3) "
+          "over the data axis; use one stage for every variable")
   lay = pp.PipelineLayout(
       model, pipe.stages, data, pipe.chunks,
       rows // (pipe.microbatches * data),
@@ -221,14 +221,23 @@ def costs_of(priced):
 # --- the program and its identity ------------------------------------------
 def step_config(config, decisions):
   """The zoo config the pipelined step is built from: each family but the
-  pipeline configures it (the compute dtype, recompute), at the padded
-  batch."""
+  pipeline configures it (the compute dtype, recompute); the batch stays
+  the real one (:func:`padding_of` pads it)."""
   cfg = config
   for family, value in zip(FAMILIES, decisions):
     if family.name != "pipeline":
       cfg = family.configure(cfg, value)
-  return dataclasses.replace(
-      cfg, batch=config.batch + decisions.pipeline.padded_rows)
+  return cfg
+
+
+def padding_of(config, decisions):
+  """The :class:`mesh_tf.training.padding.Padding` of the batch that the
+  pipelined step runs (``padded_rows`` more rows, masked out of the
+  loss), or None for an unpadded batch."""
+  from mesh_tf.training.padding import Padding
+  rows = decisions.pipeline.padded_rows
+  return Padding("batch", config.batch, config.batch + rows) if rows else (
+      None)
 
 
 def build_program(config, decisions, learning_rate=1e-4):
@@ -243,7 +252,8 @@ def build_program(config, decisions, learning_rate=1e-4):
   storage = (zero.storage_plan(decisions.zero_stage)
              if decisions.zero_stage else None)
   return build(models.transformer_parts(cfg), decisions.pipeline.pipeline,
-               optimize.AdamWeightDecayOptimizer(learning_rate), storage)
+               optimize.AdamWeightDecayOptimizer(learning_rate), storage,
+               padding=padding_of(config, decisions))
 
 
 def program_identity(program, name, source=None):

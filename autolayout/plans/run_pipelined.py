@@ -83,8 +83,9 @@ def scaled_plan(plan, mesh_shape, topology):
 
 
 def _batch(step, vocab, seed=0):
-  """One fixed batch of token ids for every input of ``step`` (the whole,
-  padded batch), so that the loss of repeated steps must go down."""
+  """One fixed batch of token ids for every input of ``step`` (its real
+  rows: the step pads them), so that the loss of repeated steps must go
+  down."""
   rng = np.random.RandomState(seed)
   return {n: rng.randint(0, vocab, size=tuple(s.shape)).astype(
       s.dtype.as_numpy_dtype) for n, s in zip(step.input_names, step._specs)}
@@ -138,7 +139,7 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
       d.pipeline.pipeline, mesh, plan.rules, list(devices),
       optimize.AdamWeightDecayOptimizer(learning_rate),
       zero.storage_plan(d.zero_stage) if d.zero_stage else None,
-      eager=eager)
+      eager=eager, padding=pipelined.padding_of(config, d))
   batch = _batch(step, config.vocab)
   losses = []
   t0 = time.perf_counter()

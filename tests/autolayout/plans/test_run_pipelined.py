@@ -60,3 +60,26 @@ def test_scale_down_keeps_two_stages_and_splits_the_layers_again():
   assert cut.training.pipeline.idle_chips == 14
   with pytest.raises(PlanError, match="needs at least 2 devices"):
     run_pipelined.scale_down(plan, 1)
+
+
+def test_run_a_padded_pipelined_plan(tmp_path, capsys):
+  # 13 sequences on 8 chips (two 4-GPU nodes): PP 2 x DP 4 pads 3 rows to
+  # whole microbatches; the plan records them, and run masks them out of
+  # the loss as the lowering does (mesh_tf.training.padding).
+  from costmodels.topology import gpu_cluster
+  cfg = mtf.models.get_config("transformer_tiny", layers=2, batch=13)
+  topo = gpu_cluster("a100", nodes=2, gpus_per_node=4)
+  price = price_layout(cfg, topo, PipelineLayout(1, 2, 4))
+  assert price.padded_sequences == 3
+  plan = pipelined.plan_of_price(
+      price, cfg, topo, "transformer_tiny",
+      {**SOURCE, "overrides": {"layers": 2, "batch": 13}})
+  assert plan.training.pipeline.padded_rows == 3
+  path = plan.save(str(tmp_path / "padded.json"))
+  assert mtf.load_plan(path) == plan
+  assert main(["run", path, "--eager", "--warmup", "1", "--steps", "1",
+               "-f", "json"]) == 0
+  rep = json.loads(capsys.readouterr().out)
+  assert rep["mesh"] == "stage:2;data:4;model:1"
+  assert rep["loss_went_down"]
+  assert rep["decisions"]["pipeline"]["padded_rows"] == 3
