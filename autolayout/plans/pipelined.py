@@ -101,7 +101,7 @@ def decisions_of_price(price, config):
         "save it as an unpipelined plan (solve --no-pipeline)")
   return TrainingDecisions(
       "bfloat16", lay.zero, config.layers if lay.recompute == "full" else 0,
-      1, PipelineDecision(pipe, price.padded_sequences, price.idle_chips,
+      1, PipelineDecision(pipe, price.padding, price.idle_chips,
                           lay.scatter_gather))
 
 
@@ -138,9 +138,13 @@ def layout_of(plan, config):
     return a in names and b in names and names.index(a) < names.index(b)
   placement = ("data-outer" if before(pp.DATA_AXIS, pp.STAGE_AXIS) else
                "outer" if before(pp.MODEL_AXIS, pp.DATA_AXIS) else "inner")
+  if value.padding is not None and value.padding.real_size != config.batch:
+    _fail(plan, f"{FIELD}.padding pads batch={value.padding.real_size}, "
+          f"but the model's batch is {config.batch}; solve it again for "
+          "this batch")
   rows = config.batch + value.padded_rows
   if rows % (pipe.microbatches * data):
-    _fail(plan, f"{FIELD}.padded_rows={value.padded_rows}: the batch of "
+    _fail(plan, f"{FIELD}.padding adds {value.padded_rows} rows: the batch of "
           f"{config.batch} rows and its padding do not make "
           f"microbatches={pipe.microbatches} of {data} replicas; write the "
           f"padded rows of whole microbatches")
@@ -156,7 +160,8 @@ def layout_of(plan, config):
   if lay.microbatches(config.batch) != pipe.microbatches or (
       lay.padded_sequences(config.batch) != value.padded_rows):
     _fail(plan, f"{FIELD}.microbatches={pipe.microbatches} and "
-          f"padded_rows={value.padded_rows} are not the whole microbatches "
+          f"padding of {value.padded_rows} rows are not the whole "
+          "microbatches "
           f"of batch={config.batch} on {data} replicas "
           f"({lay.microbatches(config.batch)} microbatches, "
           f"{lay.padded_sequences(config.batch)} padded rows); write those")
@@ -232,12 +237,10 @@ def step_config(config, decisions):
 
 def padding_of(config, decisions):
   """The :class:`mesh_tf.training.padding.Padding` of the batch that the
-  pipelined step runs (``padded_rows`` more rows, masked out of the
+  pipelined step runs (its padded rows masked out of the
   loss), or None for an unpadded batch."""
-  from mesh_tf.training.padding import Padding
-  rows = decisions.pipeline.padded_rows
-  return Padding("batch", config.batch, config.batch + rows) if rows else (
-      None)
+  del config  # the padding's real size is the model's batch (layout_of)
+  return decisions.pipeline.padding
 
 
 def build_program(config, decisions, learning_rate=1e-4):

@@ -2,7 +2,8 @@
 :class:`mesh_tf.pipeline.Pipeline` the step runs (stage axis, stages p,
 chunks v, microbatches m, schedule, layer split), and what a plan on a
 chip count the layout does not fill carries with it: the chips left idle
-and the rows that pad the batch to whole microbatches.
+and the :class:`mesh_tf.training.padding.Padding` of the batch to whole
+microbatches (the value the lowering takes).
 
 The value is a :class:`PipelineDecision` (None: no pipeline, the default).
 It reuses the language's :class:`~mesh_tf.pipeline.Pipeline` for the split
@@ -19,23 +20,25 @@ microbatches, so the ``microbatches`` family stays 1, and ``recompute`` is
 all the layers or none (the pipelined space's choices).
 
 Example:
-  >>> d = FAMILY.parse("stages=2,microbatches=4,layers=4,padded_rows=2")
+  >>> d = FAMILY.parse("stages=2,microbatches=4,layers=4,padding=6/8")
   >>> FAMILY.describe(d)
-  'stage:2 1f1b v=1 m=4 split 2/2, padded rows 2'
+  'stage:2 1f1b v=1 m=4 split 2/2, padded rows 2 (batch 6 -> 8)'
   >>> FAMILY.from_json(FAMILY.to_json(d)) == d
   True
 """
 
 import dataclasses
+from typing import Optional
 
 from costmodels.arguments import echo
 from mesh_tf.pipeline.spec import Pipeline, PipelineError
+from mesh_tf.training.padding import Padding, PaddingError
 from autolayout.training.family import DecisionFamily, DecisionValueError
 
 __all__ = ["FAMILY", "PipelineDecision", "Pipelined"]
 
 # The JSON fields of a decision besides the Pipeline's own.
-EXTRA_FIELDS = ("padded_rows", "idle_chips", "scatter_gather")
+EXTRA_FIELDS = ("padding", "idle_chips", "scatter_gather")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,20 +48,28 @@ class PipelineDecision:
   Attributes:
     pipeline: the :class:`~mesh_tf.pipeline.Pipeline` (stage axis, stages,
       microbatches, layers, chunks, schedule, split).
-    padded_rows: rows added to the batch to make whole microbatches of
-      every replica (priced as work: they are computed like real data).
+    padding: the :class:`~mesh_tf.training.padding.Padding` of the batch
+      to whole microbatches of every replica (the padded rows are priced
+      as work, and the lowering masks them out of the loss), or None.
     idle_chips: the topology's chips the mesh leaves unused.
     scatter_gather: each tensor-parallel rank sends a slice of a stage
       boundary's activation and the receivers all-gather it (Narayanan
       et al., 2021, section 4.1), rather than every rank sending it whole.
   """
   pipeline: Pipeline
-  padded_rows: int = 0
+  padding: Optional[Padding] = None
   idle_chips: int = 0
   scatter_gather: bool = True
 
+  @property
+  def padded_rows(self):
+    """The rows the padding adds (0 without one)."""
+    return 0 if self.padding is None else self.padding.rows
+
   def to_dict(self):
-    return {**self.pipeline.to_dict(), "padded_rows": self.padded_rows,
+    return {**self.pipeline.to_dict(),
+            "padding": None if self.padding is None else
+            self.padding.to_dict(),
             "idle_chips": self.idle_chips,
             "scatter_gather": self.scatter_gather}
 
@@ -92,7 +103,17 @@ class Pipelined(DecisionFamily):
           f"pipeline is {echo(value, 60)}",
           "give a PipelineDecision (a mesh_tf.pipeline.Pipeline and its "
           "padded rows and idle chips), or None")
-    _count("padded_rows", value.padded_rows)
+    if value.padding is not None:
+      try:
+        pad = Padding(*value.padding).check()
+      except (PaddingError, TypeError) as e:
+        raise DecisionValueError(f"pipeline.padding: {e}",
+                                 "give the batch's real and padded sizes")
+      if pad.dim != "batch":
+        raise DecisionValueError(
+            f"pipeline.padding pads dim {pad.dim!r}",
+            "a pipelined step pads the batch: write dim \"batch\"")
+      value = dataclasses.replace(value, padding=pad)
     _count("idle_chips", value.idle_chips)
     if not isinstance(value.scatter_gather, bool):
       raise DecisionValueError(
@@ -118,12 +139,21 @@ class Pipelined(DecisionFamily):
       raise DecisionValueError(f"pipeline: {e}",
                                "fix the pipeline's fields (stages >= 2, a "
                                "split summing to the layers)") from None
-    return self.check(PipelineDecision(
-        pipe, **{k: data[k] for k in EXTRA_FIELDS if k in data}))
+    extra = {k: data[k] for k in EXTRA_FIELDS if k in data}
+    if extra.get("padding") is not None:
+      try:
+        extra["padding"] = Padding.from_dict(extra["padding"])
+      except PaddingError as e:
+        raise DecisionValueError(f"pipeline.padding: {e}",
+                                 "write {\"dim\": \"batch\", "
+                                 "\"real_size\": B, \"padded_size\": P}, "
+                                 "or null") from None
+    return self.check(PipelineDecision(pipe, **extra))
 
   def parse(self, text):
     """``stages=2,microbatches=4,layers=8[,chunks=2][,schedule=...]
-    [,split=2/2/2/2][,axis=stage][,padded_rows=0][,idle_chips=0]``."""
+    [,split=2/2/2/2][,axis=stage][,padding=REAL/PADDED][,idle_chips=0]``
+    (``padding``: the batch's real and padded rows)."""
     fields = {}
     for part in str(text).split(","):
       key, sep, value = part.strip().partition("=")
@@ -136,6 +166,15 @@ class Pipelined(DecisionFamily):
         fields[key] = value
       elif key == "scatter_gather":
         fields[key] = value.lower() in ("1", "true", "yes")
+      elif key == "padding":
+        real, _, padded = value.partition("/")
+        try:
+          fields[key] = {"dim": "batch", "real_size": int(real),
+                         "padded_size": int(padded)}
+        except ValueError:
+          raise DecisionValueError(f"pipeline padding={value!r} is not "
+                                   "two row counts",
+                                   "write e.g. padding=13/16") from None
       elif key == "split":
         try:
           fields[key] = [int(n) for n in value.split("/")]
@@ -159,8 +198,9 @@ class Pipelined(DecisionFamily):
             f"m={p.microbatches} split {'/'.join(map(str, p.split))}")
     if value.idle_chips:
       text += f", idle chips {value.idle_chips}"
-    if value.padded_rows:
-      text += f", padded rows {value.padded_rows}"
+    if value.padding is not None and value.padded_rows:
+      text += (f", padded rows {value.padded_rows} (batch "
+               f"{value.padding.real_size} -> {value.padding.padded_size})")
     return text
 
   def rank(self, value):

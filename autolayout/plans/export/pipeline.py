@@ -65,10 +65,12 @@ def pipeline_record(plan, rename=None):
 
 def _common_missing(rec):
   out = []
-  if rec["padded_rows"]:
-    out.append(f"padded rows: the plan pads the batch with "
-               f"{rec['padded_rows']} rows to whole microbatches; pad the "
-               "input batch yourself and mask those rows out of the loss")
+  pad = rec["padding"]
+  if pad is not None and pad["padded_size"] > pad["real_size"]:
+    out.append(f"padding: the plan runs the batch of {pad['real_size']} "
+               f"rows as {pad['padded_size']} (whole microbatches) and "
+               "masks the padded rows out of the loss; pad the input batch "
+               "yourself and mask those rows out of the loss")
   if rec["idle_chips"]:
     out.append(f"idle chips: the plan leaves {rec['idle_chips']} chips "
                "idle; build the device mesh of the used chips only")

@@ -82,4 +82,5 @@ def test_run_a_padded_pipelined_plan(tmp_path, capsys):
   rep = json.loads(capsys.readouterr().out)
   assert rep["mesh"] == "stage:2;data:4;model:1"
   assert rep["loss_went_down"]
-  assert rep["decisions"]["pipeline"]["padded_rows"] == 3
+  assert rep["decisions"]["pipeline"]["padding"] == {
+      "dim": "batch", "real_size": 13, "padded_size": 16}

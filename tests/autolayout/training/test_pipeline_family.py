@@ -10,6 +10,7 @@ from autolayout.training.families import TrainingDecisions, family
 from autolayout.training.family import DecisionValueError
 from autolayout.training.pipeline import PipelineDecision
 from mesh_tf.pipeline import Pipeline, Schedule
+from mesh_tf.training.padding import Padding
 
 PIPE = Pipeline("stage", 2, 4, 8, 2, Schedule.INTERLEAVED_1F1B)
 
@@ -17,20 +18,23 @@ PIPE = Pipeline("stage", 2, 4, 8, 2, Schedule.INTERLEAVED_1F1B)
 def test_the_family_is_registered_with_the_languages_value():
   assert family("pipeline") is pipeline_family.FAMILY
   assert TrainingDecisions().pipeline is None
-  d = TrainingDecisions("bfloat16", 1, 8, 1, PipelineDecision(PIPE, 2, 3))
+  d = TrainingDecisions("bfloat16", 1, 8, 1, PipelineDecision(
+      PIPE, Padding("batch", 14, 16), 3))
+  assert d.pipeline.padded_rows == 2
   assert d.pipeline.pipeline is PIPE
   # A bare Pipeline is a decision with no idle chips or padding.
   assert TrainingDecisions(pipeline=PIPE).pipeline == PipelineDecision(PIPE)
 
 
 def test_json_codec_round_trips_and_no_pipeline_is_left_out():
-  d = TrainingDecisions("bfloat16", 2, 0, 1, PipelineDecision(PIPE, 2, 3,
-                                                              False))
+  d = TrainingDecisions("bfloat16", 2, 0, 1, PipelineDecision(
+      PIPE, Padding("batch", 14, 16), 3, False))
   data = d.as_dict()
   assert data["pipeline"] == {
       "axis": "stage", "stages": 2, "microbatches": 4, "layers": 8,
       "chunks": 2, "schedule": "interleaved_1f1b", "split": [2, 2, 2, 2],
-      "padded_rows": 2, "idle_chips": 3, "scatter_gather": False}
+      "padding": {"dim": "batch", "real_size": 14, "padded_size": 16},
+      "idle_chips": 3, "scatter_gather": False}
   assert TrainingDecisions.from_json(data) == d
   assert "pipeline" not in TrainingDecisions().as_dict()
   assert TrainingDecisions.from_json({"pipeline": None}).pipeline is None
@@ -39,10 +43,13 @@ def test_json_codec_round_trips_and_no_pipeline_is_left_out():
 def test_command_line_syntax():
   f = pipeline_family.FAMILY
   d = f.parse("stages=2,microbatches=4,layers=8,chunks=2,"
-              "schedule=interleaved_1f1b,split=3/1/2/2,idle_chips=1")
+              "schedule=interleaved_1f1b,split=3/1/2/2,idle_chips=1,"
+              "padding=13/16")
   assert d.pipeline.split == (3, 1, 2, 2) and d.idle_chips == 1
+  assert d.padding == Padding("batch", 13, 16)
   assert f.describe(d) == ("stage:2 interleaved_1f1b v=2 m=4 split "
-                           "3/1/2/2, idle chips 1")
+                           "3/1/2/2, idle chips 1, padded rows 3 (batch 13 "
+                           "-> 16)")
   with pytest.raises(DecisionValueError, match="cannot read 'stages' of "
                      "pipeline"):
     f.parse("stages")
@@ -52,9 +59,15 @@ def test_command_line_syntax():
 
 def test_bad_values_name_the_field_and_the_fix():
   f = pipeline_family.FAMILY
-  with pytest.raises(DecisionValueError, match=r"pipeline.padded_rows is -1;"
+  with pytest.raises(DecisionValueError, match=r"pipeline.idle_chips is -1;"
                      r" use an integer >= 0"):
-    f.check(PipelineDecision(PIPE, -1))
+    f.check(PipelineDecision(PIPE, None, -1))
+  with pytest.raises(DecisionValueError, match=r"pipeline.padding: padding "
+                     r"batch=8 to 6: the padded size must be"):
+    f.check(PipelineDecision(PIPE, Padding("batch", 8, 6)))
+  with pytest.raises(DecisionValueError, match="pipeline.padding pads dim "
+                     "'length'"):
+    f.check(PipelineDecision(PIPE, Padding("length", 8, 16)))
   with pytest.raises(DecisionValueError, match="stages=1 on mesh axis "
                      "stage=1 is no pipeline"):
     f.from_json({**PIPE.to_dict(), "stages": 1})
