@@ -33,8 +33,9 @@ def _run(args, ctx):
   a, b = plans.read(args.a), plans.read(args.b)
   if pipelined.is_pipelined(a) or pipelined.is_pipelined(b):
     # Priced by the pipelined cost model (autolayout.plans.pipeline_diff).
-    d = pipeline_diff.diff(a, b, _config(a, args.a, args),
-                           _config(b, args.b, args))
+    (config_a, costs_a), (config_b, costs_b) = (_config(a, args.a, args),
+                                                _config(b, args.b, args))
+    d = pipeline_diff.diff(a, b, config_a, config_b, costs_a, costs_b)
   else:
     d = _diff(a, b, args)
   df = d.to_dataframe()
@@ -92,12 +93,13 @@ _SHORT = {"step_time_delta_s": "step", "peak_memory_delta_bytes": "peak mem"}
 
 
 def _config(plan, path, args):
-  """The zoo config of a plan in a pipelined diff (``--model`` for B)."""
+  """``(zoo config, repriced costs or None)`` of a plan in a pipelined
+  diff (``--model`` for B)."""
   from autolayout.cli import pipelined_plan
   if pipelined.is_pipelined(plan):
     return pipelined_plan.config_for(
         plan, path, args if path == args.b and args.model else None)
-  return plan_decisions.config_of(plan)
+  return plan_decisions.config_of(plan), None
 
 
 def _change(kind, name, a, b):

@@ -32,8 +32,10 @@ def read(text):
 
 
 def config_for(plan, path, args=None):
-  """The zoo config of a pipelined plan: its source's, or ``--model`` /
-  ``--set`` (held against the plan's fingerprint).
+  """``(zoo config, repriced PredictedCosts)`` of a pipelined plan: its
+  source's config, or ``--model`` / ``--set``'s, held against the plan
+  (:func:`autolayout.plans.pipelined.check`: every pipeline field and the
+  fingerprint).
 
   Raises:
     CliInputError: for a plan naming no zoo model, or another model.
@@ -49,14 +51,17 @@ def config_for(plan, path, args=None):
     if config is None:
       raise PlanFormatError(f"pipelined plan {path!r} names no zoo model "
                             "in model.source")
-    pipelined.check(plan, config, f"the step of -m {model}" if model
-                    else None)
+    if model:
+      costs = pipelined.check(plan, config, f"the step of -m {model}")
+    else:
+      # plans.read checked the plan's program against its fingerprint.
+      costs = pipelined.costs_of(pipelined.price(plan, config))
   except PlanFormatError as e:
     raise CliInputError(str(e), hint=plans.FORMAT_HINT) from None
   except plans.PlanMismatchError as e:
     raise CliInputError(str(e), hint=f"solve again; `mtf-layout solve "
                         f"--hint {path}` starts from the plan") from None
-  return config
+  return config, costs
 
 
 def record(plan, costs, label="plan"):
@@ -127,8 +132,7 @@ def stage_frame(plan, costs):
 def report(args, ctx, plan):
   """The Answer of ``report -l @plan.json`` on a pipelined plan."""
   path = plans.ref_path(args.layout)
-  config = config_for(plan, path, args)
-  costs = pipelined.check(plan, config)
+  config, costs = config_for(plan, path, args)
   stored = plan.costs
   rec = record(plan, costs)
   stages = stage_frame(plan, costs)

@@ -103,12 +103,13 @@ def _costs(plan, config):
       plan, plan_decisions.rebuild(plan, config)))
 
 
-def diff(plan_a, plan_b, config_a, config_b):
+def diff(plan_a, plan_b, config_a, config_b, costs_a=None, costs_b=None):
   """The :class:`~autolayout.plans.diff.PlanDiff` of two plans, one of
   them (or both) pipelined (module docstring); ``config_a``,
-  ``config_b``: their zoo configs."""
-  a_costs = Costs.of(_costs(plan_a, config_a))
-  b_costs = Costs.of(_costs(plan_b, config_b))
+  ``config_b``: their zoo configs; ``costs_a``, ``costs_b``: each priced
+  again already (:func:`autolayout.plans.pipelined.check`), or None."""
+  a_costs = Costs.of(costs_a or _costs(plan_a, config_a))
+  b_costs = Costs.of(costs_b or _costs(plan_b, config_b))
   out, notes = [], []
   if plan_a.mesh_shape != plan_b.mesh_shape:
     out.append(DiffRow("mesh", "mesh", plan_a.mesh_shape.text,
