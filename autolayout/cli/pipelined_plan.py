@@ -91,7 +91,8 @@ def record(plan, costs, label="plan"):
       "interference_time_s": 0.0, "overlap_by_axis_s": {},
       "overlap": False,
       "memory": {
-          "params_bytes": mem.get("state", 0), "gradients_bytes": 0,
+          "params_bytes": mem.get("weights_and_optimizer", 0),
+          "gradients_bytes": mem.get("gradients", 0),
           "optimizer_bytes": 0,
           "activations_bytes": mem.get("activations_in_flight", 0)
                                + mem.get("working", 0),

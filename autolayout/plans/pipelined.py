@@ -188,8 +188,9 @@ def costs_of(priced):
   """The :class:`PredictedCosts` of a PipelinedPrice: compute is the
   steady work less the boundary sends plus the once-per-step work, comm
   the sends (on the stage axis), and the bubble the rest of the step; the
-  memory is the busiest stage's (its state, the activations of the
-  microbatches in flight, the working set)."""
+  memory is the busiest stage's: its weights and optimizer state (what
+  the step keeps in variables), its gradients, the activations of the
+  microbatches in flight and the working set."""
   cost, work = priced.cost, priced.work
   pipe, m = cost.pipeline, cost.microbatches
   p = pipe.stages if pipe is not None else 1
@@ -205,6 +206,13 @@ def costs_of(priced):
   state = int(n * work.layer_state_bytes
               + work.base_state_bytes * work.end_share(busiest, p))
   stash = int(in_flight[busiest] * (n / v) * work.layer_stash_bytes)
+  lay = priced.layout
+  sharded = lay.zero >= 2 and lay.data > 1
+  grads = int(n * (work.layer_gradient_bytes // lay.data if sharded
+                   else work.layer_gradient_bytes)
+              + (work.base_gradient_bytes // lay.data if sharded
+                 else work.base_gradient_bytes)
+              * work.end_share(busiest, p))
   comm = m * cost.boundary_s
   terms = (("bubble_s", cost.bubble_s),
            ("bubble_fraction", cost.bubble_fraction),
@@ -218,7 +226,8 @@ def costs_of(priced):
       float(cost.step_time_s), float(cost.steady_s - comm
                                      + cost.step_work_s),
       float(comm), int(cost.peak_memory_bytes),
-      (("activations_in_flight", stash), ("state", state),
+      (("activations_in_flight", stash), ("gradients", grads),
+       ("weights_and_optimizer", state - grads),
        ("working", int(work.working_bytes))),
       ((pp.STAGE_AXIS, float(comm)),), (), terms)
 

@@ -163,7 +163,7 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
       plan.model.name, mesh.text, tuple(devices), warmup, tuple(times),
       tuple(losses), float(costs.step_time_s), own.name, repriced,
       None if topology is None else topology.name,
-      int(dict(costs.memory_by_category)["state"]),
+      int(dict(costs.memory_by_category)["weights_and_optimizer"]),
       _state_bytes(step, list(devices)), int(costs.peak_memory_bytes), peaks,
       here.decisions, first,
       pipeline={k: list(v) if isinstance(v, tuple) else v
