@@ -19,6 +19,11 @@ from costmodels import memory as cm_memory
 from autolayout.search import assignments
 
 MAX_LAYOUTS_TO_SCAN = 200_000
+# fits_some_layout scans at most this many global layouts (a mesh with
+# more is left to the program: its scan would cost what a build saves),
+# this many per numpy block.
+SCREEN_MAX_LAYOUTS = 50_000
+LAYOUT_BLOCK = 4096
 
 
 class MemorySteps(NamedTuple):
@@ -126,3 +131,76 @@ def step_coefficients(ms, space):
                               for s, d in divisors[j].items()}
     out.append(step)
   return out
+
+
+def layout_blocks(space, most):
+  """The blocks each dim is split into (1: unsplit) under every valid
+  global layout of ``space`` (:func:`assignments.local_assignments` of
+  every dim, as an int array ``layouts x space.dims``), or None when
+  there are more than ``most`` layouts.
+
+  Built with numpy one dim at a time, a clash pruning every layout that
+  would contain it, so a mesh whose options multiply past
+  ``MAX_LOCAL_ASSIGNMENTS`` but whose clashes leave a few thousand is
+  listed (transformer_tiny's per-group-stage step on ``data:2;model:4``:
+  531,441 products of options, 8,247 layouts); a prefix never has more
+  layouts than the whole, since None extends every one.
+  """
+  dims = space.dims
+  bit = {a: 1 << i for i, a in enumerate(space.axes)}
+  used = np.zeros((1, 0), dtype=np.int64)     # axes bitmask per dim
+  blocks = np.ones((1, 0), dtype=np.int64)
+  for i, d in enumerate(dims):
+    clash = [j for j in range(i) if frozenset((d, dims[j])) in space.conflicts]
+    taken = np.bitwise_or.reduce(used[:, clash], axis=1) if clash else (
+        np.zeros(len(used), dtype=np.int64))
+    new_used, new_blocks = [], []
+    for o in (None,) + tuple(space.options[d]):
+      mask = sum(bit[a] for a in assignments.option_axes(o))
+      keep = (taken & mask) == 0
+      size = 1 if o is None else space.axis_size(o)
+      new_used.append(np.column_stack(
+          [used[keep], np.full(int(keep.sum()), mask, dtype=np.int64)]))
+      new_blocks.append(np.column_stack(
+          [blocks[keep], np.full(int(keep.sum()), size, dtype=np.int64)]))
+    used, blocks = np.concatenate(new_used), np.concatenate(new_blocks)
+    if len(blocks) > most:
+      return None
+  return blocks
+
+
+def fits_some_layout(ms, space, budget, max_layouts=SCREEN_MAX_LAYOUTS):
+  r"""Whether some valid global layout keeps every step of ``ms`` within
+  ``budget`` bytes per device, each scope's bytes divided (rounded down)
+  as :func:`step_coefficients` divides them: constraint 5 of the program
+  (:mod:`autolayout.search.formulation`) alone, without the cost tables.
+
+  The program's layouts are valid global layouts (its tables agree with
+  the rules and hold only valid local assignments) that also pass every
+  op's lowering, so ``False`` proves the program with these steps and
+  ``budget`` infeasible.  Finding it takes the schedule and the layouts,
+  not the op tables: transformer_tiny's training candidates on
+  ``data:2;model:4`` have 201 to 8,247 layouts and take milliseconds,
+  where building one's program takes 0.1-0.5 s.
+
+  Returns True or False, or None when the mesh has more than
+  ``max_layouts`` valid global layouts (nothing is proven).
+  """
+  if not len(ms.steps):
+    return True
+  blocks = layout_blocks(space, max_layouts)
+  if blocks is None:
+    return None
+  dims = space.dims
+  divisors = [blocks[:, [dims.index(d) for d in scope]].prod(axis=1)
+              for scope in ms.scopes]
+  whole = ms.bytes.astype(np.int64)
+  for lo in range(0, len(blocks), LAYOUT_BLOCK):
+    per = np.zeros((len(ms.steps), min(LAYOUT_BLOCK, len(blocks) - lo)),
+                   dtype=np.int64)
+    for j, div in enumerate(divisors):
+      if whole[:, j].any():
+        per += whole[:, j:j + 1] // div[None, lo:lo + LAYOUT_BLOCK]
+    if (per.max(axis=0) <= int(budget)).any():
+      return True
+  return False
