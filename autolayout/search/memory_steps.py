@@ -11,7 +11,7 @@ peak under any layout, so it is dropped.
 """
 
 import collections
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 
@@ -19,20 +19,23 @@ from costmodels import memory as cm_memory
 from autolayout.search import assignments
 
 MAX_LAYOUTS_TO_SCAN = 200_000
-# fits_some_layout scans at most this many global layouts (a mesh with
-# more is left to the program: its scan would cost what a build saves),
-# this many per numpy block.
-SCREEN_MAX_LAYOUTS = 50_000
-LAYOUT_BLOCK = 4096
+# Global layouts scanned per numpy block: small enough that the matrix
+# products stay on one thread (OpenBLAS threads the larger ones, which on
+# a loaded 2-core machine cost 10x the CPU: 8,247 layouts took 27 ms of
+# CPU in blocks of 4096 and 3 ms in blocks of 256).
+LAYOUT_BLOCK = 256
 
 
 class MemorySteps(NamedTuple):
   """Compressed steps: ``bytes[k, j]`` whole bytes of live tensors whose dim
-  set is ``scopes[j]`` at kept step ``k`` (schedule step ``steps[k]``)."""
+  set is ``scopes[j]`` at kept step ``k`` (schedule step ``steps[k]``).
+  ``least_peak``: the smallest peak per device over these steps of any
+  valid global layout (:func:`prune_by_layouts`), or None if not scanned."""
   scopes: Tuple[Tuple[str, ...], ...]
   bytes: np.ndarray
   steps: Tuple[int, ...]
   total_steps: int
+  least_peak: Optional[int] = None
 
 
 def compress(graph, outputs=None, schedule_ops=None, liveness=None):
@@ -79,39 +82,54 @@ def compress(graph, outputs=None, schedule_ops=None, liveness=None):
   return MemorySteps(scopes, mat[kept], tuple(steps[k] for k in kept), n)
 
 
-def _divisors(space, scope, layouts, dims):
-  pos = [dims.index(d) for d in scope]
-  div = np.ones(len(layouts), dtype=np.float64)
-  for i, lay in enumerate(layouts):
-    for p in pos:
-      if lay[p] is not None:
-        div[i] *= space.axis_size(lay[p])
-  return div
-
-
 def prune_by_layouts(ms, space, max_layouts=MAX_LAYOUTS_TO_SCAN):
-  """Keeps only the steps that are the peak under some valid global layout
-  (the first such step on ties).  Exact: under every layout the peak over
-  the kept steps equals the peak over all steps.  Returns ``ms`` unchanged
-  when the mesh admits more than ``max_layouts`` layouts."""
-  if len(ms.steps) <= 1:
+  r"""Keeps only the steps that can be the peak under some valid global
+  layout, and finds the smallest peak of any layout (``least_peak``).
+
+  A step's bytes per device under a layout are, as the program adds them
+  (:func:`step_coefficients`), each scope's whole bytes divided by its
+  blocks and rounded down: at most one byte per scope under the quotients'
+  sum, which is what the scan computes (one matrix product per block of
+  layouts).  A step is kept when, under some layout, its sum is within
+  that rounding (plus a byte for the floats) of the largest, so under
+  every layout the kept steps' largest rounded total is the peak over all
+  steps: the program is the same for every budget.  ``least_peak`` is
+  then exact, over the kept steps, in the program's integers: no layout
+  that passes every op's lowering has a smaller peak, so a budget below it
+  makes the program infeasible (what :meth:`LayoutSearch.may_fit
+  <autolayout.search.state.LayoutSearch.may_fit>` reads).
+
+  Returns ``ms`` unchanged when the mesh admits more than ``max_layouts``
+  valid layouts (:func:`layout_blocks`).
+  """
+  if not len(ms.steps):
+    return ms
+  blocks = layout_blocks(space, max_layouts)
+  if blocks is None:
     return ms
   dims = space.dims
-  count = 1
-  for d in dims:
-    count *= 1 + len(space.options[d])
-  if count > max_layouts:
-    return ms
-  layouts = assignments.local_assignments(space, dims)
-  inv = np.stack([1.0 / _divisors(space, scope, layouts, dims)
-                  for scope in ms.scopes])            # scopes x layouts
-  keep = set()
-  for lo in range(0, len(layouts), 4096):
-    per = ms.bytes.astype(np.float64) @ inv[:, lo:lo + 4096]
-    keep.update(int(k) for k in np.argmax(per, axis=0))
-  kept = sorted(keep)
+  divisors = np.stack([blocks[:, [dims.index(d) for d in scope]].prod(axis=1)
+                       for scope in ms.scopes])       # scopes x layouts
+  slack = len(ms.scopes) + 1
+  whole = ms.bytes.astype(np.float64)
+  keep = np.zeros(len(ms.steps), dtype=bool)
+  for lo in range(0, len(blocks), LAYOUT_BLOCK):
+    per = whole @ (1.0 / divisors[:, lo:lo + LAYOUT_BLOCK])
+    keep |= (per >= per.max(axis=0) - slack).any(axis=1)
+  kept = np.flatnonzero(keep)
+  exact = ms.bytes[kept].astype(np.int64)
+  least = None
+  for lo in range(0, len(blocks), LAYOUT_BLOCK):
+    per = np.zeros((len(kept), min(LAYOUT_BLOCK, len(blocks) - lo)),
+                   dtype=np.int64)
+    for j in range(len(ms.scopes)):
+      if exact[:, j].any():
+        per += exact[:, j:j + 1] // divisors[j:j + 1, lo:lo + LAYOUT_BLOCK]
+    block_least = int(per.max(axis=0).min())
+    least = block_least if least is None else min(least, block_least)
   return MemorySteps(ms.scopes, ms.bytes[kept],
-                     tuple(ms.steps[k] for k in kept), ms.total_steps)
+                     tuple(ms.steps[k] for k in kept.tolist()),
+                     ms.total_steps, least)
 
 
 def step_coefficients(ms, space):
@@ -167,40 +185,3 @@ def layout_blocks(space, most):
     if len(blocks) > most:
       return None
   return blocks
-
-
-def fits_some_layout(ms, space, budget, max_layouts=SCREEN_MAX_LAYOUTS):
-  r"""Whether some valid global layout keeps every step of ``ms`` within
-  ``budget`` bytes per device, each scope's bytes divided (rounded down)
-  as :func:`step_coefficients` divides them: constraint 5 of the program
-  (:mod:`autolayout.search.formulation`) alone, without the cost tables.
-
-  The program's layouts are valid global layouts (its tables agree with
-  the rules and hold only valid local assignments) that also pass every
-  op's lowering, so ``False`` proves the program with these steps and
-  ``budget`` infeasible.  Finding it takes the schedule and the layouts,
-  not the op tables: transformer_tiny's training candidates on
-  ``data:2;model:4`` have 201 to 8,247 layouts and take milliseconds,
-  where building one's program takes 0.1-0.5 s.
-
-  Returns True or False, or None when the mesh has more than
-  ``max_layouts`` valid global layouts (nothing is proven).
-  """
-  if not len(ms.steps):
-    return True
-  blocks = layout_blocks(space, max_layouts)
-  if blocks is None:
-    return None
-  dims = space.dims
-  divisors = [blocks[:, [dims.index(d) for d in scope]].prod(axis=1)
-              for scope in ms.scopes]
-  whole = ms.bytes.astype(np.int64)
-  for lo in range(0, len(blocks), LAYOUT_BLOCK):
-    per = np.zeros((len(ms.steps), min(LAYOUT_BLOCK, len(blocks) - lo)),
-                   dtype=np.int64)
-    for j, div in enumerate(divisors):
-      if whole[:, j].any():
-        per += whole[:, j:j + 1] // div[None, lo:lo + LAYOUT_BLOCK]
-    if (per.max(axis=0) <= int(budget)).any():
-      return True
-  return False

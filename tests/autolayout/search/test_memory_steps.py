@@ -122,17 +122,16 @@ def test_layout_blocks_are_the_valid_global_layouts(make, mesh, axes):
 @pytest.mark.parametrize("make", [_chain, graphs.mlp, graphs.merged_sums,
                                   lambda: graphs.training_mlp(stage=3)])
 @pytest.mark.parametrize("mesh", ["rows:2;cols:4", "x:2;y:2;z:2"])
-def test_fits_some_layout_at_the_smallest_peak_and_not_a_byte_below(make,
-                                                                    mesh):
+def test_least_peak_is_the_smallest_peak_of_any_layout(make, mesh):
   g, outs = make()
   space = assignments.dim_space(g, mesh)
-  ms = memory_steps.prune_by_layouts(memory_steps.compress(g, outs), space)
-  least = min(_peak_from_steps(ms, space, rules)
-              for rules in assignments.all_layouts(g, mesh))
-  assert memory_steps.fits_some_layout(ms, space, least) is True
-  assert memory_steps.fits_some_layout(ms, space, least - 1) is False
-  assert memory_steps.fits_some_layout(ms, space, least - 1,
-                                       max_layouts=1) is None
+  ms = memory_steps.compress(g, outs)
+  pruned = memory_steps.prune_by_layouts(ms, space)
+  assert pruned.least_peak == min(
+      _peak_from_steps(ms, space, rules)
+      for rules in assignments.all_layouts(g, mesh))
+  assert ms.least_peak is None
+  assert memory_steps.prune_by_layouts(ms, space, max_layouts=1) is ms
 
 
 @pytest.mark.parametrize("make", [graphs.mlp,
