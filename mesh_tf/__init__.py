@@ -51,6 +51,7 @@ from mesh_tf.ops.variables import (Variable, apply_gradient_descent, assign,
                                    combine_assignments, constant_initializer,
                                    get_variable, ones_initializer,
                                    random_normal_initializer,
+                                   truncated_normal_initializer,
                                    random_uniform_initializer, read,
                                    zeros_initializer)
 from mesh_tf.ops.variable_extras import *  # noqa: F401,F403

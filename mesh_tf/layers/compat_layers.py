@@ -117,7 +117,9 @@ class VarianceScalingInitializer(DenseInitializer):
   Args:
     scale: the variance numerator.
     mode: "fan_in", "fan_out" or "fan_avg".
-    distribution: "normal" (untruncated) or "uniform".
+    distribution: "normal" (truncated at two standard deviations, drawn
+      through ``tf.truncated_normal_initializer`` as in Mesh TF) or
+      "uniform".
 
   Raises:
     MtfError: for another mode or distribution.
@@ -144,7 +146,8 @@ class VarianceScalingInitializer(DenseInitializer):
                        "elements along its fan dims")
     variance = self.scale / n
     if self.distribution == "normal":
-      return var_lib.random_normal_initializer(stddev=math.sqrt(variance))
+      return var_lib.tf_truncated_normal_initializer(
+          stddev=math.sqrt(variance))
     limit = math.sqrt(3.0 * variance)
     return var_lib.random_uniform_initializer(minval=-limit, maxval=limit)
 

@@ -17,7 +17,6 @@ in]`` (``[fd, fh, fw, out, in]``, default scope ``conv2d_transpose`` /
 ``conv3d_transpose``) like :func:`mesh_tf.layers.conv2d_transpose`'s.
 """
 
-import math
 
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.layers import conv_transpose as transpose_lib
@@ -236,7 +235,9 @@ def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
     raise ShapeError(f"separable_conv1d: {len(kernel_depth_weights)} "
                      f"kernel_depth_weights for a window of {size}")
   scope = _unique_scope(x.graph, name or "separable_conv1d")
-  std = math.sqrt(depthwise_filter_initializer_scale / size)
+  # Mesh TF's depthwise kernels: variance scale / size, truncated normal.
+  depthwise_init = VarianceScalingInitializer(
+      depthwise_filter_initializer_scale / size)([], [])
   out = None
   for i in range(size):
     r = min_relative_pos + i
@@ -245,7 +246,7 @@ def separable_conv1d(x, output_dim, min_relative_pos=-1, max_relative_pos=1,
     else:
       w = _maybe_cast(var_lib.get_variable(
           x.mesh, f"{scope}/depthwise_dense_{i}/kernel", [depth], "float32",
-          var_lib.random_normal_initializer(stddev=std)), x.dtype)
+          depthwise_init), x.dtype)
     term = ew.multiply(shift_ops.shift(x, -r, length, wrap=False), w)
     out = term if out is None else ew.add(out, term)
   if use_bias:

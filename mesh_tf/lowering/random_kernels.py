@@ -12,6 +12,7 @@ NumPy multiplies in uint64, whose wrap-around keeps the low 32 bits.
 """
 
 import numpy as np
+from scipy import special
 
 _M32 = 0xFFFFFFFF
 _C1, _C2 = 0x7FEB352D, 0x846CA68B
@@ -93,6 +94,13 @@ def numpy_random(full_shape, seed, kind="uniform", minval=0.0, maxval=1.0,
     u1 = _np_uniform01(full_shape, seed, 0, *where)
     u2 = _np_uniform01(full_shape, seed, 1, *where)
     out = mean + stddev * np.sqrt(-2.0 * np.log(u1)) * np.cos(2 * np.pi * u2)
+  elif kind == "truncated_normal":
+    # TensorFlow's truncated normal: N(mean, stddev) kept within two
+    # standard deviations.  Inverting the normal CDF over [-2, 2] draws it
+    # from one uniform, with no redraws, so a slice needs no neighbours.
+    u = _np_uniform01(full_shape, seed, 0, *where)
+    lo, hi = special.ndtr(-2.0), special.ndtr(2.0)
+    out = mean + stddev * special.ndtri(lo + (hi - lo) * u)
   else:
     raise ValueError(f"unknown random kind {kind!r}")
   return out.astype(dtype if dtype != "bfloat16" else "float32")

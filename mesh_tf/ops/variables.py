@@ -1,4 +1,4 @@
-"""Variables, layout-invariant initializers, and assignment.
+"""Variables and assignment (their initializers: mesh_tf.ops.initializers).
 
 A variable's slices are created by the backend (``MeshImpl.make_variable``)
 and kept there, so a ``tf.function`` that re-lowers the graph on each trace
@@ -14,129 +14,18 @@ from mesh_tf.core import dims as dims_lib
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError, ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering import random_kernels
 from mesh_tf.lowering.lazy_tf import tf
-
-
-# --- initializers: fn(full_shape, slice_begin, slice_shape, dtype, seed) ----
-class Initializer:
-  """Base class: computes one slice of a variable's initial value."""
-
-  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    raise NotImplementedError
-
-  def numpy(self, full_shape, dtype, seed):
-    """The full initial value, for references and checkpoints."""
-    raise NotImplementedError
-
-
-class constant_initializer(Initializer):  # pylint: disable=invalid-name
-  """Every element equals ``value``."""
-
-  def __init__(self, value=0.0):
-    self.value = value
-
-  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    return tf.fill(slice_shape, tf.constant(self.value, dtype))
-
-  def numpy(self, full_shape, dtype, seed):
-    return np.full(full_shape, self.value, dtype=dtype)
-
-
-def zeros_initializer():
-  return constant_initializer(0.0)
-
-
-def ones_initializer():
-  return constant_initializer(1.0)
-
-
-class _RandomInitializer(Initializer):
-  """Random values from the layout-invariant counter-based RNG.
-
-  Slices are computed on the host with NumPy (one TF op per slice instead of
-  dozens of eager hash ops), from the same hash as ``MeshImpl.random``.
-  """
-  kind = None
-
-  def __init__(self, seed=None, **params):
-    self.seed, self.params = seed, params
-
-  def _seed(self, seed):
-    return self.seed if self.seed is not None else seed
-
-  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    value = random_kernels.numpy_random(
-        full_shape, self._seed(seed), self.kind, begin=begin,
-        slice_shape=slice_shape, **self.params)
-    return tf.cast(tf.constant(value), dtype)
-
-  def numpy(self, full_shape, dtype, seed):
-    return random_kernels.numpy_random(full_shape, self._seed(seed),
-                                       self.kind, dtype=dtype, **self.params)
-
-
-class random_normal_initializer(_RandomInitializer):  # pylint: disable=invalid-name
-  """Normal(mean, stddev), the same for every layout."""
-  kind = "normal"
-
-  def __init__(self, mean=0.0, stddev=1.0, seed=None):
-    super().__init__(seed, mean=mean, stddev=stddev)
-    self.mean, self.stddev = mean, stddev
-
-
-class random_uniform_initializer(_RandomInitializer):  # pylint: disable=invalid-name
-  """Uniform[minval, maxval), the same for every layout."""
-  kind = "uniform"
-
-  def __init__(self, minval=-0.05, maxval=0.05, seed=None):
-    super().__init__(seed, minval=minval, maxval=maxval)
-    self.minval, self.maxval = minval, maxval
-
-
-class _ValueInitializer(Initializer):
-  """A full NumPy value, or a callable ``(shape, dtype) -> value`` (e.g. a
-  Keras initializer), computed once on the host and sliced."""
-
-  def __init__(self, value):
-    self.value = value
-    self._last = (None, None)  # (key, full TF value) of the latest call
-
-  def _full(self, full_shape, dtype):
-    v = self.value
-    if callable(v):
-      v = v(list(full_shape), dtype=dtype)
-    return v
-
-  def _full_tf(self, full_shape, dtype):
-    # A random callable (a TF initializer without a seed) must be called
-    # once per variable, not once per slice, or replicas would differ.  The
-    # value is kept for the next slice of the same graph (or of eager mode).
-    graph = None if tf.executing_eagerly() else id(
-        tf.compat.v1.get_default_graph())
-    key = (graph, tuple(full_shape), dtype)
-    if self._last[0] != key:
-      self._last = (key, tf.cast(self._full(full_shape, dtype), dtype))
-    return self._last[1]
-
-  def __call__(self, full_shape, begin, slice_shape, dtype, seed):
-    full = self._full_tf(full_shape, dtype)
-    if tuple(slice_shape) == tuple(full_shape):
-      return full
-    return tf.slice(full, begin, slice_shape)
-
-  def numpy(self, full_shape, dtype, seed):
-    return np.asarray(self._full(full_shape, dtype)).astype(dtype)
-
-
-def _as_initializer(init):
-  if init is None:
-    return random_normal_initializer(stddev=1.0)
-  if isinstance(init, Initializer):
-    return init
-  if np.ndim(init) == 0 and not callable(init):
-    return constant_initializer(init)
-  return _ValueInitializer(init)
+from mesh_tf.ops.initializers import (  # noqa: F401  (the public names live here too)
+    Initializer,
+    constant_initializer,
+    zeros_initializer,
+    ones_initializer,
+    random_normal_initializer,
+    random_uniform_initializer,
+    truncated_normal_initializer,
+    tf_truncated_normal_initializer,
+    _ValueInitializer,
+    _as_initializer)
 
 
 def name_seed(name):

@@ -43,11 +43,7 @@ FAIL_ON_ORIGINAL = {
     "layers_test.py": {"LayersTest.testCorr2DInput",
                        "LayersTest.testCorr3DInput"},
 }
-NOT_YET = {
-    # It patches tf.truncated_normal_initializer; mesh-tf's initializers are
-    # its own layout-invariant generator (docs/porting.md).
-    "layers_test.py": {"LayersTest.testSeparableConv1d"},
-}
+NOT_YET = {}
 
 # (mode, files): each mode in one subprocess.
 RUNS = [

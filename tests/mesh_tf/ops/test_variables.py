@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tf as mtf
+from mesh_tf.ops import variables as var_lib
 from tests.layout_harness import check_layouts, valid_layouts
 
 A, B = mtf.Dimension("a", 8), mtf.Dimension("b", 4)
@@ -25,6 +26,9 @@ INITIALIZERS = {
     "random_normal": lambda: mtf.random_normal_initializer(stddev=0.5),
     "random_normal_seeded": lambda: mtf.random_normal_initializer(seed=7),
     "random_uniform": lambda: mtf.random_uniform_initializer(-1.0, 1.0),
+    "truncated_normal": lambda: mtf.truncated_normal_initializer(stddev=0.5),
+    "tf_truncated_normal": lambda: var_lib.tf_truncated_normal_initializer(
+        stddev=0.5),
     "numpy": lambda: VALUE,
     "keras": lambda: tf.keras.initializers.GlorotUniform(seed=3),
 }
@@ -54,7 +58,8 @@ def test_initial_value_is_identical_across_layouts_and_meshes(kind):
     return mtf.read(mtf.get_variable(mesh, "w", AB, initializer=make()))
   # exact: the 1-device value is bitwise equal to every other layout's.
   n = check_layouts(build, [A, B], lambda: expected, exact=kind not in (
-      "random_normal", "random_normal_seeded", "random_uniform", "default"),
+      "random_normal", "random_normal_seeded", "random_uniform", "default",
+      "truncated_normal", "tf_truncated_normal"),
                     **LAYOUTS.get(kind, dict(limit=3)))
   assert n >= 3
 
@@ -78,6 +83,40 @@ def test_initializer_values():
   assert len(np.unique(big)) > 4000  # no repeated values
   ints = init_value(mtf.constant_initializer(3), dtype="int32")
   assert ints.dtype == np.int32 and (ints == 3).all()
+
+
+def test_truncated_normal_stays_within_two_standard_deviations():
+  def init_value(init):
+    return _variable(init, shape="a:64,b:64")[2].operation.initial_value_numpy()
+  big = init_value(mtf.truncated_normal_initializer(mean=1.0, stddev=2.0))
+  assert big.min() >= 1.0 - 4.0 and big.max() <= 1.0 + 4.0
+  assert big.min() < 1.0 - 3.9 and big.max() > 1.0 + 3.9
+  # A normal cut at two sigmas keeps 0.8796 of its standard deviation.
+  assert abs(big.mean() - 1.0) < 0.1 and abs(big.std() - 2.0 * 0.8796) < 0.1
+  # While the name is TF's own initializer, the layers' kernels are these.
+  np.testing.assert_array_equal(
+      init_value(var_lib.tf_truncated_normal_initializer(stddev=2.0)),
+      init_value(mtf.truncated_normal_initializer(stddev=2.0)))
+
+
+def test_a_replaced_tf_truncated_normal_initializer_is_what_layers_draw(
+    monkeypatch):
+  # Mesh TF's layers call tf.truncated_normal_initializer(stddev=...); a
+  # program that puts its own initializer under that name gets its values.
+  calls = []
+
+  def factory(stddev):
+    calls.append(stddev)
+    return lambda shape, dtype=None: tf.fill(shape, tf.constant(stddev,
+                                                                 dtype))
+  monkeypatch.setattr(tf.compat.v1, "truncated_normal_initializer", factory)
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  kernel = mtf.layers.VarianceScalingInitializer(scale=4.0)([A], [B])
+  v = mtf.get_variable(mesh, "w", AB, initializer=kernel)
+  np.testing.assert_allclose(v.operation.initial_value_numpy(),
+                             np.full((8, 4), (4.0 / 8) ** 0.5))
+  assert calls == [(4.0 / 8) ** 0.5]
 
 
 def test_seeds_depend_on_name_unless_given():
