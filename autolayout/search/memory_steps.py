@@ -10,7 +10,6 @@ merged, and a step whose vector is <= another's everywhere can never be the
 peak under any layout, so it is dropped.
 """
 
-import collections
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -46,27 +45,31 @@ def compress(graph, outputs=None, schedule_ops=None, liveness=None):
     liveness = cm_memory.liveness(graph, outputs, schedule_ops)
   else:
     liveness.check_current(graph)
-  index = {}
-  starts = collections.defaultdict(list)
-  ends = collections.defaultdict(list)
+  index, scope_of = {}, {}
+  rows_at, cols, nbytes = [], [], []
   for t, a, b in liveness.intervals:
-    scope = tuple(sorted(t.shape.dimension_names))
-    j = index.setdefault(scope, len(index))
-    nbytes = cm_memory.full_bytes(t)
-    starts[a].append((j, nbytes))
-    ends[b + 1].append((j, nbytes))
+    j = scope_of.get(t.shape)
+    if j is None:
+      scope = tuple(sorted(t.shape.dimension_names))
+      j = scope_of[t.shape] = index.setdefault(scope, len(index))
+    nb = cm_memory.full_bytes(t)
+    rows_at += [a, b + 1]
+    cols += [j, j]
+    nbytes += [nb, -nb]
   n = len(liveness.step_ops)   # memory steps (a while loop has several)
-  cur = np.zeros(len(index), dtype=np.int64)
+  # Each step's live bytes per scope: the running sum of the intervals'
+  # starts and ends (one numpy pass, not one row update per interval).
+  delta = np.zeros((n + 1, len(index)), dtype=np.int64)
+  np.add.at(delta, (np.asarray(rows_at, dtype=np.int64),
+                    np.asarray(cols, dtype=np.int64)),
+            np.asarray(nbytes, dtype=np.int64))
+  live = np.cumsum(delta[:n], axis=0)
   seen, rows, steps = set(), [], []
   for i in range(n):
-    for j, nb in starts.get(i, ()):
-      cur[j] += nb
-    for j, nb in ends.get(i, ()):
-      cur[j] -= nb
-    key = cur.tobytes()
+    key = live[i].tobytes()
     if key not in seen:
       seen.add(key)
-      rows.append(cur.copy())
+      rows.append(live[i])
       steps.append(i)
   scopes = tuple(sorted(index, key=index.get))
   if not rows:
