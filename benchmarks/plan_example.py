@@ -12,15 +12,35 @@ microbatch counts k (each a set of ZeRO-stage x recompute candidates, each
 candidate a CP-SAT program) and then a descent over per-group stages.  The
 "solve time" line is the last program's alone.
 
-This runs the command in-process (``--time-limit 600``, so that a loaded
-machine cannot cut the search short and change the answer), prints the
-CLI's own phase summary (the phases add up to the wall time), and then, in
-the same process, times the work the search no longer does: the
-explanation of the k = 1 candidates' infeasibility (their most
-memory-saving candidate's own search for its smallest peak), which ran
-eagerly at every k where no candidate fits, although only a search in
-which no k fits reports it.  Wall and CPU seconds are both printed: on a
-shared machine the wall time varies with the load, the CPU time less.
+What the search no longer does (each leaves the answer as it was):
+
+* the eager explanation of the k = 1 candidates' infeasibility (their most
+  memory-saving candidate's own search for its smallest peak), which ran
+  at every k where no candidate fits, although only a search in which no
+  k fits reports it (timed below);
+* building the program of a candidate whose memory alone fits no layout:
+  the scan of every valid global layout over the memory steps
+  (``autolayout.search.memory_steps.prune_by_layouts``, its
+  ``least_peak``) proves it in milliseconds: 38 of the 60 programs built
+  before (the step as built's among them), where 15 are built now;
+* solving again what an earlier phase proved: the descent asks for the
+  plan it starts from and its neighbours' fates again (6 programs;
+  ``autolayout.training.candidate_search.Known``);
+* 89 memory steps in each per-group-stage program where 7 give the same
+  constraints (the step pruning now scans those meshes' 8,247 layouts),
+  and CP-SAT without presolve on these budget-bound programs (half the
+  solve);
+* importing SciPy (twice), matplotlib and networkx, which a solve never
+  uses (0.6 s).
+
+Measured side by side on the shared 2-core machine (3 alternating runs
+of the CLI each, load 4-9): 16.4 s wall quiet before; CPU 19.5 s before
+and 6.1 s after.  This script runs the command in-process
+(``--time-limit 600``, so that a loaded machine cannot cut the search
+short and change the answer), prints the CLI's own phase summary (the
+phases add up to the wall time), and then times the eager explanation
+alone.  Wall and CPU seconds are both printed: on a shared machine the
+wall time varies with the load, the CPU time less.
 
 Reproduce:
   python benchmarks/plan_example.py
