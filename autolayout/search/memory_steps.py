@@ -10,6 +10,7 @@ merged, and a step whose vector is <= another's everywhere can never be the
 peak under any layout, so it is dropped.
 """
 
+import math
 from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -18,6 +19,9 @@ from costmodels import memory as cm_memory
 from autolayout.search import assignments
 
 MAX_LAYOUTS_TO_SCAN = 200_000
+# Where the options' product passes MAX_LAYOUTS_TO_SCAN, the most
+# (layouts x steps x scopes) prune_by_layouts scans: tens of milliseconds.
+SCAN_WORK = 50_000_000
 # Global layouts scanned per numpy block: small enough that the matrix
 # products stay on one thread (OpenBLAS threads the larger ones, which on
 # a loaded 2-core machine cost 10x the CPU: 8,247 layouts took 27 ms of
@@ -103,14 +107,23 @@ def prune_by_layouts(ms, space, max_layouts=MAX_LAYOUTS_TO_SCAN):
   <autolayout.search.state.LayoutSearch.may_fit>` reads).
 
   Returns ``ms`` unchanged when the mesh admits more than ``max_layouts``
-  valid layouts (:func:`layout_blocks`).
+  valid layouts (:func:`layout_blocks`), or, when the options multiply
+  past ``max_layouts``, more than the scan's work bound allows
+  (``SCAN_WORK``).
   """
   if not len(ms.steps):
     return ms
+  dims = space.dims
+  count = math.prod(1 + len(space.options[d]) for d in dims)
+  if count > max_layouts:
+    # The clashes may still leave few layouts (a per-group-stage step:
+    # 531,441 products, 8,247 layouts), but a scan of many steps costs
+    # what the program saves: only as many as SCAN_WORK allows.
+    max_layouts = min(max_layouts, SCAN_WORK // (len(ms.steps)
+                                                 * max(1, len(ms.scopes))))
   blocks = layout_blocks(space, max_layouts)
   if blocks is None:
     return ms
-  dims = space.dims
   divisors = np.stack([blocks[:, [dims.index(d) for d in scope]].prod(axis=1)
                        for scope in ms.scopes])       # scopes x layouts
   slack = len(ms.scopes) + 1
