@@ -38,6 +38,7 @@ from costmodels import compute as compute_lib
 from costmodels import hardware
 from costmodels import memory as memory_lib
 from costmodels import overlap as overlap_lib
+from costmodels import sync_hold
 from costmodels import prefetch as prefetch_lib
 from costmodels.report import CostReport
 from costmodels.topology import get_topology, map_mesh
@@ -309,8 +310,11 @@ def evaluate(graph, mesh_shape, layout_rules, topology, outputs=None,
   outputs = arguments.check_outputs(graph, outputs)
   trace = trace_graph(graph, mesh_shape, rules, outputs)
   costs = op_costs(trace, mapping, microbatches)
-  profile = memory_lib.memory_profile(graph, mesh_shape, rules, schedule,
-                                      outputs, liveness)
+  if liveness is None:
+    liveness = memory_lib.liveness(graph, outputs, schedule)
+  profile = memory_lib.memory_profile(
+      graph, mesh_shape, rules, liveness_plan=sync_hold.liveness_on_chip(
+          graph, trace, topology.chip, liveness))
   hidden = overlap_lib.overlap(costs, overlap_lib.gradient_buckets(graph),
                                mapping, enabled=overlap,
                                prefetch=prefetch_lib.prefetch_buckets(graph))

@@ -152,6 +152,14 @@ class ChipSpec(NamedTuple):
       several depths; the report adds it to each step's
       ``wall_step_time_s`` (not to ``step_time_s``, which the layout
       search reproduces: it is the same for every layout).
+    devices_in_lockstep: whether the devices run their steps in step with
+      each other (True: each device has its own engine, as every GPU and
+      TPU preset).  False for logical CPU devices, which share the host's
+      cores: TF's executor runs one device's ready ops ahead of the others,
+      so a gradient sync waits until the group's last device reaches it,
+      and each device holds every gradient that waits for a sync until the
+      end of its backward pass (:mod:`costmodels.sync_hold`).  Calibration
+      sets it from the device type.
   """
   name: str
   kind: str
@@ -171,6 +179,7 @@ class ChipSpec(NamedTuple):
   inline_kernel_max: Tuple[int, ...] = ()
   batch_matrix_s: float = 0.0
   step_overhead_s: float = 0.0
+  devices_in_lockstep: bool = True
 
   def compute_fit(self, pattern):
     """The :class:`~costmodels.compute_fits.ComputeClassFit` of

@@ -37,6 +37,11 @@ The model, which the layout optimizer reproduces exactly:
   variables (optimizer slots, step counters) are ``optimizer``, except
   those made with another ``memory_category`` (a decoding step's key/value
   caches are ``kv_cache``); every other tensor is ``activations``.
+* **Devices not in lockstep.** ``costmodels.evaluate`` prices this
+  liveness as it is on a chip whose devices run in lockstep; on one whose
+  devices do not (logical CPU devices), each gradient that waits for a
+  sync stays live until the backward pass ends
+  (:mod:`costmodels.sync_hold`), which the layout search does not model.
 
 Example:
   >>> import mesh_tf as mtf

@@ -176,6 +176,9 @@ class StageWork(NamedTuple):
       :func:`costmodels.stage_work.price_sync`).
     layer_gradient_bytes, base_gradient_bytes: the gradients' (what ZeRO 2
       shards too).
+    layer_gather_bytes, base_gather_bytes: under ZeRO 3, the bytes each
+      device contributes to the all-gathers of one layer's (the ends')
+      sharded weights per microbatch (forward and backward); 0 otherwise.
   """
   layer_s: float
   first_s: float = 0.0
@@ -200,6 +203,8 @@ class StageWork(NamedTuple):
   base_optimizer_bytes: int = 0
   layer_gradient_bytes: int = 0
   base_gradient_bytes: int = 0
+  layer_gather_bytes: int = 0
+  base_gather_bytes: int = 0
 
   def end_share(self, stage, stages):
     """The part of the ends' per-step work and state on ``stage`` of

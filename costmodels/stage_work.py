@@ -115,7 +115,7 @@ def price_sync(work, mapping, data_axes, zero=0):
   size (each replica's microbatch is the same), so one measurement serves
   every size.
 
-  ``zero`` is the ZeRO stage over the data axes (0, 1 or 2), with data
+  ``zero`` is the ZeRO stage over the data axes (0-3), with data
   size ``D``:
 
   * 0: one all-reduce of the layer's, and of the ends', gradient bytes
@@ -126,11 +126,22 @@ def price_sync(work, mapping, data_axes, zero=0):
     bytes) once per step;
   * 2: the gradients are sharded too: the reduce-scatter runs per
     microbatch (in the per-microbatch work, exposed as the step's
-    reduction is), the all-gather once per step.
+    reduction is), the all-gather once per step;
+  * 3: the weights are sharded too (``1/D`` of each layer's master
+    weights on a device): as 2, but instead of the once-per-step
+    all-gather each microbatch gathers every layer's compute copy twice,
+    before its forward and again before its backward (the recompute, if
+    any, and the backward share the second; :mod:`mesh_tf.training.storage`
+    stage 3), and one layer's gathered copy joins the working set.  The
+    gathers are per-microbatch work (``layer_gather_bytes``: the bytes
+    each device contributes, the shards, as the lowering's ``allconcat``
+    records count them).  A backward without recompute regathers slightly
+    fewer bytes than the forward (weights whose gradient does not read
+    them, e.g. a bias), so it is priced a little high.
   """
-  if zero not in (0, 1, 2):
+  if zero not in (0, 1, 2, 3):
     raise MtfError(f"zero={zero!r}: the pipelined space prices ZeRO "
-                   "stages 0, 1 and 2; use one of them")
+                   "stages 0, 1, 2 and 3; use one of them")
   group = 1
   for a in data_axes:
     group *= mapping[a].size
@@ -153,6 +164,14 @@ def price_sync(work, mapping, data_axes, zero=0):
   opt_base = shard(work.base_optimizer_bytes)
   grad = shard(work.layer_gradient_bytes) if zero >= 2 else 0
   grad_base = shard(work.base_gradient_bytes) if zero >= 2 else 0
+  # ZeRO 3: the master weights, the state that is neither optimizer nor
+  # gradient.
+  weights = shard(work.layer_state_bytes - work.layer_optimizer_bytes
+                  - work.layer_gradient_bytes) if zero >= 3 else 0
+  weights_base = shard(work.base_state_bytes - work.base_optimizer_bytes
+                       - work.base_gradient_bytes) if zero >= 3 else 0
+  grad += weights
+  grad_base += weights_base
   base_state = work.base_state_bytes - opt_base - grad_base
 
   def end(held):
@@ -167,8 +186,9 @@ def price_sync(work, mapping, data_axes, zero=0):
       base_state_bytes=base_state,
       first_state_bytes=end(work.first_state_bytes),
       last_state_bytes=end(work.last_state_bytes),
-      layer_sync_s=t("allgather", work.layer_sync_bytes),
-      base_sync_s=t("allgather", work.base_sync_bytes))
+      # An all-gather is priced by the shard each device starts with.
+      layer_sync_s=t("allgather", work.layer_sync_bytes // group),
+      base_sync_s=t("allgather", work.base_sync_bytes // group))
   if zero == 1:
     return out._replace(
         layer_sync_s=out.layer_sync_s + t("reduce_scatter",
@@ -176,10 +196,22 @@ def price_sync(work, mapping, data_axes, zero=0):
         base_sync_s=out.base_sync_s + t("reduce_scatter",
                                         work.base_sync_bytes))
   # ZeRO 2: a reduce-scatter of each microbatch's gradients.
-  return out._replace(
+  out = out._replace(
       layer_s=work.layer_s + t("reduce_scatter", work.layer_sync_bytes),
       first_s=work.first_s + t("reduce_scatter", work.base_sync_bytes) / 2,
       last_s=work.last_s + t("reduce_scatter", work.base_sync_bytes) / 2)
+  if zero == 2:
+    return out
+  # ZeRO 3: two gathers of each shard per microbatch, none per step.
+  piece, piece_base = (work.layer_sync_bytes // group,
+                       work.base_sync_bytes // group)
+  return out._replace(
+      layer_s=out.layer_s + 2 * t("allgather", piece),
+      first_s=out.first_s + t("allgather", piece_base),
+      last_s=out.last_s + t("allgather", piece_base),
+      layer_sync_s=0.0, base_sync_s=0.0,
+      working_bytes=work.working_bytes + work.layer_sync_bytes,
+      layer_gather_bytes=2 * piece, base_gather_bytes=2 * piece_base)
 
 
 def _first_stage_ops(trace, layer_prefix):

@@ -4,13 +4,18 @@ Topology files (``mtf-layout calibrate``, ``-t FILE.json``) and the
 topologies plan files embed (:mod:`autolayout.plans.plan`) use this one schema,
 documented in ``docs/topology_files.md``::
 
-    {"schema": "mesh-tf-topology", "version": 8, "name": "...",
+    {"schema": "mesh-tf-topology", "version": 9, "name": "...",
      "chip": {...ChipSpec fields..., "link": {...}, "compute_fits": [...]},
      "dims": [{"name", "size", "structure", "wraparound", "link": {...}}],
      "calibration": {...what was measured, fit residuals...}}
 
 Every number keeps its unit in its key; JSON has no infinity, so ``null``
-stands for an infinite bandwidth.  Version 8 added ``chip.step_overhead_s``
+stands for an infinite bandwidth.  Version 9 added
+``chip.devices_in_lockstep`` (whether a gradient sync finds its group's
+devices together, or each device holds its gradients until the end of its
+backward pass); version 8 files read with False for a ``"cpu"`` chip
+(logical CPU devices, the only ones calibrated so) and True otherwise.
+Version 8 added ``chip.step_overhead_s``
 (the fixed cost of one call of a step); version 7 files read with 0.
 Version 7 added ``compute_fits[].tile``
 (the blocks a convolution kernel computes its output in); version 6
@@ -48,15 +53,15 @@ from costmodels.hardware import ChipSpec, LinkSpec
 from costmodels.topology.types import PhysicalDim, Topology
 
 SCHEMA = "mesh-tf-topology"
-VERSION = 8
+VERSION = 9
 #: Versions this mesh-tf reads (1: before compute fits and overlap; 2:
 #: before the achievable matmul fraction; 3: before the threaded-kernel
 #: cost; 4: before the cost per matrix of a batch; 5: before the cost per
 #: collective in a step; 6: before convolution tiles; 7: before the fixed
-#: cost per step).  The version was bumped
+#: cost per step; 8: before devices_in_lockstep).  The version was bumped
 #: each time, rather than the field added silently, so that an older mesh-tf refuses a file whose new term it would
 #: ignore instead of pricing matmuls too fast.
-READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+READ_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 
 
 class TopologyFileError(TopologyError):
@@ -115,6 +120,7 @@ def topology_to_dict(topology, calibration=None):
           "inline_kernel_max": list(c.inline_kernel_max),
           "batch_matrix_s": c.batch_matrix_s,
           "step_overhead_s": c.step_overhead_s,
+          "devices_in_lockstep": c.devices_in_lockstep,
           "link": _link_json(c.link)}
   dims = [{"name": d.name, "size": d.size, "structure": d.structure,
            "wraparound": d.wraparound, "link": _link_json(d.link)}
@@ -285,7 +291,9 @@ def topology_from_dict(obj, source="<json>"):
       _compute_fits(c, w), _efficiencies(c, w),
       _get(c, "threaded_kernel_s", float, w, 0.0),
       _inline_max(c, w, version), _get(c, "batch_matrix_s", float, w, 0.0),
-      _get(c, "step_overhead_s", float, w, 0.0))
+      _get(c, "step_overhead_s", float, w, 0.0),
+      _get(c, "devices_in_lockstep", bool, w,
+           _get(c, "kind", str, w) != "cpu"))
   for field in ("threaded_kernel_s", "batch_matrix_s", "step_overhead_s"):
     if getattr(chip, field) < 0:
       raise TopologyFileError(f"{w}.{field} is {getattr(chip, field)!r}; "

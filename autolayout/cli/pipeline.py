@@ -1,6 +1,7 @@
 """``mtf-layout solve --pipeline``: the fastest pipelined layout of a zoo
-Transformer on a GPU cluster (:mod:`autolayout.meshes.pipeline_search`),
-with a published layout as a starting hint.
+Transformer on a GPU cluster or a TPU slice
+(:mod:`autolayout.meshes.pipeline_search`), with a published layout as a
+starting hint.
 
 ``--hint`` takes, besides a plan file, a pipelined layout written
 ``tp=8,pp=64,dp=6,v=2[,mb=1][,recompute=full][,placement=inner][,zero=1]``: it is
@@ -21,7 +22,7 @@ from autolayout.cli.context import Answer
 from autolayout.cli.errors import CliInputError
 from autolayout.cli.models import parse_overrides
 from autolayout.meshes.pipeline_search import search_pipelines
-from autolayout.training.pipeline_price import PipelineLayout
+from autolayout.training.pipeline_price import PipelineLayout, is_torus
 from mesh_tf import models
 
 _KEYS = {"tp": "model", "pp": "stages", "dp": "data", "v": "chunks",
@@ -29,19 +30,26 @@ _KEYS = {"tp": "model", "pp": "stages", "dp": "data", "v": "chunks",
          "placement": "placement", "schedule": "schedule", "zero": "zero"}
 
 
+# The placements of a torus, as the answer names them.
+_TORUS_PLACES = {
+    "inner": "on the minor ICI dims, stages outermost",
+    "data-outer": "on the minor ICI dims, data outermost"}
+
+
 def add_pipeline_args(p):
   g = p.add_argument_group("pipeline parallelism (zoo Transformers on GPU "
-                           "clusters)")
+                           "clusters and TPU slices)")
   g.add_argument("--pipeline", action="store_true",
                  help="search tensor x pipeline x data parallel layouts "
                  "(stages, chunks, microbatch size, recompute, idle chips "
                  "or padding); --hint may then be a layout such as "
                  "tp=8,pp=64,dp=6,v=2")
   g.add_argument("--no-pipeline", action="store_true",
-                 help="on a multi-node GPU cluster, search only the "
-                 "unpipelined layouts (by default a large model's training "
-                 "plan there is the faster of the pipelined and the "
-                 "unpipelined search, within about 16 s)")
+                 help="on a multi-node GPU cluster or a TPU slice of 64 "
+                 "chips or more, search only the unpipelined layouts (by "
+                 "default a large model's training plan there is the "
+                 "faster of the pipelined and the unpipelined search, "
+                 "within about 16 s)")
 
 
 def parse_layout_hint(text):
@@ -139,13 +147,16 @@ def pipeline_answer(args, topology, budget, r, compared=()):
              f"{best.peak_memory_bytes / 2**30:.1f} GiB, idle chips "
              f"{best.idle_chips}, padded sequences {best.padded_sequences}")
     for place, t in r.by_placement.items():
-      where = "inside a node" if place == "inner" else "across nodes"
+      where = (_TORUS_PLACES.get(place, place) if is_torus(topology) else
+               "inside a node" if place == "inner" else "across nodes")
       ctx.line(f"  tensor axis {where}: best step "
                + ("none fits" if t is None else f"{t:.3f} s"))
     if r.hint is not None:
       ctx.line(f"  hint {r.hint.layout.describe()}: step "
                f"{r.hint.step_time_s:.3f} s, peak "
-               f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB")
+               f"{r.hint.peak_memory_bytes / 2**30:.1f} GiB"
+               + (" (over the budget)" if r.hint.peak_memory_bytes > budget
+                  else ""))
     for line in compared:
       ctx.line(line)
 

@@ -1,8 +1,12 @@
 """The default training plan at scale: pipelined and unpipelined compared.
 
-On a GPU cluster of several nodes, a model whose training state does not
-fit one chip (:func:`autolayout.meshes.pipeline_search.pipelining_applies`)
-is planned by two searches, within :data:`SCALE_TIME_S` seconds together:
+On a GPU cluster of several nodes or a TPU slice of at least 64 chips, a
+model whose training state does not fit one chip
+(:func:`autolayout.meshes.pipeline_search.pipelining_applies`) is planned
+by two searches, within :data:`SCALE_TIME_S` seconds together, whether
+the question is ``solve --train`` or a bare ``solve`` (whose default
+question is the training step; its plan is compared when, the step as
+built fitting no layout, it searched the training decisions too):
 
 1. the exact pipelined search (:mod:`autolayout.meshes.pipeline_search`:
    tensor x pipeline x data parallelism, chunks, microbatches, recompute,
@@ -68,11 +72,16 @@ def applies(args, model, topology, num_devices):
       model.config, topology, num_devices)
 
 
-def compare(ctx, args, model, topology, budget, unpipelined_search):
+def compare(ctx, args, model, topology, budget, unpipelined_search,
+            not_comparable=None):
   """Both searches, the faster plan (see the module docstring).
 
   ``unpipelined_search(time_limit_s)`` runs the unpipelined search and
   returns ``(result, decisions_tried, meshes_tried)``.
+  ``not_comparable()``, called after it, says why its plan answers
+  another question than the pipelined one (a bare ``solve`` whose step
+  as built fits: no training decisions were searched), or returns None;
+  the pipelined plan is then left out, and the lines say why.
 
   Raises:
     PipelineInfeasibleError: if neither space has a plan that fits
@@ -99,11 +108,16 @@ def compare(ctx, args, model, topology, budget, unpipelined_search):
   else:
     flat_note = (f"not run: {max(0.0, left):.1f} s of the {limit:g} s "
                  "left after the pipelined search")
+  why_not = None if flat is None or not_comparable is None else (
+      not_comparable())
   if piped is None and flat is None:
     raise piped_error
-  lines = [f"compared the pipelined and the unpipelined plan spaces "
-           f"within {limit:g} s:"]
-  if piped is not None:
+  lines = [f"{'searched' if why_not else 'compared'} the pipelined and "
+           f"the unpipelined plan spaces within {limit:g} s:"]
+  if why_not:
+    lines.append(f"  pipelined: not compared ({why_not})")
+    piped = None
+  elif piped is not None:
     b = piped.best
     lines.append(f"  pipelined ({piped.status}, {piped.solve_time_s:.1f} "
                  f"s): step {b.step_time_s:.3f} s, {b.layout.describe()},"

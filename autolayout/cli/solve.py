@@ -1,5 +1,6 @@
 """``mtf-layout solve``: the optimal layout and its costs."""
 
+import argparse
 
 import pandas as pd
 
@@ -161,22 +162,68 @@ def _search(ctx, args, setup, budget, hint):
     if mesh is None:
       n = topology.num_chips if args.devices is None else args.devices
       inputs.check_devices(n, topology)
-    what = (f"solving {model.name} on {mesh.text} "
-            f"({topology.name})" if mesh is not None
-            else f"solving every mesh shape of {n} devices")
-    unit = "B" if args.objective == "memory" else "s"
-    with ctx.progress(what, unit) as update:
-      answer = solve_default(
-          model.graph, outputs=model.outputs,
-          spec=common.query(args, setup, mesh, budget, num_devices=n),
-          config=model.config if _fall_back(args, model) else None,
-          search=setup.search, hint=hint,
-          progress=update if mesh is not None else None,
-          mesh_progress=update.on_mesh if mesh is None else None,
-          decision_progress=_steps(ctx) if mesh is not None else None)
+    found = []
+
+    def default(time_limit_s=None):
+      found.append(_default_search(ctx, args, setup, mesh, budget, n, hint,
+                                   time_limit_s))
+      return (found[-1].result, found[-1].decisions_tried, found[-1].meshes)
+    if mesh is None and _fall_back(args, model) and scale.applies(
+        args, model, topology, n):
+      # The training step by default, of a model at scale: its plan is
+      # compared with the pipelined one where it searched the training
+      # decisions (autolayout.cli.scale).
+      choice = scale.compare(
+          ctx, args, model, topology, budget, default,
+          not_comparable=lambda: None if found[-1].fell_back else (
+              "the step as built fits, so its training decisions were not "
+              "searched; add --train to plan them, pipelined or not"))
+      if choice.answer is not None:
+        return choice.answer
+      compared = choice.compared
+    else:
+      default()
+      compared = _not_searched(args, model, topology, n)
+    answer = found[-1]
     result, tried = answer.result, answer.meshes
     decisions_tried, fell_back = answer.decisions_tried, answer.fell_back
   return result, decisions_tried, tried, fell_back, compared
+
+
+def _default_search(ctx, args, setup, mesh, budget, n, hint,
+                    time_limit_s=None):
+  """The default question's answer (:func:`autolayout.default_search.
+  solve_default`), within ``time_limit_s`` (default ``--time-limit``)."""
+  model = setup.model
+  if time_limit_s is not None:
+    args = argparse.Namespace(**{**vars(args), "time_limit": time_limit_s})
+  what = (f"solving {model.name} on {mesh.text} "
+          f"({setup.topology.name})" if mesh is not None
+          else f"solving every mesh shape of {n} devices")
+  unit = "B" if args.objective == "memory" else "s"
+  with ctx.progress(what, unit) as update:
+    return solve_default(
+        model.graph, outputs=model.outputs,
+        spec=common.query(args, setup, mesh, budget, num_devices=n),
+        config=model.config if _fall_back(args, model) else None,
+        search=setup.search, hint=hint,
+        progress=update if mesh is not None else None,
+        mesh_progress=update.on_mesh if mesh is None else None,
+        decision_progress=_steps(ctx) if mesh is not None else None)
+
+
+def _not_searched(args, model, topology, n):
+  """The line saying that the pipelined space was not searched, for a
+  forward-pass question of a model the training question would plan
+  pipelined too (pipelining an inference step is not in the space)."""
+  config = model.config
+  if (model.train or args.layout_only or n is None or config is None
+      or not hasattr(config, "recompute")
+      or not scale.applies(args, model, topology, n)):
+    return ()
+  return ("pipelined plans: not searched (the pipelined space plans "
+          "training steps, and this question is the forward pass; add "
+          "--train to compare them with the unpipelined training plan)",)
 
 
 def _steps(ctx):

@@ -10,11 +10,28 @@ data axis (0; 1: optimizer state sharded; 2: gradients too) -- under the
 per-device memory budget, and keeps the layout with the smallest predicted step time
 (ties: fewer chips, then the earlier layout in enumeration order).
 
+**TPU slices.**  On a torus (a TPU slice, or pods of them joined by the
+data-centre network) the mesh is laid row-major on a box of the torus:
+the tensor axis on its minor ICI dims (any size whose chips fill a box of
+them, :func:`tensor_degrees`), the data axis on the next, the stages
+along the major dims (a whole dim, or a sub-block of it), so that a
+stage boundary is a send to the neighbouring chips of the next stage,
+priced on the ICI link (or the data-centre network where the stages span
+pods).  The tensor axis is not placed across the data axis (across the
+torus's dims the link is the same), but the data axis may be outermost
+instead of the stages (``data-outer``: the stages on the middle dims, the
+data axis on the major ones and across pods), and the search compares
+both.
+
 **Any chip count.**  A layout uses ``model * stages * data`` chips in
-whole nodes (or part of one node); the rest are *idle* and reported.  For
+whole nodes (or part of one node; on a torus, a box of it: whole minor
+dims and part of the next); the rest are *idle* and reported.  For
 each (tensor, stages) pair it tries the largest data-parallel size that
 fits in the chips, whose microbatches the batch need not divide (the
-last microbatch is *padded*, and the padding priced as work), and the
+last microbatch is *padded*, and the padding priced as work; the plan's
+:attr:`~autolayout.training.pipeline_price.PipelinedPrice.padding` is the
+:class:`mesh_tf.training.padding.Padding` that
+:class:`mesh_tf.pipeline.PipelineTrainStep` lowers), and the
 largest one that divides the batch (no padding, more idle chips): the
 predicted step time picks between them.  When no layout fits on the
 chips, :class:`PipelineInfeasibleError` names the smallest chip count
@@ -40,14 +57,15 @@ from costmodels.topology import get_topology
 from mesh_tf.core.errors import MtfError
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.training.pipeline_price import (
-    PLACEMENTS, RECOMPUTE, PipelineLayout, aligned, measure_stage,
-    measuring_data, price_layout)
+    PLACEMENTS, RECOMPUTE, PipelineLayout, aligned, box_sizes, is_torus,
+    measure_stage, measuring_data, price_layout)
 
 DEFAULT_MICROBATCH_SIZES = (1, 2)
 DEFAULT_MAX_CHUNKS = 4
 #: ZeRO stages over the data axis (1: optimizer state sharded; 2: and the
-#: gradients, reduce-scattered per microbatch).
-DEFAULT_ZERO = (0, 1, 2)
+#: gradients, reduce-scattered per microbatch; 3: and the weights,
+#: gathered before each microbatch's forward and backward).
+DEFAULT_ZERO = (0, 1, 2, 3)
 
 
 class PipelineInfeasibleError(InfeasibleLayoutError):
@@ -91,25 +109,81 @@ class PipelineSearchResult(NamedTuple):
     return 0.0 if self.status == "optimal" else None
 
 
+#: The largest tensor-parallel size tried on a torus.
+MAX_TORUS_TENSOR = 64
+
+
 def tensor_degrees(config, topology):
-  """Tensor-parallel sizes: divisors of the node size (the innermost
-  physical dim) that divide the heads."""
+  """Tensor-parallel sizes that divide the heads: on a two-level cluster
+  the divisors of the node size (the innermost physical dim); on a torus
+  the sizes whose chips fill a box of its minor dims (a divisor of the
+  minor-most dim, or that dim times a divisor of the next...), up to
+  :data:`MAX_TORUS_TENSOR` and to half the slice (a stage's work is
+  measured on two replicas, and a torus cannot grow)."""
+  if is_torus(topology):
+    return tuple(t for t in range(1, min(MAX_TORUS_TENSOR,
+                                         topology.num_chips // 2) + 1)
+                 if config.heads % t == 0 and _divides_dims(topology, t)
+                 and aligned(topology, 2 * t))
   node = topology.dims[-1].size
   return tuple(t for t in range(1, node + 1)
                if node % t == 0 and config.heads % t == 0)
 
 
-def _data_sizes(config, topology, model, stages, microbatch):
+def _divides_dims(topology, chips):
+  """Whether ``chips`` fill a box of the torus's minor dims whose part of
+  its major-most dim divides that dim (so that the rest of it holds whole
+  data-parallel groups)."""
+  box = box_sizes(topology, chips)
+  if box is None:
+    return False
+  k = next(i for i, n in enumerate(box) if n > 1 or i == len(box) - 1)
+  return topology.dims[k].size % box[k] == 0
+
+
+def placements_of(topology, placements=PLACEMENTS):
+  """The placements searched on ``topology``: the tensor axis inside a
+  node or across nodes on a two-level cluster; on a torus the tensor axis
+  on the minor ICI dims (across them is the same kind of link) with the
+  stages outermost (``inner``) or the data axis outermost
+  (``data-outer``)."""
+  keep = ("inner", "data-outer") if is_torus(topology) else (
+      "inner", "outer")
+  return tuple(p for p in placements if p in keep)
+
+
+def measured_placement(placement):
+  """The placement whose stage measurement serves ``placement``'s (the
+  tensor axis lies alike in ``inner`` and ``data-outer``)."""
+  return "inner" if placement == "data-outer" else placement
+
+
+def box_counts(topology):
+  """The chip counts that fill a box of a torus (:func:`autolayout.
+  training.pipeline_price.box_sizes`), largest first: a part of one dim
+  times the whole dims minor to it."""
+  counts, minor = set(), 1
+  for d in reversed(topology.dims):
+    counts.update(a * minor for a in range(1, d.size + 1))
+    minor *= d.size
+  return tuple(sorted(counts, reverse=True))
+
+
+def _data_sizes(config, topology, model, stages, microbatch, counts=None):
   """The data-parallel sizes tried for (model, stages): the largest that
   fits in the chips (padding the batch if needed) and the largest that
-  divides the batch into whole microbatches, both on whole nodes."""
+  divides the batch into whole microbatches, both on whole nodes (on a
+  torus, boxes of it: ``counts``, :func:`box_counts`)."""
   per = model * stages
   most = topology.num_chips // per
-  fit = next((d for d in range(most, 0, -1) if aligned(topology, d * per)),
-             None)
-  exact = next((d for d in range(most, 0, -1)
-                if aligned(topology, d * per)
-                and config.batch % (d * microbatch) == 0), None)
+  if is_torus(topology):
+    sizes = [c // per for c in counts or box_counts(topology)
+             if c % per == 0]
+  else:
+    sizes = [d for d in range(most, 0, -1) if aligned(topology, d * per)]
+  fit = next(iter(sizes), None)
+  exact = next((d for d in sizes if config.batch % (d * microbatch) == 0),
+               None)
   return tuple(sorted({d for d in (fit, exact) if d is not None},
                       reverse=True))
 
@@ -131,6 +205,10 @@ def _state_bound(work, layers, stages, data=1, zero=0):
     state -= work.layer_optimizer_bytes - work.layer_optimizer_bytes // data
   if data > 1 and zero >= 2:
     state -= work.layer_gradient_bytes - work.layer_gradient_bytes // data
+  if data > 1 and zero >= 3:
+    weights = (work.layer_state_bytes - work.layer_optimizer_bytes
+               - work.layer_gradient_bytes)
+    state -= weights - weights // data
   return math.ceil(layers / stages) * state
 
 
@@ -141,9 +219,10 @@ def layouts(config, topology, tensor=None, stages=None, chunks=None,
   (ZeRO stages above 0 only with data parallelism)."""
   topology = get_topology(topology)
   tensor = tensor or tensor_degrees(config, topology)
+  counts = box_counts(topology) if is_torus(topology) else None
   out = []
   for t in tensor:
-    for place in placements:
+    for place in placements_of(topology, placements):
       if place == "outer" and t == 1:
         continue
       for b in microbatch:
@@ -155,9 +234,11 @@ def layouts(config, topology, tensor=None, stages=None, chunks=None,
             for v in (chunks or range(1, DEFAULT_MAX_CHUNKS + 1)):
               if (p == 1 and v > 1) or p * v > config.layers:
                 continue
-              for d in _data_sizes(config, topology, t, p, b):
+              for d in _data_sizes(config, topology, t, p, b, counts):
                 if place == "outer" and d % topology.dims[-1].size:
                   continue
+                if place == "data-outer" and (d == 1 or p == 1):
+                  continue   # the same mesh as inner
                 for z in zero:
                   if z == 0 or d > 1:
                     out.append(PipelineLayout(t, p, d, v, b, rec, place,
@@ -191,7 +272,7 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
   deadline = t0 + time_limit_s
   works, traces, memo, best, best_key = {}, {}, {}, None, None
   priced = skipped = over = 0
-  by_place = {p: None for p in placements}
+  by_place = {p: None for p in placements_of(topology, placements)}
   table = {}
   cut = False
   smallest_state = None
@@ -205,21 +286,23 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       cut = True
       break
     md = measuring_data(lay, topology)
-    key = (lay.model, lay.placement, lay.microbatch, lay.recompute, md)
+    measured = measured_placement(lay.placement)
+    key = (lay.model, measured, lay.microbatch, lay.recompute, md)
     work = works.get(key)
     if work is None:
       work = works[key] = measure_stage(config, topology, lay.model, md,
                                         lay.microbatch, lay.recompute,
-                                        lay.placement, traces)
+                                        measured, traces)
     bound = _state_bound(work, config.layers, lay.stages, lay.data, lay.zero)
     smallest_state = min(bound, smallest_state or bound)
     # The time bound prunes against the incumbent of the layout's own
     # placement, so that the best of each placement is exact too.
     incumbent = by_place.get(lay.placement)
-    if bound > memory_budget or (
+    # The hint is priced whatever the bounds say (the answer shows it).
+    if (hint is None or n_lay > 0) and (bound > memory_budget or (
         incumbent is not None
         and _time_bound(work, config.layers, lay, config.batch)
-        > incumbent * (1 + 1e-9)):
+        > incumbent * (1 + 1e-9))):
       skipped += 1
       continue
     try:
@@ -251,9 +334,12 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
       raise TimeLimitError(
           f"the time limit of {time_limit_s:g} s ran out before any "
           "pipelined layout that fits was found; raise the time limit")
-    need = min_chips(config, topology, memory_budget, works)
+    need = min_chips(config, topology, memory_budget, works, zero=zero)
     where = (f"the smallest chip count that would hold it is {need}"
-             if need else "no chip count up to "
+             if need else
+             f"no box of the torus's {topology.num_chips} chips holds it; "
+             "use a larger slice" if is_torus(topology) else
+             "no chip count up to "
              f"{config.layers * max(tensor_degrees(config, topology))} "
              "chips holds it")
     raise PipelineInfeasibleError(
@@ -268,44 +354,54 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
                               rows, hint_price)
 
 
-def min_chips(config, topology, memory_budget, works=None):
-  """The smallest ``model * stages`` (tensor parallelism within a node,
-  one replica, microbatch 1, full recompute, 1F1B) whose busiest stage
+def min_chips(config, topology, memory_budget, works=None, *,
+              zero=DEFAULT_ZERO):
+  """The smallest ``model * stages * data`` (tensor parallelism within a
+  node, microbatch 1, full recompute, 1F1B; ZeRO 3 over the ``data``
+  replicas, which shards the whole training state) whose busiest stage
   fits ``memory_budget``, on a cluster like ``topology`` grown as needed;
-  None if none up to a stage per layer does."""
+  None if none up to a stage per layer (and as many replicas) does.
+  Without 3 in ``zero`` (the ZeRO stages of the space), one replica."""
   topology = get_topology(topology)
   node = topology.dims[-1].size
-  best = None
-  for t in tensor_degrees(config, topology):
-    for p in range(1, config.layers + 1):
-      chips = t * p
-      if best is not None and chips >= best:
-        break
-      grown = _grown(topology, chips)
-      if grown is None:
-        continue
-      lay = PipelineLayout(t, p, 1, 1, 1, "full", "inner")
-      work = None if works is None else works.get(
-          (t, "inner", 1, "full", 2))
-      if work is None:
-        work = measure_stage(config, grown, t, 2, 1, "full", "inner")
-        if works is not None:
-          works[(t, "inner", 1, "full", 2)] = work
-      if _state_bound(work, config.layers, p) > memory_budget:
-        continue
+  limit = config.layers * max(tensor_degrees(config, topology))
+  points = sorted((t * p * d, t, p, d)
+                  for t in tensor_degrees(config, topology)
+                  for p in range(1, config.layers + 1)
+                  for d in range(1, (limit // (t * p) if 3 in zero else 1)
+                                 + 1))
+  for chips, t, p, d in points:
+    grown = _grown(topology, chips)
+    if grown is None:
+      continue
+    lay = PipelineLayout(t, p, d, 1, 1, "full", "inner", zero=3 if d > 1
+                         else 0)
+    work = None if works is None else works.get(
+        (t, "inner", 1, "full", 2))
+    if work is None:
+      work = measure_stage(config, grown, t, 2, 1, "full", "inner")
+      if works is not None:
+        works[(t, "inner", 1, "full", 2)] = work
+    if _state_bound(work, config.layers, p, d, lay.zero) > memory_budget:
+      continue
+    try:
       r = price_layout(config, grown, lay, work)
-      if r.peak_memory_bytes <= memory_budget:
-        best = chips if chips % node == 0 or node % chips == 0 else (
-            -(-chips // node) * node)
-        break
-  return best
+    except MtfError:
+      continue   # a mesh the cluster's dims (or the torus's box) cannot take
+    if r.peak_memory_bytes <= memory_budget:
+      return chips if (is_torus(topology) or chips % node == 0
+                       or node % chips == 0) else -(-chips // node) * node
+  return None
 
 
 def _grown(topology, chips):
   """``topology``'s kind of cluster with at least ``chips`` chips (whole
-  nodes), or None for a topology that cannot grow (a TPU torus)."""
+  nodes), or None for a topology that cannot grow (a TPU torus: then
+  ``topology`` itself where ``chips`` fill a box of it)."""
   dims = topology.dims
   node = dims[-1].size
+  if is_torus(topology):
+    return topology if aligned(topology, chips) else None
   if len(dims) != 2:
     return topology if chips <= topology.num_chips else None
   if chips % node and node % chips:
@@ -315,20 +411,29 @@ def _grown(topology, chips):
       dims[0]._replace(size=max(nodes, dims[0].size)), dims[1]))
 
 
+#: The smallest TPU slice whose training questions consider pipelined
+#: layouts by default (a 4x4x4 cube of v4 / v5p).
+MIN_TORUS_CHIPS = 64
+
+
 def pipelining_applies(config, topology, num_devices=None):
   """Whether a training question of zoo ``config`` on ``topology`` should
   also consider pipelined layouts by default: a Transformer
-  (``heads``, ``layers``) on a GPU cluster of several nodes, using all of
-  its chips, whose training state at ZeRO 0 (about 16 bytes per
-  parameter: bf16 weights and gradients, fp32 master and two Adam
-  moments) does not fit one chip.  Small models, one node and TPU
-  slices keep the layout search alone."""
+  (``heads``, ``layers``) on a GPU cluster of several nodes or a TPU
+  slice of at least :data:`MIN_TORUS_CHIPS` chips, using all of its
+  chips, whose training state at ZeRO 0 (about 16 bytes per parameter:
+  bf16 weights and gradients, fp32 master and two Adam moments) does not
+  fit one chip.  Small models, one node and small TPU slices keep the
+  layout search alone."""
   topology = get_topology(topology)
   if not (hasattr(config, "heads") and hasattr(config, "layers")
           and hasattr(config, "num_parameters")):
     return False
-  if (topology.kind != "gpu" or len(topology.dims) != 2
-      or topology.dims[0].size < 2):
+  if topology.kind == "tpu":
+    if topology.num_chips < MIN_TORUS_CHIPS:
+      return False
+  elif (topology.kind != "gpu" or len(topology.dims) != 2
+        or topology.dims[0].size < 2):
     return False
   if num_devices is not None and num_devices != topology.num_chips:
     return False

@@ -10,9 +10,13 @@ the data axis, on the network).  The mesh is ``stage:P;data:D;model:T``
 (inner) or ``stage:P;model:T;data:D`` (outer), and the pipeline a
 :class:`mesh_tf.pipeline.Pipeline` over the stage axis (the value the
 lowering runs), laid onto the first
-``P * D * T`` chips of the topology row-major; the other chips are idle.
+``P * D * T`` chips of the topology row-major (on a torus, a box of it:
+:func:`box_sizes`); the other chips are idle.
 A batch that ``data * microbatch`` does not divide is padded up to whole
-microbatches (the padding is priced: it is computed like real data).
+microbatches (the padding is priced: it is computed like real data), as
+:class:`mesh_tf.training.padding.Padding` lowers it (:meth:`PipelinedPrice.
+padding` is the value the lowering takes: its padded rows carry a zero
+mask, the same collectives and sends as real rows).
 
 :func:`measure_stage` measures one stage's work from the ShapeMeshImpl
 trace of the training step with one and two layers
@@ -32,13 +36,19 @@ from costmodels.stage_work import price_collective, price_sync, stage_work
 from costmodels.topology import get_topology, map_mesh
 from mesh_tf.core.errors import MtfError
 from mesh_tf.pipeline.spec import Pipeline, Schedule
+from mesh_tf.training.padding import Padding
 from autolayout.training import decisions as dec
 
 STAGE_AXIS, DATA_AXIS, MODEL_AXIS = "stage", "data", "model"
 #: Megatron-style tensor parallelism: heads and d_ff split, the vocabulary
 #: split in the output layer.
 TENSOR_RULES = ("heads", "d_ff", "vocab")
-PLACEMENTS = ("inner", "outer")
+#: Where the tensor axis lies: ``inner`` (innermost, the data axis next,
+#: the stages outermost), ``outer`` (across the data axis: across nodes on
+#: a GPU cluster), ``data-outer`` (innermost, the stages next, the data axis
+#: outermost: on a torus the stages then take the middle dims and the data
+#: axis the major ones, across pods where there are several).
+PLACEMENTS = ("inner", "outer", "data-outer")
 RECOMPUTE = ("full", "none")
 
 
@@ -53,7 +63,7 @@ class PipelineLayout(NamedTuple):
   placement: str = "inner"
   schedule: str = None   # None: interleaved_1f1b if chunks > 1 else 1f1b
   scatter_gather: bool = True
-  zero: int = 0          # ZeRO stage over the data axis (0, 1 or 2)
+  zero: int = 0          # ZeRO stage over the data axis (0-3)
 
   @property
   def chips(self):
@@ -78,8 +88,18 @@ class PipelineLayout(NamedTuple):
   def padded_sequences(self, batch):
     return self.microbatches(batch) * self.data * self.microbatch - batch
 
+  def padding(self, batch):
+    """The :class:`mesh_tf.training.padding.Padding` of the batch that the
+    lowering applies (``batch`` real sequences, run as whole microbatches
+    of ``data * microbatch``); None when the microbatches divide it."""
+    rows = self.padded_sequences(batch)
+    return Padding("batch", batch, batch + rows) if rows else None
+
   def mesh(self):
     dm = f"{DATA_AXIS}:{self.data};{MODEL_AXIS}:{self.model}"
+    if self.placement == "data-outer":
+      return (f"{DATA_AXIS}:{self.data};{STAGE_AXIS}:{self.stages};"
+              f"{MODEL_AXIS}:{self.model}")
     if self.placement == "outer":
       dm = f"{MODEL_AXIS}:{self.model};{DATA_AXIS}:{self.data}"
     return f"{STAGE_AXIS}:{self.stages};{dm}"
@@ -109,6 +129,15 @@ class PipelinedPrice(NamedTuple):
   def peak_memory_bytes(self):
     return self.cost.peak_memory_bytes
 
+  @property
+  def padding(self):
+    """The batch's :class:`mesh_tf.training.padding.Padding` the lowering
+    applies (``padded_sequences`` rows; None: unpadded)."""
+    if not self.padded_sequences:
+      return None
+    rows = self.microbatches * self.layout.data * self.layout.microbatch
+    return Padding("batch", rows - self.padded_sequences, rows)
+
 
 def tensor_rules(config, data, model):
   """Layout rules of one stage: ``batch`` over the data axis, the tensor
@@ -122,12 +151,51 @@ def tensor_rules(config, data, model):
   return ";".join(rules)
 
 
+def is_torus(topology):
+  """Whether ``topology`` has torus dims (a TPU slice, or pods of them):
+  its chips are taken as boxes of the torus (:func:`box_sizes`) rather
+  than whole nodes of a two-level cluster."""
+  return any(d.structure == "torus" for d in topology.dims)
+
+
+def box_sizes(topology, chips):
+  """The sizes (major first) of the box that the first ``chips`` chips of
+  a torus fill, row-major: whole minor dims and a part of the next one
+  (e.g. 128 chips of 8x8x8 are 2x8x8), or None where they fill no box."""
+  sizes = [d.size for d in topology.dims]
+  minor = 1
+  for k in reversed(range(len(sizes))):
+    if chips >= minor and chips % minor == 0 and chips // minor <= sizes[k]:
+      return [1] * k + [chips // minor] + sizes[k + 1:]
+    minor *= sizes[k]
+  return None
+
+
+def _sub_torus(topology, chips):
+  """:func:`sub_topology` of a torus: the box of :func:`box_sizes` (a dim
+  taken in part loses its wraparound)."""
+  sizes = box_sizes(topology, chips)
+  if sizes is None:
+    shape = "x".join(str(d.size) for d in topology.dims)
+    raise MtfError(f"{chips} chips of topology {topology.name} ({shape}) "
+                   "do not fill a box of its torus row-major; use whole "
+                   "minor dims times a part of the next one")
+  return tuple(d._replace(size=n, wraparound=d.wraparound and n == d.size)
+               for d, n in zip(topology.dims, sizes))
+
+
 def sub_topology(topology, chips):
   """The first ``chips`` chips of a two-level cluster (whole nodes, or
-  part of one node), as a topology."""
+  part of one node), or of a torus (a box of it, :func:`box_sizes`), as a
+  topology."""
   dims = topology.dims
   inner = dims[-1].size
-  if len(dims) == 2 and chips % inner == 0:
+  if chips > topology.num_chips:
+    raise MtfError(f"{chips} chips is more than topology {topology.name} "
+                   f"has ({topology.num_chips})")
+  if is_torus(topology):
+    new = _sub_torus(topology, chips)
+  elif len(dims) == 2 and chips % inner == 0:
     new = (dims[0]._replace(size=chips // inner), dims[1])
   elif len(dims) == 2 and inner % chips == 0:
     new = (dims[0]._replace(size=1), dims[1]._replace(size=chips))
@@ -138,9 +206,6 @@ def sub_topology(topology, chips):
     raise MtfError(f"{chips} chips of topology {topology.name} do not make "
                    "whole nodes or part of one; use a multiple or divisor "
                    f"of the node size {inner}")
-  if chips > topology.num_chips:
-    raise MtfError(f"{chips} chips is more than topology {topology.name} "
-                   f"has ({topology.num_chips})")
   return costmodels.Topology(f"{topology.name}[{chips}]", topology.chip,
                              new)
 
@@ -150,7 +215,8 @@ def cluster_of(topology, chips):
   whole nodes where it has fewer (to measure a stage's work on a
   data-parallel size the cluster itself does not reach)."""
   dims = topology.dims
-  if chips > topology.num_chips and len(dims) == 2:
+  if chips > topology.num_chips and len(dims) == 2 and not is_torus(
+      topology):
     node = dims[-1].size
     topology = topology._replace(dims=(
         dims[0]._replace(size=-(-chips // node)), dims[1]))
@@ -159,9 +225,12 @@ def cluster_of(topology, chips):
 
 def aligned(topology, chips):
   """Whether :func:`sub_topology` can take ``chips``."""
+  if not 0 < chips <= topology.num_chips:
+    return False
+  if is_torus(topology):
+    return box_sizes(topology, chips) is not None
   inner = topology.dims[-1].size
-  return 0 < chips <= topology.num_chips and (
-      chips % inner == 0 or inner % chips == 0 or len(topology.dims) == 1)
+  return chips % inner == 0 or inner % chips == 0 or len(topology.dims) == 1
 
 
 def _decisions(config, recompute):
@@ -202,11 +271,11 @@ def measure_stage(config, topology, model, data, microbatch=1,
 
 def measuring_data(layout, topology):
   """The data-parallel size a layout's stage work is measured at: the
-  smallest that puts the model axis where the layout does (2 inner; a
-  node's worth outer).  Per-device work does not depend on it, and the
+  smallest that puts the model axis where the layout does (2 inner and
+  data-outer; a node's worth outer).  Per-device work does not depend on it, and the
   gradient reduction is re-priced for the layout's own size
   (:func:`costmodels.stage_work.price_sync`)."""
-  if layout.placement == "inner" or len(topology.dims) != 2:
+  if layout.placement != "outer" or len(topology.dims) != 2:
     return 2
   return topology.dims[-1].size
 
@@ -233,9 +302,12 @@ def price_layout(config, topology, layout, work=None, split=None,
   if not aligned(topology, chips):
     raise MtfError(
         f"model={layout.model} x stages={layout.stages} x data="
-        f"{layout.data} = {chips} chips do not make whole nodes of topology "
-        f"{topology.name} ({topology.num_chips} chips); use a multiple of "
-        f"the node size {topology.dims[-1].size}")
+        f"{layout.data} = {chips} chips do not make "
+        + ("a box of the torus" if is_torus(topology) else "whole nodes")
+        + f" of topology {topology.name} ({topology.num_chips} chips); use "
+        + ("whole minor dims times a part of the next one" if is_torus(
+            topology) else
+           f"a multiple of the node size {topology.dims[-1].size}"))
   m = layout.microbatches(config.batch)
   if work is None:
     work = measure_stage(config, topology, layout.model,

@@ -181,7 +181,10 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
                                             matrix_s),
       threaded_kernel_s=threaded_s,
       inline_kernel_max=threaded.inline_max if threaded else (),
-      batch_matrix_s=matrix_s)
+      batch_matrix_s=matrix_s,
+      # Logical CPU devices share the host's cores: TF's executor runs one
+      # device ahead of the others (costmodels.sync_hold).
+      devices_in_lockstep=is_gpu)
   # The collectives' shape-restoring kernels ran in the probes' chains, at
   # the chained kernels' launch cost: price them so, not as a step record.
   chained = chip

@@ -22,6 +22,7 @@ embedding) is listed in ``tied``: the lowering sums its gradients between
 its holders before the update, as Megatron-LM does.
 """
 
+import dataclasses
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from mesh_tf.core.errors import MtfError
@@ -31,6 +32,7 @@ from mesh_tf.models.repeated import as_parts
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import variables as variable_ops
 from mesh_tf.pipeline.spec import PipelineSplitError
+from mesh_tf.training import padding as padding_lib
 from mesh_tf.training.storage import shard_storage
 
 __all__ = ["ChunkProgram", "PipelineProgram", "UpdateProgram",
@@ -78,7 +80,10 @@ class PipelineProgram(NamedTuple):
   """Everything :func:`build_program` built.
 
   ``chunks`` are indexed by virtual stage; ``updates`` by stage; ``tied``
-  maps a variable name to the stages that hold it (two or more).
+  maps a variable name to the stages that hold it (two or more);
+  ``padding`` is the :class:`~mesh_tf.training.padding.Padding` of the
+  batch (None: unpadded), whose mask the last chunk takes as its input
+  :data:`~mesh_tf.training.padding.MASK_INPUT`.
   """
   pipeline: object
   parts: object
@@ -86,6 +91,7 @@ class PipelineProgram(NamedTuple):
   chunks: Tuple[ChunkProgram, ...]
   updates: Tuple[UpdateProgram, ...]
   tied: Dict[str, Tuple[int, ...]]
+  padding: Optional[object] = None
 
 
 def _ancestors(tensors):
@@ -116,7 +122,8 @@ def _phases(graph, output, needed):
           tuple(op for op in ops if op in backward))
 
 
-def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name):
+def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name,
+                 padding=None):
   stage, chunk = pipeline.location(j)
   last = j == pipeline.virtual_stages - 1
   graph = Graph()
@@ -138,6 +145,9 @@ def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name):
   if last and output.shape.ndims != 0:
     raise MtfError(f"the model's last part returned {output.name} of shape "
                    f"{output.shape!r}; it must return the scalar mean loss")
+  if last and padding is not None:
+    inputs = dict(inputs)
+    inputs[padding_lib.MASK_INPUT] = padding_lib.pad_loss(output, padding)
   if storage is not None:
     shard_storage(graph, storage)
   dy = None
@@ -184,7 +194,7 @@ def _build_update(stage, chunks, optimizer, microbatches, mesh_name):
 
 
 def build_program(parts, pipeline, optimizer, storage=None,
-                  mesh_name="mesh"):
+                  mesh_name="mesh", padding=None):
   """Builds the chunk and update graphs of a pipelined training step.
 
   Args:
@@ -196,6 +206,10 @@ def build_program(parts, pipeline, optimizer, storage=None,
     storage: a ZeRO stage or :class:`~mesh_tf.training.storage.StoragePlan` applied
       to every chunk graph (None: unsharded).
     mesh_name: the name of every graph's Mesh.
+    padding: a :class:`~mesh_tf.training.padding.Padding` of the batch
+      dim: the program runs ``padding.padded_size`` rows (whatever
+      ``parts.batch`` says) and the last chunk masks the padded ones out
+      of the loss (:func:`~mesh_tf.training.padding.pad_loss`).
 
   Returns:
     A :class:`PipelineProgram`.
@@ -204,8 +218,11 @@ def build_program(parts, pipeline, optimizer, storage=None,
     PipelineSplitError: if the pipeline splits another layer count.
     PipelineBatchError: if ``parts.batch`` does not split into the
       microbatches.
+    PaddingError: for a padding whose real size is not ``parts.batch``.
   """
   parts = as_parts(parts)
+  if padding is not None:
+    parts = padded_parts(parts, padding)
   if pipeline.layers != parts.layers:
     raise PipelineSplitError(
         f"the pipeline on axis {pipeline.axis}={pipeline.stages} splits "
@@ -214,7 +231,8 @@ def build_program(parts, pipeline, optimizer, storage=None,
   b = pipeline.microbatch_size(parts.batch)
   chunks, prev = [], None
   for j in range(pipeline.virtual_stages):
-    prev = _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name)
+    prev = _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name,
+                        padding)
     chunks.append(prev)
   updates = tuple(
       _build_update(s, [c for c in chunks if c.stage == s], optimizer,
@@ -225,4 +243,21 @@ def build_program(parts, pipeline, optimizer, storage=None,
     for name in u.grad_inputs:
       holders.setdefault(name, []).append(u.stage)
   tied = {n: tuple(s) for n, s in holders.items() if len(s) > 1}
-  return PipelineProgram(pipeline, parts, b, tuple(chunks), updates, tied)
+  return PipelineProgram(pipeline, parts, b, tuple(chunks), updates, tied,
+                         padding)
+
+
+def padded_parts(parts, padding):
+  """``parts`` at the padded batch of ``padding`` (of ``parts.batch`` real
+  rows, or already padded).
+
+  Raises:
+    PaddingError: if ``padding`` pads another real batch.
+  """
+  padding = padding_lib.Padding(*padding).check()
+  if parts.batch not in (padding.real_size, padding.padded_size):
+    raise padding_lib.PaddingError(
+        f"the padding pads {padding.dim}={padding.real_size} to "
+        f"{padding.padded_size}, but the model's batch is {parts.batch}; "
+        f"give Padding({padding.dim!r}, {parts.batch}, ...)")
+  return dataclasses.replace(parts, batch=padding.padded_size)

@@ -19,6 +19,8 @@ from mesh_tf.pipeline.lowering import (last_stage_losses, lower_pipeline,
                                        stage_impls)
 from mesh_tf.pipeline.program import build_program
 from mesh_tf.pipeline.spec import PipelineBatchError
+from mesh_tf.training import padding as padding_lib
+from mesh_tf.training.step import padded_value, padding_mask
 
 __all__ = ["PipelineTrainStep", "trace_pipeline"]
 
@@ -47,6 +49,11 @@ class PipelineTrainStep:
     eager: run the lowering op by op instead of as one traced function
       (the same TF ops and results; a tiny model's step runs in about a
       fifth of the time it takes to trace and start the function).
+    padding: a :class:`~mesh_tf.training.padding.Padding` of the batch:
+      the step takes ``padding.real_size`` rows, runs
+      ``padding.padded_size`` (the microbatches times a size the mesh
+      splits) and masks the padded rows out of the loss; the result is
+      the unpadded step's (see :mod:`mesh_tf.training.padding`).
 
   Attributes:
     program: the :class:`~mesh_tf.pipeline.program.PipelineProgram`.
@@ -56,18 +63,27 @@ class PipelineTrainStep:
   """
 
   def __init__(self, parts, pipeline, mesh_shape, layout, devices,
-               optimizer, storage=None, fuse=True, eager=False):
-    self.program = build_program(parts, pipeline, optimizer, storage)
+               optimizer, storage=None, fuse=True, eager=False,
+               padding=None):
     whole = PlacementMeshImpl(mesh_shape, layout, devices, fuse=fuse)
+    if padding is not None:
+      padding = _check_padding(padding, whole, pipeline)
+    self.program = build_program(parts, pipeline, optimizer, storage,
+                                 padding=padding)
+    self.padding = padding
     self.impls = stage_impls(whole, pipeline)
     self.pipeline, self.trace, self.eager = pipeline, None, eager
     first = self.program.chunks[0].inputs
     self.input_names = sorted(first)
-    specs = []
+    specs, self._pad_axes = [], []
     for name in self.input_names:
       t = first[name]
       sizes = t.shape.to_integer_list()
       sizes[0] *= pipeline.microbatches
+      axis = None
+      if padding is not None and t.shape.dims[0].name == padding.dim:
+        axis, sizes[0] = 0, padding.real_size
+      self._pad_axes.append(axis)
       specs.append(tf.TensorSpec(sizes, t.dtype))
     self._specs = specs
     self._initialized = False
@@ -95,8 +111,15 @@ class PipelineTrainStep:
 
   def _step(self, *args):
     m = self.pipeline.microbatches
+    if self.padding is not None:
+      args = [padded_value(a, axis, self.padding)
+              for a, axis in zip(args, self._pad_axes)]
     feeds = {n: tf.split(a, m, axis=0) for n, a in zip(self.input_names,
                                                          args)}
+    if self.padding is not None:
+      mask = self.program.chunks[-1].inputs[padding_lib.MASK_INPUT]
+      feeds[padding_lib.MASK_INPUT] = tf.split(
+          padding_mask(self.padding, mask.dtype), m, axis=0)
     for impl in self.impls:
       impl.trace.collectives.clear()
       impl.trace.compute.clear()
@@ -119,7 +142,7 @@ class PipelineTrainStep:
         raise PipelineBatchError(
             f"input {name} has shape {got}, but the step takes "
             f"{tuple(spec.shape)}: the whole batch of "
-            f"{self.program.parts.batch} rows, split into microbatches="
+            f"{spec.shape[0]} rows, split into microbatches="
             f"{self.pipeline.microbatches} on pipeline axis "
             f"{self.pipeline.axis}={self.pipeline.stages}")
     self.initialize_variables()
@@ -146,13 +169,22 @@ class PipelineTrainStep:
     return out
 
 
+def _check_padding(padding, impl, pipeline):
+  """``padding`` checked against the stage mesh and the microbatches."""
+  sub = [d for d in impl.shape.dims if d.name != pipeline.axis]
+  return padding_lib.check_padding(padding, sub, impl.layout_rules,
+                                   pipeline.microbatches)
+
+
 def trace_pipeline(parts, pipeline, mesh_shape, layout, optimizer,
-                   storage=None, microbatches=None):
+                   storage=None, microbatches=None, padding=None):
   """The :class:`~mesh_tf.pipeline.lowering.PipelineTrace` of the step on
   :class:`~mesh_tf.lowering.ShapeMeshImpl`: the same lowering, shapes only,
   without TensorFlow.  ``microbatches``: lower only that many of the
   step's microbatches (see :func:`~mesh_tf.pipeline.lowering.
   lower_pipeline`; enough for :func:`~mesh_tf.pipeline.costs.stage_costs`).
+  ``padding``: the batch's :class:`~mesh_tf.training.padding.Padding`,
+  as :class:`PipelineTrainStep` takes it.
 
   Example:
     >>> from mesh_tf import models, optimize
@@ -163,6 +195,10 @@ def trace_pipeline(parts, pipeline, mesh_shape, layout, optimizer,
     >>> sorted({c.kind for c in t.stages[0].collectives})
     ['allreduce', 'recv', 'send']
   """
-  program = build_program(parts, pipeline, optimizer, storage)
-  impls = stage_impls(ShapeMeshImpl(mesh_shape, layout), pipeline)
+  whole = ShapeMeshImpl(mesh_shape, layout)
+  if padding is not None:
+    padding = _check_padding(padding, whole, pipeline)
+  program = build_program(parts, pipeline, optimizer, storage,
+                          padding=padding)
+  impls = stage_impls(whole, pipeline)
   return lower_pipeline(program, impls, microbatches=microbatches).trace

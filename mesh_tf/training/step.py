@@ -28,8 +28,25 @@ from mesh_tf.lowering.lowering import Lowering, lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.lowering.tf_private import CallOptions
 from mesh_tf.ops import creation as creation_ops
+from mesh_tf.training import padding as padding_lib
 
 __all__ = ["TrainStep", "make_train_step", "train_step_for_model"]
+
+
+def padded_value(value, axis, padding):
+  """``value`` (a TF tensor with ``padding.real_size`` rows along
+  ``axis``) with the padded rows appended: copies of real rows (see
+  :mod:`mesh_tf.training.padding`)."""
+  if axis is None or not padding.rows:
+    return value
+  return tf.gather(value, padding.row_index(), axis=axis)
+
+
+def padding_mask(padding, dtype):
+  """The mask of ``padding`` as a TF tensor of ``dtype``,
+  ``[padded_size]`` (the step splits it into its microbatches)."""
+  return tf.cast(tf.constant(padding.mask()[0]),
+                 dtype)
 
 
 class LoweredStep:
@@ -105,9 +122,17 @@ class TrainStep(LoweredStep):
       forward/backward passes accumulating the gradients, updates once and
       returns the mean of the microbatch losses.  ``plan`` is then the
       :class:`~mesh_tf.training.microbatch.MicrobatchPlan` to price it with.
+    padding: a :class:`~mesh_tf.training.padding.Padding`: the graph is
+      built with ``padding.dim`` at the padded size (per microbatch: its
+      ``1/k``), the step takes inputs at the real size, pads them and
+      masks the padded rows out of the loss (the loss and the update are
+      the unpadded step's; see :mod:`mesh_tf.training.padding`); extra
+      ``outputs`` keep the padded rows.
 
   Raises:
     MtfError: if the loss is not a scalar or an input is not an import.
+    PaddingError: if ``padding`` does not fit the graph, the mesh or the
+      loss (naming the dim and the mesh axes).
 
   Attributes:
     update_ops: the mtf assign ops of the update.
@@ -115,7 +140,7 @@ class TrainStep(LoweredStep):
   """
 
   def __init__(self, graph, mesh, loss, inputs, mesh_impl, optimizer=None,
-               variables=None, outputs=(), microbatches=1):
+               variables=None, outputs=(), microbatches=1, padding=None):
     from mesh_tf.gradients import gradients
     from mesh_tf.training.microbatch import microbatched_update
     if loss.shape.ndims != 0:
@@ -134,6 +159,9 @@ class TrainStep(LoweredStep):
                        "import_tf_tensor; step arguments feed imports only")
     self.outputs = list(outputs)
     self.optimizer = optimizer
+    self.padding, self._pad_axes = None, None
+    if padding is not None:
+      self._pad(padding, mesh_impl, microbatches)
     if variables is None:
       variables = list(graph.trainable_variables)
     self.variables = list(variables)
@@ -152,12 +180,40 @@ class TrainStep(LoweredStep):
       self.grads = gradients([loss], [v.outputs[0] for v in self.variables])
       self.update_ops = optimizer.apply_grads(self.grads, self.variables)
     specs = []
-    for t in self.inputs:
+    for i, t in enumerate(self.inputs[:len(self.input_names)]):
       sizes = t.shape.to_integer_list()
       if sizes and microbatches != 1:
         sizes[0] *= microbatches
+      if self._pad_axes is not None and self._pad_axes[i] is not None:
+        sizes[self._pad_axes[i]] = self.padding.real_size
       specs.append(tf.TensorSpec(sizes, t.dtype))
     self._init_step(graph, mesh_impl, specs)
+
+  def _pad(self, padding, mesh_impl, microbatches):
+    """Masks the padded rows out of the loss and notes which axis of each
+    input the padding extends."""
+    padding = padding_lib.check_padding(padding, mesh_impl.shape,
+                                        mesh_impl.layout_rules,
+                                        microbatches)
+    axes = []
+    for name, t in zip(self.input_names, self.inputs):
+      names = t.shape.dimension_names
+      axis = names.index(padding.dim) if padding.dim in names else None
+      if axis is not None:
+        size = t.shape.dims[axis].size * (microbatches if axis == 0 else 1)
+        if size != padding.padded_size or (microbatches != 1 and axis):
+          raise padding_lib.PaddingError(
+              f"input {name} has {padding.dim}={size} per step (axis "
+              f"{axis}), but the padding runs {padding.dim}="
+              f"{padding.padded_size}; build the graph at the padded size"
+              + (" with the dim first" if axis else ""))
+      axes.append(axis)
+    if not any(a is not None for a in axes):
+      raise padding_lib.PaddingError(
+          f"no input has the padded dim {padding.dim}={padding.real_size};"
+          f" pad a dim of the inputs {self.input_names}")
+    self.inputs.append(padding_lib.pad_loss(self.loss, padding))
+    self.padding, self._pad_axes = padding, axes + [None]
 
   def _microbatched_step(self, *args):
     """pre once, micro k times (one slice of each input), post once."""
@@ -184,6 +240,10 @@ class TrainStep(LoweredStep):
       return tf.identity(tf.add_n(losses) / k)
 
   def _step(self, *args):
+    if self.padding is not None:
+      args = [padded_value(a, axis, self.padding)
+              for a, axis in zip(args, self._pad_axes)]
+      args.append(padding_mask(self.padding, self.inputs[-1].dtype))
     if self.microbatches != 1:
       return self._microbatched_step(*args)
     self.lowering = lower(self.graph, {self.mesh: self.mesh_impl},
@@ -202,13 +262,14 @@ class TrainStep(LoweredStep):
     returns the loss (a list ``[loss, *outputs]`` if there are outputs)."""
     if named:
       unknown = set(named) - set(self.input_names)
-      if args or unknown or len(named) != len(self.inputs):
+      if args or unknown or len(named) != len(self.input_names):
         raise MtfError(f"give every input by name, exactly once: "
                        f"{self.input_names} (got {sorted(named)})")
       args = [named[k] for k in self.input_names]
-    if len(args) != len(self.inputs):
-      raise MtfError(f"the step takes {len(self.inputs)} inputs "
-                     f"({[t.name for t in self.inputs]}), got {len(args)}")
+    fed = self.inputs[:len(self.input_names)]
+    if len(args) != len(fed):
+      raise MtfError(f"the step takes {len(fed)} inputs "
+                     f"({[t.name for t in fed]}), got {len(args)}")
     return self._call(args)
 
   def variable_values(self):
@@ -233,11 +294,12 @@ class TrainStep(LoweredStep):
 
 
 def train_step_for_model(model, mesh_shape, layout, devices, optimizer,
-                         outputs=(), fuse=True, microbatches=1):
+                         outputs=(), fuse=True, microbatches=1, padding=None):
   """The :class:`TrainStep` of a zoo model (a ``mesh_tf.models.ModelGraph``).
 
   The step takes the model's inputs by name, e.g.
-  ``step(inputs=ids, targets=ids)``.
+  ``step(inputs=ids, targets=ids)``.  ``padding``: see :class:`TrainStep`
+  (the model built at the padded size).
 
   Example:
     >>> model = mesh_tf.models.transformer_lm(layers=2)    # doctest: +SKIP
@@ -249,7 +311,7 @@ def train_step_for_model(model, mesh_shape, layout, devices, optimizer,
   impl = PlacementMeshImpl(mesh_shape, layout, devices, fuse=fuse)
   return TrainStep(model.graph, model.mesh, model.loss, dict(model.inputs),
                    impl, optimizer, outputs=outputs,
-                   microbatches=microbatches)
+                   microbatches=microbatches, padding=padding)
 
 
 def make_train_step(build_fn, mesh_shape, layout, devices, optimizer,

@@ -82,8 +82,8 @@ def test_wrong_schema_version_and_fields_are_typed_errors(tmp_path):
   good = topology_file.topology_json(_calibrated())
   with pytest.raises(topology_file.TopologyFileError, match="schema"):
     topology_file.read_topology(_bad(tmp_path, {**good, "schema": "other"}))
-  with pytest.raises(topology_file.TopologyFileError, match="version 9"):
-    topology_file.read_topology(_bad(tmp_path, {**good, "version": 9}))
+  with pytest.raises(topology_file.TopologyFileError, match="version 10"):
+    topology_file.read_topology(_bad(tmp_path, {**good, "version": 10}))
   chip = {k: v for k, v in good["chip"].items() if k != "peak_flops_per_s"}
   with pytest.raises(topology_file.TopologyFileError,
                      match="peak_flops_per_s"):

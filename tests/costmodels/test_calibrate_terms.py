@@ -208,7 +208,7 @@ def test_topology_file_keeps_pattern_fits_and_overlap(tmp_path):
   path = tmp_path / "t.json"
   topology_file.write_topology(path, topo)
   data = json.loads(path.read_text())
-  assert data["version"] == topology_json.VERSION == 8
+  assert data["version"] == topology_json.VERSION == 9
   back = costmodels.get_topology(str(path))
   assert back == topo
   assert back.chip.compute_fit("transposed") == FITS[1]
@@ -254,7 +254,8 @@ def test_plan_files_with_the_old_embedded_form_still_read():
      r"dims\[0\].link.overlap_efficiency is 1.5"),
     (lambda d: d["chip"]["compute_fits"][0].pop("pattern"),
      r"compute_fits\[0\] lacks the field 'pattern'"),
-    (lambda d: d.update(version=9), r"versions \[1, 2, 3, 4, 5, 6, 7, 8\]"),
+    (lambda d: d.update(version=10),
+     r"versions \[1, 2, 3, 4, 5, 6, 7, 8, 9\]"),
     (lambda d: d["chip"]["compute_fits"][0].update(tile=[8, 0, 4]),
      r"compute_fits\[0\]: .*tile of 3 positive integers.*\(8, 0, 4\)"),
     (lambda d: d["chip"]["compute_fits"][0].update(tile=[8, 4]),

@@ -31,3 +31,31 @@ def test_published_layout_is_what_the_paper_ran():
   cfg = pr.config_of(row)
   assert pr.hardware_flops(cfg) == 96 * 3072 * 2048 * 128 * 25600**2 * (
       1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
+
+
+def test_other_published_runs_out_of_sample():
+  """BLOOM-176B on Jean Zay (TP 4 x PP 12 x DP 8, microbatch 2, ZeRO 1,
+  Omni-Path between nodes) within 5% of its ~150 TFLOP/s; MT-NLG 530B's
+  three sizes follow their published trend, and a run that misses 5%
+  says what the model lacks."""
+  bloom = next(r for r in pr.OTHER_RUNS if r[0] == "BLOOM-176B")
+  cfg, topo, a, got = pr.predict_other(bloom)
+  assert abs(got / bloom[6] - 1) <= 0.05, got
+  lay = a.layout
+  assert (lay.model, lay.stages, lay.data, lay.microbatch, lay.zero,
+          lay.chips) == (4, 12, 8, 2, 1, 384)
+  assert a.cost.layers_per_group == (5,) + (6,) * 10 + (5,)
+  assert a.microbatches == 2048 // 16 and a.idle_chips == 0
+  # 4 x 100 Gbit/s Omni-Path per node of 8: a quarter of HDR's per GPU.
+  assert topo.dims[0].link.bandwidth_bytes_per_s == 4 * 100e9 / 8 / 8
+  assert 4 * topo.dims[0].link.bandwidth_bytes_per_s == (
+      pr.get_topology("a100x8-nodes48-cal").dims[0].link
+      .bandwidth_bytes_per_s)
+  assert cfg.vocab == 250880 and cfg.layers == 70
+  mtnlg = [r for r in pr.OTHER_RUNS if r[0] == "MT-NLG-530B"]
+  preds = [pr.predict_other(r)[3] for r in mtnlg]
+  assert [r[2] for r in mtnlg] == [2240, 2800, 3360]
+  assert preds == sorted(preds, reverse=True)   # 126 > 121 > 113
+  for run, p in zip(mtnlg, preds):
+    if abs(p / run[6] - 1) > 0.05:
+      assert run[0] in pr.MISSING

@@ -2,6 +2,7 @@
 count gets a plan (idle chips or padding), and "no plan" names the chips
 that would hold the model."""
 
+import dataclasses
 import math
 
 import pytest
@@ -12,6 +13,9 @@ from autolayout.training.pipeline_price import (PipelineLayout,
                                                 measuring_data, price_layout)
 from costmodels.topology import gpu_cluster
 from mesh_tf import models
+from mesh_tf.pipeline import trace_pipeline
+from mesh_tf.pipeline.schedule import Step
+from mesh_tf.training import optimize
 
 
 def _tiny(layers=4, batch=16, heads=4):
@@ -88,11 +92,14 @@ def test_any_chip_count_gets_a_plan(nodes, per_node):
   assert (m * best.layout.data * best.layout.microbatch
           == config.batch + best.padded_sequences)
   # The other way (the other data-parallel size of the same tensor and
-  # stage counts) was priced too, and is not faster.
+  # stage counts) was priced too, and is not faster.  (``best.work`` is
+  # re-priced for the best layout's ZeRO stage: measure afresh.)
+  work = measure_stage(config, topo, best.layout.model,
+                       measuring_data(best.layout, topo), 1, "full",
+                       best.layout.placement)
   for d in ps._data_sizes(config, topo, best.layout.model,
                           best.layout.stages, 1):
-    other = price_layout(config, topo, best.layout._replace(data=d),
-                         best.work)
+    other = price_layout(config, topo, best.layout._replace(data=d), work)
     assert other.step_time_s >= best.step_time_s or (
         other.peak_memory_bytes > r.best.peak_memory_bytes * 10)
   # A prime or odd count the batch does not divide: chips idle or the
@@ -101,23 +108,27 @@ def test_any_chip_count_gets_a_plan(nodes, per_node):
     assert best.idle_chips > 0 or best.padded_sequences > 0
 
 
-def test_no_plan_names_the_smallest_chip_count_that_would():
+@pytest.mark.parametrize("zero,need", [((0, 1, 2), 4), ((0, 1, 2, 3), 3)])
+def test_no_plan_names_the_smallest_chip_count_that_would(zero, need):
+  """Without ZeRO 3 the smallest count is one replica's stages; with it,
+  data-parallel replicas that shard the whole state hold it on fewer."""
   config = _tiny(layers=8, batch=8)
   small = gpu_cluster("a100", nodes=2, gpus_per_node=1)
   budget = 1000 * 2**10
-  space = dict(microbatch=(1,), recompute=("full",))
+  space = dict(microbatch=(1,), recompute=("full",), zero=zero)
   with pytest.raises(ps.PipelineInfeasibleError,
-                     match="smallest chip count that would hold it is 4"
+                     match=f"smallest chip count that would hold it is {need}"
                      ) as e:
     ps.search_pipelines(config, small, budget, **space)
-  assert e.value.min_chips == 4
+  assert e.value.min_chips == need
   # That many chips hold it, one fewer does not.
-  ok = ps.search_pipelines(config, gpu_cluster("a100", nodes=4,
+  ok = ps.search_pipelines(config, gpu_cluster("a100", nodes=need,
                                                gpus_per_node=1), budget,
                            **space)
   assert ok.best.peak_memory_bytes <= budget
+  assert (ok.best.layout.zero == 3) == (3 in zero)
   with pytest.raises(ps.PipelineInfeasibleError):
-    ps.search_pipelines(config, gpu_cluster("a100", nodes=3,
+    ps.search_pipelines(config, gpu_cluster("a100", nodes=need - 1,
                                             gpus_per_node=1), budget,
                         **space)
 
@@ -167,26 +178,29 @@ def test_published_layout_is_in_the_space_and_priced_the_same():
 
 
 def test_search_equals_brute_force_with_the_zero_stage():
-  """ZeRO 0, 1 and 2 in the pipelined space: the search is still the
-  brute-force optimum, and where the budget binds a sharded optimizer is
-  what makes the plan fit."""
+  """ZeRO 0-3 in the pipelined space: the search is still the
+  brute-force optimum, and where the budget binds sharding more state
+  (optimizer, gradients, weights) is what makes the plan fit."""
   config = _tiny(batch=8)
   topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
   space = dict(tensor=(1,), microbatch=(1,), recompute=("full",),
-               zero=(0, 1, 2))
+               zero=(0, 1, 2, 3))
   lays = ps.layouts(config, topo, **space)
-  assert {x.zero for x in lays} == {0, 1, 2}
+  assert {x.zero for x in lays} == {0, 1, 2, 3}
+  assert ps.DEFAULT_ZERO == (0, 1, 2, 3)
   assert all(x.data > 1 for x in lays if x.zero)
   chosen = set()
-  for budget in (2**40, int(0.75 * 2**20), int(0.6 * 2**20)):
+  for budget in (2**40, int(0.6 * 2**20), int(0.4 * 2**20)):
     got = ps.search_pipelines(config, topo, budget, **space)
     want = _brute(config, topo, budget, **space)
     assert got.status == "optimal"
     assert got.best.layout == want[1].layout
     assert got.best.step_time_s == want[1].step_time_s
     chosen.add(got.best.layout.zero)
-  # Each tighter budget is met by sharding more.
-  assert chosen == {0, 1, 2}
+  # Each tighter budget is met by sharding more.  (ZeRO 1 moves the bytes
+  # of ZeRO 0's all-reduce, as a reduce-scatter and an all-gather, and
+  # updates a shard: with data parallelism it is never slower.)
+  assert chosen == {1, 2, 3}
 
 
 def test_zero_shards_the_optimizer_state_and_swaps_the_all_reduce():
@@ -212,5 +226,93 @@ def test_zero_shards_the_optimizer_state_and_swaps_the_all_reduce():
   assert z2.work.layer_s > z1.work.layer_s
   assert z2.microbatches > 1 and z2.step_time_s > z1.step_time_s
   assert "ZeRO 1" in z1.layout.describe()
-  with pytest.raises(Exception, match="zero=3"):
-    price_layout(config, topo, lay._replace(zero=3), work)
+  with pytest.raises(Exception, match="zero=4"):
+    price_layout(config, topo, lay._replace(zero=4), work)
+
+
+@pytest.mark.parametrize("recompute", ["full", "none"])
+def test_zero3_gathers_per_microbatch_are_the_lowerings(recompute):
+  """ZeRO 3 shards the weights too (less memory than ZeRO 2) and gathers
+  each layer's shard before every microbatch's forward and backward: the
+  predicted gather bytes are those of the pipelined lowering's trace, per
+  layer and per microbatch (a backward without recompute regathers a few
+  bytes less: priced within 1%)."""
+  config = _tiny(batch=8)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(1, 2, 2, 1, 1, recompute, "inner", zero=3)
+  work = measure_stage(config, topo, 1, 2, 1, recompute)
+  z3 = price_layout(config, topo, lay, work)
+  z2 = price_layout(config, topo, lay._replace(zero=2), work)
+  assert "ZeRO 3" in z3.layout.describe()
+  assert z3.work.layer_state_bytes < z2.work.layer_state_bytes
+  assert z3.peak_memory_bytes < z2.peak_memory_bytes
+  assert z3.work.layer_s > z2.work.layer_s and z3.work.layer_sync_s == 0.0
+  assert z3.work.layer_gather_bytes > 0 == z2.work.layer_gather_bytes
+  pipe = z3.cost.pipeline
+  lowered = dataclasses.replace(
+      config, param_dtype="bfloat16",
+      recompute=config.layers if recompute == "full" else 0)
+  trace = trace_pipeline(lowered.parts(), pipe, lay.mesh(),
+                         z3.rules + ";d_model_storage:data",
+                         optimize.SgdOptimizer(0.1), storage=3)
+  gathered = {}
+  for seg in trace.segments:
+    if not isinstance(seg.step, Step):
+      continue
+    for c in seg.collectives:
+      if c.kind == "allconcat" and c.op_name.startswith("layer_"):
+        assert c.mesh_axes == ("data",)
+        key = (c.op_name.split("/")[0], seg.step.microbatch)
+        gathered[key] = gathered.get(key, 0) + c.bytes_per_device
+  # Every layer, every microbatch.
+  assert len(gathered) == config.layers * pipe.microbatches
+  for got in gathered.values():
+    if recompute == "full":
+      assert got == z3.work.layer_gather_bytes
+    else:
+      assert got == pytest.approx(z3.work.layer_gather_bytes, rel=0.01)
+
+
+def test_zero1_gathers_each_shard_once_per_step():
+  """ZeRO 1's all-gather of the updated weights is priced by the shard
+  each device starts with (the all-gather convention of
+  :func:`costmodels.collectives.allgather_time`): the lowering gathers
+  ``layer_sync_bytes / D`` per layer and device, once per step."""
+  config = _tiny(batch=8)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(1, 2, 2, 1, 1, "full", "inner", zero=1)
+  work = measure_stage(config, topo, 1, 2)
+  z1 = price_layout(config, topo, lay, work)
+  lowered = dataclasses.replace(config, param_dtype="bfloat16",
+                                recompute=config.layers)
+  trace = trace_pipeline(lowered.parts(), z1.cost.pipeline, lay.mesh(),
+                         z1.rules + ";d_model_storage:data",
+                         optimize.SgdOptimizer(0.1), storage=1)
+  gathered = {}
+  for seg in trace.segments:
+    for c in seg.collectives:
+      if c.kind == "allconcat" and c.op_name.startswith("layer_"):
+        assert seg.step == "setup"
+        key = c.op_name.split("/")[0]
+        gathered[key] = gathered.get(key, 0) + c.bytes_per_device
+  assert len(gathered) == config.layers
+  assert set(gathered.values()) == {work.layer_sync_bytes // lay.data}
+
+
+def test_no_plan_at_scale_names_a_chip_count_zero3_lowers():
+  """GPT-3 175B on 16 A100s: no plan; the smallest count is found among
+  meshes a grown cluster can take (data-parallel replicas that do not fit
+  a node's dims are skipped), and ZeRO 3 needs no more chips."""
+  config = models.get_config("gpt3_175b")
+  needs = []
+  for zero in ((0, 1, 2), (0, 1, 2, 3)):
+    with pytest.raises(ps.PipelineInfeasibleError) as e:
+      ps.search_pipelines(config, "a100x8-nodes2", microbatch=(1,),
+                          zero=zero)
+    assert e.value.min_chips is not None and e.value.min_chips % 8 == 0
+    needs.append(e.value.min_chips)
+  assert needs[1] <= needs[0]
+  # That many chips hold it.
+  ok = ps.search_pipelines(config, f"a100x8-nodes{needs[1] // 8}",
+                           microbatch=(1,))
+  assert ok.status == "optimal" and ok.best.layout.chips <= needs[1]
