@@ -8,6 +8,7 @@ import pandas as pd
 from autolayout.plans import decision_diff
 from autolayout.plans import diff as plan_diff
 from autolayout.plans import decisions as plan_decisions
+from autolayout.plans import pipeline_diff, pipelined
 from autolayout.cli import output as out
 from autolayout.cli import plans
 from autolayout.cli.arguments import add_output_args
@@ -30,19 +31,13 @@ def _arguments(p):
 
 def _run(args, ctx):
   a, b = plans.read(args.a), plans.read(args.b)
-  if args.model:
-    # B's model as given (its training step rebuilt for B's decisions,
-    # checked against B's fingerprint).
-    model = plans.model_for(b, args.b, argparse.Namespace(
-        model=args.model, set=args.set, train=True if args.train else None))
+  if pipelined.is_pipelined(a) or pipelined.is_pipelined(b):
+    # Priced by the pipelined cost model (autolayout.plans.pipeline_diff).
+    (config_a, costs_a), (config_b, costs_b) = (_config(a, args.a, args),
+                                                _config(b, args.b, args))
+    d = pipeline_diff.diff(a, b, config_a, config_b, costs_a, costs_b)
   else:
-    model = plans.model_of(b, args.b)
-  if model is not None:
-    d = decision_diff.diff(a, b, plan_decisions.BuiltPlan(
-        model.graph, model.outputs, model.microbatches, model.decisions,
-        model.config if model.decisions is not None else None))
-  else:
-    d = plan_diff.diff(a, b)
+    d = _diff(a, b, args)
   df = d.to_dataframe()
 
   def table(ctx):
@@ -78,7 +73,33 @@ def _run(args, ctx):
                 csv=lambda: df, csv_index=False, table=table)
 
 
+def _diff(a, b, args):
+  """The diff of two unpipelined plans, priced on B's model."""
+  if args.model:
+    # B's model as given (its training step rebuilt for B's decisions,
+    # checked against B's fingerprint).
+    model = plans.model_for(b, args.b, argparse.Namespace(
+        model=args.model, set=args.set, train=True if args.train else None))
+  else:
+    model = plans.model_of(b, args.b)
+  if model is None:
+    return plan_diff.diff(a, b)
+  return decision_diff.diff(a, b, plan_decisions.BuiltPlan(
+      model.graph, model.outputs, model.microbatches, model.decisions,
+      model.config if model.decisions is not None else None))
+
+
 _SHORT = {"step_time_delta_s": "step", "peak_memory_delta_bytes": "peak mem"}
+
+
+def _config(plan, path, args):
+  """``(zoo config, repriced costs or None)`` of a plan in a pipelined
+  diff (``--model`` for B)."""
+  from autolayout.cli import pipelined_plan
+  if pipelined.is_pipelined(plan):
+    return pipelined_plan.config_for(
+        plan, path, args if path == args.b and args.model else None)
+  return plan_decisions.config_of(plan), None
 
 
 def _change(kind, name, a, b):

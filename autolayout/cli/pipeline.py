@@ -44,6 +44,9 @@ def add_pipeline_args(p):
                  "(stages, chunks, microbatch size, recompute, idle chips "
                  "or padding); --hint may then be a layout such as "
                  "tp=8,pp=64,dp=6,v=2")
+  g.add_argument("--pipeline-stages", type=int, default=None, metavar="P",
+                 help="with --pipeline: search only layouts of P pipeline "
+                 "stages (e.g. to save a pipelined plan of a small model)")
   g.add_argument("--no-pipeline", action="store_true",
                  help="on a multi-node GPU cluster or a TPU slice of 64 "
                  "chips or more, search only the unpipelined layouts (by "
@@ -99,27 +102,112 @@ def pipeline_config(args):
   return config
 
 
+def pipelined_hint(args):
+  """The pipelined plan ``--hint plan.json`` names, or None (no hint, a
+  layout hint, or an unpipelined plan)."""
+  from autolayout.plans import pipelined
+  from autolayout.cli import plans
+  hint = getattr(args, "hint", None)
+  if not hint or not str(hint).endswith(".json"):
+    return None
+  plan = plans.read(hint)
+  return plan if pipelined.is_pipelined(plan) else None
+
+
+def _ask_plans_question(args, plan):
+  """``solve --hint plan.json`` of a pipelined plan asks its question: its
+  zoo model and overrides, topology and memory budget, unless given."""
+  from autolayout.plans import decisions as plan_decisions
+  src = plan_decisions.source_of(plan) or {}
+  if not args.model:
+    if not src.get("model"):
+      raise CliInputError("the hint plan does not say which model it is "
+                          "for (it has no model.source)",
+                          hint="give --model (e.g. --model gpt3_175b)")
+    args.model = src["model"]
+    args.set = [f"{k}={v}" for k, v in (src.get("overrides") or {}).items()]
+  if args.topology is None:
+    args.topology = plan.topology_preset or plan.topology.name
+  if getattr(args, "memory_budget", None) is None and (
+      plan.solver.memory_budget_bytes is not None):
+    args.memory_budget = str(plan.solver.memory_budget_bytes)
+
+
 def run_pipeline(args, ctx):
-  """The ``--pipeline`` answer of ``mtf-layout solve``."""
+  """The ``--pipeline`` answer of ``mtf-layout solve`` (also for ``--hint``
+  of a pipelined plan file: its layout starts the search)."""
+  from autolayout.plans import pipelined
+  from autolayout.cli import pipelined_plan
+  plan = pipelined_hint(args)
+  if plan is not None:
+    _ask_plans_question(args, plan)
   topology = inputs.get_topology(args.topology)
   config = pipeline_config(args)
   budget = (inputs.memory_budget(args, topology)
             or hardware.usable_memory_bytes(topology.chip))
   hint = None
-  if args.hint and not str(args.hint).endswith(".json"):
+  if plan is not None:
+    pipelined_plan.config_for(plan, args.hint, args)
+    hint = pipelined.layout_of(plan, config)
+  elif args.hint and not str(args.hint).endswith(".json"):
     hint = parse_layout_hint(args.hint)
+  stages = getattr(args, "pipeline_stages", None)
+  if stages is not None and not 1 <= stages <= config.layers:
+    raise CliInputError(f"--pipeline-stages {stages}: the model has "
+                        f"{config.layers} layers",
+                        hint=f"give 1 to {config.layers} stages")
   with ctx.progress(f"searching pipelined layouts of {args.model} on "
                     f"{topology.name}"):
     r = search_pipelines(config, topology, budget,
+                         stages=None if stages is None else (stages,),
                          time_limit_s=args.time_limit, hint=hint)
-  return pipeline_answer(args, topology, budget, r)
+  return pipeline_answer(args, topology, budget, r, config=config)
 
 
-def pipeline_answer(args, topology, budget, r, compared=()):
+def save_plan(args, topology, budget, r, config):
+  """Writes the pipelined answer ``r.best`` to ``args.save`` as a plan
+  file (its pipeline a training decision); returns the Plan.
+
+  Raises:
+    CliInputError: for a one-stage answer (no pipeline), or a path that
+      cannot be written.
+  """
+  from autolayout.errors import PlanError
+  from autolayout.plans import pipelined
+  from autolayout.plans.plan import SolverInfo
+  from autolayout.cli import plans
+  best = r.best
+  solver = SolverInfo(r.status, "time", best.step_time_s,
+                      best.step_time_s if r.gap == 0 else None, r.gap,
+                      int(budget), r.solve_time_s)
+  # A one-stage answer is no pipeline: an unpipelined training plan.
+  make = (pipelined.plan_of_price if best.cost.pipeline is not None
+          else pipelined.one_stage_plan)
+  try:
+    plan = make(best, config, topology, args.model,
+                {**plans.source(args), "train": True}, solver)
+  except PlanError as e:
+    raise CliInputError(str(e), hint="add --no-pipeline (without "
+                        "--pipeline) to save the unpipelined search's "
+                        "plan") from None
+  try:
+    plan.save(args.save)
+  except PlanError as e:
+    raise CliInputError(str(e), hint="give --save a writable path, e.g. "
+                        "--save plan.json") from None
+  return plan
+
+
+def pipeline_answer(args, topology, budget, r, compared=(), config=None):
   """The Answer showing search result ``r`` (a
   :class:`~autolayout.meshes.pipeline_search.PipelineSearchResult`);
-  ``compared``: lines saying which plan spaces were compared."""
+  ``compared``: lines saying which plan spaces were compared; with
+  ``--save``, the plan is written (``config``: the zoo config
+  searched)."""
   best = r.best
+  saved = None
+  if getattr(args, "save", None):
+    saved = save_plan(args, topology, budget, r, config)
 
   def rows():
     out = [("plan", best)] + ([("hint", r.hint)] if r.hint else [])
@@ -159,6 +247,12 @@ def pipeline_answer(args, topology, budget, r, compared=()):
                   else ""))
     for line in compared:
       ctx.line(line)
+    if saved is not None and best.cost.pipeline is None:
+      ctx.line(f"saved the plan to {args.save}: one stage, so an "
+               "unpipelined training plan priced by the layout cost model "
+               f"(step {saved.costs.step_time_s:.4g} s)")
+    elif saved is not None:
+      ctx.line(f"saved the plan to {args.save}")
 
   return Answer(
       json=lambda: {"model": args.model, "topology": topology.name,
@@ -167,5 +261,6 @@ def pipeline_answer(args, topology, budget, r, compared=()):
                     "by_placement": r.by_placement,
                     "plans": rows().to_dict("records"),
                     **({"spaces_compared": list(compared)}
-                       if compared else {})},
+                       if compared else {}),
+                    **({"plan_file": args.save} if saved else {})},
       csv=rows, csv_index=False, table=table)

@@ -1,6 +1,6 @@
 """``mtf-layout report``: the full cost report of one layout."""
 
-from autolayout.cli import common, html, inputs, plans
+from autolayout.cli import common, html, inputs, pipelined_plan, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -22,6 +22,10 @@ def _arguments(p):
 
 
 def _run(args, ctx):
+  piped = pipelined_plan.read(args.layout)
+  if piped is not None:
+    # A pipelined plan: priced by the pipelined cost model.
+    return pipelined_plan.report(args, ctx, piped)
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   from_plan = plans.layout_arg(args.layout, model, topology, args)

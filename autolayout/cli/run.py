@@ -32,6 +32,10 @@ def _arguments(p):
                  "default 2)")
   r.add_argument("--steps", type=int, default=5, metavar="N",
                  help="timed steps (default 5)")
+  r.add_argument("--eager", action="store_true",
+                 help="a pipelined plan's step runs op by op instead of as "
+                 "one traced function (the same ops and results; for a "
+                 "tiny model the trace takes most of the run)")
   p.add_argument("--topology", "-t", metavar="FILE.json",
                  help="also price the plan on this topology (e.g. `mtf-layout"
                  " calibrate --cpu-devices 8 -o FILE.json` of these devices)")
@@ -86,7 +90,8 @@ def _run(args, ctx):
     rep = run_lib.run_plan(plan, devices[:mesh.size], args.warmup,
                            args.steps,
                            None if mesh == plan.mesh_shape else mesh,
-                           topology, peak)
+                           topology, peak,
+                           eager=getattr(args, "eager", False))
   except PlanMismatchError as e:
     raise CliInputError(str(e), hint="solve the plan again with this "
                         "mesh-tf") from None
@@ -104,8 +109,16 @@ def _run(args, ctx):
              + ("" if rep.mesh == plan.mesh_shape.text else
                 f" (scaled down from {plan.mesh_shape.text})"))
     if rep.decisions:
-      ctx.line("decisions: " + ", ".join(f"{k}={v}" for k, v in
-                                         sorted(rep.decisions.items())))
+      ctx.line("decisions: " + ", ".join(
+          f"{k}={_decision(k, v)}" for k, v in sorted(rep.decisions.items())))
+    if rep.pipeline:
+      p = rep.pipeline
+      ctx.line(f"pipelined step predicted: bubble "
+               f"{out.fmt_time(p['bubble_s'])} "
+               f"({p['bubble_fraction']:.1%} of the steady "
+               f"{out.fmt_time(p['steady_s'])}), boundary sends "
+               f"{out.fmt_time(p['boundary_send_s'])} per microbatch, "
+               f"microbatches in flight per stage {p['in_flight']}")
     ctx.line(f"{rep.warmup} warm-up steps (the first traced the step in "
              f"{out.fmt_time(rep.first_step_s)}), then "
              f"{len(rep.step_times_s)} timed")
@@ -134,6 +147,14 @@ def _frame(rep):
            if rep.measured_peak_bytes is None
            else _spread(rep.measured_peak_bytes))]
   return pd.DataFrame(rows, columns=["", "predicted", "measured"])
+
+
+def _decision(name, value):
+  """A decision's text in the table (a pipeline's short form)."""
+  if name == "pipeline" and isinstance(value, dict):
+    from autolayout.training.pipeline import FAMILY
+    return FAMILY.describe(FAMILY.from_json(value))
+  return value
 
 
 def _spread(values):

@@ -20,8 +20,9 @@ search finds nothing (no mesh shape fits, or its time ran out) the
 pipelined plan is the answer; when neither has a plan, the pipelined
 search's error names the smallest chip count that would hold the model.
 ``--no-pipeline`` keeps the unpipelined search alone, with its whole
-``--time-limit``.  Plan files do not hold pipelined plans yet: ``--save``
-fails, naming ``--no-pipeline``, when the pipelined plan is the faster.
+``--time-limit``.  ``--save`` writes whichever plan is the answer (a
+pipelined plan holds its pipeline as a training decision,
+:mod:`autolayout.plans.pipelined`).
 """
 
 import time
@@ -32,7 +33,6 @@ from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.meshes.pipeline_search import (PipelineInfeasibleError,
                                                pipelining_applies,
                                                search_pipelines)
-from autolayout.cli.errors import CliInputError
 from autolayout.cli.pipeline import pipeline_answer
 
 #: Seconds for both searches together (the CLI's start-up comes on top).
@@ -135,14 +135,8 @@ def compare(ctx, args, model, topology, budget, unpipelined_search,
       flat is None or piped.best.step_time_s < flat[0].step_time_s)
   lines.append("  chosen: " + ("pipelined" if use_piped else "unpipelined"))
   lines = tuple(lines)
-  if use_piped and getattr(args, "save", None):
-    raise CliInputError(
-        f"the faster plan is pipelined ({piped.best.layout.describe()}, "
-        f"step {piped.best.step_time_s:.3f} s), and plan files do not hold "
-        f"pipelined plans yet, so --save {args.save} cannot write it",
-        hint="drop --save to see the pipelined plan, or add --no-pipeline "
-        "to save the unpipelined one")
   if use_piped:
     return ScaleChoice(pipeline_answer(args, topology, budget_bytes, piped,
-                                       lines), flat, lines)
+                                       lines, config=model.config), flat,
+                       lines)
   return ScaleChoice(None, flat, lines)

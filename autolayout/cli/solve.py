@@ -12,7 +12,8 @@ from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
 from autolayout.cli.errors import CliInputError
 from autolayout.cli import scale
-from autolayout.cli.pipeline import add_pipeline_args, run_pipeline
+from autolayout.cli.pipeline import (add_pipeline_args, pipelined_hint,
+                                     run_pipeline)
 
 
 def _arguments(p):
@@ -49,7 +50,8 @@ def _arguments(p):
 
 
 def _run(args, ctx):
-  if getattr(args, "pipeline", False):
+  if getattr(args, "pipeline", False) or pipelined_hint(args) is not None:
+    # --pipeline, or --hint of a pipelined plan: the pipelined search.
     return run_pipeline(args, ctx)
   with ctx.phase("model and topology"):
     setup = common.Setup(args)

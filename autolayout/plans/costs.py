@@ -2,9 +2,20 @@
 compares and subtracts."""
 
 import dataclasses
-from typing import Tuple
+from typing import Any, Tuple
 
-__all__ = ["PredictedCosts"]
+__all__ = ["PIPELINE_TERMS", "PredictedCosts"]
+
+#: A pipelined plan's terms (costmodels.pipeline.PipelineCost): seconds of
+#: the bubble (fill and drain), the steady microbatches, the once-per-step
+#: work and one microbatch's boundary sends on the slowest stage; the
+#: bubble as a fraction of the steady time; the microbatches; and per stage
+#: its time per microbatch, the bytes it sends per microbatch, the
+#: microbatches it holds in flight and its peak bytes.
+PIPELINE_TERMS = ("bubble_s", "bubble_fraction", "steady_s", "step_work_s",
+                  "boundary_send_s", "microbatches", "stage_times_s",
+                  "sent_bytes", "in_flight", "stage_memory_bytes")
+_SCALAR_TERMS = PIPELINE_TERMS[:5]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,7 +25,10 @@ class PredictedCosts:
   ``memory_by_category``, ``comm_time_by_axis`` and ``collectives`` are
   tuples of pairs / records so that the value stays hashable; see
   :meth:`as_dict`.  ``collectives`` holds ``(kind, mesh axes, count,
-  bytes per device)`` summed per kind and axes.
+  bytes per device)`` summed per kind and axes.  ``pipeline`` holds a
+  pipelined plan's time decomposition and per-stage figures as ``(name,
+  value)`` pairs (lists as tuples; see :data:`PIPELINE_TERMS`), empty for
+  any other plan: then the step is ``compute + comm + bubble``.
   """
   step_time_s: float
   compute_time_s: float
@@ -23,6 +37,7 @@ class PredictedCosts:
   memory_by_category: Tuple[Tuple[str, int], ...]
   comm_time_by_axis: Tuple[Tuple[str, float], ...]
   collectives: Tuple[Tuple[str, Tuple[str, ...], int, int], ...] = ()
+  pipeline: Tuple[Tuple[str, Any], ...] = ()
 
   @classmethod
   def of(cls, report_or_costs):
@@ -34,7 +49,8 @@ class PredictedCosts:
     return cls(float(r.step_time_s), float(r.compute_time_s),
                float(r.comm_time_s), int(r.peak_memory_bytes),
                tuple(sorted(dict(mem).items())),
-               tuple(sorted(dict(comm).items())))
+               tuple(sorted(dict(comm).items())),
+               pipeline=tuple(getattr(r, "pipeline", ())))
 
   def minus(self, other):
     """``self - other``, field by field (missing categories and axes count
@@ -49,7 +65,8 @@ class PredictedCosts:
         self.comm_time_s - other.comm_time_s,
         self.peak_memory_bytes - other.peak_memory_bytes,
         sub(self.memory_by_category, other.memory_by_category),
-        sub(self.comm_time_by_axis, other.comm_time_by_axis))
+        sub(self.comm_time_by_axis, other.comm_time_by_axis),
+        pipeline=_pipeline_minus(self.pipeline, other.pipeline))
 
   @classmethod
   def from_report(cls, report):
@@ -77,4 +94,22 @@ class PredictedCosts:
             "comm_time_by_axis": dict(self.comm_time_by_axis),
             "collectives": [{"kind": k, "mesh_axes": list(a), "count": n,
                              "bytes_per_device": b}
-                            for k, a, n, b in self.collectives]}
+                            for k, a, n, b in self.collectives],
+            **({"pipeline": {k: list(v) if isinstance(v, tuple) else v
+                             for k, v in self.pipeline}}
+               if self.pipeline else {})}
+
+  @property
+  def pipeline_terms(self):
+    """``{term: value}`` of :attr:`pipeline` (empty for an unpipelined
+    plan)."""
+    return dict(self.pipeline)
+
+
+def _pipeline_minus(a, b):
+  """The scalar pipeline terms of ``a - b`` (a plan without a pipeline
+  has none of them: 0); empty when neither plan is pipelined."""
+  if not a and not b:
+    return ()
+  a, b = dict(a), dict(b)
+  return tuple((k, a.get(k, 0.0) - b.get(k, 0.0)) for k in _SCALAR_TERMS)

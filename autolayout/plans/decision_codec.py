@@ -9,7 +9,7 @@ no graph and no solver, so the file reader uses it on every load;
 
 Example:
   >>> read_decisions({"zero_stage": {"ffn": 3}, "microbatches": 2})
-  {'param_dtype': 'float32', 'zero_stage': (('ffn', 3),), 'recompute': 0, 'microbatches': 2}
+  {'param_dtype': 'float32', 'zero_stage': (('ffn', 3),), 'recompute': 0, 'microbatches': 2, 'pipeline': None}
 """
 
 from autolayout.errors import PlanFormatError
@@ -32,7 +32,7 @@ def read_decisions(data, where="plan file"):
   stage per group is a sorted tuple of pairs.
 
   Families the file omits keep their defaults (float32, stage 0, no
-  recompute, one microbatch).
+  recompute, one microbatch, no pipeline).
 
   Raises:
     PlanFormatError: naming a family this version does not know (a file

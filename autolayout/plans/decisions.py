@@ -32,6 +32,7 @@ from mesh_tf.core.errors import MtfError
 from autolayout.plans import decision_codec
 from autolayout.plans import file as plan_file
 from autolayout.plans import identity as plan_identity
+from autolayout.plans import pipelined
 from autolayout.training.decisions import TrainingDecisions, build_training
 from autolayout.errors import PlanFormatError
 
@@ -95,6 +96,11 @@ def rebuild(plan, config=None):
   if decisions is None:
     raise PlanFormatError(f"plan of {plan.model.name!r} holds no training "
                           "decisions; it is priced on its graph as built")
+  if decisions.pipeline is not None:
+    raise PlanFormatError(
+        f"plan of {plan.model.name!r} is pipelined: its step is a program "
+        "of stage graphs (autolayout.plans.pipelined.build_program), not "
+        "one graph")
   config = config or config_of(plan)
   if config is None:
     raise PlanFormatError(
@@ -143,11 +149,19 @@ def load_plan(path, graph=None, name=None, outputs=()):
   plan = plan_file.load_plan(path, None, name)
   path = os.fspath(path)
   config = config_of(plan) if plan.decisions else None
-  if config is not None:
+  if config is not None and pipelined.is_pipelined(plan):
+    # A pipelined step is a program of stage graphs, priced as a pipeline.
+    pipelined.check(plan, config, f"the step plan file {path!r} was made "
+                    "for")
+  elif config is not None:
     check_rebuilt(plan, rebuild(plan, config), f"the training step of "
                   f"{path!r} rebuilt for its decisions")
   if graph is not None:
     mine = plan_identity.model_identity(graph, name or "the graph", outputs)
+    if config is not None and pipelined.is_pipelined(plan):
+      pipelined.check_model(plan, config, graph, f"the graph given for "
+                            f"{path!r}")
+      return plan
     base = config is not None and plan_identity.fingerprint(
         config.build().graph) == mine.fingerprint
     if not base:

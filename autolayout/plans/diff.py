@@ -128,6 +128,9 @@ class PlanDiff:
 def _show(v):
   if v is None:
     return "(not split)"
+  if isinstance(v, dict) and "split" in v:  # a pipeline decision
+    from autolayout.training.pipeline import FAMILY
+    return FAMILY.describe(FAMILY.from_json(v))
   if isinstance(v, dict):  # a decision per group: {"ffn": 3, ...}
     return " ".join(f"{k}={x}" for k, x in sorted(v.items()))
   if isinstance(v, (int, float)):  # a decision's value

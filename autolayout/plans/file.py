@@ -250,13 +250,16 @@ def _read_costs(rd, c):
   for k, v in list(mem.items()) + list(comm.items()):
     if isinstance(v, bool) or not isinstance(v, _NUM) or not math.isfinite(v):
       rd.fail(f"costs entry {k!r} must be a number, got {v!r}")
+  pipe = rd.get(c, "pipeline", dict, "costs", optional=True) or {}
   return PredictedCosts(
       float(rd.get(c, "step_time_s", _NUM, "costs")),
       float(rd.get(c, "compute_time_s", _NUM, "costs")),
       float(rd.get(c, "comm_time_s", _NUM, "costs")),
       rd.get(c, "peak_memory_bytes", int, "costs"),
       tuple((k, int(v)) for k, v in mem.items()),
-      tuple((k, float(v)) for k, v in comm.items()), tuple(colls))
+      tuple((k, float(v)) for k, v in comm.items()), tuple(colls),
+      tuple((k, tuple(v) if isinstance(v, list) else v)
+            for k, v in pipe.items()))
 
 
 def load_plan(path, graph=None, name=None, outputs=()):

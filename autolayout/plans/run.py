@@ -20,12 +20,9 @@ TensorFlow is reached through :mod:`mesh_tf` (the step and the devices),
 never imported here.
 """
 
-import dataclasses
 import itertools
 import math
-import statistics
 import time
-from typing import Optional, Tuple
 
 import numpy as np
 
@@ -35,52 +32,11 @@ from mesh_tf.core.errors import MtfError
 from autolayout.errors import PlanError, PlanMismatchError
 from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import identity as plan_identity
+from autolayout.plans import pipelined, run_pipelined
+from autolayout.plans.run_report import RunReport, scale_topology
 
-
-@dataclasses.dataclass(frozen=True)
-class RunReport:
-  """What :func:`run_plan` measured, next to what the plan predicted.
-
-  Times are seconds, memory bytes per device.  ``repriced_step_time_s`` is
-  the plan priced on ``repriced_on`` (the topology of the devices at hand,
-  e.g. a calibrated file), or None.  ``measured_peak_bytes`` is None where
-  the devices keep no allocator statistics (logical CPU devices).
-  """
-  plan_name: str
-  mesh: str
-  devices: Tuple[str, ...]
-  warmup: int
-  step_times_s: Tuple[float, ...]
-  losses: Tuple[float, ...]
-  predicted_step_time_s: float
-  predicted_on: str
-  repriced_step_time_s: Optional[float]
-  repriced_on: Optional[str]
-  predicted_state_bytes: int
-  measured_state_bytes: Tuple[int, ...]
-  predicted_peak_bytes: int
-  measured_peak_bytes: Optional[Tuple[int, ...]]
-  decisions: Optional[dict]
-  first_step_s: float
-
-  @property
-  def measured_step_time_s(self):
-    """The median of the timed steps."""
-    return statistics.median(self.step_times_s)
-
-  @property
-  def loss_went_down(self):
-    return self.losses[-1] < self.losses[0]
-
-  def as_dict(self):
-    d = dataclasses.asdict(self)
-    d["measured_step_time_s"] = self.measured_step_time_s
-    d["loss_went_down"] = self.loss_went_down
-    for k in ("devices", "step_times_s", "losses", "measured_state_bytes"):
-      d[k] = list(d[k])
-    if d["measured_peak_bytes"] is not None:
-      d["measured_peak_bytes"] = list(d["measured_peak_bytes"])
-    return d
+__all__ = ["RunReport", "build_step", "check_devices", "run_plan",
+           "scale_down", "scale_topology"]
 
 
 def scale_down(mesh_shape, devices):
@@ -102,24 +58,6 @@ def scale_down(mesh_shape, devices):
                             c))
   return mesh_lib.MeshShape([(d.name, q)
                              for d, q in zip(mesh_shape.dims, best)])
-
-
-def scale_topology(topology, chips):
-  """``topology`` cut to ``chips`` chips, keeping its innermost (fastest)
-  physical dims first: e.g. h100x8-nodes2 (node:2, gpu:8) cut to 8 chips is
-  one node of 8 GPUs.  None if no cut of its dims has that many chips."""
-  if topology.num_chips == chips:
-    return topology
-  left, dims = chips, []
-  for d in reversed(topology.dims):
-    q = max(x for x in range(1, d.size + 1) if d.size % x == 0
-            and left % x == 0)
-    left //= q
-    dims.append(d._replace(size=q))
-  if left != 1:
-    return None
-  return topology._replace(name=f"{topology.name} cut to {chips} chips",
-                           dims=tuple(reversed(dims)))
 
 
 def _mesh_text(mesh):
@@ -195,7 +133,7 @@ def _state_bytes(step, devices):
 
 
 def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
-             topology=None, allocator_peak=None):
+             topology=None, allocator_peak=None, eager=False):
   """Runs ``plan``'s training step on ``devices`` (TF device names) and
   returns a :class:`RunReport`.
 
@@ -209,6 +147,8 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
       calibrated file) to price the plan on as well.
     allocator_peak: ``(reset, read)`` callables giving each device's
       allocator peak in bytes (GPUs), or None.
+    eager: a pipelined plan's step runs op by op, not traced (see
+      :func:`autolayout.plans.run_pipelined.run_pipelined`).
 
   Raises:
     PlanError, PlanMismatchError: see :func:`build_step`.
@@ -216,6 +156,11 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
   if warmup < 0 or steps < 1:
     raise PlanError(f"warmup={warmup} and steps={steps}: give warmup >= 0 "
                     "and steps >= 1")
+  if pipelined.is_pipelined(plan):
+    # A program of stage graphs: a PipelineTrainStep.
+    return run_pipelined.run_pipelined(plan, devices, warmup, steps,
+                                       mesh_shape, topology, allocator_peak,
+                                       eager=eager)
   step, model, k = build_step(plan, devices, mesh_shape)
   batch = _batch(model, k)
   losses = []
@@ -274,6 +219,8 @@ def check_devices(plan, available, scale=False):
         f"{_mesh_text(plan.mesh_shape)}: it needs {need} devices, and "
         f"{available} are at hand")
   try:
+    if pipelined.is_pipelined(plan):
+      return run_pipelined.scale_down(plan, available)
     return scale_down(plan.mesh_shape, available)
   except MtfError as e:
     raise PlanError(str(e)) from None

@@ -5,29 +5,34 @@ command line to the plan file.
 :data:`FAMILIES` lists every family once, in field order; each is defined
 in its own module (:mod:`~autolayout.training.param_dtype`,
 :mod:`~autolayout.training.zero`, :mod:`~autolayout.training.recompute`,
-:mod:`~autolayout.training.microbatches`) with its value type, JSON codec,
-command-line syntax, graph rewrite and search choices.  A new family (e.g.
-pipeline stages) is one more module and one more entry here: the value
-gains a field, plan files its key, and the step builder its rewrite.
+:mod:`~autolayout.training.microbatches`,
+:mod:`~autolayout.training.pipeline`) with its value type, JSON codec,
+command-line syntax, graph rewrite and search choices.  A new family is
+one more module and one more entry here: the value gains a field, plan
+files its key, and the step builder its rewrite.  A family whose value is
+None (no pipeline) is left out of the JSON form.
 
 Example:
   >>> d = TrainingDecisions.from_json({"zero_stage": {"ffn": 3},
   ...                                  "microbatches": 2})
   >>> d
-  TrainingDecisions(param_dtype='float32', zero_stage=(('ffn', 3),), recompute=0, microbatches=2)
+  TrainingDecisions(param_dtype='float32', zero_stage=(('ffn', 3),), recompute=0, microbatches=2, pipeline=None)
   >>> d.as_dict()["zero_stage"]
   {'ffn': 3}
+  >>> "pipeline" in d.as_dict()   # no pipeline: the key is left out
+  False
 """
 
 import collections
 
-from autolayout.training import microbatches, param_dtype, recompute, zero
+from autolayout.training import (microbatches, param_dtype, pipeline,
+                                 recompute, zero)
 from autolayout.training.family import DecisionValueError
 
 __all__ = ["FAMILIES", "TrainingDecisions", "family"]
 
 FAMILIES = (param_dtype.FAMILY, zero.FAMILY, recompute.FAMILY,
-            microbatches.FAMILY)
+            microbatches.FAMILY, pipeline.FAMILY)
 _BY_NAME = {f.name: f for f in FAMILIES}
 
 
@@ -60,8 +65,11 @@ class TrainingDecisions(_Fields):
 
   def __new__(cls, *args, **kwargs):
     values = _Fields(*args, **kwargs)
-    return super().__new__(cls, *(f.check(v) for f, v in zip(FAMILIES,
+    self = super().__new__(cls, *(f.check(v) for f, v in zip(FAMILIES,
                                                              values)))
+    for f in FAMILIES:
+      f.check_with(self)
+    return self
 
   def _replace(self, **kwargs):
     return TrainingDecisions(**dict(self._asdict(), **kwargs))
@@ -69,8 +77,9 @@ class TrainingDecisions(_Fields):
   def as_dict(self):
     """The decisions as a plain mapping (for plan files and JSON), each
     value in its family's JSON form (a per-group stage is ``{group:
-    stage}``)."""
-    return {f.name: f.to_json(v) for f, v in zip(FAMILIES, self)}
+    stage}``; a None value, e.g. no pipeline, is left out)."""
+    return {f.name: f.to_json(v) for f, v in zip(FAMILIES, self)
+            if v is not None}
 
   @classmethod
   def from_json(cls, data):

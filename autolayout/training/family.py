@@ -2,8 +2,8 @@
 value type, its JSON codec, its command-line text, the rewrite that builds
 the training step for a value, and its simplicity rank.
 
-A family (parameter dtype, ZeRO stage, recompute, microbatches, and later
-pipeline stages) is a :class:`DecisionFamily` instance defined in its own
+A family (parameter dtype, ZeRO stage, recompute, microbatches, pipeline
+stages) is a :class:`DecisionFamily` instance defined in its own
 module next to its search choices and CP-SAT builder, and listed once in
 :data:`autolayout.training.families.FAMILIES`.  Everything else reads the
 families from there: :class:`~autolayout.training.families.TrainingDecisions`
@@ -82,6 +82,15 @@ class DecisionFamily:
           f"{self.flag} {echo(text, 40)} is not an integer or auto",
           f"use e.g. {self.flag} {self.example}, or {self.flag} auto"
       ) from None
+
+  def check_with(self, decisions):
+    """Checks ``decisions`` (a whole TrainingDecisions) across families,
+    after each family's own :meth:`check`; none by default.
+
+    Raises:
+      DecisionValueError: naming the fields that disagree.
+    """
+    del decisions
 
   def describe(self, value):
     """A short text of the value, for tables and messages."""

@@ -13,7 +13,7 @@ list(zip(axis_names, shape)), devices=...))``.
 """
 
 from autolayout.errors import ExportError
-from autolayout.plans.export import common, training
+from autolayout.plans.export import common, pipeline, training
 
 UNSHARDED = "unsharded"
 
@@ -70,4 +70,7 @@ def to_dtensor(plan, rename=None):
             "(dtensor.relayout) for the step, wrap the listed blocks in "
             "tf.recompute_grad and accumulate k microbatch gradients by "
             "hand"]}
+  piped = pipeline.pipeline_record(plan, rename)
+  if piped is not None:
+    out["pipeline"] = pipeline.to_dtensor(piped)
   return out

@@ -26,7 +26,7 @@ and the step's outputs), for ``jax.lax.with_sharding_constraint``.  The same
 ``rename`` hook applies to them.
 """
 
-from autolayout.plans.export import common, training
+from autolayout.plans.export import common, pipeline, training
 
 
 def partition_spec(axes_per_dim):
@@ -60,6 +60,9 @@ def to_jax(plan, rename=None):
                          common.entries(plan, rename, "activations")}}
   if train is not None:
     out["training"] = training_section(train)
+  piped = pipeline.pipeline_record(plan, rename)
+  if piped is not None:
+    out["pipeline"] = pipeline.to_jax(piped)
   return out
 
 

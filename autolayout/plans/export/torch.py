@@ -14,7 +14,7 @@
 """
 
 from autolayout.errors import ExportError
-from autolayout.plans.export import common, training
+from autolayout.plans.export import common, pipeline, training
 
 
 def placements(axes_per_dim, axis_names):
@@ -60,6 +60,9 @@ def to_torch(plan, rename=None):
   out = {"mesh": common.mesh_dict(plan), "params": params}
   if train is not None:
     out["training"] = training_section(train, names)
+  piped = pipeline.pipeline_record(plan, rename)
+  if piped is not None:
+    out["pipeline"] = pipeline.to_torch(piped)
   return out
 
 

@@ -87,8 +87,11 @@ def test_default_solve_at_scale_chooses_the_faster_space(capsys):
   assert "idle chips" in compared[1] and "padded sequences" in compared[1]
 
 
-def test_default_solve_on_992_chips_returns_the_pipelined_plan(capsys):
-  assert cli.main(["solve", *AT_992, "--format", "json"]) == 0
+def test_default_solve_on_992_chips_returns_and_saves_the_pipelined_plan(
+    tmp_path, capsys):
+  path = str(tmp_path / "p.json")
+  assert cli.main(["solve", *AT_992, "--format", "json", "--save",
+                   path]) == 0
   out = json.loads(capsys.readouterr().out)
   compared = out["spaces_compared"]
   steps, chosen = _steps(compared)
@@ -98,6 +101,15 @@ def test_default_solve_on_992_chips_returns_the_pipelined_plan(capsys):
   # 992 chips cannot all be used: the plan says how many idle, and pads.
   assert plan["idle_chips"] > 0 and plan["padded_sequences"] >= 0
   assert plan["step_s"] == pytest.approx(steps["pipelined"], rel=1e-3)
+  # The pipelined plan is a plan file: its pipeline, idle chips and
+  # padding are decisions, and it loads back with the costs printed.
+  from autolayout.plans.decisions import load_plan
+  saved = load_plan(path)
+  assert out["plan_file"] == path
+  d = saved.training.pipeline
+  assert d.idle_chips == plan["idle_chips"]
+  assert d.padded_rows == plan["padded_sequences"]
+  assert saved.costs.step_time_s == pytest.approx(plan["step_s"], rel=1e-12)
 
 
 def test_small_models_and_opt_out_keep_the_unpipelined_search():
@@ -130,11 +142,3 @@ def test_scale_applies_only_to_the_open_training_question():
                  dict(objective="memory")):
     args = argparse.Namespace(**{**base, **change})
     assert not scale.applies(args, Model, topo, 32), change
-
-
-def test_save_of_a_pipelined_default_plan_names_no_pipeline(tmp_path,
-                                                            capsys):
-  assert cli.main(["solve", *AT_992, "--save",
-                   str(tmp_path / "p.json")]) == 2
-  err = capsys.readouterr().err
-  assert "--no-pipeline" in err and "pipelined" in err

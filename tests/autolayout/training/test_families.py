@@ -24,9 +24,10 @@ def test_the_registry_gives_the_value_its_fields():
       *(f.default for f in FAMILIES))
   assert all(isinstance(f, DecisionFamily) for f in FAMILIES)
   assert family("zero_stage") is zero.FAMILY
-  with pytest.raises(DecisionValueError, match="'pipeline' is not a "
+  assert family("pipeline").name == "pipeline"
+  with pytest.raises(DecisionValueError, match="'expert_parallel' is not a "
                      "training decision family; use one of param_dtype"):
-    family("pipeline")
+    family("expert_parallel")
 
 
 @pytest.mark.parametrize("d", [
@@ -54,7 +55,9 @@ def test_values_are_checked_and_normalised_by_their_family():
                          ({"param_dtype": "int8"}, "param_dtype is 'int8'")):
     with pytest.raises(InvalidArgumentError, match=needle):
       TrainingDecisions(**kwargs)
-  with pytest.raises(DecisionValueError, match="'pipeline' is not a"):
+  with pytest.raises(DecisionValueError, match="'expert_parallel' is not"):
+    TrainingDecisions.from_json({"expert_parallel": 2})
+  with pytest.raises(DecisionValueError, match="pipeline is 2"):
     TrainingDecisions.from_json({"pipeline": 2})
 
 

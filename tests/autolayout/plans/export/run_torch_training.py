@@ -13,7 +13,13 @@ plan's per-device bytes of the stored parameters.  Every rank:
   (``reshard_after_forward``, ``MixedPrecisionPolicy``) to the parameters
   of each ZeRO stage, runs the export's microbatches as gradient
   accumulation (gradient sync only on the last), and checks every
-  parameter and its gradient are sharded on the data axis.
+  parameter and its gradient are sharded on the data axis;
+* applies the export's activation checkpointing: a model of one block per
+  layer of the plan, each block the export lists wrapped in
+  ``checkpoint_wrapper`` (and the model in ``fully_shard`` when the plan
+  shards), and checks that exactly those blocks run their forward again
+  in the backward pass, with the loss and gradients of the same model
+  without checkpointing.
 
 Prints TORCH-TRAIN-OK; raises in a rank (and so here) on any mismatch.
 """
@@ -23,6 +29,8 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    checkpoint_wrapper)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
@@ -49,6 +57,65 @@ class Group(torch.nn.Module):
 
   def forward(self, scale):
     return sum((p.float() * scale).square().mean() for p in self.params)
+
+
+class Block(torch.nn.Module):
+  """A stand-in for one layer of the plan: counts its forward runs."""
+
+  def __init__(self, width, seed):
+    super().__init__()
+    g = torch.Generator().manual_seed(seed)
+    self.w = torch.nn.Parameter(torch.randn(width, width, generator=g) / 4)
+    self.runs = 0
+
+  def forward(self, x):
+    self.runs += 1
+    return x + torch.tanh(x @ self.w)
+
+
+def _layers(t):
+  """The plan's layer blocks (``layer_<i>``), in order."""
+  return sorted({n.split("/")[0] for n in t["variables"]
+                 if n.startswith("layer_")}, key=lambda b: int(b[6:]))
+
+
+def _check_checkpointing(t, mesh, fsdp_dims):
+  """Applies the export's activation checkpointing (module docstring);
+  returns how many blocks recompute."""
+  listed = set(t["activation_checkpointing"]["blocks"])
+  names = _layers(t)
+  if not listed <= set(names):
+    raise AssertionError(f"checkpointed blocks {sorted(listed)} are not "
+                         f"layers of the plan {names}")
+  width = 8
+
+  def model():
+    return torch.nn.Sequential(*[Block(width, i) for i in range(len(names))])
+  x = torch.randn(4, width, generator=torch.Generator().manual_seed(7))
+  ref = model()
+  ref(x).square().mean().backward()
+  blocks = model()
+  wrapped = torch.nn.Sequential(*[
+      checkpoint_wrapper(b) if n in listed else b
+      for n, b in zip(names, blocks)])
+  if fsdp_dims:
+    fully_shard(wrapped, mesh=mesh[fsdp_dims[0]] if len(fsdp_dims) == 1
+                else mesh[fsdp_dims]._flatten())
+  loss = wrapped(x).square().mean()
+  loss.backward()
+  want = ref(x).square().mean()
+  if not torch.allclose(loss.detach(), want.detach()):
+    raise AssertionError(f"checkpointed loss {float(loss)} != {float(want)}")
+  for n, b, r in zip(names, blocks, ref):
+    runs = 2 if n in listed else 1
+    if b.runs != runs:
+      raise AssertionError(f"{n} ran forward {b.runs} times, not {runs} "
+                           f"({'checkpointed' if n in listed else 'kept'})")
+    grad = b.w.grad
+    grad = grad.full_tensor() if hasattr(grad, "full_tensor") else grad
+    if not torch.allclose(grad, r.w.grad, atol=1e-6):
+      raise AssertionError(f"{n}: gradient differs under checkpointing")
+  return len(listed)
 
 
 def _rank(rank, world, port, spec, expected):
@@ -110,7 +177,14 @@ def _rank(rank, world, port, spec, expected):
                                f"of {tuple(p.shape)} over {n}")
         if p.grad is None or p.grad.placements != (Shard(0),):
           raise AssertionError("no sharded gradient")
+    fsdp_dims = sorted({d for v in t["variables"].values()
+                        if v["fully_shard"] for d in v["fully_shard"][
+                            "mesh_dims"]}, key=names.index)
+    recomputed = _check_checkpointing(t, mesh, fsdp_dims)
     if rank == 0:
+      print(f"TORCH-CHECKPOINT-OK {recomputed} of {len(_layers(t))} blocks "
+            "checkpointed (forward again in backward), same loss and "
+            "gradients", flush=True)
       print(f"TORCH-TRAIN-OK {len(t['variables'])} params, "
             f"{sum(len(m.params) for m, _ in modules)} fully_shard, "
             f"{stored} B stored per device, {k} microbatches", flush=True)

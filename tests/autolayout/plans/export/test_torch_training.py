@@ -55,3 +55,7 @@ def test_real_pytorch_applies_the_training_export(tmp_path, stage, rec, k,
   assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
   assert "TORCH-TRAIN-OK" in proc.stdout
   assert f"{k} microbatches" in proc.stdout
+  # Activation checkpointing is applied, not only exported: the listed
+  # blocks run forward again in backward, with the same loss.
+  assert (f"TORCH-CHECKPOINT-OK {rec} of 2 blocks checkpointed"
+          in proc.stdout)
