@@ -54,6 +54,8 @@ Reproduce:
   python benchmarks/mtf_port.py --layers 1 8 --rounds 5 --steps 20
   python benchmarks/mtf_port.py --layers 32 --rounds 2 --steps 6
   python benchmarks/mtf_port.py --interleaved --layers 1 8 --steps 20
+  python benchmarks/mtf_port.py --interleaved --tf2-only --paths session \
+      trainstep --layers 32 --steps 6
 """
 
 import argparse
@@ -280,9 +282,9 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
   else:
     mtf.set_logical_cpu_devices(8)
   from mesh_tf import training  # pylint: disable=import-outside-toplevel
-  steppers, first_s = {}, {}
+  steppers, first_s, ready = {}, {}, {}
   for path in paths:
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     if path == "trainstep":
       example = _load_example(False)
       hp = _hparams(example, layers)
@@ -307,6 +309,9 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
     first = time.perf_counter()
     steppers[path]()
     first_s[path] = time.perf_counter() - first
+    # Building and the first step: wall and process CPU time (lowering
+    # runs at build for a Session, at the first step for TrainStep).
+    ready[path] = (time.perf_counter() - t0, time.process_time() - c0)
     print(f"# {path}: built in {first - t0:.1f} s, first step "
           f"{first_s[path]:.1f} s", file=sys.stderr)
   times = {p: [] for p in paths}
@@ -319,7 +324,7 @@ def run_interleaved(layers, steps, paths, v1=False, session_threads=False):
       cpu[path].append(time.process_time() - c1)
   return {"wall": {p: 1000 * statistics.median(ts) for p, ts in times.items()},
           "cpu": {p: 1000 * statistics.median(ts) for p, ts in cpu.items()},
-          "first_s": first_s}
+          "first_s": first_s, "ready_s": ready}
 
 
 def _worker(path, layers, steps, session_threads=False):
@@ -372,6 +377,9 @@ def main(argv=None):
                       help="size TF's process-wide intra-op pool from the "
                       "Sessions' config (1 thread) before lowering, as the "
                       "original gets it (see the module doc)")
+  parser.add_argument("--tf2-only", action="store_true",
+                      help="--interleaved: skip the disable_v2 process (it "
+                      "runs no TrainStep)")
   parser.add_argument("--worker", help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args.worker in ("interleaved", "interleaved_v1"):
@@ -393,7 +401,9 @@ def main(argv=None):
     print("steady step (median ms of wall and of process CPU time), steps "
           "taken in turn in one process")
     for layers in args.layers:
-      for mode in ("interleaved", "interleaved_v1"):
+      modes = ("interleaved",) if args.tf2_only else ("interleaved",
+                                                      "interleaved_v1")
+      for mode in modes:
         r = _spawn(mode, layers, args.steps, paths, args.session_threads)
         if "error" in r:
           print(f"{layers:>6} {mode} failed: {r['error']}")
@@ -407,6 +417,9 @@ def main(argv=None):
           print(f"{layers:>6} layers, {label}, {kind}: {cells}  |  {ratios}")
         print(f"{layers:>6} layers, {label}, first step s: " + "  ".join(
             f"{p} {v:.1f}" for p, v in r["first_s"].items()))
+        print(f"{layers:>6} layers, {label}, build + first step s (wall/"
+              "cpu): " + "  ".join(f"{p} {w:.1f}/{c:.1f}"
+                                   for p, (w, c) in r["ready_s"].items()))
     return
   for layers in args.layers:
     _alternate(layers, args.steps, args.rounds, paths, args.session_threads)

@@ -15,7 +15,7 @@ in 17-20 s (``benchmarks/train_step.py``).  TF may inline the calls
 lowering still builds each segment once: in a plain ``tf.compat.v1`` graph,
 which a Session optimises once as a whole anyway, and inside a
 ``tf.function`` (``TrainStep``), which is called with grappler reduced to
-its dependency optimizer.  Uninlined (``_noinline``, as before), each
+a few passes (``tf_private.LIGHT_PASSES``).  Uninlined (``_noinline``, as before), each
 segment cost a call per device every step (0.1 ms each: 1.4x the Session's
 steady step at 1 layer) and its function was optimised once per device on
 the first step (18 s against 10 s inlined at 8 layers).  There the
@@ -273,10 +273,11 @@ class SlicewiseFuser:
     # original's whole graph, which has more nodes, costs it; only past
     # MAX_INLINED_OPS_PER_GRAPH ops of a graph do calls stay uninlined.
     # Inside a tf.function (TrainStep) calls are inlined too: the step is
-    # called with grappler reduced to its dependency optimizer (see
-    # TrainStep), so the expanded graph costs TF little more to set up than
-    # the calls did (each fused function was optimised per device when
-    # instantiated), and steady steps save a call per segment and device.
+    # called with grappler reduced to a few passes (see
+    # tf_private.LIGHT_PASSES), so the expanded graph costs TF little more
+    # to set up than the calls did (each fused function was optimised per
+    # device when instantiated), and steady steps save a call per segment
+    # and device.
     plain = not graph.building_function
     inline = (self._inlined.get(graph, 0) < self.MAX_INLINED_OPS_PER_GRAPH)
     key = key + (plain, inline)

@@ -21,12 +21,12 @@ Example:
   >>> loss = step(x_value)        # a float32 TF scalar; variables updated
 """
 
-from mesh_tf.core.errors import MtfError
+from mesh_tf.core.errors import MtfError, ShapeError
 from mesh_tf.graph import Graph, Mesh, Tensor
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.lowering import Lowering, lower
 from mesh_tf.lowering.placement import PlacementMeshImpl
-from mesh_tf.lowering.tf_private import CallOptions
+from mesh_tf.lowering.tf_private import CallOptions, flat_caller
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.training import padding as padding_lib
 
@@ -53,8 +53,8 @@ class LoweredStep:
   """What a lowered step (:class:`TrainStep`, ``DecodeStep``) is made of:
   variables created eagerly once, in ``mesh_impl``; ``_step`` traced once
   as a ``tf.function`` (the mtf lowering runs then); calls of the traced
-  step with grappler reduced to its dependency optimizer, through call
-  options the step owns (built once, not per call).
+  step with grappler reduced to a few passes, through call options the step
+  owns (built once, not per call).
 
   Subclasses call :meth:`_init_step` and define ``_step(*args)``.
   """
@@ -66,6 +66,8 @@ class LoweredStep:
     self._initialized = False
     self._concrete = None
     self._call_options = CallOptions()
+    self._signature = list(signature)
+    self._caller = None  # calls the traced step (tf_private.flat_caller)
     self._function = tf.function(self._step, autograph=False,
                                  input_signature=signature)
 
@@ -89,16 +91,39 @@ class LoweredStep:
     self.initialize_variables()
     if self._concrete is None:  # get_concrete_function costs ~0.3 ms
       self._concrete = self._function.get_concrete_function()
+      self._caller = flat_caller(self._concrete,
+                                 private=self._call_options.private)
     return self._concrete
+
+  def _arguments(self, args):
+    """``args`` as tensors of the step's signature (NumPy arrays and lists
+    converted)."""
+    tensors = []
+    for name, spec, a in zip(self.input_names, self._signature, args):
+      if isinstance(a, tf.Tensor) and a.dtype != spec.dtype:
+        raise MtfError(f"input {name} is {a.dtype.name}, the step takes "
+                       f"{spec.dtype.name}; cast it")
+      t = tf.convert_to_tensor(a, dtype=spec.dtype)
+      if not spec.shape.is_compatible_with(t.shape):
+        raise ShapeError(f"input {name} has shape {t.shape.as_list()}, the "
+                         f"step takes {spec.shape.as_list()}")
+      tensors.append(t)
+    return tensors
 
   def _call(self, args):
     # The step graph, with the fused segments' calls inlined (see
-    # mesh_tf.lowering.fusion), gets one pass of grappler's dependency
-    # optimizer only: full grappler on the expanded graph would make the
-    # first step as slow as a Session's.
+    # mesh_tf.lowering.fusion), gets a light grappler (see
+    # tf_private.LIGHT_PASSES): full grappler on the expanded graph would
+    # make the first step as slow as a Session's.  The traced step is
+    # called directly on its tensors and variables: the tf.function would
+    # look its trace up again on every call, hashing the captured
+    # variables, and bind the arguments to its signature (together 0.6 ms
+    # of Python per call on the 2-core benchmark machine, a twentieth of
+    # the 1-layer step of benchmarks/mtf_port.py).
     self.concrete_function()
+    tensors = self._arguments(args)
     with self._call_options.scope(optimize="light"):
-      return self._function(*args)
+      return self._caller(*tensors)
 
 
 class TrainStep(LoweredStep):

@@ -118,6 +118,52 @@ def test_call_options_public_route_changes_nothing_and_gives_the_same():
   assert private == public == 14.0
 
 
+def _optimized_ops(optimize):
+  """The op types TF runs for a fresh function called in a
+  ``CallOptions().scope(optimize=...)``: a sum of squares computed twice,
+  plus a constant expression."""
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+
+  @tf.function(autograph=False)
+  def fn(a):
+    twice = tf.reduce_sum(tf.square(a)) + tf.reduce_sum(tf.square(a))
+    return twice + tf.reduce_sum(tf.range(4.0))
+  ctx = context.context()
+  ctx.enable_run_metadata()
+  try:
+    with tf_private.CallOptions().scope(optimize=optimize):
+      value = float(fn(tf.constant([1.0, 2.0, 3.0])))
+    metadata = ctx.export_run_metadata()
+  finally:
+    ctx.disable_run_metadata()
+  assert value == 34.0
+  return [n.op for f in metadata.function_graphs
+          for g in f.partition_graphs for n in g.node]
+
+
+def test_light_scope_merges_repeated_work_and_folds_constants():
+  # What TrainStep's calls rely on (tf_private.LIGHT_PASSES): work that two
+  # inlined segments repeat runs once, constant expressions are folded.
+  off = _optimized_ops(False)
+  assert off.count("Square") == 2 and "Range" in off
+  light = _optimized_ops("light")
+  assert light.count("Square") == 1 and "Range" not in light
+
+
+def test_flat_caller_public_route_is_the_concrete_function_and_agrees():
+  v = tf.Variable([1.0, 2.0])
+  concrete = tf.function(lambda x: {"y": x * v}, autograph=False,
+                         input_signature=[tf.TensorSpec([2], tf.float32)]
+                         ).get_concrete_function()
+  x = tf.constant([3.0, 4.0])
+  private = tf_private.flat_caller(concrete)
+  assert private is not concrete  # the private route works
+  assert tf_private.flat_caller(concrete, private=False) is concrete
+  np.testing.assert_array_equal(private(x)["y"], concrete(x)["y"])
+  v.assign([5.0, 6.0])  # captured by reference, as a step's variables
+  np.testing.assert_array_equal(private(x)["y"], [15.0, 24.0])
+
+
 def test_training_step_on_public_routes_equals_private(monkeypatch):
   from mesh_tf import models, training  # pylint: disable=g-import-not-at-top
   from mesh_tf.training import optimize

@@ -3,6 +3,7 @@ run matches a 1-device run step by step."""
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import mesh_tf as mtf
 from mesh_tf import models, training
@@ -87,3 +88,8 @@ def test_step_errors():
                                   optimize.SgdOptimizer(0.1))
   with pytest.raises(mtf.MtfError, match="takes 2 inputs"):
     step(XV)
+  with pytest.raises(mtf.ShapeError, match=r"has shape \[15, 8\], the step "
+                     r"takes \[16, 8\]"):
+    step(XV[:15], YV)
+  with pytest.raises(mtf.MtfError, match="is float64, the step takes float32"):
+    step(tf.constant(XV, tf.float64), YV)
