@@ -12,22 +12,50 @@ microbatch counts k (each a set of ZeRO-stage x recompute candidates, each
 candidate a CP-SAT program) and then a descent over per-group stages.  The
 "solve time" line is the last program's alone.
 
-This runs the command in-process (``--time-limit 600``, so that a loaded
-machine cannot cut the search short and change the answer), prints the
-CLI's own phase summary (the phases add up to the wall time), and then, in
-the same process, times the work the search no longer does: the
-explanation of the k = 1 candidates' infeasibility (their most
-memory-saving candidate's own search for its smallest peak), which ran
-eagerly at every k where no candidate fits, although only a search in
-which no k fits reports it.  Wall and CPU seconds are both printed: on a
-shared machine the wall time varies with the load, the CPU time less.
+What the search no longer does (each leaves the answer as it was):
+
+* the eager explanation of the k = 1 candidates' infeasibility (their most
+  memory-saving candidate's own search for its smallest peak), which ran
+  at every k where no candidate fits, although only a search in which no
+  k fits reports it (timed below);
+* building the program of a candidate whose memory alone fits no layout:
+  the scan of every valid global layout over the memory steps
+  (``autolayout.search.memory_steps.prune_by_layouts``, its
+  ``least_peak``) proves it in milliseconds: 38 of the 60 programs built
+  before (the step as built's among them), where 15 are built now;
+* solving again what an earlier phase proved: the descent asks for the
+  plan it starts from and its neighbours' fates again (6 programs;
+  ``autolayout.training.candidate_search.Known``);
+* 89 memory steps in each per-group-stage program where 7 give the same
+  constraints (the step pruning now scans those meshes' 8,247 layouts),
+  and CP-SAT without presolve on these budget-bound programs (half the
+  solve);
+* importing SciPy (twice), matplotlib and networkx, which a solve never
+  uses (0.6 s).
+
+Measured side by side on the shared 2-core machine (``--against``, the
+CLI command alternately from main 2ae876a and from this tree, load 4-9):
+19.5 s of CPU before, 7.3 s after (medians; imports included), 40.9 s
+and 18.7 s of wall at load 8-9; before, it took 16.4 s of wall on a quiet
+machine.  Without ``--against`` this script runs the command in-process
+(``--time-limit 600``, so that a loaded machine cannot cut the search
+short and change the answer), prints the CLI's own phase summary (the
+phases add up to the wall time), and then times the eager explanation
+alone.  Wall and CPU seconds are both printed: on a shared machine the
+wall time varies with the load, the CPU time less.
 
 Reproduce:
   python benchmarks/plan_example.py
+  # side by side with another tree (e.g. ``git archive 2ae876a | tar -x
+  # -C /tmp/base``), the CLI command alternately in each, N times:
+  python benchmarks/plan_example.py --against /tmp/base --runs 3
 """
 
+import argparse
 import io
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,5 +119,47 @@ def main():
         f"{ewall / (wall + ewall):.0%} of the run it was part of)")
 
 
+def against(base, runs):
+  """The CLI command as a fresh process, alternately from ``base`` and from
+  this tree, ``runs`` times each: wall and CPU (user + sys, CP-SAT's
+  threads included) side by side, with the load when each started."""
+  here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  trees = (("base", os.path.abspath(base)), ("this", here))
+  got = {name: [] for name, _ in trees}
+  with tempfile.TemporaryDirectory() as d:
+    for i in range(runs):
+      for name, tree in trees:
+        cmd = [sys.executable, "-m", "autolayout.cli"] + ARGS + [
+            "--save", os.path.join(d, f"{name}.json")]
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        load, t = os.getloadavg()[0], time.perf_counter()
+        done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=tree),
+                              cwd=d, capture_output=True, text=True,
+                              check=True)
+        wall = time.perf_counter() - t
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime
+               + after.ru_stime - before.ru_stime)
+        step = [l.split(None, 2)[2].strip()
+                for l in done.stdout.splitlines()
+                if l.startswith("step time")][0]
+        got[name].append((wall, cpu))
+        print(f"run {i} {name}: {wall:.1f} s wall, {cpu:.1f} s CPU, "
+              f"load {load:.1f}, step {step}")
+  med = {name: [sorted(r[j] for r in rows)[len(rows) // 2]
+                for j in (0, 1)] for name, rows in got.items()}
+  print(f"median: base {med['base'][0]:.1f} s wall, {med['base'][1]:.1f} s "
+        f"CPU; this tree {med['this'][0]:.1f} s wall, {med['this'][1]:.1f} "
+        f"s CPU (CPU ratio {med['this'][1] / med['base'][1]:.2f})")
+
+
 if __name__ == "__main__":
-  main()
+  parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  parser.add_argument("--against", metavar="TREE",
+                      help="a source tree to time side by side with this one")
+  parser.add_argument("--runs", type=int, default=3)
+  opts = parser.parse_args()
+  if opts.against:
+    against(opts.against, opts.runs)
+  else:
+    main()

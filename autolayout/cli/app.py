@@ -113,8 +113,6 @@ def main(argv=None):
     return fail(e.message, e.hint, e.code, json_out)
   except SystemExit as e:  # --help, --version
     return int(e.code or 0)
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")  # before any plot imports pyplot; no display
   try:
     validate.check_options(args)
     return run(args)

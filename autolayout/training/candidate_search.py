@@ -41,6 +41,7 @@ Example:
 
 import dataclasses
 import math
+from typing import NamedTuple, Optional
 
 from autolayout import arguments
 from autolayout.training import decision_program, zero
@@ -49,7 +50,7 @@ from mesh_tf.training import storage
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
 from autolayout.search.validate import check_agreement, rounding_slack, validate
 
-__all__ = ["simplicity", "solve_in_turn", "try_order"]
+__all__ = ["Known", "simplicity", "solve_in_turn", "try_order"]
 
 
 def simplicity(decisions):
@@ -67,13 +68,29 @@ def _better(step, d, best_step, best_d):
   return simplicity(d) < simplicity(best_d)
 
 
+def _cutoff_units(form, best_step):
+  """The cutoff's right-hand side: the incumbent in the program's units,
+  with the rounding slack that check_agreement allows."""
+  return (math.floor(best_step / form.units["time"])
+          + math.ceil(rounding_slack(form)))
+
+
 def _cutoff(problem, best_step):
-  """Adds ``time objective <= the incumbent`` (in the problem's units, with
-  the rounding slack that check_agreement allows) to the problem's model."""
+  """Adds ``time objective <= the incumbent`` to the problem's model."""
   form = problem.form
-  form.model.add(form.objectives["time"]
-                 <= math.floor(best_step / form.units["time"])
-                 + math.ceil(rounding_slack(form)))
+  form.model.add(form.objectives["time"] <= _cutoff_units(form, best_step))
+
+
+class Known(NamedTuple):
+  """What a search already proved about one candidate's program (on the
+  same mesh, budget, forbidden rules and overlap), kept by the caller
+  across the calls of :func:`solve_in_turn` (a query's phases): ``above``,
+  a step time (s) it cannot reach (``math.inf``: it fits no layout; a
+  finite one: the incumbent its cutoff made it infeasible under), or
+  ``solved``, ``(step s, PhaseResult, Problem, CostReport)`` of its
+  proven optimum."""
+  above: float = math.inf
+  solved: Optional[tuple] = None
 
 
 def _distance(d, first):
@@ -106,8 +123,18 @@ def try_order(decision_list, first=None):
   return head + rest
 
 
+def _reused(hit, best):
+  """Whether a candidate's :class:`Known` answer makes its program
+  unnecessary: it fits no layout, or cannot reach the incumbent ``best``
+  (``(index, step, ...)`` or None), or is already solved."""
+  if hit.solved is not None:
+    return True
+  return hit.above == math.inf or (best is not None and best[1] <= hit.above)
+
+
 def solve_in_turn(decision_list, problem_of, memory_budget, deadline,
-                  num_workers, seed, forbid=(), first=None):
+                  num_workers, seed, forbid=(), first=None, *, may_fit=None,
+                  known=None):
   """The fastest of ``decision_list`` and its layout (see the module
   docstring).
 
@@ -122,6 +149,19 @@ def solve_in_turn(decision_list, problem_of, memory_budget, deadline,
     first: the decisions of a likely winner, tried first (see
       :func:`try_order`); the answer does not depend on it unless the
       time runs out.
+    may_fit: ``fn(decisions) -> bool``, False only when the candidate's
+      program is proven infeasible without building it
+      (:meth:`autolayout.search.state.LayoutSearch.may_fit`); such a
+      candidate is skipped as its program would have been.
+    known: a dict ``{decisions: Known}`` the caller owns across calls on
+      the same mesh, budget, forbidden rules and overlap: what earlier
+      calls proved is reused (a candidate that fits no layout, or cannot
+      reach the incumbent, is skipped; a solved one is taken as solved,
+      and kept only if its optimum is within the cutoff the incumbent
+      would give it), and what this call proves is added.  The answer is
+      the one every program solved again gives: a proven optimum's rules
+      are unique (the tie phases), and the skipped programs are the ones
+      CP-SAT would find infeasible.
 
   Returns:
     ``(index into decision_list, LayoutResult)``; its status is "optimal"
@@ -133,13 +173,35 @@ def solve_in_turn(decision_list, problem_of, memory_budget, deadline,
     TimeLimitError: if the time ran out before any candidate was solved.
   """
   order = try_order(decision_list, first)
+  known = {} if known is None else known
+  # The decisions are searched because the budget binds (the step as built
+  # fits no layout), and on programs whose memory constraints bind
+  # CP-SAT's presolve halves the solve, below PRESOLVE_MIN_VARIABLES too
+  # (README plan, CPU s with and without: per-group stages 0.24 / 0.51,
+  # uniform 0.037 / 0.08; with no budget it costs more: 1.15 / 0.66).
+  params = None if memory_budget is None else {"cp_model_presolve": True}
   best = None        # (index, step, PhaseResult, Problem, CostReport)
   proven = True      # every candidate so far decided exactly
   built, solve_s, solved = 0.0, 0.0, []
   for i in order:
     d = decision_list[i]
+    hit = known.get(d)
+    if hit is not None and _reused(hit, best):
+      if hit.solved is None:
+        continue
+      step, pr, problem, report = hit.solved
+      if best is not None and round(pr.value) > _cutoff_units(problem.form,
+                                                              best[1]):
+        continue   # the cutoff would make its program infeasible
+      solved.append(problem)
+      if best is None or _better(step, d, best[1], decision_list[best[0]]):
+        best = (i, step, pr, problem, report)
+      continue
     try:
       arguments.deadline_left(deadline, f"the training graph {d.as_dict()}")
+      if may_fit is not None and not may_fit(d):
+        known[d] = Known(math.inf)
+        continue
       problem = problem_of(d)
       left = arguments.deadline_left(deadline, "the decision programs")
     except TimeLimitError:
@@ -156,9 +218,11 @@ def solve_in_turn(decision_list, problem_of, memory_budget, deadline,
       hint = best[2].x
     try:
       pr = solve.solve_phases(problem.form, ["time", "tie"], left,
-                              num_workers, seed, hint=hint)
+                              num_workers, seed, params, hint=hint)
     except InfeasibleLayoutError:
-      continue   # over budget, or (with a cutoff) cannot beat the incumbent
+      # Over budget, or (with a cutoff) cannot beat the incumbent.
+      known[d] = Known(math.inf if best is None else best[1])
+      continue
     except TimeLimitError:
       if best is None:
         raise
@@ -171,6 +235,8 @@ def solve_in_turn(decision_list, problem_of, memory_budget, deadline,
     step = report.step_time_s
     check_agreement(pr.value, problem.form.units["time"], step, problem,
                     f"{d} and rules {rules}")
+    if pr.status == "optimal":
+      known[d] = Known(solved=(step, pr, problem, report))
     if best is None or _better(step, d, best[1], decision_list[best[0]]):
       best = (i, step, pr, problem, report)
   if best is None:

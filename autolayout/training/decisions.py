@@ -85,7 +85,8 @@ recompute_choices = recompute_lib.choices
 
 def solve_decisions(candidates, decision_list, mesh_shape, topology,
                     memory_budget, time_limit_s=60.0, forbid=(),
-                    overlap=True, *, joint=False, first=None, explain=True):
+                    overlap=True, *, joint=False, first=None, explain=True,
+                    known=None):
   """The fastest of ``decision_list`` (stage and recompute choices at one
   microbatch count and dtype) and its layout.
 
@@ -96,6 +97,11 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
   variables (``joint=True``, :mod:`autolayout.training.decision_program`; it needs
   every (stage, recompute) pair), in a fraction of the time.  ``first``:
   a likely winner's decisions, tried first (only the order changes).
+  A candidate whose memory alone fits no layout is skipped before its
+  program is built (:meth:`~autolayout.search.state.LayoutSearch.may_fit`).
+  ``known``: a dict the caller owns over calls on this mesh, budget,
+  ``forbid`` and ``overlap`` (:class:`autolayout.training.candidate_search.
+  Known`): the candidates earlier calls decided are not solved again.
 
   Returns ``(TrainingGraph, LayoutResult)``.
 
@@ -117,6 +123,10 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
     return search.problem(mesh_shape, topology, memory_budget,
                           overlap=overlap, deadline=deadline)
 
+  def may_fit(d):
+    _, search = candidates.get(d)
+    return search.may_fit(mesh_shape, topology, memory_budget, deadline)
+
   try:
     if joint:
       cands = [dp.Candidate(d, problem_of(d)) for d in decision_list]
@@ -128,7 +138,8 @@ def solve_decisions(candidates, decision_list, mesh_shape, topology,
     else:
       index, result = candidate_search.solve_in_turn(
           decision_list, problem_of, memory_budget, deadline,
-          DEFAULT_NUM_WORKERS, DEFAULT_SEED, forbid, first)
+          DEFAULT_NUM_WORKERS, DEFAULT_SEED, forbid, first,
+          may_fit=may_fit, known=known)
   except InfeasibleLayoutError:
     if explain:
       explain_infeasible(candidates, decision_list, mesh_shape, topology,
@@ -308,6 +319,9 @@ class TrainingSearch:
     self.deadline = (time.perf_counter() + time_limit_s if deadline is None
                      else deadline)
     self.tried, self.best, self.last_error = [], None, None
+    # What the programs proved per candidate, reused by later phases (the
+    # descent asks again for the plan it starts from and its neighbours).
+    self.known = {}
     self.over = None   # the walk's last k whose every pair is over budget
     self.cut = False   # the time limit stopped the search before its end
 
@@ -353,7 +367,17 @@ class TrainingSearch:
     return solve_decisions(self.candidates, pairs, self.mesh_shape,
                            self.topology, self.memory_budget, budget_s,
                            self.forbid, self.overlap, first=first,
-                           explain=explain)
+                           explain=explain, known=self.known)
+
+  def trim(self, k, most):
+    """Forgets the graphs (:meth:`Candidates.trim`) and the solved programs
+    of microbatch counts other than ``k`` and the best plan's."""
+    self.candidates.trim(k, most)
+    keep = {k} | ({self.best[0].decisions.microbatches} if self.best
+                  else set())
+    for d in [d for d, hit in self.known.items()
+              if hit.solved is not None and d.microbatches not in keep]:
+      del self.known[d]
 
   # --- the choices ----------------------------------------------------------
   def stages(self):
@@ -448,7 +472,7 @@ class TrainingSearch:
       if budget_s is None:
         break
       try:
-        self.candidates.trim(k, len(pairs) + 4)
+        self.trim(k, len(pairs) + 4)
         tg, result = self.solve(
             pairs,
             # Without a plan yet, the walk may use all the time.
@@ -499,7 +523,7 @@ class TrainingSearch:
       if budget_s is None:
         return
       try:
-        self.candidates.trim(d.microbatches, len(pairs) + 4)
+        self.trim(d.microbatches, len(pairs) + 4)
         tg, result = self.solve(pairs, budget_s, first=first)
       except TimeLimitError:
         self.cut = True

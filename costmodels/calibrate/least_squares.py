@@ -15,7 +15,6 @@ Example:
 """
 
 import numpy as np
-from scipy import optimize
 
 from costmodels.calibrate.timings import CalibrationError
 
@@ -63,6 +62,9 @@ def nnls(a, y):
   y = np.asarray(y, float)
   norms = np.linalg.norm(a, axis=0)
   scale = np.where(norms > 0, norms, 1.0)
+  # SciPy on first use: importing it costs 0.26 s, and every topology
+  # file reader imports this package (mtf-layout solve fits nothing).
+  from scipy import optimize  # pylint: disable=import-outside-toplevel
   coef, _ = optimize.nnls(a / scale, y, maxiter=50 * max(a.shape[1], 1))
   return coef / scale
 

@@ -12,7 +12,6 @@ NumPy multiplies in uint64, whose wrap-around keeps the low 32 bits.
 """
 
 import numpy as np
-from scipy import special
 
 _M32 = 0xFFFFFFFF
 _C1, _C2 = 0x7FEB352D, 0x846CA68B
@@ -99,6 +98,9 @@ def numpy_random(full_shape, seed, kind="uniform", minval=0.0, maxval=1.0,
     # standard deviations.  Inverting the normal CDF over [-2, 2] draws it
     # from one uniform, with no redraws, so a slice needs no neighbours.
     u = _np_uniform01(full_shape, seed, 0, *where)
+    # SciPy when drawn: importing scipy.special is 0.4 s of every process
+    # that imports mesh_tf (a layout solve draws nothing).
+    from scipy import special  # pylint: disable=import-outside-toplevel
     lo, hi = special.ndtr(-2.0), special.ndtr(2.0)
     out = mean + stddev * special.ndtri(lo + (hi - lo) * u)
   else:

@@ -9,6 +9,7 @@ from ortools.sat.python import cp_model
 import mesh_tf as mtf
 from costmodels import memory as cm_memory
 from autolayout.search import assignments, formulation, memory_steps
+from autolayout.errors import InfeasibleLayoutError
 from autolayout.search.solve import LayoutSearch
 from tests.autolayout import graphs
 
@@ -96,3 +97,56 @@ def test_memory_constraint_is_tight_at_the_smallest_peak(slack, expected):
     assert cm_memory.memory_profile(g, mesh, rules,
                                     outputs=outs).peak_bytes <= floor
   assert isinstance(problem.form, formulation.Formulation)
+
+
+def _blocks(space, layouts):
+  return sorted(tuple(1 if o is None else space.axis_size(o) for o in lay)
+                for lay in layouts)
+
+
+@pytest.mark.parametrize("make", [graphs.mlp, graphs.merged_sums,
+                                  lambda: graphs.training_mlp(stage=3)])
+@pytest.mark.parametrize("mesh,axes", [("rows:2;cols:4", 1),
+                                       ("x:2;y:2;z:2", 1),
+                                       ("x:2;y:2;z:2", 2)])
+def test_layout_blocks_are_the_valid_global_layouts(make, mesh, axes):
+  g, _ = make()
+  space = assignments.dim_space(g, mesh, axes)
+  layouts = assignments.local_assignments(space, space.dims)
+  blocks = memory_steps.layout_blocks(space, len(layouts))
+  assert blocks.shape == (len(layouts), len(space.dims))
+  assert sorted(map(tuple, blocks.tolist())) == _blocks(space, layouts)
+  assert memory_steps.layout_blocks(space, len(layouts) - 1) is None
+
+
+@pytest.mark.parametrize("make", [_chain, graphs.mlp, graphs.merged_sums,
+                                  lambda: graphs.training_mlp(stage=3)])
+@pytest.mark.parametrize("mesh", ["rows:2;cols:4", "x:2;y:2;z:2"])
+def test_least_peak_is_the_smallest_peak_of_any_layout(make, mesh):
+  g, outs = make()
+  space = assignments.dim_space(g, mesh)
+  ms = memory_steps.compress(g, outs)
+  pruned = memory_steps.prune_by_layouts(ms, space)
+  assert pruned.least_peak == min(
+      _peak_from_steps(ms, space, rules)
+      for rules in assignments.all_layouts(g, mesh))
+  assert ms.least_peak is None
+  assert memory_steps.prune_by_layouts(ms, space, max_layouts=1) is ms
+
+
+@pytest.mark.parametrize("make", [graphs.mlp,
+                                  lambda: graphs.training_mlp(stage=3)])
+def test_may_fit_false_only_when_the_program_is_infeasible(make):
+  """The screen is a relaxation of the program: where it proves no layout
+  fits, CP-SAT finds the program infeasible, and at the program's own
+  smallest peak it lets the program decide."""
+  g, outs = make()
+  mesh, topo = "rows:2;cols:4", graphs.TOPOLOGY
+  search = LayoutSearch(g, outs)
+  peak, _, _, status = search.min_peak(mesh, topo)
+  assert status == "optimal"
+  assert search.may_fit(mesh, topo, peak)
+  assert search.may_fit(mesh, topo, None)
+  assert not search.may_fit(mesh, topo, peak - 1)
+  with pytest.raises(InfeasibleLayoutError):
+    search.solve(mesh, topo, memory_budget=peak - 1)
