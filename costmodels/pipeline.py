@@ -179,6 +179,13 @@ class StageWork(NamedTuple):
     layer_gather_bytes, base_gather_bytes: under ZeRO 3, the bytes each
       device contributes to the all-gathers of one layer's (the ends')
       sharded weights per microbatch (forward and backward); 0 otherwise.
+    layer_storage, base_storage: one layer's (the ends') trainable
+      variables by the size of their storage dim (the dim ZeRO's lowering
+      shards over the data axis, :mod:`mesh_tf.training.storage`; 0 for a
+      variable without one): sorted ``(size, elements per device)``
+      pairs.  A data-parallel size that divides no variable's storage dim
+      leaves the variable whole (:meth:`sharded_part`); empty: every
+      variable shards.
   """
   layer_s: float
   first_s: float = 0.0
@@ -205,6 +212,33 @@ class StageWork(NamedTuple):
   base_gradient_bytes: int = 0
   layer_gather_bytes: int = 0
   base_gather_bytes: int = 0
+  layer_storage: Tuple[Tuple[int, int], ...] = ()
+  base_storage: Tuple[Tuple[int, int], ...] = ()
+
+  def sharded_fraction(self, data, base=False):
+    """The part of one layer's (``base``: the ends') variable elements
+    per device that ZeRO shards over ``data`` replicas: those whose
+    storage dim ``data`` divides (the others stay whole, as the lowering
+    stores them)."""
+    storage = self.base_storage if base else self.layer_storage
+    total = sum(n for _, n in storage)
+    if not total:
+      return 1.0
+    return sum(n for size, n in storage
+               if size and size % data == 0) / total
+
+  def sharded_part(self, nbytes, data, base=False):
+    """Of ``nbytes`` of one layer's (``base``: the ends') state, a
+    category whose bytes are proportional to its variables' elements
+    (optimizer slots, gradients, master weights, the gradient
+    reduction), the bytes on variables that ZeRO shards over ``data``
+    replicas (:meth:`sharded_fraction`), exactly."""
+    storage = self.base_storage if base else self.layer_storage
+    total = sum(n for _, n in storage)
+    if not total:
+      return nbytes
+    part = sum(n for size, n in storage if size and size % data == 0)
+    return nbytes * part // total
 
   def end_share(self, stage, stages):
     """The part of the ends' per-step work and state on ``stage`` of

@@ -33,7 +33,9 @@ from costmodels import overlap as overlap_lib
 from costmodels.evaluate import _price, trace_graph
 from costmodels.pipeline import StageWork
 from costmodels.topology import get_topology, map_mesh
+from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
+from mesh_tf.training.storage import StoragePlan
 
 _SYNC_KINDS = ("allreduce", "reduce_scatter")
 
@@ -138,6 +140,13 @@ def price_sync(work, mapping, data_axes, zero=0):
     records count them).  A backward without recompute regathers slightly
     fewer bytes than the forward (weights whose gradient does not read
     them, e.g. a bias), so it is priced a little high.
+
+  Only variables whose storage dim ``D`` divides are sharded
+  (:meth:`costmodels.pipeline.StageWork.sharded_part`): the lowering
+  lays the storage dim over the data axis only where it divides, and
+  stores the others whole, with a plain all-reduce of their gradients
+  (stage 1: once per step, as stage 0; stages 2 and 3: per microbatch,
+  where the storage op reduces them) and no gathers.
   """
   if zero not in (0, 1, 2, 3):
     raise MtfError(f"zero={zero!r}: the pipelined space prices ZeRO "
@@ -158,21 +167,34 @@ def price_sync(work, mapping, data_axes, zero=0):
     return work._replace(layer_sync_s=t("allreduce", work.layer_sync_bytes),
                          base_sync_s=t("allreduce", work.base_sync_bytes))
 
-  def shard(nbytes):
-    return nbytes - nbytes // group
+  def shard(nbytes, base=False):
+    # The bytes sharding takes off a device.
+    part = work.sharded_part(nbytes, group, base)
+    return part - part // group
   opt = shard(work.layer_optimizer_bytes)
-  opt_base = shard(work.base_optimizer_bytes)
+  opt_base = shard(work.base_optimizer_bytes, True)
   grad = shard(work.layer_gradient_bytes) if zero >= 2 else 0
-  grad_base = shard(work.base_gradient_bytes) if zero >= 2 else 0
+  grad_base = shard(work.base_gradient_bytes, True) if zero >= 2 else 0
   # ZeRO 3: the master weights, the state that is neither optimizer nor
   # gradient.
   weights = shard(work.layer_state_bytes - work.layer_optimizer_bytes
                   - work.layer_gradient_bytes) if zero >= 3 else 0
   weights_base = shard(work.base_state_bytes - work.base_optimizer_bytes
-                       - work.base_gradient_bytes) if zero >= 3 else 0
+                       - work.base_gradient_bytes, True) if zero >= 3 else 0
   grad += weights
   grad_base += weights_base
   base_state = work.base_state_bytes - opt_base - grad_base
+  # The gradient reduction of the sharded variables, and of the whole ones.
+  sync = work.sharded_part(work.layer_sync_bytes, group)
+  sync_base = work.sharded_part(work.base_sync_bytes, group, True)
+  whole, whole_base = (work.layer_sync_bytes - sync,
+                       work.base_sync_bytes - sync_base)
+
+  def update(seconds, base=False):
+    # The update of the shards (1/D of the sharded variables) and of the
+    # whole variables.
+    f = work.sharded_fraction(group, base)
+    return seconds * (1.0 - f + f / group)
 
   def end(held):
     # The first / last stage's part of the ends' state, scaled alike.
@@ -180,37 +202,38 @@ def price_sync(work, mapping, data_axes, zero=0):
       return held
     return int(held * base_state / work.base_state_bytes)
   out = work._replace(
-      layer_step_s=work.layer_step_s / group,
-      base_step_s=work.base_step_s / group,
+      layer_step_s=update(work.layer_step_s),
+      base_step_s=update(work.base_step_s, True),
       layer_state_bytes=work.layer_state_bytes - opt - grad,
       base_state_bytes=base_state,
       first_state_bytes=end(work.first_state_bytes),
       last_state_bytes=end(work.last_state_bytes),
       # An all-gather is priced by the shard each device starts with.
-      layer_sync_s=t("allgather", work.layer_sync_bytes // group),
-      base_sync_s=t("allgather", work.base_sync_bytes // group))
+      layer_sync_s=t("allgather", sync // group),
+      base_sync_s=t("allgather", sync_base // group))
   if zero == 1:
     return out._replace(
-        layer_sync_s=out.layer_sync_s + t("reduce_scatter",
-                                          work.layer_sync_bytes),
-        base_sync_s=out.base_sync_s + t("reduce_scatter",
-                                        work.base_sync_bytes))
-  # ZeRO 2: a reduce-scatter of each microbatch's gradients.
+        layer_sync_s=out.layer_sync_s + t("reduce_scatter", sync)
+        + t("allreduce", whole),
+        base_sync_s=out.base_sync_s + t("reduce_scatter", sync_base)
+        + t("allreduce", whole_base))
+  # ZeRO 2: a reduce-scatter of each microbatch's gradients (an all-reduce
+  # of the whole variables').
+  ends = t("reduce_scatter", sync_base) + t("allreduce", whole_base)
   out = out._replace(
-      layer_s=work.layer_s + t("reduce_scatter", work.layer_sync_bytes),
-      first_s=work.first_s + t("reduce_scatter", work.base_sync_bytes) / 2,
-      last_s=work.last_s + t("reduce_scatter", work.base_sync_bytes) / 2)
+      layer_s=work.layer_s + t("reduce_scatter", sync)
+      + t("allreduce", whole),
+      first_s=work.first_s + ends / 2, last_s=work.last_s + ends / 2)
   if zero == 2:
     return out
   # ZeRO 3: two gathers of each shard per microbatch, none per step.
-  piece, piece_base = (work.layer_sync_bytes // group,
-                       work.base_sync_bytes // group)
+  piece, piece_base = sync // group, sync_base // group
   return out._replace(
       layer_s=out.layer_s + 2 * t("allgather", piece),
       first_s=out.first_s + t("allgather", piece_base),
       last_s=out.last_s + t("allgather", piece_base),
       layer_sync_s=0.0, base_sync_s=0.0,
-      working_bytes=work.working_bytes + work.layer_sync_bytes,
+      working_bytes=work.working_bytes + sync,
       layer_gather_bytes=2 * piece, base_gather_bytes=2 * piece_base)
 
 
@@ -241,6 +264,28 @@ def _state_bytes(graph, mesh_shape, rules, cats=("params", "gradients",
       total += memory_lib.tensor_bytes_per_device(v.outputs[0], mesh_shape,
                                                   rules)
   return total
+
+
+def storage_split(graph, mesh_shape, rules, layer_prefix="layer_0/",
+                  dims=StoragePlan().dims):
+  """``(layer, ends)``: the first layer's and the other trainable
+  variables' elements per device (under ``rules``, the tensor-parallel
+  split) by the size of their storage dim, the first of ``dims`` each
+  has (as :func:`mesh_tf.training.storage.shard_storage` picks it; 0:
+  none), as sorted ``(size, elements)`` pairs
+  (:attr:`costmodels.pipeline.StageWork.layer_storage`).  ZeRO's
+  lowering shards a variable over the data axis only where its size
+  divides the storage dim (the storage rule is laid out only then)."""
+  layer, ends = {}, {}
+  for v in graph.trainable_variables:
+    t = v.outputs[0]
+    n = (memory_lib.tensor_bytes_per_device(t, mesh_shape, rules)
+         // dtypes_lib.size_of(t.dtype))
+    dim = next((d for d in t.shape if d.name in dims), None)
+    into = layer if v.name.startswith(layer_prefix) else ends
+    size = dim.size if dim is not None else 0
+    into[size] = into.get(size, 0) + n
+  return tuple(sorted(layer.items())), tuple(sorted(ends.items()))
 
 
 def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
@@ -323,6 +368,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
     stash_bytes = max(nbytes, _stash(live2, mesh_shape, layout_rules)
                       - _stash(live1, mesh_shape, layout_rules))
   base_state = max(0, state1 - layer_state)
+  layer_storage, base_storage = storage_split(g1, mesh_shape, layout_rules,
+                                              layer_prefix)
   return StageWork(
       layer_s=layer.mb, first_s=min(first.mb, base_mb),
       last_s=max(0.0, base_mb - first.mb),
@@ -346,7 +393,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
           g1, first_ops, layer_prefix)),
       last_state_bytes=int(base_state * _read_fraction(
           g1, {op.name for op in g1.operations} - first_ops, layer_prefix)),
-      flops=layer.flops)
+      flops=layer.flops, layer_storage=layer_storage,
+      base_storage=base_storage)
 
 
 def _stash(live, mesh_shape, rules):

@@ -199,16 +199,20 @@ def _time_bound(work, layers, lay, batch):
 def _state_bound(work, layers, stages, data=1, zero=0):
   """A lower bound on the busiest stage's memory: its share of the
   layers' state (no activations), less what ZeRO ``zero`` shards over
-  ``data`` replicas."""
+  ``data`` replicas (the variables whose storage dim ``data`` divides,
+  :meth:`costmodels.pipeline.StageWork.sharded_part`, as the price
+  shards them)."""
+  def shard(nbytes):
+    part = work.sharded_part(nbytes, data)
+    return part - part // data
   state = work.layer_state_bytes
   if data > 1 and zero >= 1:
-    state -= work.layer_optimizer_bytes - work.layer_optimizer_bytes // data
+    state -= shard(work.layer_optimizer_bytes)
   if data > 1 and zero >= 2:
-    state -= work.layer_gradient_bytes - work.layer_gradient_bytes // data
+    state -= shard(work.layer_gradient_bytes)
   if data > 1 and zero >= 3:
-    weights = (work.layer_state_bytes - work.layer_optimizer_bytes
-               - work.layer_gradient_bytes)
-    state -= weights - weights // data
+    state -= shard(work.layer_state_bytes - work.layer_optimizer_bytes
+                   - work.layer_gradient_bytes)
   return math.ceil(layers / stages) * state
 
 

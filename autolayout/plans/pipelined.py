@@ -208,10 +208,16 @@ def costs_of(priced):
   stash = int(in_flight[busiest] * (n / v) * work.layer_stash_bytes)
   lay = priced.layout
   sharded = lay.zero >= 2 and lay.data > 1
-  grads = int(n * (work.layer_gradient_bytes // lay.data if sharded
-                   else work.layer_gradient_bytes)
-              + (work.base_gradient_bytes // lay.data if sharded
-                 else work.base_gradient_bytes)
+
+  def held(nbytes, base=False):
+    # The gradient bytes a device holds: ZeRO 2-3 shard those of the
+    # variables whose storage dim the data size divides.
+    if not sharded:
+      return nbytes
+    part = work.sharded_part(nbytes, lay.data, base)
+    return nbytes - part + part // lay.data
+  grads = int(n * held(work.layer_gradient_bytes)
+              + held(work.base_gradient_bytes, True)
               * work.end_share(busiest, p))
   comm = m * cost.boundary_s
   terms = (("bubble_s", cost.bubble_s),
