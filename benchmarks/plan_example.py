@@ -32,6 +32,11 @@ What the search no longer does (each leaves the answer as it was):
   solve);
 * importing SciPy (twice), matplotlib and networkx, which a solve never
   uses (0.6 s).
+* building each candidate's op keys, scopes and tables anew: the
+  candidates on one mesh and dim-axis space share them (922 tables built
+  where 92k were asked for), and the memory schedule lays out its chosen
+  order once, not again for the liveness (1dc2e67 -> x42fast: 7.3 s ->
+  6.7 s CPU, medians of 3, load 4).
 
 Measured side by side on the shared 2-core machine (``--against``, the
 CLI command alternately from main 2ae876a and from this tree, load 4-9):

@@ -54,6 +54,7 @@ Example:
 
 import dataclasses
 import heapq
+import itertools
 import math
 from typing import Optional, Tuple
 
@@ -163,26 +164,34 @@ def schedule(graph, outputs=None, check=None):
   Returns:
     A list of every operation of the graph, in execution order.
   """
+  return _scheduled(graph, outputs, check)[0]
+
+
+def _scheduled(graph, outputs, check):
+  """``(order, (step_ops, intervals))``: :func:`schedule`'s order and its
+  :func:`_step_intervals`, found while comparing the two orders."""
   check = check or _no_check
   greedy = _greedy_schedule(graph, outputs, check)
   build = list(graph.operations)
   check()
-  build_peak = _whole_peak(graph, build, outputs)
+  build_laid = _step_intervals(graph, build, outputs)
   check()
-  if build_peak < _whole_peak(graph, greedy, outputs):
-    return build
-  return greedy
+  greedy_laid = _step_intervals(graph, greedy, outputs)
+  if _whole_peak(*build_laid) < _whole_peak(*greedy_laid):
+    return build, build_laid
+  return greedy, greedy_laid
 
 
-def _whole_peak(graph, order, outputs):
-  step_ops, intervals = _step_intervals(graph, order, outputs)
+def _whole_peak(step_ops, intervals):
   steps = len(step_ops)
-  diff = np.zeros(steps + 1, dtype=np.int64)
+  if not steps:
+    return 0
+  diff = [0] * (steps + 1)   # Python ints: no per-element numpy indexing
   for t, (a, b) in intervals.items():
     n = full_bytes(t)
     diff[a] += n
     diff[b + 1] -= n
-  return int(np.cumsum(diff)[:steps].max()) if steps else 0
+  return max(itertools.accumulate(diff[:steps]))
 
 
 _CHECK_EVERY = 256  # operations scheduled between two calls of ``check``
@@ -441,9 +450,11 @@ def liveness(graph, outputs=None, schedule_ops=None, check=None):
   :func:`schedule`, also called before the intervals."""
   check = check or _no_check
   if schedule_ops is None:
-    schedule_ops = schedule(graph, outputs, check)
-  check()
-  step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
+    schedule_ops, (step_ops, intervals) = _scheduled(graph, outputs, check)
+    check()
+  else:
+    check()
+    step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),
                   len(graph.operations), tuple(step_ops))

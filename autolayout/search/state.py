@@ -79,7 +79,8 @@ class LayoutSearch:
       None: every tensor no op reads.
     outcomes: a dict the caller owns, shared by the searches of graphs
       that repeat each other's ops (training candidates): each op is
-      priced once per mesh for all of them; None: this search's own.
+      priced once per mesh for all of them, and its key, scope and table
+      built once per mesh and dim-axis space; None: this search's own.
     max_axes_per_dim: the most mesh axes one dim may split over (1: one
       axis per dim; 2 on mesh ``x:16;y:16`` also lets ``batch`` take
       ``x+y``, data parallelism over the whole slice).  More options make
@@ -155,12 +156,18 @@ class LayoutSearch:
     topo = costmodels.get_topology(topology)
     graph, outputs = self.graph, self.outputs
     space = self._space(mesh_shape, topo)
-    shared = (None if self._outcomes is None
-              else self._outcomes.setdefault((mesh_shape, topo), {}))
+    shared = structure = None
+    if self._outcomes is not None:
+      shared = self._outcomes.setdefault((mesh_shape, topo), {})
+      # The ops' keys, scopes and tables, shared where the dim-axis space
+      # (what local assignments read) is the same.
+      structure = self._outcomes.setdefault(
+          ("structure", mesh_shape, topo,
+           tuple(sorted(space.options.items())), space.conflicts), {})
     gt = self._part("tables", mesh_shape, topo, lambda: tables.GraphTables(
         graph, mesh_shape, outputs, Pricer(topo, mesh_shape), space,
         self.microbatches, deadline, shared, signatures=self._signatures,
-        narrow=self._narrow))
+        narrow=self._narrow, structure=structure))
     # Memory constraints only when a budget or the peak is asked for.
     memory_bound = memory_budget is not None or need_peak
     ms = (self._memory_steps(mesh_shape, topo, space, deadline)

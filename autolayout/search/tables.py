@@ -172,6 +172,12 @@ class GraphTables:
     narrow: narrow op factors to their cost scopes where that makes the
       program smaller (:meth:`_narrowed`); False: every op factor keeps the
       dims of its inputs' pending states.
+    structure: a dict the caller owns, shared by the tables of several
+      graphs on the same mesh, pricer and dim-axis space (the options and
+      conflicts :func:`assignments.local_assignments` reads): the keys,
+      scopes and tables of ops, which depend only on an op's signature and
+      its inputs' producers' (recursively), are built once for all of
+      them.  None: this graph's own.
 
   Attributes:
     factors: list of :class:`Factor`, in a deterministic order.
@@ -179,7 +185,7 @@ class GraphTables:
 
   def __init__(self, graph, mesh_shape, outputs, pricer, space,
                microbatches=None, deadline=None, outcomes=None,
-               *, signatures=None, narrow=True):
+               *, signatures=None, narrow=True, structure=None):
     self.graph, self.mesh_shape, self.pricer = graph, mesh_shape, pricer
     # The backend that records the all-reduce of a pending sum when forced
     # (pending_allreduce_record): the same recorded method as lowering's.
@@ -193,21 +199,31 @@ class GraphTables:
     if len(meshes) > 1:
       raise MtfError(f"the layout search handles one mesh; graph uses "
                      f"{sorted(m.name for m in meshes)}")
-    self._intern: Dict[object, int] = {}
-    self._op_cache: Dict[tuple, Outcome] = {}
+    # The keys are structural (an op's signature and its inputs'
+    # producers' keys, recursively), so everything keyed by them holds for
+    # any graph on this mesh, pricer and space: ``structure`` shares them.
+    st = {} if structure is None else structure
+    self._intern: Dict[object, int] = st.setdefault("intern", {})
+    self._op_cache: Dict[tuple, Outcome] = st.setdefault("op_cache", {})
     self._outcomes: Dict[tuple, Outcome] = ({} if outcomes is None
                                             else outcomes)
-    self._key_sig: Dict[int, object] = {}
+    self._key_sig: Dict[int, object] = st.setdefault("key_sig", {})
     self._signatures = {} if signatures is None else signatures
-    self._key_scope: Dict[int, Tuple[str, ...]] = {}
-    self._key_op: Dict[int, object] = {}
-    self._key_inputs: Dict[int, tuple] = {}   # op key -> per-input (D, key)
-    self._producer: Dict[int, Tuple[int, int]] = {}  # tensor key -> op, j
-    self._ar_info: Dict[int, tuple] = {}   # all-reduce factor key -> info
+    self._key_scope: Dict[int, Tuple[str, ...]] = st.setdefault(
+        "key_scope", {})
+    self._key_op: Dict[int, object] = st.setdefault("key_op", {})
+    # op key -> per-input (D, key)
+    self._key_inputs: Dict[int, tuple] = st.setdefault("key_inputs", {})
+    # tensor key -> op, j
+    self._producer: Dict[int, Tuple[int, int]] = st.setdefault(
+        "producer", {})
+    # all-reduce factor key -> info
+    self._ar_info: Dict[int, tuple] = st.setdefault("ar_info", {})
     # op key -> (scope its output states depend on, {sigma: out_states} on
     # that scope, or None when it is the op's whole scope)
-    self._states: Dict[int, tuple] = {}
-    self._cost: Dict[int, Tuple[str, ...]] = {}  # op key -> factor scope
+    self._states: Dict[int, tuple] = st.setdefault("states", {})
+    # op key -> factor scope
+    self._cost: Dict[int, Tuple[str, ...]] = st.setdefault("cost", {})
     self.may_pend: Dict[object, bool] = {}
     self.tensor_key: Dict[object, Optional[int]] = {}
     self.pend_scope: Dict[object, Tuple[str, ...]] = {}
@@ -259,12 +275,11 @@ class GraphTables:
         scope = self._dims(op)
         for t in op.inputs:
           scope |= set(self.pend_scope.get(t, ()))
-        self._key_scope[key] = tuple(sorted(scope))
         self._key_op[key] = op
         self._key_inputs[key] = tuple(
             (self.pend_scope.get(t, ()), self.tensor_key.get(t))
             for t in op.inputs)
-        self._table(key)
+        self._key_scope[key] = tuple(sorted(scope))
       op_counts[key] = op_counts.get(key, 0) + self._repeats(op.name)
       op_example.setdefault(key, op.name)
       table = self._table(key)

@@ -27,6 +27,8 @@ def as_dtype(dtype):
   """
   if dtype is None:
     return "float32"
+  if type(dtype) is str and dtype in _SIZES:  # canonical already (hot path)
+    return dtype
   if isinstance(dtype, VariableDType):
     # Mesh TF accepts a VariableDType wherever a dtype goes; a tensor gets
     # its activation dtype (mtf.Variable itself stores the master dtype).

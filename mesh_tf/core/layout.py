@@ -212,7 +212,11 @@ def _tensor_layout(rules, shape, mesh_shape, tensor_name):
           f"rule {d.name}:{names} (fewer axes) or make {d.name!r} a "
           f"multiple of {n}")
     out.append(axes)
-  return TensorLayout.from_axes(out)
+  # Each entry is already a tuple of int indices (Shape.index): stored as
+  # is, not normalised again (the layout search builds 10^4 of these).
+  layout = TensorLayout.__new__(TensorLayout)
+  object.__setattr__(layout, "_axes", tuple(out))
+  return layout
 
 
 def _normalise(entry):
