@@ -19,7 +19,10 @@ replicated there.  Two ops move values between the two:
   pending axis that the storage splits is **reduce-scattered** straight
   onto the shard, and only the other pending axes are all-reduced.  Without
   it (stage 1) the gradient is all-reduced whole and each device keeps its
-  shard (a free all-split).
+  shard (a free all-split); with ``defer_sum`` (set by a pipeline, which
+  accumulates the microbatches' gradients itself) a pending sum stays
+  pending, the split to run after its all-reduce, so the accumulated
+  gradient is all-reduced once per step.
 
 Both run the same code on every backend, so the cost model's trace is the
 lowering's.
@@ -28,7 +31,7 @@ lowering's.
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering.laid_out import LazyAllreduceSum
+from mesh_tf.lowering.laid_out import LazyAllreduceSum, PendingFinish
 from mesh_tf.ops import reshape as reshape_lib
 
 __all__ = ["StorageGatherOperation", "StorageScatterOperation",
@@ -124,12 +127,16 @@ class StorageScatterOperation(Operation):
     storage_shape = dims_lib.convert_to_shape(storage_shape)
     _check_renaming(g, storage_shape, self.name)
     self.reduce_scatter = bool(reduce_scatter)
+    # Stage 1 in a step that accumulates its gradients itself (a pipeline):
+    # a pending sum stays pending (the move to the shard runs after its
+    # all-reduce), so the accumulated gradient all-reduces once per step.
+    self.defer_sum = False
     self._outputs = [Tensor(self, storage_shape, g.dtype)]
 
   def cost_params(self):
     # Stage 1 all-reduces what stages 2 and 3 reduce-scatter: equal shapes,
     # other collectives.
-    return (self.reduce_scatter,)
+    return (self.reduce_scatter, self.defer_sum)
 
   def gradient(self, grad_ys):
     g = grad_ys[0]
@@ -161,6 +168,19 @@ class StorageScatterOperation(Operation):
             pending.remove(m)
       if pending:
         laid = impl.allreduce(laid, pending, "SUM")
+    elif (self.defer_sum and isinstance(value, LazyAllreduceSum)
+          and value.pending):
+      shapes, layouts = (g.shape, out.shape), (tuple(in_layout),
+                                               tuple(out_layout))
+      move = (lambda laid: _relayout(impl, laid, *shapes, *layouts))
+      key, size = ("relayout", shapes, layouts), impl.slice_shape(out)
+      finish = (PendingFinish(key, after=move, slice_shape=size)
+                if value.then is None else
+                value.then.then(key, after=move, slice_shape=size))
+      lowering.set_tensor_lowering(out, LazyAllreduceSum(
+          impl, value.laid_out_input, value.mesh_axes, value.source_op,
+          finish))
+      return
     else:
       laid = lowering.laid_out(g)
     lowering.set_tensor_lowering(
