@@ -117,8 +117,11 @@ class LazyAllreduceSum:
       laid = self.laid_out_input
       if self.then is not None:
         laid = self.then.before(laid)
-      reduced = self.mesh_impl.allreduce(laid, self.mesh_axes, "SUM",
-                                         source_op=self.source_op)
+      if self.then is not None and self.then.reduce is not None:
+        reduced = self.then.reduce(laid)
+      else:
+        reduced = self.mesh_impl.allreduce(laid, self.mesh_axes, "SUM",
+                                           source_op=self.source_op)
       self._reduced = (reduced if self.then is None
                        else self.then.after(reduced))
     return self._reduced
@@ -132,25 +135,28 @@ class PendingFinish:
   all-reduce: ``before(partial) -> partial`` (e.g. a cast to the dtype it
   is reduced in) and ``after(reduced) -> laid_out`` (e.g. a move to
   another layout, a cast back); ``key`` says what they do (equal keys,
-  equal work); ``slice_shape``: the finished value's, if ``after`` changes
-  it."""
-  __slots__ = ("before", "after", "key", "slice_shape")
+  equal work); ``reduce(partial) -> laid_out``: None, or what reduces
+  instead of the plain all-reduce (e.g. a reduce-scatter onto a shard);
+  ``slice_shape``: the finished value's, if it differs."""
+  __slots__ = ("before", "after", "key", "reduce", "slice_shape")
 
-  def __init__(self, key, before=None, after=None, slice_shape=None):
+  def __init__(self, key, before=None, after=None, reduce=None,
+               slice_shape=None):
     self.key = key
     self.before = before or (lambda laid: laid)
     self.after = after or (lambda laid: laid)
+    self.reduce = reduce
     self.slice_shape = None if slice_shape is None else tuple(slice_shape)
 
-  def then(self, key, before=None, after=None, slice_shape=None):
-    """This finish followed by another (its ``before`` runs first, after
-    this one's; its ``after`` last)."""
+  def then(self, key, before=None, after=None):
+    """This finish followed by one that only casts or moves (its
+    ``before`` runs after this one's, its ``after`` last)."""
     first = self
     return PendingFinish(
         (first.key, key),
         lambda laid: (before or (lambda x: x))(first.before(laid)),
         lambda laid: (after or (lambda x: x))(first.after(laid)),
-        slice_shape if slice_shape is not None else first.slice_shape)
+        first.reduce, first.slice_shape)
 
 
 class LaidOutVariable:

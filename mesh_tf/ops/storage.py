@@ -155,37 +155,46 @@ class StorageScatterOperation(Operation):
     if self.reduce_scatter and isinstance(value, LazyAllreduceSum):
       # Recorded as this op's own collectives: the pending sum is consumed
       # here, not forced (so the search prices it in this op's table).
-      pending = [a for a in value.mesh_axes if impl.shape[a].size > 1]
-      laid = value.laid_out_input
-      used = {a for axes in in_layout for a in axes}
-      for i, (a, b) in enumerate(zip(in_layout, out_layout)):
-        if (not a and b and set(b) <= set(pending)
-            and used.isdisjoint(b)):
-          laid = impl.reduce_scatter(laid, b, i)
-          in_layout[i] = b
-          used.update(b)
-          for m in b:
-            pending.remove(m)
-      if pending:
-        laid = impl.allreduce(laid, pending, "SUM")
-    elif (self.defer_sum and isinstance(value, LazyAllreduceSum)
-          and value.pending):
-      shapes, layouts = (g.shape, out.shape), (tuple(in_layout),
-                                               tuple(out_layout))
-      move = (lambda laid: _relayout(impl, laid, *shapes, *layouts))
-      key, size = ("relayout", shapes, layouts), impl.slice_shape(out)
-      finish = (PendingFinish(key, after=move, slice_shape=size)
-                if value.then is None else
-                value.then.then(key, after=move, slice_shape=size))
+      lowering.set_tensor_lowering(out, _scatter(
+          impl, value.laid_out_input, value.mesh_axes, g, out))
+      return
+    if (self.defer_sum and isinstance(value, LazyAllreduceSum)
+        and value.pending and value.then is None):
+      # Stage 1 in a pipeline: reduce-scattered onto the shard once, when
+      # the accumulated sum is forced (before the update of the shard).
       lowering.set_tensor_lowering(out, LazyAllreduceSum(
           impl, value.laid_out_input, value.mesh_axes, value.source_op,
-          finish))
+          PendingFinish(("scatter", g.shape, out.shape),
+                        reduce=lambda laid: _scatter(
+                            impl, laid, value.mesh_axes, g, out),
+                        slice_shape=impl.slice_shape(out))))
       return
-    else:
-      laid = lowering.laid_out(g)
+    laid = lowering.laid_out(g)
     lowering.set_tensor_lowering(
         out, _relayout(impl, laid, g.shape, out.shape, in_layout,
                        out_layout))
+
+
+def _scatter(impl, laid, mesh_axes, g, out):
+  """The partial sums ``laid`` of gradient ``g`` over ``mesh_axes``,
+  summed onto the storage layout of ``out``: each pending axis the storage
+  splits is reduce-scattered, the others all-reduced."""
+  # One tuple of mesh axes per dim (a dim may span several axes).
+  in_layout = list(impl.tensor_layout(g).tensor_axis_to_mesh_axes)
+  out_layout = impl.tensor_layout(out).tensor_axis_to_mesh_axes
+  pending = [a for a in mesh_axes if impl.shape[a].size > 1]
+  used = {a for axes in in_layout for a in axes}
+  for i, (a, b) in enumerate(zip(in_layout, out_layout)):
+    if (not a and b and set(b) <= set(pending)
+        and used.isdisjoint(b)):
+      laid = impl.reduce_scatter(laid, b, i)
+      in_layout[i] = b
+      used.update(b)
+      for m in b:
+        pending.remove(m)
+  if pending:
+    laid = impl.allreduce(laid, pending, "SUM")
+  return _relayout(impl, laid, g.shape, out.shape, in_layout, out_layout)
 
 
 def storage_gather(x, compute_shape, regather=False, reduce_scatter=True,
