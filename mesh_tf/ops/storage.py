@@ -166,7 +166,8 @@ class StorageScatterOperation(Operation):
           impl, value.laid_out_input, value.mesh_axes, value.source_op,
           PendingFinish(("scatter", g.shape, out.shape),
                         reduce=lambda laid: _scatter(
-                            impl, laid, value.mesh_axes, g, out),
+                            impl, laid, value.mesh_axes, g, out,
+                            value.source_op),
                         slice_shape=impl.slice_shape(out))))
       return
     laid = lowering.laid_out(g)
@@ -175,10 +176,11 @@ class StorageScatterOperation(Operation):
                        out_layout))
 
 
-def _scatter(impl, laid, mesh_axes, g, out):
+def _scatter(impl, laid, mesh_axes, g, out, source_op=None):
   """The partial sums ``laid`` of gradient ``g`` over ``mesh_axes``,
   summed onto the storage layout of ``out``: each pending axis the storage
-  splits is reduce-scattered, the others all-reduced."""
+  splits is reduce-scattered, the others all-reduced (``source_op``: the
+  op that left the sums, when forced later than it ran)."""
   # One tuple of mesh axes per dim (a dim may span several axes).
   in_layout = list(impl.tensor_layout(g).tensor_axis_to_mesh_axes)
   out_layout = impl.tensor_layout(out).tensor_axis_to_mesh_axes
@@ -187,13 +189,13 @@ def _scatter(impl, laid, mesh_axes, g, out):
   for i, (a, b) in enumerate(zip(in_layout, out_layout)):
     if (not a and b and set(b) <= set(pending)
         and used.isdisjoint(b)):
-      laid = impl.reduce_scatter(laid, b, i)
+      laid = impl.reduce_scatter(laid, b, i, source_op=source_op)
       in_layout[i] = b
       used.update(b)
       for m in b:
         pending.remove(m)
   if pending:
-    laid = impl.allreduce(laid, pending, "SUM")
+    laid = impl.allreduce(laid, pending, "SUM", source_op=source_op)
   return _relayout(impl, laid, g.shape, out.shape, in_layout, out_layout)
 
 

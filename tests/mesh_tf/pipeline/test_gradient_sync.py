@@ -6,12 +6,18 @@ onto the storage shard once) and with bfloat16 compute of float32 masters
 (the widening cast of the gradient keeps the sum pending; it is reduced in
 bfloat16, the bytes the cost model measures)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
 import mesh_tf as mtf
+from autolayout.training.pipeline_price import (PipelineLayout,
+                                                measure_stage, price_layout)
+from costmodels.topology import gpu_cluster
 from mesh_tf import models
-from mesh_tf.pipeline import Pipeline, PipelineTrainStep, stage_costs
+from mesh_tf.pipeline import (Pipeline, PipelineTrainStep, stage_costs,
+                              trace_pipeline)
 from mesh_tf.pipeline.schedule import BACKWARD
 from mesh_tf.training import optimize, train_step_for_model
 
@@ -104,3 +110,39 @@ def test_bfloat16_gradients_are_reduced_in_bfloat16(runs):
                if seg.step == "update" for c in _data_sums(seg.collectives))
   assert (2 * update_bytes(runs[(None, "bfloat16", 2)][0])
           == update_bytes(runs[(None, None, 2)][0]))
+
+
+@pytest.mark.parametrize("zero", [0, 1])
+def test_each_layer_reduces_the_priced_bytes_once_per_step(zero):
+  """The pipelined cost model's sync (``measure_stage``'s
+  ``layer_sync_bytes``, repriced by ``price_sync`` once per step: an
+  all-reduce under ZeRO 0, a reduce-scatter of the sharded part under
+  ZeRO 1) is what the lowering of a bfloat16 plan of 4 microbatches
+  reduces per layer, all of it in the update."""
+  config = models.get_config("transformer_tiny", layers=4, batch=8,
+                             d_model=32, d_ff=128, heads=4, d_kv=8,
+                             vocab=256, length=16)
+  topo = gpu_cluster("a100", nodes=4, gpus_per_node=2)
+  lay = PipelineLayout(1, 2, 2, 1, 1, "full", "inner", zero=zero)
+  work = measure_stage(config, topo, 1, 2)
+  price = price_layout(config, topo, lay, work)
+  assert price.cost.pipeline.microbatches == 4
+  lowered = dataclasses.replace(config, param_dtype="bfloat16",
+                                recompute=config.layers)
+  trace = trace_pipeline(lowered.parts(), price.cost.pipeline, lay.mesh(),
+                         price.rules + (";d_model_storage:data" if zero
+                                        else ""),
+                         optimize.SgdOptimizer(0.1), storage=zero or None)
+  per_layer = {}
+  for seg in trace.segments:
+    for c in _data_sums(seg.collectives):
+      layer = (c.source_op or "").split("/")[0]
+      if layer.startswith("layer_"):
+        assert seg.step == "update"
+        key = (c.kind, layer)
+        per_layer[key] = per_layer.get(key, 0) + c.bytes_per_device
+  kind = "reduce_scatter" if zero else "allreduce"
+  synced = (work.sharded_part(work.layer_sync_bytes, lay.data) if zero
+            else work.layer_sync_bytes)
+  assert per_layer == {(kind, f"layer_{i}"): synced
+                       for i in range(config.layers)}
