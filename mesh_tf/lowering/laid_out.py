@@ -9,7 +9,8 @@ import math
 
 from mesh_tf.core import dtypes as dtypes_lib
 
-__all__ = ["LaidOutTensor", "LazyAllreduceSum", "LaidOutVariable"]
+__all__ = ["LaidOutTensor", "LazyAllreduceSum", "LaidOutVariable",
+           "PendingFinish"]
 
 
 class LaidOutTensor:
@@ -66,18 +67,40 @@ class LazyAllreduceSum:
     mesh_axes: the mesh-axis indices to sum over.
     source_op: the name of the op that left the partial sums, recorded as
       the all-reduce's ``source_op`` (default: the op being lowered).
+    then: None, or a :class:`PendingFinish`: what runs on the partial sums
+      just before the all-reduce and on the reduced value before anyone
+      reads it (a ZeRO-1 gradient keeps its shard of the reduced sum; a
+      float32 master's gradient is reduced in its bfloat16 compute dtype),
+      so that a sum accumulated over microbatches still all-reduces once;
+      ``slice_shape`` is then the finished value's.
   """
 
-  def __init__(self, mesh_impl, laid_out_input, mesh_axes, source_op=None):
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes, source_op=None,
+               then=None):
     self.mesh_impl = mesh_impl
     self.laid_out_input = laid_out_input
     self.mesh_axes = tuple(sorted(mesh_axes))
     self.source_op = (mesh_impl.current_op_name if source_op is None
                       else source_op)
+    self.then = then
     self._reduced = None
 
   @property
+  def then_key(self):
+    """What :attr:`then` does (None: nothing), to tell whether two pending
+    sums may be added before their all-reduce."""
+    return None if self.then is None else self.then.key
+
+  def with_partial(self, laid_out_input):
+    """The same pending sum (axes, source, what follows) of other
+    per-processor partial sums."""
+    return LazyAllreduceSum(self.mesh_impl, laid_out_input, self.mesh_axes,
+                            self.source_op, self.then)
+
+  @property
   def slice_shape(self):
+    if self.then is not None and self.then.slice_shape is not None:
+      return self.then.slice_shape
     return self.laid_out_input.slice_shape
 
   @property
@@ -91,13 +114,49 @@ class LazyAllreduceSum:
 
   def to_laid_out_tensor(self):
     if self._reduced is None:
-      self._reduced = self.mesh_impl.allreduce(
-          self.laid_out_input, self.mesh_axes, "SUM",
-          source_op=self.source_op)
+      laid = self.laid_out_input
+      if self.then is not None:
+        laid = self.then.before(laid)
+      if self.then is not None and self.then.reduce is not None:
+        reduced = self.then.reduce(laid)
+      else:
+        reduced = self.mesh_impl.allreduce(laid, self.mesh_axes, "SUM",
+                                           source_op=self.source_op)
+      self._reduced = (reduced if self.then is None
+                       else self.then.after(reduced))
     return self._reduced
 
   def __repr__(self):
     return f"LazyAllreduceSum({self.laid_out_input}, axes={self.mesh_axes})"
+
+
+class PendingFinish:
+  """What a :class:`LazyAllreduceSum` runs when forced, around its
+  all-reduce: ``before(partial) -> partial`` (e.g. a cast to the dtype it
+  is reduced in) and ``after(reduced) -> laid_out`` (e.g. a move to
+  another layout, a cast back); ``key`` says what they do (equal keys,
+  equal work); ``reduce(partial) -> laid_out``: None, or what reduces
+  instead of the plain all-reduce (e.g. a reduce-scatter onto a shard);
+  ``slice_shape``: the finished value's, if it differs."""
+  __slots__ = ("before", "after", "key", "reduce", "slice_shape")
+
+  def __init__(self, key, before=None, after=None, reduce=None,
+               slice_shape=None):
+    self.key = key
+    self.before = before or (lambda laid: laid)
+    self.after = after or (lambda laid: laid)
+    self.reduce = reduce
+    self.slice_shape = None if slice_shape is None else tuple(slice_shape)
+
+  def then(self, key, before=None, after=None):
+    """This finish followed by one that only casts or moves (its
+    ``before`` runs after this one's, its ``after`` last)."""
+    first = self
+    return PendingFinish(
+        (first.key, key),
+        lambda laid: (before or (lambda x: x))(first.before(laid)),
+        lambda laid: (after or (lambda x: x))(first.after(laid)),
+        first.reduce, first.slice_shape)
 
 
 class LaidOutVariable:

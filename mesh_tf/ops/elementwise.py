@@ -13,6 +13,7 @@ from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Tensor
 from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.laid_out import PendingFinish
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
 from mesh_tf.ops import einsum as einsum_ops
 from mesh_tf.ops.base import (GenericOperation, broadcast_shapes,
@@ -54,12 +55,40 @@ class UnaryOperation(GenericOperation):
       raise ShapeError(f"{name or kind} expects an mtf Tensor, got {x!r}")
     self.kind = kind
     self.params = params
+    # A widening cast of a gradient in a step that accumulates gradients
+    # itself (a pipeline; set by its program): a pending sum stays pending,
+    # its partial sums widened, and is reduced in the narrow dtype when
+    # forced, so the accumulated gradient all-reduces once per step.
+    self.defer_sum = False
     super().__init__(fn, [x], x.shape, output_dtype or x.dtype,
                      name=name or kind, flops_per_element=flops)
 
   def cost_params(self):
     return super().cost_params() + (
-        self.kind, tuple(sorted(self.params.items())))
+        self.kind, tuple(sorted(self.params.items())), self.defer_sum)
+
+  def lower(self, lowering):
+    x, out = self.inputs[0], self.outputs[0]
+    value = lowering.tensors.get(x)
+    if not (self.defer_sum and self.kind == "cast"
+            and isinstance(value, LazyAllreduceSum) and value.pending
+            and is_float(x) and is_float(out)
+            and dtypes_lib.size_of(out.dtype) > dtypes_lib.size_of(x.dtype)):
+      super().lower(lowering)
+      return
+    impl = lowering.mesh_impl(self)
+
+    def to(dtype):
+      return lambda laid: impl.slicewise(
+          lambda t: tf.cast(t, dtype), laid, slice_shape=laid.slice_shape,
+          dtype=dtype)
+    partial = to(out.dtype)(value.laid_out_input)
+    key = ("cast", str(x.dtype), str(out.dtype))
+    finish = (PendingFinish(key, to(x.dtype), to(out.dtype))
+              if value.then is None
+              else value.then.then(key, to(x.dtype), to(out.dtype)))
+    lowering.set_tensor_lowering(out, LazyAllreduceSum(
+        impl, partial, value.mesh_axes, value.source_op, finish))
 
   def gradient(self, grad_ys):
     g = grad_ys[0]
@@ -171,7 +200,8 @@ class BinaryOperation(GenericOperation):
         and self.inputs[0].shape == self.inputs[1].shape):
       a, b = (lowering.tensors[t] for t in self.inputs)
       if (isinstance(a, LazyAllreduceSum) and isinstance(b, LazyAllreduceSum)
-          and a.mesh_axes == b.mesh_axes):
+          and a.mesh_axes == b.mesh_axes and a.then is None
+          and b.then is None):
         impl = lowering.mesh_impl(self)
         fn = ((lambda u, v: tf.add(u, v)) if self.kind == "add"
               else (lambda u, v: tf.subtract(u, v)))

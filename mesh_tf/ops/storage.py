@@ -19,7 +19,10 @@ replicated there.  Two ops move values between the two:
   pending axis that the storage splits is **reduce-scattered** straight
   onto the shard, and only the other pending axes are all-reduced.  Without
   it (stage 1) the gradient is all-reduced whole and each device keeps its
-  shard (a free all-split).
+  shard (a free all-split); with ``defer_sum`` (set by a pipeline, which
+  accumulates the microbatches' gradients itself) a pending sum stays
+  pending, the split to run after its all-reduce, so the accumulated
+  gradient is all-reduced once per step.
 
 Both run the same code on every backend, so the cost model's trace is the
 lowering's.
@@ -28,7 +31,7 @@ lowering's.
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering.laid_out import LazyAllreduceSum
+from mesh_tf.lowering.laid_out import LazyAllreduceSum, PendingFinish
 from mesh_tf.ops import reshape as reshape_lib
 
 __all__ = ["StorageGatherOperation", "StorageScatterOperation",
@@ -124,12 +127,16 @@ class StorageScatterOperation(Operation):
     storage_shape = dims_lib.convert_to_shape(storage_shape)
     _check_renaming(g, storage_shape, self.name)
     self.reduce_scatter = bool(reduce_scatter)
+    # Stage 1 in a step that accumulates its gradients itself (a pipeline):
+    # a pending sum stays pending (the move to the shard runs after its
+    # all-reduce), so the accumulated gradient all-reduces once per step.
+    self.defer_sum = False
     self._outputs = [Tensor(self, storage_shape, g.dtype)]
 
   def cost_params(self):
     # Stage 1 all-reduces what stages 2 and 3 reduce-scatter: equal shapes,
     # other collectives.
-    return (self.reduce_scatter,)
+    return (self.reduce_scatter, self.defer_sum)
 
   def gradient(self, grad_ys):
     g = grad_ys[0]
@@ -148,24 +155,48 @@ class StorageScatterOperation(Operation):
     if self.reduce_scatter and isinstance(value, LazyAllreduceSum):
       # Recorded as this op's own collectives: the pending sum is consumed
       # here, not forced (so the search prices it in this op's table).
-      pending = [a for a in value.mesh_axes if impl.shape[a].size > 1]
-      laid = value.laid_out_input
-      used = {a for axes in in_layout for a in axes}
-      for i, (a, b) in enumerate(zip(in_layout, out_layout)):
-        if (not a and b and set(b) <= set(pending)
-            and used.isdisjoint(b)):
-          laid = impl.reduce_scatter(laid, b, i)
-          in_layout[i] = b
-          used.update(b)
-          for m in b:
-            pending.remove(m)
-      if pending:
-        laid = impl.allreduce(laid, pending, "SUM")
-    else:
-      laid = lowering.laid_out(g)
+      lowering.set_tensor_lowering(out, _scatter(
+          impl, value.laid_out_input, value.mesh_axes, g, out))
+      return
+    if (self.defer_sum and isinstance(value, LazyAllreduceSum)
+        and value.pending and value.then is None):
+      # Stage 1 in a pipeline: reduce-scattered onto the shard once, when
+      # the accumulated sum is forced (before the update of the shard).
+      lowering.set_tensor_lowering(out, LazyAllreduceSum(
+          impl, value.laid_out_input, value.mesh_axes, value.source_op,
+          PendingFinish(("scatter", g.shape, out.shape),
+                        reduce=lambda laid: _scatter(
+                            impl, laid, value.mesh_axes, g, out,
+                            value.source_op),
+                        slice_shape=impl.slice_shape(out))))
+      return
+    laid = lowering.laid_out(g)
     lowering.set_tensor_lowering(
         out, _relayout(impl, laid, g.shape, out.shape, in_layout,
                        out_layout))
+
+
+def _scatter(impl, laid, mesh_axes, g, out, source_op=None):
+  """The partial sums ``laid`` of gradient ``g`` over ``mesh_axes``,
+  summed onto the storage layout of ``out``: each pending axis the storage
+  splits is reduce-scattered, the others all-reduced (``source_op``: the
+  op that left the sums, when forced later than it ran)."""
+  # One tuple of mesh axes per dim (a dim may span several axes).
+  in_layout = list(impl.tensor_layout(g).tensor_axis_to_mesh_axes)
+  out_layout = impl.tensor_layout(out).tensor_axis_to_mesh_axes
+  pending = [a for a in mesh_axes if impl.shape[a].size > 1]
+  used = {a for axes in in_layout for a in axes}
+  for i, (a, b) in enumerate(zip(in_layout, out_layout)):
+    if (not a and b and set(b) <= set(pending)
+        and used.isdisjoint(b)):
+      laid = impl.reduce_scatter(laid, b, i, source_op=source_op)
+      in_layout[i] = b
+      used.update(b)
+      for m in b:
+        pending.remove(m)
+  if pending:
+    laid = impl.allreduce(laid, pending, "SUM", source_op=source_op)
+  return _relayout(impl, laid, g.shape, out.shape, in_layout, out_layout)
 
 
 def storage_gather(x, compute_shape, regather=False, reduce_scatter=True,

@@ -325,7 +325,7 @@ class WhileLoopOperation(Operation):
       if i < n:
         out.append(x.to_laid_out_tensor())
         continue
-      if isinstance(x, LazyAllreduceSum) and x.pending:
+      if isinstance(x, LazyAllreduceSum) and x.pending and x.then is None:
         x = x.laid_out_input
       out.append(impl.slicewise(_add, laid_vars[i], x.to_laid_out_tensor(),
                                 shape=t.shape, dtype=t.dtype))

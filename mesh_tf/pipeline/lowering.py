@@ -16,8 +16,12 @@ next stage's devices and its input gradient back to the previous one,
 device by device (the boundary tensor has the same layout on both
 groups); the gradients accumulate over the microbatches (a gradient whose
 data-parallel all-reduce is still pending accumulates as partial sums, so
-it is all-reduced once per step, not once per microbatch); tied variables'
-gradients are exchanged between their holders; then each stage's update.
+it is all-reduced once per step, not once per microbatch -- also through
+the widening cast of a bfloat16 gradient to its float32 master and the
+ZeRO-1 move onto the storage shard, which the program lets run after the
+reduction, see :class:`~mesh_tf.lowering.laid_out.PendingFinish`); tied
+variables' gradients are exchanged between their holders; then each
+stage's update.
 
 Every send is a pair of records in the stage backends' traces:
 ``CollectiveRecord(kind="send")`` in the sender's and ``kind="recv"`` in
@@ -140,10 +144,10 @@ def _accumulate(impl, total, value, name):
   if total is None:
     return value
   if (isinstance(total, LazyAllreduceSum) and isinstance(
-      value, LazyAllreduceSum) and total.mesh_axes == value.mesh_axes):
-    return LazyAllreduceSum(
-        impl, _add(impl, total.laid_out_input, value.laid_out_input, name),
-        total.mesh_axes, source_op=total.source_op)
+      value, LazyAllreduceSum) and total.mesh_axes == value.mesh_axes
+      and total.then_key == value.then_key):
+    return total.with_partial(
+        _add(impl, total.laid_out_input, value.laid_out_input, name))
   return _add(impl, total.to_laid_out_tensor(), value.to_laid_out_tensor(),
               name)
 
@@ -277,7 +281,8 @@ class _Run:
       for s in stages:
         g = self.acc[s][name]
         lazy = isinstance(g, LazyAllreduceSum)
-        parts[s] = (g.laid_out_input if lazy else g, lazy and g.mesh_axes)
+        parts[s] = (g.laid_out_input if lazy else g,
+                    lazy and (g.mesh_axes, g.then_key))
       if len({axes for _, axes in parts.values()}) > 1:
         parts = {s: (self.acc[s][name].to_laid_out_tensor(), False)
                  for s in stages}
@@ -296,9 +301,11 @@ class _Run:
           for r in received[t]:
             total = _add(self.impls[t], total, r,
                          f"pipeline/tied/{name}/sum")
-          axes = parts[t][1]
-          self.acc[t][name] = (LazyAllreduceSum(self.impls[t], total, axes)
-                               if axes is not False else total)
+          g = self.acc[t][name]
+          self.acc[t][name] = (
+              LazyAllreduceSum(self.impls[t], total, g.mesh_axes,
+                               then=g.then)
+              if parts[t][1] is not False else total)
 
   def update(self):
     ops = []

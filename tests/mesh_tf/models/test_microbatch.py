@@ -113,3 +113,21 @@ def test_the_layout_search_prices_microbatches_like_the_cost_model():
                        memory_budget=free.report.peak_memory_bytes - 1)
   assert tight.report.peak_memory_bytes < free.report.peak_memory_bytes
   assert tight.report.step_time_s >= free.report.step_time_s
+
+
+@pytest.mark.parametrize("stage", [0, 1])
+def test_bfloat16_microbatches_lower_the_priced_collectives(values, stage):
+  """The unpipelined microbatched step reduces each microbatch's
+  gradients as it accumulates them (into float32 accumulators), and the
+  cost model prices exactly that: its collectives are the lowering's
+  (a pipelined step instead reduces once per step, see
+  tests/mesh_tf/pipeline/test_gradient_sync.py)."""
+  _, step, r = _run(values, 2, stage, param_dtype="bfloat16")
+  ran = _counts(step.mesh_impl.trace.collectives, lambda c: 1)
+  priced = _counts(r.collectives, lambda c: c.repeats)
+  assert ran == priced
+  grads = len(step.variables)
+  sums = sum(n for (kind, axes, _), n in ran.items()
+             if kind == "allreduce" and "data" in axes)
+  # Each gradient all-reduced per microbatch (and the loss's sums).
+  assert sums % 2 == 0 and sums >= 2 * grads
