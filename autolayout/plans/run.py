@@ -22,7 +22,6 @@ never imported here.
 
 import itertools
 import math
-import time
 
 import numpy as np
 
@@ -33,7 +32,8 @@ from autolayout.errors import PlanError, PlanMismatchError
 from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import identity as plan_identity
 from autolayout.plans import pipelined, run_pipelined
-from autolayout.plans.run_report import RunReport, scale_topology
+from autolayout.plans.run_report import (RunReport, scale_topology,
+                                         timed_steps)
 
 __all__ = ["RunReport", "build_step", "check_devices", "run_plan",
            "scale_down", "scale_topology"]
@@ -163,20 +163,8 @@ def run_plan(plan, devices, warmup=2, steps=5, mesh_shape=None,
                                        eager=eager)
   step, model, k = build_step(plan, devices, mesh_shape)
   batch = _batch(model, k)
-  losses = []
-  t0 = time.perf_counter()
-  losses.append(float(step(**batch)))
-  first = time.perf_counter() - t0
-  for _ in range(max(warmup - 1, 0)):
-    losses.append(float(step(**batch)))
-  if allocator_peak is not None:
-    allocator_peak[0]()
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    losses.append(float(step(**batch)))
-    times.append(time.perf_counter() - t0)
-  peaks = tuple(allocator_peak[1]()) if allocator_peak is not None else None
+  losses, first, times, peaks = timed_steps(step, batch, warmup, steps,
+                                            allocator_peak)
   built = plan_decisions.BuiltPlan(step.graph, None, step.plan,
                                    plan_decisions.decisions_of(
                                        plan.decisions), None)

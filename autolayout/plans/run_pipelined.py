@@ -19,7 +19,6 @@ else balanced by :func:`costmodels.pipeline.split_layers`).
 import dataclasses
 import itertools
 import math
-import time
 
 import numpy as np
 
@@ -29,7 +28,8 @@ from mesh_tf.pipeline.spec import Pipeline
 from autolayout.errors import PlanError
 from autolayout.plans import decisions as plan_decisions
 from autolayout.plans import pipelined
-from autolayout.plans.run_report import RunReport, scale_topology
+from autolayout.plans.run_report import (RunReport, scale_topology,
+                                         timed_steps)
 from autolayout.training import zero
 
 __all__ = ["run_pipelined", "scale_down", "scaled_plan"]
@@ -141,20 +141,8 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
       zero.storage_plan(d.zero_stage) if d.zero_stage else None,
       eager=eager, padding=pipelined.padding_of(config, d))
   batch = _batch(step, config.vocab)
-  losses = []
-  t0 = time.perf_counter()
-  losses.append(float(step(**batch)))
-  first = time.perf_counter() - t0
-  for _ in range(max(warmup - 1, 0)):
-    losses.append(float(step(**batch)))
-  if allocator_peak is not None:
-    allocator_peak[0]()
-  times = []
-  for _ in range(steps):
-    t0 = time.perf_counter()
-    losses.append(float(step(**batch)))
-    times.append(time.perf_counter() - t0)
-  peaks = tuple(allocator_peak[1]()) if allocator_peak is not None else None
+  losses, first, times, peaks = timed_steps(step, batch, warmup, steps,
+                                            allocator_peak)
   repriced = None
   if topology is not None:
     repriced = pipelined.costs_of(pipelined.price(

@@ -1,12 +1,41 @@
-"""What running a plan measured (:class:`RunReport`), and the topology of
-the devices a (scaled-down) plan runs on (:func:`scale_topology`): shared
+"""What running a plan measured (:class:`RunReport`), how its steps are
+timed (:func:`timed_steps`), and the topology of the devices a
+(scaled-down) plan runs on (:func:`scale_topology`): shared
 by :mod:`autolayout.plans.run` and :mod:`autolayout.plans.run_pipelined`."""
 
 import dataclasses
 import statistics
+import time
 from typing import Optional, Tuple
 
-__all__ = ["RunReport", "scale_topology"]
+__all__ = ["RunReport", "scale_topology", "timed_steps"]
+
+
+def timed_steps(step, batch, warmup, steps, allocator_peak=None):
+  """Runs ``step(**batch)`` ``warmup`` times (the first one timed alone:
+  it traces and builds), then ``steps`` timed times.
+
+  ``allocator_peak`` is None or ``(reset, read)``: the peak is reset after
+  the warm-up and read after the timed steps.
+
+  Returns:
+    ``(losses, first step s, timed step s, peaks or None)``.
+  """
+  losses = []
+  t0 = time.perf_counter()
+  losses.append(float(step(**batch)))
+  first = time.perf_counter() - t0
+  for _ in range(max(warmup - 1, 0)):
+    losses.append(float(step(**batch)))
+  if allocator_peak is not None:
+    allocator_peak[0]()
+  times = []
+  for _ in range(steps):
+    t0 = time.perf_counter()
+    losses.append(float(step(**batch)))
+    times.append(time.perf_counter() - t0)
+  peaks = tuple(allocator_peak[1]()) if allocator_peak is not None else None
+  return losses, first, times, peaks
 
 
 @dataclasses.dataclass(frozen=True)
