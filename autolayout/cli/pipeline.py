@@ -117,15 +117,9 @@ def pipelined_hint(args):
 def _ask_plans_question(args, plan):
   """``solve --hint plan.json`` of a pipelined plan asks its question: its
   zoo model and overrides, topology and memory budget, unless given."""
-  from autolayout.plans import decisions as plan_decisions
-  src = plan_decisions.source_of(plan) or {}
+  from autolayout.cli import plans as cli_plans
   if not args.model:
-    if not src.get("model"):
-      raise CliInputError("the hint plan does not say which model it is "
-                          "for (it has no model.source)",
-                          hint="give --model (e.g. --model gpt3_175b)")
-    args.model = src["model"]
-    args.set = [f"{k}={v}" for k, v in (src.get("overrides") or {}).items()]
+    cli_plans.take_plans_model(args, plan, example="gpt3_175b")
   if args.topology is None:
     args.topology = plan.topology_preset or plan.topology.name
   if getattr(args, "memory_budget", None) is None and (

@@ -101,10 +101,9 @@ def model_for(plan, path, args):
                      True, built.microbatches, d)
 
 
-def ask_plans_question(args, plan):
-  """Fills the options the user left out from ``plan``'s own question: its
-  model and overrides, training or forward pass, topology and mesh (for
-  ``solve --hint plan.json`` given without ``--model``).
+def take_plans_model(args, plan, example="transformer_tiny"):
+  """Sets ``--model`` and ``--set`` to ``plan``'s zoo model and overrides;
+  returns the plan's model source.
 
   Raises:
     CliInputError: if the plan does not say which model it is for.
@@ -113,9 +112,21 @@ def ask_plans_question(args, plan):
   if not src.get("model"):
     raise CliInputError("the hint plan does not say which model it is for "
                         "(it has no model.source)",
-                        hint="give --model (e.g. --model transformer_tiny)")
+                        hint=f"give --model (e.g. --model {example})")
   args.model = src["model"]
   args.set = [f"{k}={v}" for k, v in (src.get("overrides") or {}).items()]
+  return src
+
+
+def ask_plans_question(args, plan):
+  """Fills the options the user left out from ``plan``'s own question: its
+  model and overrides, training or forward pass, topology and mesh (for
+  ``solve --hint plan.json`` given without ``--model``).
+
+  Raises:
+    CliInputError: if the plan does not say which model it is for.
+  """
+  src = take_plans_model(args, plan)
   if args.train is None:
     # A forward plan's question is the forward pass; a plan with training
     # decisions searched them (--train); any other, the step as built.
