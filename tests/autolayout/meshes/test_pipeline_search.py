@@ -13,6 +13,7 @@ from autolayout.training.pipeline_price import (PipelineLayout,
                                                 measuring_data, price_layout)
 from costmodels.topology import gpu_cluster
 from mesh_tf import models
+from tests.autolayout.meshes.pipeline_brute import brute_best
 from mesh_tf.pipeline import trace_pipeline
 from mesh_tf.pipeline.schedule import Step
 from mesh_tf.training import optimize
@@ -22,25 +23,6 @@ def _tiny(layers=4, batch=16, heads=4):
   return models.get_config("transformer_tiny", layers=layers, batch=batch,
                            d_model=32, d_ff=128, heads=heads, d_kv=8,
                            vocab=256, length=16)
-
-
-def _brute(config, topology, budget, **space):
-  """Every layout priced, no pruning."""
-  best, works = None, {}
-  for lay in ps.layouts(config, topology, **space):
-    key = (lay.model, lay.microbatch, lay.recompute, lay.placement)
-    if key not in works:
-      works[key] = measure_stage(config, topology, lay.model,
-                                 measuring_data(lay, topology),
-                                 lay.microbatch, lay.recompute,
-                                 lay.placement)
-    r = price_layout(config, topology, lay, works[key])
-    if r.peak_memory_bytes > budget:
-      continue
-    key = (r.step_time_s, lay.chips)
-    if best is None or key < best[0]:
-      best = (key, r)
-  return best
 
 
 @pytest.mark.parametrize("budget_mib,space", [
@@ -53,7 +35,7 @@ def test_search_equals_brute_force_with_stages_chunks_microbatches(
   topo = gpu_cluster("a100", nodes=2, gpus_per_node=2)
   budget = 2**40 if budget_mib is None else int(budget_mib * 2**20)
   got = ps.search_pipelines(config, topo, budget, **space)
-  want = _brute(config, topo, budget, **space)
+  want = brute_best(config, topo, budget, **space)
   assert got.status == "optimal" and got.gap == 0.0
   assert got.best.layout == want[1].layout
   assert got.best.step_time_s == want[1].step_time_s
@@ -194,7 +176,7 @@ def test_search_equals_brute_force_with_the_zero_stage():
   chosen = set()
   for budget in (2**40, int(0.6 * 2**20), int(0.4 * 2**20)):
     got = ps.search_pipelines(config, topo, budget, **space)
-    want = _brute(config, topo, budget, **space)
+    want = brute_best(config, topo, budget, **space)
     assert got.status == "optimal"
     assert got.best.layout == want[1].layout
     assert got.best.step_time_s == want[1].step_time_s

@@ -7,13 +7,13 @@ import pytest
 
 from autolayout.meshes import pipeline_search as ps
 from autolayout.training.pipeline_price import (PipelineLayout, box_sizes,
-                                                measure_stage,
-                                                measuring_data, price_layout,
+                                                price_layout,
                                                 sub_topology)
 from costmodels.pipeline import boundary_time
 from costmodels.topology import get_topology, map_mesh, tpu_slice
 from costmodels.topology.presets import tpu_pods
 from mesh_tf import models
+from tests.autolayout.meshes.pipeline_brute import brute_best
 from mesh_tf.core.errors import MtfError
 
 
@@ -42,28 +42,6 @@ def test_boxes_of_a_torus():
   assert ps.placements_of(topo) == ("inner", "data-outer")
 
 
-def _brute(config, topology, budget, **space):
-  """Every layout priced, no pruning."""
-  best, works = None, {}
-  for lay in ps.layouts(config, topology, **space):
-    key = (lay.model, lay.microbatch, lay.recompute, lay.placement)
-    if key not in works:
-      works[key] = measure_stage(config, topology, lay.model,
-                                 measuring_data(lay, topology),
-                                 lay.microbatch, lay.recompute,
-                                 lay.placement)
-    try:
-      r = price_layout(config, topology, lay, works[key])
-    except MtfError:
-      continue   # stages that do not embed in the box
-    if r.peak_memory_bytes > budget:
-      continue
-    key = (r.step_time_s, lay.chips)
-    if best is None or key < best[0]:
-      best = (key, r)
-  return best
-
-
 @pytest.mark.parametrize("budget_mib", [None, 0.6])
 def test_search_equals_brute_force_on_a_tpu_slice(budget_mib):
   config = _tiny(batch=8)
@@ -71,7 +49,7 @@ def test_search_equals_brute_force_on_a_tpu_slice(budget_mib):
   budget = 2**40 if budget_mib is None else int(budget_mib * 2**20)
   space = dict(tensor=(1, 2, 4), microbatch=(1, 2), recompute=("full",))
   got = ps.search_pipelines(config, topo, budget, **space)
-  want = _brute(config, topo, budget, **space)
+  want = brute_best(config, topo, budget, **space)
   assert got.status == "optimal"
   assert got.best.layout == want[1].layout
   assert got.best.step_time_s == want[1].step_time_s

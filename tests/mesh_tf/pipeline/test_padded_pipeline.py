@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 
 import mesh_tf as mtf
+from tests.mesh_tf.training.padding_reference import reference_step
 from mesh_tf import models
 from mesh_tf.pipeline import (Pipeline, PipelineTrainStep,
                               expected_boundary_bytes, trace_pipeline)
-from mesh_tf.training import optimize, train_step_for_model
+from mesh_tf.training import optimize
 from mesh_tf.training.padding import Padding, PaddingError, padding_for
 
 LR = 0.5
@@ -23,11 +24,7 @@ LM_RULES = "batch:data;d_ff:model;heads:model;vocab:model"
 
 
 def _reference(config):
-  model = config.build()
-  values = model.random_values()
-  step = train_step_for_model(model, "data:1", "", mtf.logical_cpu_devices(1),
-                              optimize.SgdOptimizer(LR))
-  return values, float(step(**values)), step.variable_values()
+  return reference_step(config, LR)
 
 
 def _sends(trace):
