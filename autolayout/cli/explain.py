@@ -7,7 +7,7 @@ import pandas as pd
 
 from mesh_tf.core.layout import LayoutRules
 from autolayout.search.explain import explain
-from autolayout.cli import common, inputs, plans
+from autolayout.cli import common, inputs, pipelined_plan, plans
 from autolayout.cli import output as out
 from autolayout.cli.arguments import add_model_args
 from autolayout.cli.context import Answer, Command
@@ -81,6 +81,10 @@ def _why(r, base, budget=None):
 
 
 def _run(args, ctx):
+  piped = pipelined_plan.read(args.layout)
+  if piped is not None:
+    # A pipelined plan: its decisions moved, priced by the pipelined model.
+    return pipelined_plan.explain(args, ctx, piped)
   setup = common.Setup(args)
   topology, model = setup.topology, setup.model
   from_plan = plans.layout_arg(args.layout, model, topology, args)

@@ -312,9 +312,13 @@ def _table(frame, cells, columns, headers, title, caption, justify, formats,
     numeric = pd.api.types.is_numeric_dtype(frame[col]) and \
         frame[col].dtype != bool
     right = numeric or col in formats
+    # A text column is at least its longest word wide: rich would
+    # otherwise fold a word when it shares out the console's width.
+    longest = max((len(w) for t in cells[col] for w in t.plain.split()),
+                  default=1)
     table.add_column(headers[col], justify=justify.get(
         col, "right" if right else "left"), overflow="fold",
-        no_wrap=right)
+        no_wrap=right, min_width=None if right else longest)
   for i in range(len(frame)):
     table.add_row(*(cells[c][i] for c in columns))
   return table
@@ -322,9 +326,23 @@ def _table(frame, cells, columns, headers, title, caption, justify, formats,
 
 def _too_wide(console, table):
   """Whether ``table`` needs more than the console's width to show every
-  word whole (rich's own measure of its smallest width)."""
-  return table.__rich_measure__(console, console.options).minimum \
-      > console.width
+  word whole: rich's own measure of its smallest width, or the sum of
+  each column's least width (a text column's ``min_width``, the widest
+  cell of a column that does not wrap) and the padding between them."""
+  if table.__rich_measure__(console, console.options).minimum > \
+      console.width:
+    return True
+  need = 0
+  for column in table.columns:
+    cells = [column.header, *column.cells]
+    if column.no_wrap:
+      width = max(console.measure(c).maximum for c in cells)
+    else:
+      width = max(column.min_width or 1, max(
+          console.measure(c).minimum for c in cells))
+    need += width
+  # A space of padding on each side and the blank divider between them.
+  return need + 3 * (len(table.columns) - 1) > console.width
 
 
 def write_csv(df, stream, index=True):

@@ -176,14 +176,14 @@ def report(args, ctx, plan):
              + ("the same" if same else "priced differently now"))
 
   return Answer(
-      json=lambda: {"model": _model_json(plan, config),
+      json=lambda: {"model": model_json(plan, config),
                     "result": rec, "stages": stages.to_dict("records"),
                     "stored": stored.as_dict()},
       csv=lambda: stages, csv_index=False, table=table,
       views=lambda payload: _views(payload))
 
 
-def _model_json(plan, config):
+def model_json(plan, config):
   """The payload's ``model`` record (:func:`autolayout.cli.common.
   model_json`'s keys) of a pipelined plan."""
   chip = plan.topology.chip
@@ -205,4 +205,92 @@ def _views(payload):
   return [layout_view("plan", payload["result"], None, chosen=True)]
 
 
-__all__ = ["config_for", "read", "record", "report", "stage_frame"]
+def summary_row(plan, costs, label):
+  """The ``compare`` row of a pipelined plan
+  (:func:`autolayout.cli.output.summary_row`'s keys, and ``bubble_time_s``,
+  a term of its step)."""
+  rec = record(plan, costs, label)
+  mem = rec["memory"]
+  row = {"layout": label, "mesh": rec["mesh"], "rules": rec["rules"],
+         "step_time_s": rec["step_time_s"],
+         "compute_time_s": rec["compute_time_s"],
+         "comm_time_s": rec["comm_time_s"],
+         "interference_time_s": 0.0,
+         "bubble_time_s": rec["bubble_time_s"]}
+  for a, t in rec["comm_time_by_axis_s"].items():
+    row[f"comm_{a}_s"] = t
+  row.update(peak_memory_bytes=int(mem["peak_bytes"]),
+             hbm_bytes=int(mem["hbm_bytes"]),
+             usable_memory_bytes=int(mem["usable_bytes"]),
+             fits=bool(mem["fits"]))
+  return row
+
+
+def _why_alt(a, base):
+  """One sentence for an :class:`~autolayout.plans.pipeline_explain.
+  Alternative` against the plan's ``base`` costs."""
+  head = f"{a.decision} {a.chosen} -> {a.alternative}: "
+  if a.step_time_s is None:
+    return head + f"no such layout here ({a.why})"
+  dt = a.step_time_s - base.step_time_s
+  dm = a.peak_memory_bytes - base.peak_memory_bytes
+  step = ("the same step" if dt == 0 else
+          f"the step {out.fmt_time(abs(dt))} "
+          f"{'slower' if dt > 0 else 'faster'}")
+  mem = ("the same peak" if dm == 0 else
+         f"{out.fmt_bytes(abs(dm))} {'more' if dm > 0 else 'less'} per "
+         "device")
+  fits = "" if a.fits else ", over the usable memory"
+  return head + f"{step}, {mem}{fits}"
+
+
+def explain(args, ctx, plan):
+  """The Answer of ``explain -l @plan.json`` on a pipelined plan: each
+  decision moved to its neighbours on the same chips and priced again
+  (:func:`autolayout.plans.pipeline_explain.alternatives`)."""
+  from autolayout.plans import pipeline_explain
+  path = plans.ref_path(args.layout)
+  config, costs = config_for(plan, path, args)
+  lay = pipelined.layout_of(plan, config)
+  usable = int(hardware.usable_memory_bytes(plan.topology.chip))
+  with ctx.progress("pricing each decision's alternatives"):
+    alts = pipeline_explain.alternatives(config, plan.topology, lay, usable)
+  frame = pd.DataFrame([{
+      "decision": a.decision, "chosen": a.chosen,
+      "alternative": a.alternative,
+      "step_time_s": a.step_time_s, "peak_memory_bytes": a.peak_memory_bytes,
+      "fits": a.fits, "why_not_priced": a.why or None} for a in alts])
+
+  def table(ctx):
+    ctx.line(f"explain: {plan.model.name} on {plan.topology.name}, mesh "
+             f"{plan.mesh_shape.text} (the plan's: {path})")
+    ctx.line(f"pipelined plan: {plan.training.describe()}")
+    ctx.line(f"layout {lay.describe()}: step "
+             f"{out.fmt_time(costs.step_time_s)}, peak "
+             f"{out.fmt_bytes(costs.peak_memory_bytes)}")
+    ctx.line()
+    rows = pd.DataFrame([{
+        "decision": a.decision, "chosen": a.chosen, "instead": a.alternative,
+        "step": (out.fmt_delta(a.step_time_s, costs.step_time_s)
+                 if a.step_time_s is not None else "-"),
+        "peak": ("-" if a.peak_memory_bytes is None else
+                 ("+" if a.peak_memory_bytes >= costs.peak_memory_bytes
+                  else "-") + out.fmt_bytes(abs(
+                      a.peak_memory_bytes - costs.peak_memory_bytes))),
+        "fits": {True: "yes", False: "NO", None: "-"}[a.fits]}
+        for a in alts])
+    out.render(ctx.console, rows, "Each decision vs. its neighbours on the "
+               "same chips (pipelined cost model)", index=False,
+               caption="step and peak: the change from the plan's")
+    for a in alts:
+      ctx.line(_why_alt(a, costs))
+
+  return Answer(
+      json=lambda: {"model": model_json(plan, config),
+                    "result": record(plan, costs),
+                    "decisions": out.frame_records(frame)},
+      csv=lambda: frame, csv_index=False, table=table)
+
+
+__all__ = ["config_for", "explain", "model_json", "read", "record", "report", "stage_frame",
+           "summary_row"]
