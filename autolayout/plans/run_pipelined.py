@@ -32,7 +32,8 @@ from autolayout.plans.run_report import (RunReport, scale_topology,
                                          timed_steps)
 from autolayout.training import zero
 
-__all__ = ["run_pipelined", "scale_down", "scaled_plan"]
+__all__ = ["batch_for", "build_step", "run_pipelined", "scale_down",
+           "scaled_plan"]
 
 
 def scale_down(plan, devices):
@@ -82,7 +83,24 @@ def scaled_plan(plan, mesh_shape, topology):
       training=plan.training._replace(pipeline=value))
 
 
-def _batch(step, vocab, seed=0):
+def build_step(plan, config, devices, *, learning_rate=1e-3, eager=False):
+  """The :class:`mesh_tf.pipeline.PipelineTrainStep` that pipelined
+  ``plan`` (of zoo ``config``, on a mesh of ``len(devices)``) prices: its
+  pipeline, mesh and rules, the ZeRO stage as storage, Adam with weight
+  decay, and the batch's padding."""
+  from mesh_tf import models
+  from mesh_tf.pipeline import PipelineTrainStep
+  from mesh_tf.training import optimize
+  d = plan.training
+  return PipelineTrainStep(
+      models.transformer_parts(pipelined.step_config(config, d)),
+      d.pipeline.pipeline, plan.mesh_shape, plan.rules, list(devices),
+      optimize.AdamWeightDecayOptimizer(learning_rate),
+      zero.storage_plan(d.zero_stage) if d.zero_stage else None,
+      eager=eager, padding=pipelined.padding_of(config, d))
+
+
+def batch_for(step, vocab, seed=0):
   """One fixed batch of token ids for every input of ``step`` (its real
   rows: the step pads them), so that the loss of repeated steps must go
   down."""
@@ -118,9 +136,6 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
       cannot be cut to.
     PlanMismatchError: if the program rebuilt is not the one priced.
   """
-  from mesh_tf import models
-  from mesh_tf.pipeline import PipelineTrainStep
-  from mesh_tf.training import optimize
   config = plan_decisions.config_of(plan)
   if config is None:
     raise PlanError(f"pipelined plan of {plan.model.name!r} names no zoo "
@@ -132,15 +147,10 @@ def run_pipelined(plan, devices, warmup=2, steps=5, mesh_shape=None,
     raise PlanError(f"plan's topology {plan.topology.name} cannot be cut to "
                     f"the {mesh.size} chips of mesh {mesh.text}")
   here = scaled_plan(plan, mesh, own)
-  d = here.training
   costs = pipelined.costs_of(pipelined.price(here, config))
-  step = PipelineTrainStep(
-      models.transformer_parts(pipelined.step_config(config, d)),
-      d.pipeline.pipeline, mesh, plan.rules, list(devices),
-      optimize.AdamWeightDecayOptimizer(learning_rate),
-      zero.storage_plan(d.zero_stage) if d.zero_stage else None,
-      eager=eager, padding=pipelined.padding_of(config, d))
-  batch = _batch(step, config.vocab)
+  step = build_step(here, config, devices, learning_rate=learning_rate,
+                    eager=eager)
+  batch = batch_for(step, config.vocab)
   losses, first, times, peaks = timed_steps(step, batch, warmup, steps,
                                             allocator_peak)
   repriced = None
