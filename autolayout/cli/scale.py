@@ -1,7 +1,7 @@
 """The default training plan at scale: pipelined and unpipelined compared.
 
 On a GPU cluster of several nodes or a TPU slice of at least 64 chips, a
-model whose training state does not fit one chip
+model whose training state takes at least a sixteenth of one chip
 (:func:`autolayout.meshes.pipeline_search.pipelining_applies`) is planned
 by two searches, within :data:`SCALE_TIME_S` seconds together, whether
 the question is ``solve --train`` or a bare ``solve`` (whose default
