@@ -221,10 +221,11 @@ def _scope_table(tables, space, scope, factors, placements):
   extra = {}   # term key -> (per-sigma value, per-sigma touched)
   memo = {}
   gathers = {}   # a factor scope's positions -> (its assignments, index)
+  codes = _codes(sigmas, len(scope))
   for f in factors:
     pick = tuple(pos[d] for d in f.scope)
     if pick not in gathers:
-      gathers[pick] = _gather(sigmas, pick)
+      gathers[pick] = _gather(sigmas, codes, pick)
     subs, inv = gathers[pick]
     vals = []
     for sub in subs:
@@ -249,19 +250,30 @@ def _scope_table(tables, space, scope, factors, placements):
                tuple((k, tuple(extra[k][0][keep].tolist())) for k in keys))
 
 
-def _gather(sigmas, pick):
+def _codes(sigmas, width):
+  """``sigmas`` (tuples of ``width`` options) as an int array, each
+  position's options numbered in the order first seen."""
+  numbers = [{} for _ in range(width)]
+  return np.array([[numbers[i].setdefault(o, len(numbers[i]))
+                    for i, o in enumerate(sigma)] for sigma in sigmas],
+                  dtype=np.int64).reshape(len(sigmas), width)
+
+
+def _gather(sigmas, codes, pick):
   """``(subs, inv)``: the distinct restrictions of ``sigmas`` to the
   positions ``pick``, in first-seen order, and each sigma's index into
-  them."""
-  subs, index, inv = [], {}, []
-  for sigma in sigmas:
-    sub = tuple(sigma[i] for i in pick)
-    j = index.get(sub)
-    if j is None:
-      j = index[sub] = len(subs)
-      subs.append(sub)
-    inv.append(j)
-  return subs, np.asarray(inv, dtype=np.int64)
+  them (``codes``: :func:`_codes` of ``sigmas``; the rows found with
+  numpy, not one tuple per sigma and factor scope)."""
+  n = len(sigmas)
+  if not pick or not n:
+    return ([()] if n else []), np.zeros(n, dtype=np.int64)
+  _, first, inv = np.unique(codes[:, list(pick)], axis=0, return_index=True,
+                            return_inverse=True)
+  order = np.argsort(first, kind="stable")
+  rank = np.empty_like(order)
+  rank[order] = np.arange(len(order))
+  subs = [tuple(sigmas[j][i] for i in pick) for j in first[order].tolist()]
+  return subs, rank[inv.reshape(-1)]
 
 
 def _add_terms(extra, tables, f, pl, subs, vals, inv, memo):
