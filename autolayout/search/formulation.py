@@ -246,8 +246,17 @@ def _gather(sigmas, codes, pick):
   n = len(sigmas)
   if not pick or not n:
     return ([()] if n else []), np.zeros(n, dtype=np.int64)
-  _, first, inv = np.unique(codes[:, list(pick)], axis=0, return_index=True,
-                            return_inverse=True)
+  cols = codes[:, list(pick)]
+  radix = cols.max(axis=0) + 1
+  if float(np.prod(radix, dtype=np.float64)) < 2.0**62:
+    # One integer per row (mixed radix): a 1-d unique, not one of rows.
+    keys = np.zeros(n, dtype=np.int64)
+    for i in range(len(pick)):
+      keys = keys * radix[i] + cols[:, i]
+    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+  else:
+    _, first, inv = np.unique(cols, axis=0, return_index=True,
+                              return_inverse=True)
   order = np.argsort(first, kind="stable")
   rank = np.empty_like(order)
   rank[order] = np.arange(len(order))
