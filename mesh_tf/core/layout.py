@@ -59,7 +59,9 @@ class LayoutRules:
     DimMappedTwiceError: the rules map one dim to two different values.
     MeshAxisReuseError: one rule lists a mesh axis twice.
   """
-  __slots__ = ("_rules",)
+  # ``_by_dim``: the same rules as a dict, for the lookup every tensor dim
+  # of every lowered op makes (never handed out, so it stays as built).
+  __slots__ = ("_rules", "_by_dim")
 
   def __init__(self, pairs=()):
     rules = {}
@@ -75,6 +77,7 @@ class LayoutRules:
             f"axes, write one rule {dim}:{'+'.join(rules[dim] + axes)})")
       rules[dim] = axes
     object.__setattr__(self, "_rules", tuple(sorted(rules.items())))
+    object.__setattr__(self, "_by_dim", dict(self._rules))
 
   def __setattr__(self, name, value):
     raise AttributeError("LayoutRules is immutable")
@@ -103,7 +106,7 @@ class LayoutRules:
 
   def mesh_axes_of(self, dim_name):
     """The mesh-axis names that ``dim_name`` splits over; () if none."""
-    return dict(self._rules).get(dim_name, ())
+    return self._by_dim.get(dim_name, ())
 
   @property
   def is_multi_axis(self):
