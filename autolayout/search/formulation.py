@@ -52,6 +52,7 @@ Objective
 """
 
 import collections
+import itertools
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -487,8 +488,8 @@ def add_memory_constraints(model, v, steps, host, budget, with_peak):
         hit = restricted[scope] = (tscope, subs,
                                    np.asarray(inv, dtype=np.int64))
       tscope, subs, inv = hit
-      vals = np.fromiter((per.get(sub, 0) for sub in subs), dtype=np.int64,
-                         count=len(subs))[inv]
+      vals = np.fromiter(map(per.get, subs, itertools.repeat(0)),
+                         dtype=np.int64, count=len(subs))[inv]
       nz = vals != 0
       if tscope not in coeff:
         coeff[tscope] = np.zeros(len(inv), dtype=np.int64)
