@@ -51,7 +51,7 @@ setup(
     entry_points={
         "console_scripts": [
             "mtf-demo=mesh_tf.models.demo:main",
-            "mtf-layout=autolayout.cli:main",
+            "mtf-layout=autolayout.cli:program",
             "mtf-worker=mesh_tf.distributed.worker:main",
         ],
     },

@@ -38,6 +38,24 @@ What the search no longer does (each leaves the answer as it was):
   order once, not again for the liveness (1dc2e67 -> x42fast: 7.3 s ->
   6.7 s CPU, medians of 3, load 4).
 
+* (this round, 7f764c0 -> h42fast; every program's CP-SAT proto and
+  every scope table identical to 7f764c0's, checked on all 15) the
+  cyclic collector walking the live graphs: 1,359 collections, 0.93 s
+  of CPU, now 249 and 0.25 s (``autolayout.cli.app.GC_THRESHOLDS``), and
+  the shutdown's collection of the search's leftovers, 0.3-0.5 s
+  (``program``: ``gc.freeze`` once the answer is written); the overlap
+  chains written term by term (each step's terms now summed per table
+  choice with numpy, one weighted sum per constraint); the scope
+  tables' per-assignment Python loops (gathers, overlap terms: numpy
+  columns); every all-reduce record priced again per candidate and
+  table (15k asked, 4k distinct, now kept with the shared structure);
+  a Shape's hash and size recomputed ~5 x 10^5 times, a layout rule
+  lookup that built a dict per dim, the memory schedule's sets rebuilt
+  per step, and the memory steps' dominance scan (numpy).  Side by
+  side at load 5, ``--bytecode``: 7.0 s of CPU before, 5.4 s after
+  (medians of 3; ratio 0.78); see the report of h42fast for quiet
+  numbers.
+
 Measured side by side on the shared 2-core machine (``--against``, the
 CLI command alternately from main 2ae876a and from this tree, load 4-9):
 19.5 s of CPU before, 7.3 s after (medians; imports included), 40.9 s
@@ -54,6 +72,9 @@ Reproduce:
   # side by side with another tree (e.g. ``git archive 2ae876a | tar -x
   # -C /tmp/base``), the CLI command alternately in each, N times:
   python benchmarks/plan_example.py --against /tmp/base --runs 3
+  # the same, each tree's modules compiled once and kept (as installed;
+  # where PYTHONDONTWRITEBYTECODE is set every run compiles ~0.2 s):
+  python benchmarks/plan_example.py --against /tmp/base --runs 3 --bytecode
 """
 
 import argparse
@@ -124,21 +145,39 @@ def main():
         f"{ewall / (wall + ewall):.0%} of the run it was part of)")
 
 
-def against(base, runs):
+def _env(tree, d, name, bytecode):
+  """The environment of one tree's runs: its sources first on the path;
+  with ``bytecode``, compiled modules kept under ``d`` (neither tree's
+  folder is written) as an installed package keeps them."""
+  env = dict(os.environ, PYTHONPATH=tree)
+  if bytecode:
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = os.path.join(d, f"pycache-{name}")
+  return env
+
+
+def against(base, runs, bytecode=False):
   """The CLI command as a fresh process, alternately from ``base`` and from
   this tree, ``runs`` times each: wall and CPU (user + sys, CP-SAT's
-  threads included) side by side, with the load when each started."""
+  threads included) side by side, with the load when each started.
+  ``bytecode``: each tree runs once untimed first, and its compiled
+  modules are kept for the timed runs (where PYTHONDONTWRITEBYTECODE is
+  set, every run otherwise compiles the trees' ~240 modules again: about
+  0.2 s of CPU)."""
   here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   trees = (("base", os.path.abspath(base)), ("this", here))
   got = {name: [] for name, _ in trees}
   with tempfile.TemporaryDirectory() as d:
+    cmds = {name: [sys.executable, "-m", "autolayout.cli"] + ARGS + [
+        "--save", os.path.join(d, f"{name}.json")] for name, _ in trees}
+    for name, tree in trees if bytecode else ():
+      subprocess.run(cmds[name], env=_env(tree, d, name, True), cwd=d,
+                     capture_output=True, check=True)
     for i in range(runs):
       for name, tree in trees:
-        cmd = [sys.executable, "-m", "autolayout.cli"] + ARGS + [
-            "--save", os.path.join(d, f"{name}.json")]
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         load, t = os.getloadavg()[0], time.perf_counter()
-        done = subprocess.run(cmd, env=dict(os.environ, PYTHONPATH=tree),
+        done = subprocess.run(cmds[name], env=_env(tree, d, name, bytecode),
                               cwd=d, capture_output=True, text=True,
                               check=True)
         wall = time.perf_counter() - t
@@ -163,8 +202,11 @@ if __name__ == "__main__":
   parser.add_argument("--against", metavar="TREE",
                       help="a source tree to time side by side with this one")
   parser.add_argument("--runs", type=int, default=3)
+  parser.add_argument("--bytecode", action="store_true",
+                      help="with --against: keep each tree's compiled "
+                      "modules between runs, as an installed package does")
   opts = parser.parse_args()
   if opts.against:
-    against(opts.against, opts.runs)
+    against(opts.against, opts.runs, opts.bytecode)
   else:
     main()

@@ -209,9 +209,15 @@ def _greedy_schedule(graph, outputs, check):
   variables = set(_variable_ops(graph))
   keep.update(t for v in variables for t in v.outputs)
   nbytes = {t: full_bytes(t) for t in producer}
+  # Each op's distinct inputs and its outputs' bytes, found once (a set
+  # built once iterates as one built anew each time would).
+  ins = {op: set(op.inputs) for op in ops}
+  out_bytes = {op: sum(nbytes[t] for t in op.outputs) for op in ops}
+  when_needed = {op for op in ops
+                 if getattr(op, "schedule_when_needed", False)}
   readers = {}
   for op in ops:
-    for t in set(op.inputs):
+    for t in ins[op]:
       readers.setdefault(t, []).append(op)
   remaining = {t: len(r) for t, r in readers.items()}
   successors = {op: [] for op in ops}
@@ -223,21 +229,21 @@ def _greedy_schedule(graph, outputs, check):
       successors[p].append(op)
 
   def delta(op):
-    if getattr(op, "schedule_when_needed", False):
+    if op in when_needed:
       # A weight gathered again for its backward use (ZeRO-3): its storage
       # copy has the same whole bytes, so it would look free to run at once
       # and then hold the full copy from forward to backward.
       return 1
-    freed = sum(nbytes[t] for t in set(op.inputs)
+    freed = sum(nbytes[t] for t in ins[op]
                 if t not in keep and remaining.get(t) == 1)
-    return sum(nbytes[t] for t in op.outputs) - freed
+    return out_bytes[op] - freed
 
   order, done, heap, score = [], set(), [], {}
 
   def run(op):
     order.append(op)
     done.add(op)
-    for t in set(op.inputs):
+    for t in ins[op]:
       remaining[t] -= 1
       if remaining[t] == 1 and t not in keep:
         # Its last reader now frees it: that reader became more attractive.

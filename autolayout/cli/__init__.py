@@ -53,6 +53,6 @@ parsed once), :mod:`~autolayout.cli.models` (model loading),
 # OR-Tools first: it must be loaded before TensorFlow in any process.
 from ortools.sat.python import cp_model  # noqa: F401  isort:skip
 
-from autolayout.cli.app import COMMANDS, build_parser, main
+from autolayout.cli.app import COMMANDS, build_parser, main, program
 
-__all__ = ["COMMANDS", "build_parser", "main"]
+__all__ = ["COMMANDS", "build_parser", "main", "program"]

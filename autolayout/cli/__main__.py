@@ -2,6 +2,6 @@
 
 import sys
 
-from autolayout.cli import main
+from autolayout.cli import program
 
-sys.exit(main())
+sys.exit(program())

@@ -52,6 +52,7 @@ Objective
 """
 
 import collections
+import itertools
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -161,27 +162,6 @@ def _comm_by_axis(tables, f, sub, memo):
   return hit
 
 
-def _overlap_terms(extra, pl, v, by_axis):
-  """Adds one factor's overlap terms under one choice to ``extra``
-  (a gradient sync without its barrier, which the step does not wait
-  for: :mod:`costmodels.overlap`)."""
-  if v[1]:
-    for seg, n in pl.segments:
-      if seg:
-        extra[("work", seg)] += n * v[1]
-    for w, n in pl.windows:
-      extra[("window", w)] += n * v[1]
-  if v[2] and (pl.sync_buckets or pl.gathers):
-    times, waits = by_axis()
-    for a, t in times:
-      for b, n in pl.sync_buckets:
-        extra[("sync", b, a)] += n * (t - waits.get(a, 0.0))
-      for b, seg, n in pl.gathers:
-        extra[("gather", b, a)] += n * t
-        if seg:
-          extra[("taken", seg, a)] += n * t
-
-
 def build_tables(tables, space, extra_scopes=(), placements=None):
   """Folds every factor of ``tables`` (a GraphTables) into scope tables.
 
@@ -221,10 +201,11 @@ def _scope_table(tables, space, scope, factors, placements):
   extra = {}   # term key -> (per-sigma value, per-sigma touched)
   memo = {}
   gathers = {}   # a factor scope's positions -> (its assignments, index)
+  codes = _codes(sigmas, len(scope))
   for f in factors:
     pick = tuple(pos[d] for d in f.scope)
     if pick not in gathers:
-      gathers[pick] = _gather(sigmas, pick)
+      gathers[pick] = _gather(sigmas, codes, pick)
     subs, inv = gathers[pick]
     vals = []
     for sub in subs:
@@ -249,63 +230,91 @@ def _scope_table(tables, space, scope, factors, placements):
                tuple((k, tuple(extra[k][0][keep].tolist())) for k in keys))
 
 
-def _gather(sigmas, pick):
+def _codes(sigmas, width):
+  """``sigmas`` (tuples of ``width`` options) as an int array, each
+  position's options numbered in the order first seen."""
+  numbers = [{} for _ in range(width)]
+  return np.array([[numbers[i].setdefault(o, len(numbers[i]))
+                    for i, o in enumerate(sigma)] for sigma in sigmas],
+                  dtype=np.int64).reshape(len(sigmas), width)
+
+
+def _gather(sigmas, codes, pick):
   """``(subs, inv)``: the distinct restrictions of ``sigmas`` to the
   positions ``pick``, in first-seen order, and each sigma's index into
-  them."""
-  subs, index, inv = [], {}, []
-  for sigma in sigmas:
-    sub = tuple(sigma[i] for i in pick)
-    j = index.get(sub)
-    if j is None:
-      j = index[sub] = len(subs)
-      subs.append(sub)
-    inv.append(j)
-  return subs, np.asarray(inv, dtype=np.int64)
+  them (``codes``: :func:`_codes` of ``sigmas``; the rows found with
+  numpy, not one tuple per sigma and factor scope)."""
+  n = len(sigmas)
+  if not pick or not n:
+    return ([()] if n else []), np.zeros(n, dtype=np.int64)
+  cols = codes[:, list(pick)]
+  radix = cols.max(axis=0) + 1
+  if float(np.prod(radix, dtype=np.float64)) < 2.0**62:
+    # One integer per row (mixed radix): a 1-d unique, not one of rows.
+    keys = np.zeros(n, dtype=np.int64)
+    for i in range(len(pick)):
+      keys = keys * radix[i] + cols[:, i]
+    _, first, inv = np.unique(keys, return_index=True, return_inverse=True)
+  else:
+    _, first, inv = np.unique(cols, axis=0, return_index=True,
+                              return_inverse=True)
+  order = np.argsort(first, kind="stable")
+  rank = np.empty_like(order)
+  rank[order] = np.arange(len(order))
+  subs = [tuple(sigmas[j][i] for i in pick) for j in first[order].tolist()]
+  return subs, rank[inv.reshape(-1)]
 
 
 def _add_terms(extra, tables, f, pl, subs, vals, inv, memo):
-  r"""Adds one factor's overlap terms (:func:`_overlap_terms` under each of
-  its own assignments) to ``extra``, increment by increment in the order a
-  per-:math:`\sigma` loop adds them."""
-  incs = {}   # term key -> [per-sub increments, in order]
-  for j, (sub, v) in enumerate(zip(subs, vals)):
-    got = _Increments()
-    _overlap_terms(got, pl, v, lambda sub=sub: _comm_by_axis(
-        tables, f, sub, memo))
-    for k, steps in got.log.items():
-      row = incs.setdefault(k, [])
-      while len(row) < len(steps):
-        row.append({})
-      for i, x in enumerate(steps):
-        row[i][j] = x
-  for k, row in incs.items():
-    values, touched = extra.get(k, (None, None))
+  r"""Adds one factor's overlap terms under each of its own assignments
+  to ``extra``, as columns over those assignments: under an assignment
+  with compute, ``n`` times it to ``("work", segment)`` per nonzero
+  segment and to ``("window", w)`` per window of its placement; with
+  collectives, per mesh axis ``a`` of its seconds ``t`` (barrier ``w``),
+  ``n (t - w)`` to ``("sync", bucket, a)`` per sync bucket (the step does
+  not wait for a gradient sync beyond its barrier,
+  :mod:`costmodels.overlap`) and ``n t`` to ``("gather", bucket, a)``
+  (and ``("taken", segment, a)``) per prefetched gather.  Each key gets
+  the increments a per-:math:`\sigma` loop adds, in its order, so every
+  float is the same (one numpy pass per increment, not one Python call
+  per assignment: 69k calls in the README plan)."""
+  def add(key, inc, hit):
+    if not hit.any():
+      return
+    values, touched = extra.get(key, (None, None))
     if values is None:
       values, touched = np.zeros(len(inv)), np.zeros(len(inv), dtype=bool)
-      extra[k] = (values, touched)
-    hit = np.zeros(len(subs), dtype=bool)
-    hit[list(row[0])] = True
+      extra[key] = (values, touched)
     touched |= hit[inv]
-    for per_sub in row:
-      inc = np.zeros(len(subs))
-      for j, x in per_sub.items():
-        inc[j] = x
-      values += inc[inv]
+    values += np.where(hit, inc, 0.0)[inv]
 
-
-class _Increments:
-  """Stands for :func:`_overlap_terms`'s ``extra``: each ``extra[key] +=
-  x`` is recorded as one increment ``x`` of ``key`` (``log``)."""
-
-  def __init__(self):
-    self.log = {}
-
-  def __getitem__(self, key):
-    return 0.0
-
-  def __setitem__(self, key, value):
-    self.log.setdefault(key, []).append(value)
+  compute = np.array([v[1] for v in vals], dtype=np.float64)
+  busy = np.array([bool(v[1]) for v in vals], dtype=bool)
+  for seg, count in pl.segments:
+    if seg:
+      add(("work", seg), count * compute, busy)
+  for w, count in pl.windows:
+    add(("window", w), count * compute, busy)
+  if not (pl.sync_buckets or pl.gathers):
+    return
+  n = len(subs)
+  by_axis = {}   # axis -> (seconds, barrier seconds, which subs) per sub
+  for j, (sub, v) in enumerate(zip(subs, vals)):
+    if not v[2]:
+      continue
+    times, waits = _comm_by_axis(tables, f, sub, memo)
+    for a, t in times:
+      if a not in by_axis:
+        by_axis[a] = (np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool))
+      secs, barrier, hit = by_axis[a]
+      secs[j], barrier[j], hit[j] = t, waits.get(a, 0.0), True
+  for a, (secs, barrier, hit) in by_axis.items():
+    for b, count in pl.sync_buckets:
+      add(("sync", b, a), count * (secs - barrier), hit)
+    for b, seg, count in pl.gathers:
+      add(("gather", b, a), count * secs, hit)
+      if seg:
+        add(("taken", seg, a), count * secs, hit)
 
 
 # --- constraint families (each adds to the model; some return terms) -----
@@ -479,8 +488,8 @@ def add_memory_constraints(model, v, steps, host, budget, with_peak):
         hit = restricted[scope] = (tscope, subs,
                                    np.asarray(inv, dtype=np.int64))
       tscope, subs, inv = hit
-      vals = np.fromiter((per.get(sub, 0) for sub in subs), dtype=np.int64,
-                         count=len(subs))[inv]
+      vals = np.fromiter(map(per.get, subs, itertools.repeat(0)),
+                         dtype=np.int64, count=len(subs))[inv]
       nz = vals != 0
       if tscope not in coeff:
         coeff[tscope] = np.zeros(len(inv), dtype=np.int64)

@@ -68,25 +68,25 @@ def compress(graph, outputs=None, schedule_ops=None, liveness=None):
                     np.asarray(cols, dtype=np.int64)),
             np.asarray(nbytes, dtype=np.int64))
   live = np.cumsum(delta[:n], axis=0)
-  seen, rows, steps = set(), [], []
-  for i in range(n):
-    key = live[i].tobytes()
-    if key not in seen:
-      seen.add(key)
-      rows.append(live[i])
-      steps.append(i)
   scopes = tuple(sorted(index, key=index.get))
-  if not rows:
+  if not n:
     return MemorySteps(scopes, np.zeros((0, len(scopes)), np.int64), (), n)
-  mat = np.stack(rows)
-  order = sorted(range(len(rows)), key=lambda k: (-int(mat[k].sum()), k))
-  kept = []
-  for k in order:
-    if kept and np.any(np.all(mat[kept] >= mat[k], axis=1)):
+  # Each distinct row's first step, in step order.
+  steps = np.sort(np.unique(live, axis=0, return_index=True)[1])
+  mat = live[steps]
+  # Largest total first (ties: the earlier step); a row <= a kept one
+  # everywhere is dropped.  The kept rows grow in one buffer, compared
+  # with each row in one numpy pass.
+  order = np.lexsort((np.arange(len(mat)), -mat.sum(axis=1)))
+  kept, buf = [], np.empty_like(mat)
+  for k in order.tolist():
+    m = len(kept)
+    if m and (buf[:m] >= mat[k]).all(axis=1).any():
       continue
+    buf[m] = mat[k]
     kept.append(k)
   kept.sort()
-  return MemorySteps(scopes, mat[kept], tuple(steps[k] for k in kept), n)
+  return MemorySteps(scopes, mat[kept], tuple(steps[kept].tolist()), n)
 
 
 def prune_by_layouts(ms, space, max_layouts=MAX_LAYOUTS_TO_SCAN):

@@ -49,7 +49,10 @@ class Shape:
     >>> Shape([Dimension("batch", 8), Dimension("d_model", 512)])
     Shape[batch=8, d_model=512]
   """
-  __slots__ = ("_dims",)
+  # The hash and the size are kept with the dims: a layout search asks
+  # for them about 10^5 times per graph (lowering each op under every
+  # local assignment; the memory schedule), and the dims never change.
+  __slots__ = ("_dims", "_hash", "_size")
 
   def __init__(self, dims=()):
     dims = tuple(_check_dim(d) for d in dims)
@@ -59,6 +62,8 @@ class Shape:
       raise ShapeError(f"shape {_fmt(dims)} repeats the dim name(s) {dup}; "
                        "every dim of a tensor needs a distinct name")
     object.__setattr__(self, "_dims", dims)
+    object.__setattr__(self, "_hash", hash(dims))
+    object.__setattr__(self, "_size", math.prod(d.size for d in dims))
 
   def __setattr__(self, name, value):
     raise AttributeError("Shape is immutable")
@@ -76,7 +81,7 @@ class Shape:
 
   @property
   def size(self):
-    return math.prod(d.size for d in self._dims)
+    return self._size
 
   @property
   def dimension_names(self):
@@ -130,7 +135,7 @@ class Shape:
     return eq if eq is NotImplemented else not eq
 
   def __hash__(self):
-    return hash(self._dims)
+    return self._hash
 
   def __add__(self, other):
     return Shape(self._dims + tuple(convert_to_shape(other)))

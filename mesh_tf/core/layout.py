@@ -59,7 +59,9 @@ class LayoutRules:
     DimMappedTwiceError: the rules map one dim to two different values.
     MeshAxisReuseError: one rule lists a mesh axis twice.
   """
-  __slots__ = ("_rules",)
+  # ``_by_dim``: the same rules as a dict, for the lookup every tensor dim
+  # of every lowered op makes (never handed out, so it stays as built).
+  __slots__ = ("_rules", "_by_dim")
 
   def __init__(self, pairs=()):
     rules = {}
@@ -75,6 +77,7 @@ class LayoutRules:
             f"axes, write one rule {dim}:{'+'.join(rules[dim] + axes)})")
       rules[dim] = axes
     object.__setattr__(self, "_rules", tuple(sorted(rules.items())))
+    object.__setattr__(self, "_by_dim", dict(self._rules))
 
   def __setattr__(self, name, value):
     raise AttributeError("LayoutRules is immutable")
@@ -103,7 +106,7 @@ class LayoutRules:
 
   def mesh_axes_of(self, dim_name):
     """The mesh-axis names that ``dim_name`` splits over; () if none."""
-    return dict(self._rules).get(dim_name, ())
+    return self._by_dim.get(dim_name, ())
 
   @property
   def is_multi_axis(self):
@@ -186,12 +189,16 @@ def _single(axes, what, names=()):
 
 
 def _tensor_layout(rules, shape, mesh_shape, tensor_name):
-  what = f"tensor {tensor_name!r}" if tensor_name else f"a tensor of {shape!r}"
   out, used = [], {}
+  ruled = rules._by_dim  # pylint: disable=protected-access
   for d in shape:
+    if d.name not in ruled:   # replicated: most dims of most layouts
+      out.append(())
+      continue
     axes = rules.tensor_dimension_to_mesh_axes(d, mesh_shape)
     for a in axes:
       if a in used:
+        what = _what(shape, tensor_name)
         raise MeshAxisReuseError(
             f"{what} has dims {used[a]} and {d} that both map to mesh axis "
             f"{mesh_shape[a]}; a mesh axis can split at most one dim of a "
@@ -199,6 +206,7 @@ def _tensor_layout(rules, shape, mesh_shape, tensor_name):
       used[a] = d
     n = math.prod(mesh_shape[a].size for a in axes)
     if axes and d.size % n:
+      what = _what(shape, tensor_name)
       names = "+".join(mesh_shape[a].name for a in axes)
       if len(axes) == 1:
         md = mesh_shape[axes[0]]
@@ -217,6 +225,11 @@ def _tensor_layout(rules, shape, mesh_shape, tensor_name):
   layout = TensorLayout.__new__(TensorLayout)
   object.__setattr__(layout, "_axes", tuple(out))
   return layout
+
+
+def _what(shape, tensor_name):
+  """How an error names the tensor being laid out."""
+  return f"tensor {tensor_name!r}" if tensor_name else f"a tensor of {shape!r}"
 
 
 def _normalise(entry):
