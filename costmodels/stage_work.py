@@ -122,15 +122,17 @@ def price_sync(work, mapping, data_axes, zero=0):
 
   * 0: one all-reduce of the layer's, and of the ends', gradient bytes
     per device per step (bucketed);
-  * 1: the optimizer state is sharded ``1/D``: a reduce-scatter of the
-    gradients, the update of a ``1/D`` shard (the once-per-step work
-    divided by ``D``) and an all-gather of the updated weights (the same
-    bytes) once per step;
+  * 1: the optimizer state and the float32 master weights are sharded
+    ``1/D`` (as :mod:`mesh_tf.training.storage` stores them): a
+    reduce-scatter of the gradients, the update of a ``1/D`` shard (the
+    once-per-step work divided by ``D``) and an all-gather of the updated
+    weights' compute copy (the same bytes) once per step, which the step
+    then holds whole (with the cast of its shard under mixed precision;
+    :func:`costmodels.pipeline.held_copy_bytes`);
   * 2: the gradients are sharded too: the reduce-scatter runs per
     microbatch (in the per-microbatch work, exposed as the step's
     reduction is), the all-gather once per step;
-  * 3: the weights are sharded too (``1/D`` of each layer's master
-    weights on a device): as 2, but instead of the once-per-step
+  * 3: as 2, but the compute copy is not held: instead of the once-per-step
     all-gather each microbatch gathers every layer's compute copy twice,
     before its forward and again before its backward (the recompute, if
     any, and the backward share the second; :mod:`mesh_tf.training.storage`
@@ -155,7 +157,7 @@ def price_sync(work, mapping, data_axes, zero=0):
   for a in data_axes:
     group *= mapping[a].size
   if group == 1:
-    return work._replace(layer_sync_s=0.0, base_sync_s=0.0)
+    return work._replace(layer_sync_s=0.0, base_sync_s=0.0).with_copies()
   exposed = sync_exposure(mapping, data_axes)
   axes = tuple(data_axes)
 
@@ -165,7 +167,8 @@ def price_sync(work, mapping, data_axes, zero=0):
     return exposed * _price(kind, axes, group, nbytes, mapping)[0]
   if zero == 0:
     return work._replace(layer_sync_s=t("allreduce", work.layer_sync_bytes),
-                         base_sync_s=t("allreduce", work.base_sync_bytes))
+                         base_sync_s=t("allreduce", work.base_sync_bytes)
+                         ).with_copies()
 
   def shard(nbytes, base=False):
     # The bytes sharding takes off a device.
@@ -175,12 +178,13 @@ def price_sync(work, mapping, data_axes, zero=0):
   opt_base = shard(work.base_optimizer_bytes, True)
   grad = shard(work.layer_gradient_bytes) if zero >= 2 else 0
   grad_base = shard(work.base_gradient_bytes, True) if zero >= 2 else 0
-  # ZeRO 3: the master weights, the state that is neither optimizer nor
-  # gradient.
+  # The master weights, the state that is neither optimizer nor gradient:
+  # the lowering stores them sharded from stage 1 (the compute copy is
+  # gathered from the shard, see held_copy_bytes).
   weights = shard(work.layer_state_bytes - work.layer_optimizer_bytes
-                  - work.layer_gradient_bytes) if zero >= 3 else 0
+                  - work.layer_gradient_bytes)
   weights_base = shard(work.base_state_bytes - work.base_optimizer_bytes
-                       - work.base_gradient_bytes, True) if zero >= 3 else 0
+                       - work.base_gradient_bytes, True)
   grad += weights
   grad_base += weights_base
   base_state = work.base_state_bytes - opt_base - grad_base
@@ -210,7 +214,8 @@ def price_sync(work, mapping, data_axes, zero=0):
       last_state_bytes=end(work.last_state_bytes),
       # An all-gather is priced by the shard each device starts with.
       layer_sync_s=t("allgather", sync // group),
-      base_sync_s=t("allgather", sync_base // group))
+      base_sync_s=t("allgather", sync_base // group)).with_copies(
+          zero, group)
   if zero == 1:
     return out._replace(
         layer_sync_s=out.layer_sync_s + t("reduce_scatter", sync)
@@ -286,6 +291,62 @@ def storage_split(graph, mesh_shape, rules, layer_prefix="layer_0/",
     size = dim.size if dim is not None else 0
     into[size] = into.get(size, 0) + n
   return tuple(sorted(layer.items())), tuple(sorted(ends.items()))
+
+
+def _casts(consumers, variable):
+  """The float casts of ``variable``'s value to another dtype (its
+  compute copies under mixed precision; a recomputed layer casts again)."""
+  t = variable.outputs[0]
+  return [op.outputs[0] for op in consumers.get(t, [])
+          if getattr(op, "kind", None) == "cast"
+          and op.outputs[0].dtype != t.dtype
+          and dtypes_lib.is_floating(op.outputs[0].dtype)]
+
+
+def _end_holder(consumers, variable, casts, plan, first_ops):
+  """``"first"``, ``"last"`` or ``"both"``: the stage(s) whose per-
+  microbatch ops read ``variable`` (or a cast of it)."""
+  readers = {op.name for t in [variable.outputs[0]] + casts
+             for op in consumers.get(t, [])
+             if plan.repeats(op.name) > 1 and op.outputs
+             and op.outputs[0] not in casts}
+  first = bool(readers & first_ops)
+  last = bool(readers - first_ops)
+  return "both" if first == last else ("first" if first else "last")
+
+
+def compute_copies(graph, plan, mesh_shape, rules, first_ops,
+                   layer_prefix="layer_0/", dims=StoragePlan().dims):
+  """``(layer, ends)``: the first layer's trainable variables' compute
+  copies per device, as sorted ``(storage size, casts' bytes, cast bytes,
+  compute bytes)`` summed by storage size, and each of the ends'
+  variables' ``(where, storage size, cast bytes, cast bytes, compute
+  bytes)`` (a stage of the pipeline casts an end's variable once),
+  ``where`` the stage that holds it (``"first"``: read per microbatch by
+  ``first_ops`` only, ``"last"``: by the others only, ``"both"``); see
+  :attr:`costmodels.pipeline.StageWork.layer_copies`.  ``plan``: the
+  graph's :class:`mesh_tf.training.microbatch.MicrobatchPlan`."""
+  consumers = graph.consumers()
+  layer, ends = {}, []
+  for v in graph.trainable_variables:
+    t = v.outputs[0]
+    n = (memory_lib.tensor_bytes_per_device(t, mesh_shape, rules)
+         // dtypes_lib.size_of(t.dtype))
+    casts = _casts(consumers, v)
+    dtype = casts[0].dtype if casts else t.dtype
+    compute = n * dtypes_lib.size_of(dtype)
+    cast = compute if casts else 0
+    dim = next((d for d in t.shape if d.name in dims), None)
+    size = dim.size if dim is not None else 0
+    if v.name.startswith(layer_prefix):
+      old = layer.get(size, (0, 0, 0))
+      layer[size] = (old[0] + len(casts) * cast, old[1] + cast,
+                     old[2] + compute)
+      continue
+    where = _end_holder(consumers, v, casts, plan, first_ops)
+    ends.append((where, size, cast, cast, compute))
+  return (tuple((k,) + layer[k] for k in sorted(layer)),
+          tuple(sorted(ends)))
 
 
 def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
@@ -370,6 +431,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   base_state = max(0, state1 - layer_state)
   layer_storage, base_storage = storage_split(g1, mesh_shape, layout_rules,
                                               layer_prefix)
+  layer_copies, end_copies = compute_copies(
+      g1, plan1, mesh_shape, layout_rules, first_ops, layer_prefix)
   return StageWork(
       layer_s=layer.mb, first_s=min(first.mb, base_mb),
       last_s=max(0.0, base_mb - first.mb),
@@ -389,12 +452,12 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       base_optimizer_bytes=max(0, opt1 - (opt2 - opt1)),
       layer_gradient_bytes=grad2 - grad1,
       base_gradient_bytes=max(0, grad1 - (grad2 - grad1)),
-      first_state_bytes=int(base_state * _read_fraction(
-          g1, first_ops, layer_prefix)),
-      last_state_bytes=int(base_state * _read_fraction(
-          g1, {op.name for op in g1.operations} - first_ops, layer_prefix)),
+      first_state_bytes=int(base_state * _held_fraction(end_copies,
+                                                        "first")),
+      last_state_bytes=int(base_state * _held_fraction(end_copies, "last")),
       flops=layer.flops, layer_storage=layer_storage,
-      base_storage=base_storage)
+      base_storage=base_storage, layer_copies=layer_copies,
+      end_copies=end_copies).with_copies()
 
 
 def _stash(live, mesh_shape, rules):
@@ -413,35 +476,12 @@ def _stash(live, mesh_shape, rules):
   return total
 
 
-def _read_fraction(graph, ops, layer_prefix):
-  """The part of the ends' trainable weights (those outside the layers)
-  that the ops named in ``ops`` read, directly or through a cast."""
-  reads = {}
-  for op in graph.operations:
-    if op.name in ops and not op.name.startswith(layer_prefix):
-      for t in op.inputs:
-        reads[t] = True
-  first = total = 0
-  for v in graph.trainable_variables:
-    if v.name.startswith(layer_prefix):
-      continue
-    n = v.outputs[0].shape.size
-    total += n
-    if _reads_variable(graph, v, reads):
-      first += n
-  return first / total if total else 0.5
-
-
-def _reads_variable(graph, variable, reads):
-  """Whether a first-stage op reads ``variable`` (or its dtype cast)."""
-  frontier = [variable.outputs[0]]
-  for _ in range(3):
-    nxt = []
-    for t in frontier:
-      if t in reads:
-        return True
-      for op in graph.consumers_of(t):
-        nxt.extend(op.outputs)
-    frontier = nxt
-  return False
-
+def _held_fraction(end_copies, stage):
+  """The part of the ends' variable elements that the ``stage``
+  (``"first"`` or ``"last"``) of a pipeline holds (its own and the tied
+  ones), from :func:`compute_copies`' ends (whose compute bytes are
+  proportional to the elements: one compute dtype)."""
+  total = sum(c[-1] for c in end_copies)
+  if not total:
+    return 0.5
+  return sum(c[-1] for c in end_copies if c[0] in (stage, "both")) / total
