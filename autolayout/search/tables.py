@@ -160,7 +160,8 @@ class GraphTables:
     space: the :class:`~autolayout.search.assignments.DimSpace`.
     microbatches: a :class:`mesh_tf.training.microbatch.MicrobatchPlan`, or None:
       a factor's count is then the sum of its ops' repeats per step (an
-      all-reduce repeats with the op that left the sum pending), as
+      all-reduce repeats with the op that left the sum pending, or with
+      the ops that force it where they run less often), as
       :func:`costmodels.evaluate` prices them.
     outcomes: a dict the caller owns, shared by the tables of several
       graphs on the same mesh and pricer (e.g. the training candidates of
@@ -321,8 +322,14 @@ class GraphTables:
         self._ar_info[akey] = (self.tensor_key[t], structure,
                                tuple(sorted(scope)))
       self.ar_key[t] = akey
-      ar_counts[akey] = ar_counts.get(akey, 0) + self._repeats(
-          t.operation.name)
+      # A sum is reduced at most once per run of the op that leaves it,
+      # and of the ops that force it (a microbatched step's accumulation
+      # forces the microbatches' summed gradient once per step).
+      runs = self._repeats(t.operation.name)
+      forcing = [self._repeats(c.name) for c, _ in consumers.get(t, [])]
+      if forcing and t not in forced_outputs:
+        runs = min(runs, max(forcing))
+      ar_counts[akey] = ar_counts.get(akey, 0) + runs
       ar_example.setdefault(akey, t.name)
     factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])
                 for k, c in ar_counts.items()]

@@ -195,20 +195,23 @@ class BinaryOperation(GenericOperation):
                      name=name or kind, flops_per_element=flops)
 
   def lower(self, lowering):
-    # A sum of pending SUM all-reduces over the same axes stays pending.
+    # A sum of pending SUM all-reduces over the same axes (and finish)
+    # stays pending.
     if (self.kind in ("add", "subtract") and len(self.inputs) == 2
         and self.inputs[0].shape == self.inputs[1].shape):
       a, b = (lowering.tensors[t] for t in self.inputs)
       if (isinstance(a, LazyAllreduceSum) and isinstance(b, LazyAllreduceSum)
-          and a.mesh_axes == b.mesh_axes and a.then is None
-          and b.then is None):
+          and a.mesh_axes == b.mesh_axes and a.then_key == b.then_key):
         impl = lowering.mesh_impl(self)
         fn = ((lambda u, v: tf.add(u, v)) if self.kind == "add"
               else (lambda u, v: tf.subtract(u, v)))
         partial = impl.slicewise(fn, a.laid_out_input, b.laid_out_input,
                                  shape=self.outputs[0].shape)
+        # Sums that finish alike (deferred casts of a gradient's parts,
+        # see mesh_tf.training.microbatch.defer_sums) finish once, summed.
         lowering.set_tensor_lowering(
-            self.outputs[0], LazyAllreduceSum(impl, partial, a.mesh_axes))
+            self.outputs[0], LazyAllreduceSum(impl, partial, a.mesh_axes,
+                                              then=a.then))
         return
     super().lower(lowering)
 

@@ -19,7 +19,7 @@ replicated there.  Two ops move values between the two:
   pending axis that the storage splits is **reduce-scattered** straight
   onto the shard, and only the other pending axes are all-reduced.  Without
   it (stage 1) the gradient is all-reduced whole and each device keeps its
-  shard (a free all-split); with ``defer_sum`` (set by a pipeline, which
+  shard (a free all-split); with ``defer_sum`` (set by a step that
   accumulates the microbatches' gradients itself) a pending sum stays
   pending, the split to run after its all-reduce, so the accumulated
   gradient is all-reduced once per step.
@@ -165,9 +165,8 @@ class StorageScatterOperation(Operation):
       lowering.set_tensor_lowering(out, LazyAllreduceSum(
           impl, value.laid_out_input, value.mesh_axes, value.source_op,
           PendingFinish(("scatter", g.shape, out.shape),
-                        reduce=lambda laid: _scatter(
-                            impl, laid, value.mesh_axes, g, out,
-                            value.source_op),
+                        reduce=lambda laid, source: _scatter(
+                            impl, laid, value.mesh_axes, g, out, source),
                         slice_shape=impl.slice_shape(out))))
       return
     laid = lowering.laid_out(g)
