@@ -158,13 +158,19 @@ class StorageScatterOperation(Operation):
       lowering.set_tensor_lowering(out, _scatter(
           impl, value.laid_out_input, value.mesh_axes, g, out))
       return
+    first = getattr(value, "then", None)
     if (self.defer_sum and isinstance(value, LazyAllreduceSum)
-        and value.pending and value.then is None):
-      # Stage 1 in a pipeline: reduce-scattered onto the shard once, when
-      # the accumulated sum is forced (before the update of the shard).
+        and value.pending and (first is None or first.reduce is None)):
+      # Stage 1 in a step that accumulates its gradients: reduce-scattered
+      # onto the shard once, when the accumulated sum is forced (before
+      # the update of the shard); a pending cast (the parts of a weight
+      # read twice, widened) runs around the reduce-scatter.
+      key = ("scatter", g.shape, out.shape)
       lowering.set_tensor_lowering(out, LazyAllreduceSum(
           impl, value.laid_out_input, value.mesh_axes, value.source_op,
-          PendingFinish(("scatter", g.shape, out.shape),
+          PendingFinish(key if first is None else (first.key, key),
+                        None if first is None else first.before,
+                        None if first is None else first.after,
                         reduce=lambda laid, source: _scatter(
                             impl, laid, value.mesh_axes, g, out, source),
                         slice_shape=impl.slice_shape(out))))

@@ -91,11 +91,10 @@ def defer_sums(grads):
         # A weight read twice (a tied embedding): the sum of its parts.
         stack.extend(t.operation for t in op.inputs)
         continue
-      if isinstance(op, UnaryOperation) and op.kind == "cast":
+      if (isinstance(op, UnaryOperation) and op.kind == "cast") or (
+          isinstance(op, StorageScatterOperation) and not op.reduce_scatter):
         op.defer_sum = True
-        op = op.inputs[0].operation
-      if isinstance(op, StorageScatterOperation) and not op.reduce_scatter:
-        op.defer_sum = True
+        stack.append(op.inputs[0].operation)
 
 
 def accumulate_sums(impl, total, value, name):
