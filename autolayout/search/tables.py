@@ -33,13 +33,15 @@ one-hot einsum, whose pending sum runs down the residual stream) should not
 decide how large the program is.
 """
 
+import math
 import time
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
+from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.lowering.laid_out import (LaidOutTensor, LazyAllreduceSum,
-                                       PendingInput)
+                                       PendingFinish, PendingInput)
 from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.ops.storage import StorageGatherOperation, StorageScatterOperation
@@ -99,7 +101,8 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
         inputs.append(None)  # a stand-in of the tensor's slice shape
         continue
       pending[i] = PendingInput(
-          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0])
+          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0],
+          _deferred_cast(impl, t, st))
       inputs.append(pending[i])
     lowered = lower_operation(op, impl, inputs)
   except MtfError as e:
@@ -121,12 +124,34 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   outs = []
   for v in lowered.outputs:
     if isinstance(v, LazyAllreduceSum) and v.pending:
-      outs.append((tuple(v.mesh_axes), v.laid_out_input.slice_bytes))
+      # A deferred cast reduces in the narrow dtype (what runs before it).
+      laid = (v.laid_out_input if v.then is None
+              else v.then.before(v.laid_out_input))
+      outs.append((tuple(v.mesh_axes), laid.slice_bytes))
     else:
       outs.append(None)
   return Outcome(True, compute, comm, tuple(outs), frozenset(forced),
                  comm_by_axis=tuple(sorted((by_axis or {}).items())),
                  wait_by_axis=tuple(sorted(waits.items())))
+
+
+def _deferred_cast(impl, t, state):
+  """The :class:`PendingFinish` of ``t``'s pending ``state`` when it is a
+  deferred widening cast's (see :func:`mesh_tf.training.microbatch.
+  defer_sums`): its state's bytes are those of the narrow dtype it is
+  reduced in, and forcing it casts there and back; None otherwise."""
+  n = math.prod(impl.slice_shape(t))
+  size = dtypes_lib.size_of(t.dtype)
+  if not (n and dtypes_lib.is_floating(t.dtype) and size == 4
+          and state[1] * 2 == n * size):
+    return None
+  narrow, wide = dtypes_lib.as_dtype("bfloat16"), t.dtype
+
+  def to(dtype):
+    return lambda laid: impl.slicewise(
+        lambda x: x, laid, slice_shape=laid.slice_shape, dtype=dtype)
+  return PendingFinish(("cast", str(narrow), str(wide)), to(narrow),
+                       to(wide))
 
 
 def pending_allreduce_record(mesh_impl, state):
@@ -295,6 +320,7 @@ class GraphTables:
     factors = [Factor("op", k, self._key_scope[k], c, op_example[k])
                for k, c in op_counts.items()]
     ar_counts, ar_example = {}, {}
+    self.ar_runs = {}   # pending tensor -> its all-reduces per step
     for t, pend in self.may_pend.items():
       if not pend:
         continue
@@ -329,6 +355,7 @@ class GraphTables:
       forcing = [self._repeats(c.name) for c, _ in consumers.get(t, [])]
       if forcing and t not in forced_outputs:
         runs = min(runs, max(forcing))
+      self.ar_runs[t] = runs
       ar_counts[akey] = ar_counts.get(akey, 0) + runs
       ar_example.setdefault(akey, t.name)
     factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])

@@ -221,10 +221,12 @@ class PendingInput(LazyAllreduceSum):
     mesh_impl: the backend the op is lowered on.
     laid_out_input: the LaidOutTensor of per-processor partial sums.
     mesh_axes: the mesh-axis indices the sum is pending over.
+    then: a :class:`PendingFinish` without a ``reduce`` (e.g. the casts
+      around a deferred cast's all-reduce), run when forced.
   """
 
-  def __init__(self, mesh_impl, laid_out_input, mesh_axes):
-    super().__init__(mesh_impl, laid_out_input, mesh_axes)
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes, then=None):
+    super().__init__(mesh_impl, laid_out_input, mesh_axes, then=then)
     self._forced = False
 
   @property
@@ -235,8 +237,12 @@ class PendingInput(LazyAllreduceSum):
   def to_laid_out_tensor(self):
     self._forced = True
     if self._reduced is None:
-      # The reduced value has the partial sums' slice shape and dtype.
-      self._reduced = self.laid_out_input
+      # The reduced value has the partial sums' slice shape and dtype; a
+      # finish (a deferred cast) runs around the all-reduce as when forced.
+      laid = self.laid_out_input
+      if self.then is not None:
+        laid = self.then.after(self.then.before(laid))
+      self._reduced = laid
     return self._reduced
 
   def __repr__(self):

@@ -14,10 +14,13 @@ accumulators, and their reset.  A step then runs in three phases:
 * **accumulate** (once): each gradient's sum over the microbatches,
   written to its accumulator.  A gradient whose data-parallel SUM is still
   pending accumulates as per-device partial sums (also through the
-  widening cast of a bfloat16 gradient to its float32 master and the
-  ZeRO-1 move onto the storage shard, :func:`defer_sums`), so it is
-  all-reduced once per step, not once per microbatch, as a pipelined step
-  does (see :class:`~mesh_tf.lowering.laid_out.PendingFinish`);
+  widening cast of a bfloat16 gradient to its float32 master,
+  :func:`defer_sums`), so it is all-reduced once per step, not once per
+  microbatch, as a pipelined step does (see
+  :class:`~mesh_tf.lowering.laid_out.PendingFinish`).  ZeRO 1 still
+  all-reduces per microbatch (the layout search prices a deferred one as
+  an all-reduce, not a reduce-scatter), ZeRO 2 and 3 reduce-scatter per
+  microbatch by design;
 * **post** (once): the optimizer update and the reset.
 
 :class:`MicrobatchPlan` says which ops run once per step; the cost model
@@ -76,12 +79,13 @@ class MicrobatchedUpdate(NamedTuple):
   post: Tuple[object, ...]
 
 
-def defer_sums(grads):
+def defer_sums(grads, scatters=True):
   """Lets each weight gradient's data-parallel sum stay pending through
   its last ops -- the widening cast of a bfloat16 compute copy's gradient
-  to the float32 master, the ZeRO-1 move onto the storage shard -- so
-  that a step that accumulates the microbatches' gradients itself sums
-  their partial sums and all-reduces once per step."""
+  to the float32 master (of each part of a weight read twice), and with
+  ``scatters`` the ZeRO-1 move onto the storage shard -- so that a step
+  that accumulates the microbatches' gradients itself sums their partial
+  sums and all-reduces once per step."""
   for g in grads:
     stack = [] if g is None else [g.operation]
     while stack:
@@ -92,7 +96,8 @@ def defer_sums(grads):
         stack.extend(t.operation for t in op.inputs)
         continue
       if (isinstance(op, UnaryOperation) and op.kind == "cast") or (
-          isinstance(op, StorageScatterOperation) and not op.reduce_scatter):
+          scatters and isinstance(op, StorageScatterOperation)
+          and not op.reduce_scatter):
         op.defer_sum = True
         stack.append(op.inputs[0].operation)
 
@@ -164,7 +169,10 @@ def microbatched_update(graph, loss, variables, optimizer, microbatches):
     pre, micro, post = _phases(graph, first)
     return MicrobatchedUpdate(MicrobatchPlan(1, frozenset()), tuple(grads),
                               (), tuple(updates), pre, micro, post)
-  defer_sums(grads)
+  # ZeRO 1 keeps its per-microbatch all-reduce here: the layout search
+  # prices a pending sum as an all-reduce, not as the reduce-scatter onto
+  # the shard that a deferred ZeRO-1 gradient would end in.
+  defer_sums(grads, scatters=False)
   accumulate, accs = [], []
   for v, g in zip(variables, grads):
     if g is None:
