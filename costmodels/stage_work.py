@@ -15,7 +15,8 @@ as :func:`costmodels.evaluate` does.  Then
   (the output layer and the loss);
 * a record runs per microbatch if the plan repeats its (source) op; a
   SUM all-reduce or reduce-scatter over a data-parallel axis of a
-  per-microbatch gradient is the gradient reduction, which a pipelined
+  per-microbatch gradient (or of the microbatches' summed gradient, by
+  the accumulation) is the gradient reduction, which a pipelined
   step runs once per step on the accumulated gradient, exposed in the
   fraction ``sync_exposed`` (the topology's ``overlap`` data, see
   :func:`sync_exposure`).
@@ -63,8 +64,11 @@ class _Priced:
     self.flops = 0.0
 
 
-def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
-  """``(_Priced total, _Priced of the records whose op is in first_ops)``."""
+def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
+                 accumulations=frozenset()):
+  """``(_Priced total, _Priced of the records whose op is in first_ops)``
+  (``accumulations``: the names of the ops that reduce the microbatches'
+  summed gradients once per step, :mod:`mesh_tf.training.microbatch`)."""
   chip = mapping.topology.chip
   total, first = _Priced(), _Priced()
   for r in trace.compute:
@@ -82,9 +86,10 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
     axes = tuple(r.mesh_axes)
     per_mb = plan.repeats(src) > 1
     # A SUM over a data-parallel axis of a per-microbatch value is a
-    # gradient reduction (or the loss, reported once per step too).
-    sync = bool(per_mb and r.kind in _SYNC_KINDS and r.reduction == "SUM"
-                and set(axes) & set(data_axes))
+    # gradient reduction (or the loss, reported once per step too), and
+    # so is an accumulation's reduction of the summed gradient.
+    sync = bool((per_mb or src in accumulations) and r.kind in _SYNC_KINDS
+                and r.reduction == "SUM" and set(axes) & set(data_axes))
     if sync and math.prod(mapping[a].size for a in axes) != r.group_size:
       t = 0.0   # traced on another data size: price_sync prices its bytes
     else:
@@ -99,6 +104,11 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
       else:
         acc.step += t
   return total, first
+
+
+def _accumulations(graph):
+  return frozenset(op.name for op in graph.operations
+                   if getattr(op, "reduces_sums", False))
 
 
 def price_collective(kind, axes, group, nbytes, mapping):
@@ -392,8 +402,10 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       memo[key] = hit
   g1, plan1, g2, plan2, tr1, tr2, live1, live2 = hit
   first_ops = _first_stage_ops(tr1, layer_prefix)
-  one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops)
-  two, _ = _price_trace(tr2, plan2, mapping, data_axes)
+  one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops,
+                            _accumulations(g1))
+  two, _ = _price_trace(tr2, plan2, mapping, data_axes,
+                        accumulations=_accumulations(g2))
   layer = _Priced()
   for f in ("mb", "step", "sync", "sync_bytes", "flops"):
     setattr(layer, f, getattr(two, f) - getattr(one, f))

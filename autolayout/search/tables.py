@@ -33,19 +33,18 @@ one-hot einsum, whose pending sum runs down the residual stream) should not
 decide how large the program is.
 """
 
-import math
 import time
 from typing import Dict, FrozenSet, NamedTuple, Optional, Tuple
 
-from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import LayoutRules
 from mesh_tf.lowering.laid_out import (LaidOutTensor, LazyAllreduceSum,
-                                       PendingFinish, PendingInput)
+                                       PendingInput)
 from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.ops.storage import StorageGatherOperation, StorageScatterOperation
 from autolayout.search import assignments
+from autolayout.search.deferred import deferred_cast
 from autolayout.errors import TimeLimitError
 from autolayout.search.view import op_signature
 
@@ -102,7 +101,7 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
         continue
       pending[i] = PendingInput(
           impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0],
-          _deferred_cast(impl, t, st))
+          deferred_cast(impl, t, st))
       inputs.append(pending[i])
     lowered = lower_operation(op, impl, inputs)
   except MtfError as e:
@@ -133,25 +132,6 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   return Outcome(True, compute, comm, tuple(outs), frozenset(forced),
                  comm_by_axis=tuple(sorted((by_axis or {}).items())),
                  wait_by_axis=tuple(sorted(waits.items())))
-
-
-def _deferred_cast(impl, t, state):
-  """The :class:`PendingFinish` of ``t``'s pending ``state`` when it is a
-  deferred widening cast's (see :func:`mesh_tf.training.microbatch.
-  defer_sums`): its state's bytes are those of the narrow dtype it is
-  reduced in, and forcing it casts there and back; None otherwise."""
-  n = math.prod(impl.slice_shape(t))
-  size = dtypes_lib.size_of(t.dtype)
-  if not (n and dtypes_lib.is_floating(t.dtype) and size == 4
-          and state[1] * 2 == n * size):
-    return None
-  narrow, wide = dtypes_lib.as_dtype("bfloat16"), t.dtype
-
-  def to(dtype):
-    return lambda laid: impl.slicewise(
-        lambda x: x, laid, slice_shape=laid.slice_shape, dtype=dtype)
-  return PendingFinish(("cast", str(narrow), str(wide)), to(narrow),
-                       to(wide))
 
 
 def pending_allreduce_record(mesh_impl, state):
