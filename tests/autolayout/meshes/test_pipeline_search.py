@@ -98,7 +98,7 @@ def test_no_plan_names_the_smallest_chip_count_that_would(zero, need):
   it; see test_zero_whole_storage.py)."""
   config = dataclasses.replace(_tiny(layers=8, batch=8), d_model=36)
   small = gpu_cluster("a100", nodes=2, gpus_per_node=1)
-  budget = 1125 * 2**10
+  budget = 1250 * 2**10   # with the held bf16 compute copies
   space = dict(microbatch=(1,), recompute=("full",), zero=zero)
   with pytest.raises(ps.PipelineInfeasibleError,
                      match=f"smallest chip count that would hold it is {need}"
