@@ -252,11 +252,14 @@ def price_sync(work, mapping, data_axes, zero=0):
       layer_gather_bytes=2 * piece, base_gather_bytes=2 * piece_base)
 
 
-def _first_stage_ops(trace, layer_prefix):
+def _first_stage_ops(trace, layer_prefix, accumulations=frozenset()):
   """Names of the compute records before the first layer's first record
-  and after its last one (the embedding and its gradient)."""
+  and after its last one (the embedding and its gradient); the
+  once-per-step accumulations (``accumulations``), which finish every
+  gradient after the backward pass, do not count as the layer's."""
   names = [r.op_name for r in trace.compute]
-  idx = [i for i, n in enumerate(names) if n.startswith(layer_prefix)]
+  idx = [i for i, n in enumerate(names)
+         if n.startswith(layer_prefix) and n not in accumulations]
   if not idx:
     return set()
   return set(names[:idx[0]]) | set(names[idx[-1] + 1:])
@@ -401,9 +404,10 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
     if memo is not None:
       memo[key] = hit
   g1, plan1, g2, plan2, tr1, tr2, live1, live2 = hit
-  first_ops = _first_stage_ops(tr1, layer_prefix)
+  sums1 = _accumulations(g1)
+  first_ops = _first_stage_ops(tr1, layer_prefix, sums1)
   one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops,
-                            _accumulations(g1))
+                            sums1)
   two, _ = _price_trace(tr2, plan2, mapping, data_axes,
                         accumulations=_accumulations(g2))
   layer = _Priced()
