@@ -96,7 +96,10 @@ class UnaryOperation(GenericOperation):
       return lambda laid: impl.slicewise(
           lambda t: tf.cast(t, dtype), laid, slice_shape=laid.slice_shape,
           dtype=dtype)
-    partial = _lowered_on(self, lowering, {x: value.laid_out_input})
+    if value.laid_out_input.slice_shape == impl.slice_shape(out):
+      partial = _lowered_on(self, lowering, {x: value.laid_out_input})
+    else:   # partial sums in another layout (of a deferred ZeRO-1 scatter)
+      partial = to(out.dtype)(value.laid_out_input)
     key = ("cast", str(x.dtype), str(out.dtype))
     finish = (PendingFinish(key, to(x.dtype), to(out.dtype))
               if value.then is None
@@ -219,7 +222,8 @@ class BinaryOperation(GenericOperation):
         impl = lowering.mesh_impl(self)
         fn = ((lambda u, v: tf.add(u, v)) if self.kind == "add"
               else (lambda u, v: tf.subtract(u, v)))
-        if a.then is None:
+        if a.then is None or (a.laid_out_input.slice_shape
+                              != impl.slice_shape(self.outputs[0])):
           partial = impl.slicewise(fn, a.laid_out_input, b.laid_out_input,
                                    shape=self.outputs[0].shape)
         else:
