@@ -179,8 +179,9 @@ class StageWork(NamedTuple):
     layer_gradient_bytes, base_gradient_bytes: the gradients' (what ZeRO 2
       shards too).
     layer_gather_bytes, base_gather_bytes: under ZeRO 3, the bytes each
-      device contributes to the all-gathers of one layer's (the ends')
-      sharded weights per microbatch (forward and backward); 0 otherwise.
+      device contributes to the all-gathers of one layer's (the first and
+      the last stage's together) sharded weights per microbatch (forward
+      and backward); 0 otherwise.
     layer_storage, base_storage: one layer's (the ends') trainable
       variables by the size of their storage dim (the dim ZeRO's lowering
       shards over the data axis, :mod:`mesh_tf.training.storage`; 0 for a
@@ -196,7 +197,9 @@ class StageWork(NamedTuple):
       copies (two when the layer is recomputed); what
       :func:`held_copy_bytes` prices.
     end_copies: the same for each of the ends' variables, ``(where,
-      storage size, casts' bytes, cast bytes, compute bytes)`` with
+      storage size, casts' bytes, cast bytes, compute bytes, first uses,
+      last uses)`` (the uses: the passes that read it on the first and
+      the last stage, its ZeRO-3 gathers per microbatch there) with
       ``where`` one of ``"first"``, ``"last"``, ``"both"`` (a tied
       embedding): the stage that holds it.
     layer_copy_bytes: the compute copies one layer holds all step per
@@ -233,7 +236,7 @@ class StageWork(NamedTuple):
   layer_storage: Tuple[Tuple[int, int], ...] = ()
   base_storage: Tuple[Tuple[int, int], ...] = ()
   layer_copies: Tuple[Tuple[int, int, int, int], ...] = ()
-  end_copies: Tuple[Tuple[str, int, int, int, int], ...] = ()
+  end_copies: Tuple[Tuple[str, int, int, int, int, int, int], ...] = ()
   layer_copy_bytes: int = 0
   first_copy_bytes: int = 0
   last_copy_bytes: int = 0
@@ -243,7 +246,7 @@ class StageWork(NamedTuple):
     """This work with its held compute copies
     (:attr:`layer_copy_bytes` and the ends') priced for ZeRO ``zero``
     over ``data`` replicas."""
-    ends = {w: held_copy_bytes([c[1:] for c in self.end_copies
+    ends = {w: held_copy_bytes([c[1:5] for c in self.end_copies
                                 if c[0] == w], zero, data)
             for w in ("first", "last", "both")}
     return self._replace(

@@ -241,15 +241,36 @@ def price_sync(work, mapping, data_axes, zero=0):
       first_s=work.first_s + ends / 2, last_s=work.last_s + ends / 2)
   if zero == 2:
     return out
-  # ZeRO 3: two gathers of each shard per microbatch, none per step.
+  # ZeRO 3: two gathers of each layer shard per microbatch, none per
+  # step; each end stage gathers the shards of the ends' variables it
+  # reads, once per pass that reads them (end_gathers).
   piece, piece_base = sync // group, sync_base // group
+  first, last = end_gathers(work, group)
+  if not work.end_copies:
+    first = last = piece_base
   return out._replace(
       layer_s=out.layer_s + 2 * t("allgather", piece),
-      first_s=out.first_s + t("allgather", piece_base),
-      last_s=out.last_s + t("allgather", piece_base),
+      first_s=out.first_s + t("allgather", first),
+      last_s=out.last_s + t("allgather", last),
       layer_sync_s=0.0, base_sync_s=0.0,
       working_bytes=work.working_bytes + sync,
-      layer_gather_bytes=2 * piece, base_gather_bytes=2 * piece_base)
+      layer_gather_bytes=2 * piece, base_gather_bytes=first + last)
+
+
+def end_gathers(work, group):
+  """``(first, last)``: the bytes each device of the first (last) stage
+  contributes per microbatch to the ZeRO-3 gathers of the ends' sharded
+  variables (their compute-dtype shards, once per pass that reads them
+  there: the embedding lookup's backward does not read its table, the
+  output layer's does), as the lowering's ``allconcat`` records count
+  them."""
+  first = last = 0
+  for c in work.end_copies:
+    size, compute, uses_first, uses_last = c[1], c[4], c[5], c[6]
+    if size and size % group == 0:
+      first += compute // group * uses_first
+      last += compute // group * uses_last
+  return first, last
 
 
 def _first_stage_ops(trace, layer_prefix, accumulations=frozenset()):
@@ -317,15 +338,25 @@ def _casts(consumers, variable):
 
 
 def _end_holder(consumers, variable, casts, plan, first_ops):
-  """``"first"``, ``"last"`` or ``"both"``: the stage(s) whose per-
-  microbatch ops read ``variable`` (or a cast of it)."""
-  readers = {op.name for t in [variable.outputs[0]] + casts
+  """``(where, first uses, last uses)``: ``where`` is ``"first"``,
+  ``"last"`` or ``"both"``, the stage(s) whose per-microbatch ops read
+  ``variable`` (or a cast of it), and the uses are the passes (forward,
+  backward: 0-2) that read it there -- the gathers of its shard per
+  microbatch under ZeRO 3."""
+  readers = [op for t in [variable.outputs[0]] + casts
              for op in consumers.get(t, [])
              if plan.repeats(op.name) > 1 and op.outputs
-             and op.outputs[0] not in casts}
-  first = bool(readers & first_ops)
-  last = bool(readers - first_ops)
-  return "both" if first == last else ("first" if first else "last")
+             and op.outputs[0] not in casts]
+
+  def uses(ops):
+    backward = {any(o.gradient_of is not None for o in op.outputs)
+                or "_grad" in op.name for op in ops}
+    return len(backward)
+  first = [op for op in readers if op.name in first_ops]
+  last = [op for op in readers if op.name not in first_ops]
+  where = ("both" if bool(first) == bool(last)
+           else ("first" if first else "last"))
+  return where, uses(first), uses(last)
 
 
 def compute_copies(graph, plan, mesh_shape, rules, first_ops,
@@ -334,9 +365,10 @@ def compute_copies(graph, plan, mesh_shape, rules, first_ops,
   copies per device, as sorted ``(storage size, casts' bytes, cast bytes,
   compute bytes)`` summed by storage size, and each of the ends'
   variables' ``(where, storage size, cast bytes, cast bytes, compute
-  bytes)`` (a stage of the pipeline casts an end's variable once),
-  ``where`` the stage that holds it (``"first"``: read per microbatch by
-  ``first_ops`` only, ``"last"``: by the others only, ``"both"``); see
+  bytes, first uses, last uses)`` (a stage of the pipeline casts an end's
+  variable once), ``where`` the stage that holds it (``"first"``: read
+  per microbatch by ``first_ops`` only, ``"last"``: by the others only,
+  ``"both"``), and the passes that read it on each (``_end_holder``); see
   :attr:`costmodels.pipeline.StageWork.layer_copies`.  ``plan``: the
   graph's :class:`mesh_tf.training.microbatch.MicrobatchPlan`."""
   consumers = graph.consumers()
@@ -356,8 +388,8 @@ def compute_copies(graph, plan, mesh_shape, rules, first_ops,
       layer[size] = (old[0] + len(casts) * cast, old[1] + cast,
                      old[2] + compute)
       continue
-    where = _end_holder(consumers, v, casts, plan, first_ops)
-    ends.append((where, size, cast, cast, compute))
+    where, first, last = _end_holder(consumers, v, casts, plan, first_ops)
+    ends.append((where, size, cast, cast, compute, first, last))
   return (tuple((k,) + layer[k] for k in sorted(layer)),
           tuple(sorted(ends)))
 
@@ -497,7 +529,7 @@ def _held_fraction(end_copies, stage):
   (``"first"`` or ``"last"``) of a pipeline holds (its own and the tied
   ones), from :func:`compute_copies`' ends (whose compute bytes are
   proportional to the elements: one compute dtype)."""
-  total = sum(c[-1] for c in end_copies)
+  total = sum(c[4] for c in end_copies)
   if not total:
     return 0.5
-  return sum(c[-1] for c in end_copies if c[0] in (stage, "both")) / total
+  return sum(c[4] for c in end_copies if c[0] in (stage, "both")) / total

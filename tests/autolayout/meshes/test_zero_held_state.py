@@ -93,3 +93,36 @@ def test_state_and_copies_are_the_lowered_slices(zero, dtype):
   if dtype == "float32":
     # No cast copies; under ZeRO 1-2 the gathered float32 copy, whole.
     assert (max(copies) > 0) == (zero in (1, 2))
+
+
+def test_zero3_gathers_at_the_ends_are_the_lowerings():
+  """ZeRO 3 at the pipeline's ends: each end stage gathers the shards of
+  the ends' variables it reads, once per pass that reads them (the first
+  stage's embedding lookup and position embedding forward only; the last
+  stage's tied output layer forward and backward, its final norm's scale
+  twice and bias once): the priced bytes per microbatch are the lowered
+  trace's."""
+  from costmodels.stage_work import end_gathers
+  from mesh_tf.pipeline import trace_pipeline
+  from mesh_tf.pipeline.schedule import Step
+  cfg = _config()
+  topo = gpu_cluster("a100", nodes=2 * DATA, gpus_per_node=1)
+  lay = PipelineLayout(1, 2, DATA, zero=3)
+  price = price_layout(cfg, topo, lay)
+  plan = pipelined.plan_of_price(price, cfg, topo, "tiny")
+  trace = trace_pipeline(pipelined.step_config(cfg, plan.training).parts(),
+                         price.cost.pipeline, plan.mesh_shape, plan.rules,
+                         optimize.SgdOptimizer(0.1), storage=3)
+  got = {}
+  for seg in trace.segments:
+    for c in seg.collectives:
+      src = c.source_op or c.op_name
+      if (c.kind == "allconcat" and not src.startswith("layer_")
+          and isinstance(seg.step, Step)):
+        key = (seg.stage, seg.step.microbatch)
+        got[key] = got.get(key, 0) + c.bytes_per_device
+  first, last = end_gathers(price.work, DATA)
+  m = price.cost.pipeline.microbatches
+  assert got == {**{(0, i): first for i in range(m)},
+                 **{(1, i): last for i in range(m)}}
+  assert first < last and price.work.base_gather_bytes == first + last
