@@ -29,7 +29,9 @@ before each microbatch's forward and backward, the tensor-parallel
 all-reduces -- are in the per-microbatch work and so counted ``m`` times.
 
 **Memory.**  A stage holds its layers' weights, gradients and optimizer
-state, and the stashed activations of the microbatches in flight: GPipe
+state, the compute copies of its weights it keeps all step
+(:func:`held_copy_bytes`), and the stashed activations of the
+microbatches in flight: GPipe
 keeps all ``m``; 1F1B keeps up to ``p - i`` on stage ``i`` (``p`` on the
 first); interleaved 1F1B keeps ``(p - i - 1) * 2 + (v - 1) * p + 1``
 chunk-microbatches, each a ``1/v`` of the stage's layers (Narayanan et
@@ -177,8 +179,9 @@ class StageWork(NamedTuple):
     layer_gradient_bytes, base_gradient_bytes: the gradients' (what ZeRO 2
       shards too).
     layer_gather_bytes, base_gather_bytes: under ZeRO 3, the bytes each
-      device contributes to the all-gathers of one layer's (the ends')
-      sharded weights per microbatch (forward and backward); 0 otherwise.
+      device contributes to the all-gathers of one layer's (the first and
+      the last stage's together) sharded weights per microbatch (forward
+      and backward); 0 otherwise.
     layer_storage, base_storage: one layer's (the ends') trainable
       variables by the size of their storage dim (the dim ZeRO's lowering
       shards over the data axis, :mod:`mesh_tf.training.storage`; 0 for a
@@ -186,6 +189,24 @@ class StageWork(NamedTuple):
       pairs.  A data-parallel size that divides no variable's storage dim
       leaves the variable whole (:meth:`sharded_part`); empty: every
       variable shards.
+    layer_copies: one layer's trainable variables' compute copies, as
+      sorted ``(storage size, casts' bytes, cast bytes, compute bytes)``
+      per device: ``compute`` is a variable's bytes in the compute dtype,
+      ``cast`` the same where the compute dtype is not the master's (a
+      cast copy is made; 0 otherwise), ``casts`` that of all its cast
+      copies (two when the layer is recomputed); what
+      :func:`held_copy_bytes` prices.
+    end_copies: the same for each of the ends' variables, ``(where,
+      storage size, casts' bytes, cast bytes, compute bytes, first uses,
+      last uses)`` (the uses: the passes that read it on the first and
+      the last stage, its ZeRO-3 gathers per microbatch there) with
+      ``where`` one of ``"first"``, ``"last"``, ``"both"`` (a tied
+      embedding): the stage that holds it.
+    layer_copy_bytes: the compute copies one layer holds all step per
+      device (:func:`held_copy_bytes` of ``layer_copies`` at the priced
+      ZeRO stage and data size).
+    first_copy_bytes, last_copy_bytes, base_copy_bytes: the ends' held
+      copies on the first stage, the last stage, and a single stage.
   """
   layer_s: float
   first_s: float = 0.0
@@ -214,6 +235,33 @@ class StageWork(NamedTuple):
   base_gather_bytes: int = 0
   layer_storage: Tuple[Tuple[int, int], ...] = ()
   base_storage: Tuple[Tuple[int, int], ...] = ()
+  layer_copies: Tuple[Tuple[int, int, int, int], ...] = ()
+  end_copies: Tuple[Tuple[str, int, int, int, int, int, int], ...] = ()
+  layer_copy_bytes: int = 0
+  first_copy_bytes: int = 0
+  last_copy_bytes: int = 0
+  base_copy_bytes: int = 0
+
+  def with_copies(self, zero=0, data=1):
+    """This work with its held compute copies
+    (:attr:`layer_copy_bytes` and the ends') priced for ZeRO ``zero``
+    over ``data`` replicas."""
+    ends = {w: held_copy_bytes([c[1:5] for c in self.end_copies
+                                if c[0] == w], zero, data)
+            for w in ("first", "last", "both")}
+    return self._replace(
+        layer_copy_bytes=held_copy_bytes(self.layer_copies, zero, data),
+        first_copy_bytes=ends["first"] + ends["both"],
+        last_copy_bytes=ends["last"] + ends["both"],
+        base_copy_bytes=sum(ends.values()))
+
+  def end_copy_bytes(self, stage, stages):
+    """The ends' held compute copies on ``stage`` of ``stages``."""
+    if stages == 1:
+      return self.base_copy_bytes
+    if stage == 0:
+      return self.first_copy_bytes
+    return self.last_copy_bytes if stage == stages - 1 else 0
 
   def sharded_fraction(self, data, base=False):
     """The part of one layer's (``base``: the ends') variable elements
@@ -249,6 +297,45 @@ class StageWork(NamedTuple):
       return 0.0 if stage not in (0, stages - 1) else 0.5
     held = self.first_state_bytes if stage == 0 else self.last_state_bytes
     return 0.5 if held is None else held / self.base_state_bytes
+
+
+def held_copy_bytes(copies, zero=0, data=1):
+  """Bytes per device of the compute copies a step holds from its start
+  to its last backward, as :func:`mesh_tf.training.storage.shard_storage`
+  lowers them, for ``copies`` (``(storage size, all casts' bytes, one
+  cast's bytes, compute bytes)`` each, :attr:`StageWork.layer_copies`)
+  under ZeRO ``zero`` over ``data`` replicas.
+
+  * ZeRO 0, or a variable without a storage dim: every cast copy of the
+    variable (a recomputed layer casts it again, from the variable);
+  * a variable stored whole (ZeRO 1-3 where ``data`` does not divide its
+    storage dim): its one cast copy (the recomputation reads it);
+  * a sharded one: the cast of its shard (``1/data``), and under ZeRO 1
+    and 2 also the compute copy gathered once per step, whole; ZeRO 3
+    gathers it per use (working memory, not held).
+
+  Example:
+    >>> held_copy_bytes([(32, 400, 200, 200)], 0, 2)  # bf16, recomputed
+    400
+    >>> held_copy_bytes([(32, 400, 200, 200)], 1, 2)  # shard + gather
+    300
+    >>> held_copy_bytes([(32, 0, 0, 400)], 1, 2)      # fp32: the gather
+    400
+    >>> held_copy_bytes([(32, 400, 200, 200)], 3, 2), held_copy_bytes(
+    ...     [(33, 400, 200, 200)], 3, 2)
+    (100, 200)
+  """
+  total = 0
+  for size, casts, cast, compute in copies:
+    if zero == 0 or not size:
+      total += casts
+    elif data == 1 or size % data:
+      total += cast
+    elif zero < 3:
+      total += cast // data + compute
+    else:
+      total += cast // data
+  return total
 
 
 class PipelineCost(NamedTuple):
@@ -364,8 +451,9 @@ def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
     held = 1 if pipeline is None else inflight_microbatches(pipeline, i)
     # Each held (chunk, microbatch) keeps its chunk's layers' stash.
     stash = held * (n / v) * work.layer_stash_bytes
+    copies = n * work.layer_copy_bytes + work.end_copy_bytes(i, p)
     memory.append(int(n * work.layer_state_bytes + base + stash
-                      + work.working_bytes))
+                      + work.working_bytes + copies))
   return PipelineCost(pipeline, m, split, tuple(times), max(hops), steady,
                       bubble, step_work, steady + bubble + step_work,
                       tuple(memory), tuple(sent))

@@ -15,7 +15,8 @@ as :func:`costmodels.evaluate` does.  Then
   (the output layer and the loss);
 * a record runs per microbatch if the plan repeats its (source) op; a
   SUM all-reduce or reduce-scatter over a data-parallel axis of a
-  per-microbatch gradient is the gradient reduction, which a pipelined
+  per-microbatch gradient (or of the microbatches' summed gradient, by
+  the accumulation) is the gradient reduction, which a pipelined
   step runs once per step on the accumulated gradient, exposed in the
   fraction ``sync_exposed`` (the topology's ``overlap`` data, see
   :func:`sync_exposure`).
@@ -63,8 +64,11 @@ class _Priced:
     self.flops = 0.0
 
 
-def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
-  """``(_Priced total, _Priced of the records whose op is in first_ops)``."""
+def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
+                 accumulations=frozenset()):
+  """``(_Priced total, _Priced of the records whose op is in first_ops)``
+  (``accumulations``: the names of the ops that reduce the microbatches'
+  summed gradients once per step, :mod:`mesh_tf.training.microbatch`)."""
   chip = mapping.topology.chip
   total, first = _Priced(), _Priced()
   for r in trace.compute:
@@ -82,9 +86,10 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
     axes = tuple(r.mesh_axes)
     per_mb = plan.repeats(src) > 1
     # A SUM over a data-parallel axis of a per-microbatch value is a
-    # gradient reduction (or the loss, reported once per step too).
-    sync = bool(per_mb and r.kind in _SYNC_KINDS and r.reduction == "SUM"
-                and set(axes) & set(data_axes))
+    # gradient reduction (or the loss, reported once per step too), and
+    # so is an accumulation's reduction of the summed gradient.
+    sync = bool((per_mb or src in accumulations) and r.kind in _SYNC_KINDS
+                and r.reduction == "SUM" and set(axes) & set(data_axes))
     if sync and math.prod(mapping[a].size for a in axes) != r.group_size:
       t = 0.0   # traced on another data size: price_sync prices its bytes
     else:
@@ -99,6 +104,11 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None):
       else:
         acc.step += t
   return total, first
+
+
+def _accumulations(graph):
+  return frozenset(op.name for op in graph.operations
+                   if getattr(op, "reduces_sums", False))
 
 
 def price_collective(kind, axes, group, nbytes, mapping):
@@ -122,15 +132,17 @@ def price_sync(work, mapping, data_axes, zero=0):
 
   * 0: one all-reduce of the layer's, and of the ends', gradient bytes
     per device per step (bucketed);
-  * 1: the optimizer state is sharded ``1/D``: a reduce-scatter of the
-    gradients, the update of a ``1/D`` shard (the once-per-step work
-    divided by ``D``) and an all-gather of the updated weights (the same
-    bytes) once per step;
+  * 1: the optimizer state and the float32 master weights are sharded
+    ``1/D`` (as :mod:`mesh_tf.training.storage` stores them): a
+    reduce-scatter of the gradients, the update of a ``1/D`` shard (the
+    once-per-step work divided by ``D``) and an all-gather of the updated
+    weights' compute copy (the same bytes) once per step, which the step
+    then holds whole (with the cast of its shard under mixed precision;
+    :func:`costmodels.pipeline.held_copy_bytes`);
   * 2: the gradients are sharded too: the reduce-scatter runs per
     microbatch (in the per-microbatch work, exposed as the step's
     reduction is), the all-gather once per step;
-  * 3: the weights are sharded too (``1/D`` of each layer's master
-    weights on a device): as 2, but instead of the once-per-step
+  * 3: as 2, but the compute copy is not held: instead of the once-per-step
     all-gather each microbatch gathers every layer's compute copy twice,
     before its forward and again before its backward (the recompute, if
     any, and the backward share the second; :mod:`mesh_tf.training.storage`
@@ -155,7 +167,7 @@ def price_sync(work, mapping, data_axes, zero=0):
   for a in data_axes:
     group *= mapping[a].size
   if group == 1:
-    return work._replace(layer_sync_s=0.0, base_sync_s=0.0)
+    return work._replace(layer_sync_s=0.0, base_sync_s=0.0).with_copies()
   exposed = sync_exposure(mapping, data_axes)
   axes = tuple(data_axes)
 
@@ -165,7 +177,8 @@ def price_sync(work, mapping, data_axes, zero=0):
     return exposed * _price(kind, axes, group, nbytes, mapping)[0]
   if zero == 0:
     return work._replace(layer_sync_s=t("allreduce", work.layer_sync_bytes),
-                         base_sync_s=t("allreduce", work.base_sync_bytes))
+                         base_sync_s=t("allreduce", work.base_sync_bytes)
+                         ).with_copies()
 
   def shard(nbytes, base=False):
     # The bytes sharding takes off a device.
@@ -175,12 +188,13 @@ def price_sync(work, mapping, data_axes, zero=0):
   opt_base = shard(work.base_optimizer_bytes, True)
   grad = shard(work.layer_gradient_bytes) if zero >= 2 else 0
   grad_base = shard(work.base_gradient_bytes, True) if zero >= 2 else 0
-  # ZeRO 3: the master weights, the state that is neither optimizer nor
-  # gradient.
+  # The master weights, the state that is neither optimizer nor gradient:
+  # the lowering stores them sharded from stage 1 (the compute copy is
+  # gathered from the shard, see held_copy_bytes).
   weights = shard(work.layer_state_bytes - work.layer_optimizer_bytes
-                  - work.layer_gradient_bytes) if zero >= 3 else 0
+                  - work.layer_gradient_bytes)
   weights_base = shard(work.base_state_bytes - work.base_optimizer_bytes
-                       - work.base_gradient_bytes, True) if zero >= 3 else 0
+                       - work.base_gradient_bytes, True)
   grad += weights
   grad_base += weights_base
   base_state = work.base_state_bytes - opt_base - grad_base
@@ -210,7 +224,8 @@ def price_sync(work, mapping, data_axes, zero=0):
       last_state_bytes=end(work.last_state_bytes),
       # An all-gather is priced by the shard each device starts with.
       layer_sync_s=t("allgather", sync // group),
-      base_sync_s=t("allgather", sync_base // group))
+      base_sync_s=t("allgather", sync_base // group)).with_copies(
+          zero, group)
   if zero == 1:
     return out._replace(
         layer_sync_s=out.layer_sync_s + t("reduce_scatter", sync)
@@ -226,22 +241,46 @@ def price_sync(work, mapping, data_axes, zero=0):
       first_s=work.first_s + ends / 2, last_s=work.last_s + ends / 2)
   if zero == 2:
     return out
-  # ZeRO 3: two gathers of each shard per microbatch, none per step.
+  # ZeRO 3: two gathers of each layer shard per microbatch, none per
+  # step; each end stage gathers the shards of the ends' variables it
+  # reads, once per pass that reads them (end_gathers).
   piece, piece_base = sync // group, sync_base // group
+  first, last = end_gathers(work, group)
+  if not work.end_copies:
+    first = last = piece_base
   return out._replace(
       layer_s=out.layer_s + 2 * t("allgather", piece),
-      first_s=out.first_s + t("allgather", piece_base),
-      last_s=out.last_s + t("allgather", piece_base),
+      first_s=out.first_s + t("allgather", first),
+      last_s=out.last_s + t("allgather", last),
       layer_sync_s=0.0, base_sync_s=0.0,
       working_bytes=work.working_bytes + sync,
-      layer_gather_bytes=2 * piece, base_gather_bytes=2 * piece_base)
+      layer_gather_bytes=2 * piece, base_gather_bytes=first + last)
 
 
-def _first_stage_ops(trace, layer_prefix):
+def end_gathers(work, group):
+  """``(first, last)``: the bytes each device of the first (last) stage
+  contributes per microbatch to the ZeRO-3 gathers of the ends' sharded
+  variables (their compute-dtype shards, once per pass that reads them
+  there: the embedding lookup's backward does not read its table, the
+  output layer's does), as the lowering's ``allconcat`` records count
+  them."""
+  first = last = 0
+  for c in work.end_copies:
+    size, compute, uses_first, uses_last = c[1], c[4], c[5], c[6]
+    if size and size % group == 0:
+      first += compute // group * uses_first
+      last += compute // group * uses_last
+  return first, last
+
+
+def _first_stage_ops(trace, layer_prefix, accumulations=frozenset()):
   """Names of the compute records before the first layer's first record
-  and after its last one (the embedding and its gradient)."""
+  and after its last one (the embedding and its gradient); the
+  once-per-step accumulations (``accumulations``), which finish every
+  gradient after the backward pass, do not count as the layer's."""
   names = [r.op_name for r in trace.compute]
-  idx = [i for i, n in enumerate(names) if n.startswith(layer_prefix)]
+  idx = [i for i, n in enumerate(names)
+         if n.startswith(layer_prefix) and n not in accumulations]
   if not idx:
     return set()
   return set(names[:idx[0]]) | set(names[idx[-1] + 1:])
@@ -288,6 +327,73 @@ def storage_split(graph, mesh_shape, rules, layer_prefix="layer_0/",
   return tuple(sorted(layer.items())), tuple(sorted(ends.items()))
 
 
+def _casts(consumers, variable):
+  """The float casts of ``variable``'s value to another dtype (its
+  compute copies under mixed precision; a recomputed layer casts again)."""
+  t = variable.outputs[0]
+  return [op.outputs[0] for op in consumers.get(t, [])
+          if getattr(op, "kind", None) == "cast"
+          and op.outputs[0].dtype != t.dtype
+          and dtypes_lib.is_floating(op.outputs[0].dtype)]
+
+
+def _end_holder(consumers, variable, casts, plan, first_ops):
+  """``(where, first uses, last uses)``: ``where`` is ``"first"``,
+  ``"last"`` or ``"both"``, the stage(s) whose per-microbatch ops read
+  ``variable`` (or a cast of it), and the uses are the passes (forward,
+  backward: 0-2) that read it there -- the gathers of its shard per
+  microbatch under ZeRO 3."""
+  readers = [op for t in [variable.outputs[0]] + casts
+             for op in consumers.get(t, [])
+             if plan.repeats(op.name) > 1 and op.outputs
+             and op.outputs[0] not in casts]
+
+  def uses(ops):
+    backward = {any(o.gradient_of is not None for o in op.outputs)
+                or "_grad" in op.name for op in ops}
+    return len(backward)
+  first = [op for op in readers if op.name in first_ops]
+  last = [op for op in readers if op.name not in first_ops]
+  where = ("both" if bool(first) == bool(last)
+           else ("first" if first else "last"))
+  return where, uses(first), uses(last)
+
+
+def compute_copies(graph, plan, mesh_shape, rules, first_ops,
+                   layer_prefix="layer_0/", dims=StoragePlan().dims):
+  """``(layer, ends)``: the first layer's trainable variables' compute
+  copies per device, as sorted ``(storage size, casts' bytes, cast bytes,
+  compute bytes)`` summed by storage size, and each of the ends'
+  variables' ``(where, storage size, cast bytes, cast bytes, compute
+  bytes, first uses, last uses)`` (a stage of the pipeline casts an end's
+  variable once), ``where`` the stage that holds it (``"first"``: read
+  per microbatch by ``first_ops`` only, ``"last"``: by the others only,
+  ``"both"``), and the passes that read it on each (``_end_holder``); see
+  :attr:`costmodels.pipeline.StageWork.layer_copies`.  ``plan``: the
+  graph's :class:`mesh_tf.training.microbatch.MicrobatchPlan`."""
+  consumers = graph.consumers()
+  layer, ends = {}, []
+  for v in graph.trainable_variables:
+    t = v.outputs[0]
+    n = (memory_lib.tensor_bytes_per_device(t, mesh_shape, rules)
+         // dtypes_lib.size_of(t.dtype))
+    casts = _casts(consumers, v)
+    dtype = casts[0].dtype if casts else t.dtype
+    compute = n * dtypes_lib.size_of(dtype)
+    cast = compute if casts else 0
+    dim = next((d for d in t.shape if d.name in dims), None)
+    size = dim.size if dim is not None else 0
+    if v.name.startswith(layer_prefix):
+      old = layer.get(size, (0, 0, 0))
+      layer[size] = (old[0] + len(casts) * cast, old[1] + cast,
+                     old[2] + compute)
+      continue
+    where, first, last = _end_holder(consumers, v, casts, plan, first_ops)
+    ends.append((where, size, cast, cast, compute, first, last))
+  return (tuple((k,) + layer[k] for k in sorted(layer)),
+          tuple(sorted(ends)))
+
+
 def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
                layer_prefix="layer_0/", stash_bytes=None, price_mesh=None,
                *, memo=None):
@@ -330,9 +436,12 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
     if memo is not None:
       memo[key] = hit
   g1, plan1, g2, plan2, tr1, tr2, live1, live2 = hit
-  first_ops = _first_stage_ops(tr1, layer_prefix)
-  one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops)
-  two, _ = _price_trace(tr2, plan2, mapping, data_axes)
+  sums1 = _accumulations(g1)
+  first_ops = _first_stage_ops(tr1, layer_prefix, sums1)
+  one, first = _price_trace(tr1, plan1, mapping, data_axes, first_ops,
+                            sums1)
+  two, _ = _price_trace(tr2, plan2, mapping, data_axes,
+                        accumulations=_accumulations(g2))
   layer = _Priced()
   for f in ("mb", "step", "sync", "sync_bytes", "flops"):
     setattr(layer, f, getattr(two, f) - getattr(one, f))
@@ -370,6 +479,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   base_state = max(0, state1 - layer_state)
   layer_storage, base_storage = storage_split(g1, mesh_shape, layout_rules,
                                               layer_prefix)
+  layer_copies, end_copies = compute_copies(
+      g1, plan1, mesh_shape, layout_rules, first_ops, layer_prefix)
   return StageWork(
       layer_s=layer.mb, first_s=min(first.mb, base_mb),
       last_s=max(0.0, base_mb - first.mb),
@@ -389,12 +500,12 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       base_optimizer_bytes=max(0, opt1 - (opt2 - opt1)),
       layer_gradient_bytes=grad2 - grad1,
       base_gradient_bytes=max(0, grad1 - (grad2 - grad1)),
-      first_state_bytes=int(base_state * _read_fraction(
-          g1, first_ops, layer_prefix)),
-      last_state_bytes=int(base_state * _read_fraction(
-          g1, {op.name for op in g1.operations} - first_ops, layer_prefix)),
+      first_state_bytes=int(base_state * _held_fraction(end_copies,
+                                                        "first")),
+      last_state_bytes=int(base_state * _held_fraction(end_copies, "last")),
       flops=layer.flops, layer_storage=layer_storage,
-      base_storage=base_storage)
+      base_storage=base_storage, layer_copies=layer_copies,
+      end_copies=end_copies).with_copies()
 
 
 def _stash(live, mesh_shape, rules):
@@ -413,35 +524,12 @@ def _stash(live, mesh_shape, rules):
   return total
 
 
-def _read_fraction(graph, ops, layer_prefix):
-  """The part of the ends' trainable weights (those outside the layers)
-  that the ops named in ``ops`` read, directly or through a cast."""
-  reads = {}
-  for op in graph.operations:
-    if op.name in ops and not op.name.startswith(layer_prefix):
-      for t in op.inputs:
-        reads[t] = True
-  first = total = 0
-  for v in graph.trainable_variables:
-    if v.name.startswith(layer_prefix):
-      continue
-    n = v.outputs[0].shape.size
-    total += n
-    if _reads_variable(graph, v, reads):
-      first += n
-  return first / total if total else 0.5
-
-
-def _reads_variable(graph, variable, reads):
-  """Whether a first-stage op reads ``variable`` (or its dtype cast)."""
-  frontier = [variable.outputs[0]]
-  for _ in range(3):
-    nxt = []
-    for t in frontier:
-      if t in reads:
-        return True
-      for op in graph.consumers_of(t):
-        nxt.extend(op.outputs)
-    frontier = nxt
-  return False
-
+def _held_fraction(end_copies, stage):
+  """The part of the ends' variable elements that the ``stage``
+  (``"first"`` or ``"last"``) of a pipeline holds (its own and the tied
+  ones), from :func:`compute_copies`' ends (whose compute bytes are
+  proportional to the elements: one compute dtype)."""
+  total = sum(c[4] for c in end_copies)
+  if not total:
+    return 0.5
+  return sum(c[4] for c in end_copies if c[0] in (stage, "both")) / total

@@ -210,7 +210,8 @@ def _state_bound(work, layers, stages, data=1, zero=0):
     state -= shard(work.layer_optimizer_bytes)
   if data > 1 and zero >= 2:
     state -= shard(work.layer_gradient_bytes)
-  if data > 1 and zero >= 3:
+  if data > 1 and zero >= 1:
+    # The master weights: sharded from ZeRO 1, as the lowering stores them.
     state -= shard(work.layer_state_bytes - work.layer_optimizer_bytes
                    - work.layer_gradient_bytes)
   return math.ceil(layers / stages) * state

@@ -189,8 +189,10 @@ def costs_of(priced):
   steady work less the boundary sends plus the once-per-step work, comm
   the sends (on the stage axis), and the bubble the rest of the step; the
   memory is the busiest stage's: its weights and optimizer state (what
-  the step keeps in variables), its gradients, the activations of the
-  microbatches in flight and the working set."""
+  the step keeps in variables), the compute copies of its weights it
+  holds all step (:func:`costmodels.pipeline.held_copy_bytes`), its
+  gradients, the activations of the microbatches in flight and the
+  working set."""
   cost, work = priced.cost, priced.work
   pipe, m = cost.pipeline, cost.microbatches
   p = pipe.stages if pipe is not None else 1
@@ -216,6 +218,8 @@ def costs_of(priced):
       return nbytes
     part = work.sharded_part(nbytes, lay.data, base)
     return nbytes - part + part // lay.data
+  copies = int(n * work.layer_copy_bytes
+               + work.end_copy_bytes(busiest, p))
   grads = int(n * held(work.layer_gradient_bytes)
               + held(work.base_gradient_bytes, True)
               * work.end_share(busiest, p))
@@ -234,6 +238,7 @@ def costs_of(priced):
       float(comm), int(cost.peak_memory_bytes),
       (("activations_in_flight", stash), ("gradients", grads),
        ("weights_and_optimizer", state - grads),
+       ("weight_copies", copies),
        ("working", int(work.working_bytes))),
       ((pp.STAGE_AXIS, float(comm)),), (), terms)
 

@@ -15,7 +15,9 @@ Counts are instances times their repeats per step (per-microbatch ops run
 * an all-reduce factor's instance is a gradient sync of bucket :math:`b`
   when its pending tensor's producer is a sync source of bucket :math:`b`
   (the same test :meth:`costmodels.overlap.GradientBuckets.sync_bucket`
-  makes on the trace); otherwise it is on the critical path;
+  makes on the trace) and it runs as often as that producer; otherwise
+  (e.g. the once-per-step reduction of a microbatched step's summed
+  gradient) it is on the critical path;
 * an op factor's own collectives are a gradient sync when the op is a
   storage scatter of a gradient's tail, a prefetched gather (prefetch
   bucket, and the sync segment its deadline falls in) when the op is a
@@ -88,9 +90,13 @@ def placements(graph, tables, buckets, prefetch=None):
     else:
       plain[("op", k)] += n
   for t, akey in tables.ar_key.items():
-    n = tables.repeats(t.operation.name)
+    n = tables.ar_runs.get(t, tables.repeats(t.operation.name))
     b = buckets.sync_sources.get(t.operation.name)
-    if b is None:
+    if b is None or n < tables.repeats(t.operation.name):
+      # A microbatched step's accumulation reduces the summed gradient
+      # once per step, after the last microbatch: on the critical path,
+      # as costmodels.evaluate prices it (the record is the
+      # accumulation's own, not a lazy sum of a gradient's producer).
       plain[("allreduce", akey)] += n
     else:
       sync[("allreduce", akey)][b] += n

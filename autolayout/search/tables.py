@@ -44,6 +44,7 @@ from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.ops.storage import StorageGatherOperation, StorageScatterOperation
 from autolayout.search import assignments
+from autolayout.search.deferred import deferred_cast
 from autolayout.errors import TimeLimitError
 from autolayout.search.view import op_signature
 
@@ -99,7 +100,8 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
         inputs.append(None)  # a stand-in of the tensor's slice shape
         continue
       pending[i] = PendingInput(
-          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0])
+          impl, LaidOutTensor(impl.slice_shape(t), t.dtype), st[0],
+          deferred_cast(impl, t, st))
       inputs.append(pending[i])
     lowered = lower_operation(op, impl, inputs)
   except MtfError as e:
@@ -121,7 +123,10 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   outs = []
   for v in lowered.outputs:
     if isinstance(v, LazyAllreduceSum) and v.pending:
-      outs.append((tuple(v.mesh_axes), v.laid_out_input.slice_bytes))
+      # A deferred cast reduces in the narrow dtype (what runs before it).
+      laid = (v.laid_out_input if v.then is None
+              else v.then.before(v.laid_out_input))
+      outs.append((tuple(v.mesh_axes), laid.slice_bytes))
     else:
       outs.append(None)
   return Outcome(True, compute, comm, tuple(outs), frozenset(forced),
@@ -160,7 +165,8 @@ class GraphTables:
     space: the :class:`~autolayout.search.assignments.DimSpace`.
     microbatches: a :class:`mesh_tf.training.microbatch.MicrobatchPlan`, or None:
       a factor's count is then the sum of its ops' repeats per step (an
-      all-reduce repeats with the op that left the sum pending), as
+      all-reduce repeats with the op that left the sum pending, or with
+      the ops that force it where they run less often), as
       :func:`costmodels.evaluate` prices them.
     outcomes: a dict the caller owns, shared by the tables of several
       graphs on the same mesh and pricer (e.g. the training candidates of
@@ -294,6 +300,7 @@ class GraphTables:
     factors = [Factor("op", k, self._key_scope[k], c, op_example[k])
                for k, c in op_counts.items()]
     ar_counts, ar_example = {}, {}
+    self.ar_runs = {}   # pending tensor -> its all-reduces per step
     for t, pend in self.may_pend.items():
       if not pend:
         continue
@@ -321,8 +328,15 @@ class GraphTables:
         self._ar_info[akey] = (self.tensor_key[t], structure,
                                tuple(sorted(scope)))
       self.ar_key[t] = akey
-      ar_counts[akey] = ar_counts.get(akey, 0) + self._repeats(
-          t.operation.name)
+      # A sum is reduced at most once per run of the op that leaves it,
+      # and of the ops that force it (a microbatched step's accumulation
+      # forces the microbatches' summed gradient once per step).
+      runs = self._repeats(t.operation.name)
+      forcing = [self._repeats(c.name) for c, _ in consumers.get(t, [])]
+      if forcing and t not in forced_outputs:
+        runs = min(runs, max(forcing))
+      self.ar_runs[t] = runs
+      ar_counts[akey] = ar_counts.get(akey, 0) + runs
       ar_example.setdefault(akey, t.name)
     factors += [Factor("allreduce", k, self._ar_info[k][2], c, ar_example[k])
                 for k, c in ar_counts.items()]

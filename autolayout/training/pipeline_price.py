@@ -233,20 +233,23 @@ def aligned(topology, chips):
   return chips % inner == 0 or inner % chips == 0 or len(topology.dims) == 1
 
 
-def _decisions(config, recompute):
+def _decisions(config, recompute, param_dtype="bfloat16"):
   rec = config.layers if recompute == "full" else 0
-  return dec.TrainingDecisions("bfloat16", 0, rec, 2)
+  return dec.TrainingDecisions(param_dtype, 0, rec, 2)
 
 
 def measure_stage(config, topology, model, data, microbatch=1,
-                  recompute="full", placement="inner", memo=None):
+                  recompute="full", placement="inner", memo=None, *,
+                  param_dtype="bfloat16"):
   """The :class:`~costmodels.pipeline.StageWork` of one stage of ``model``
   x ``data`` chips (``data``: the measuring size of
   :func:`measuring_data`).  The step is traced on ``data:2;model:T``
   whatever the placement, and priced on the placement's mesh (``memo``: a
-  dict the caller owns, to trace once for both placements)."""
+  dict the caller owns, to trace once for both placements).
+  ``param_dtype``: the compute dtype (the pipelined space prices
+  bfloat16; float32 masters either way)."""
   topology = get_topology(topology)
-  decisions = _decisions(config, recompute)
+  decisions = _decisions(config, recompute, param_dtype)
 
   traced = 2 if data > 1 else 1
 
@@ -266,7 +269,8 @@ def measure_stage(config, topology, model, data, microbatch=1,
                     cluster_of(topology, data * model),
                     data_axes=(DATA_AXIS,) if data > 1 else (),
                     price_mesh=dm, memo=None if memo is None else
-                    memo.setdefault((model, microbatch, recompute), {}))
+                    memo.setdefault((model, microbatch, recompute,
+                                     param_dtype), {}))
 
 
 def measuring_data(layout, topology):

@@ -91,11 +91,12 @@ class LazyAllreduceSum:
     sums may be added before their all-reduce."""
     return None if self.then is None else self.then.key
 
-  def with_partial(self, laid_out_input):
-    """The same pending sum (axes, source, what follows) of other
-    per-processor partial sums."""
+  def with_partial(self, laid_out_input, source_op=None):
+    """The same pending sum (axes, what follows) of other per-processor
+    partial sums, recorded as ``source_op``'s when forced (default: this
+    sum's source)."""
     return LazyAllreduceSum(self.mesh_impl, laid_out_input, self.mesh_axes,
-                            self.source_op, self.then)
+                            source_op or self.source_op, self.then)
 
   @property
   def slice_shape(self):
@@ -118,7 +119,7 @@ class LazyAllreduceSum:
       if self.then is not None:
         laid = self.then.before(laid)
       if self.then is not None and self.then.reduce is not None:
-        reduced = self.then.reduce(laid)
+        reduced = self.then.reduce(laid, self.source_op)
       else:
         reduced = self.mesh_impl.allreduce(laid, self.mesh_axes, "SUM",
                                            source_op=self.source_op)
@@ -135,8 +136,9 @@ class PendingFinish:
   all-reduce: ``before(partial) -> partial`` (e.g. a cast to the dtype it
   is reduced in) and ``after(reduced) -> laid_out`` (e.g. a move to
   another layout, a cast back); ``key`` says what they do (equal keys,
-  equal work); ``reduce(partial) -> laid_out``: None, or what reduces
-  instead of the plain all-reduce (e.g. a reduce-scatter onto a shard);
+  equal work); ``reduce(partial, source_op) -> laid_out``: None, or what
+  reduces instead of the plain all-reduce (e.g. a reduce-scatter onto a
+  shard), recording its collectives as ``source_op``'s;
   ``slice_shape``: the finished value's, if it differs."""
   __slots__ = ("before", "after", "key", "reduce", "slice_shape")
 
@@ -219,10 +221,12 @@ class PendingInput(LazyAllreduceSum):
     mesh_impl: the backend the op is lowered on.
     laid_out_input: the LaidOutTensor of per-processor partial sums.
     mesh_axes: the mesh-axis indices the sum is pending over.
+    then: a :class:`PendingFinish` without a ``reduce`` (e.g. the casts
+      around a deferred cast's all-reduce), run when forced.
   """
 
-  def __init__(self, mesh_impl, laid_out_input, mesh_axes):
-    super().__init__(mesh_impl, laid_out_input, mesh_axes)
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes, then=None):
+    super().__init__(mesh_impl, laid_out_input, mesh_axes, then=then)
     self._forced = False
 
   @property
@@ -233,8 +237,12 @@ class PendingInput(LazyAllreduceSum):
   def to_laid_out_tensor(self):
     self._forced = True
     if self._reduced is None:
-      # The reduced value has the partial sums' slice shape and dtype.
-      self._reduced = self.laid_out_input
+      # The reduced value has the partial sums' slice shape and dtype; a
+      # finish (a deferred cast) runs around the all-reduce as when forced.
+      laid = self.laid_out_input
+      if self.then is not None:
+        laid = self.then.after(self.then.before(laid))
+      self._reduced = laid
     return self._reduced
 
   def __repr__(self):

@@ -46,6 +46,20 @@ _NONDIFFERENTIABLE = frozenset((
     "greater_equal", "equal", "not_equal", "logical_and", "logical_or"))
 
 
+def _lowered_on(op, lowering, partials):
+  """The output of ``op`` lowered as usual (the same kernels, fusion and
+  records) on the per-device partial sums ``partials`` (input -> the
+  LaidOutTensor of a pending sum) instead of its pending inputs, which
+  stay as they were: a deferred sum's op on its partial sums."""
+  kept = {t: lowering.tensors[t] for t in partials}
+  lowering.tensors.update(partials)
+  try:
+    GenericOperation.lower(op, lowering)
+  finally:
+    lowering.tensors.update(kept)
+  return lowering.tensors[op.outputs[0]]
+
+
 class UnaryOperation(GenericOperation):
   """``y = fn(x)`` elementwise; ``kind`` names the function for gradients."""
 
@@ -82,7 +96,10 @@ class UnaryOperation(GenericOperation):
       return lambda laid: impl.slicewise(
           lambda t: tf.cast(t, dtype), laid, slice_shape=laid.slice_shape,
           dtype=dtype)
-    partial = to(out.dtype)(value.laid_out_input)
+    if value.laid_out_input.slice_shape == impl.slice_shape(out):
+      partial = _lowered_on(self, lowering, {x: value.laid_out_input})
+    else:   # partial sums in another layout (of a deferred ZeRO-1 scatter)
+      partial = to(out.dtype)(value.laid_out_input)
     key = ("cast", str(x.dtype), str(out.dtype))
     finish = (PendingFinish(key, to(x.dtype), to(out.dtype))
               if value.then is None
@@ -195,20 +212,28 @@ class BinaryOperation(GenericOperation):
                      name=name or kind, flops_per_element=flops)
 
   def lower(self, lowering):
-    # A sum of pending SUM all-reduces over the same axes stays pending.
+    # A sum of pending SUM all-reduces over the same axes (and finish)
+    # stays pending.
     if (self.kind in ("add", "subtract") and len(self.inputs) == 2
         and self.inputs[0].shape == self.inputs[1].shape):
       a, b = (lowering.tensors[t] for t in self.inputs)
       if (isinstance(a, LazyAllreduceSum) and isinstance(b, LazyAllreduceSum)
-          and a.mesh_axes == b.mesh_axes and a.then is None
-          and b.then is None):
+          and a.mesh_axes == b.mesh_axes and a.then_key == b.then_key):
         impl = lowering.mesh_impl(self)
         fn = ((lambda u, v: tf.add(u, v)) if self.kind == "add"
               else (lambda u, v: tf.subtract(u, v)))
-        partial = impl.slicewise(fn, a.laid_out_input, b.laid_out_input,
-                                 shape=self.outputs[0].shape)
+        if a.then is None or (a.laid_out_input.slice_shape
+                              != impl.slice_shape(self.outputs[0])):
+          partial = impl.slicewise(fn, a.laid_out_input, b.laid_out_input,
+                                   shape=self.outputs[0].shape)
+        else:
+          partial = _lowered_on(self, lowering, dict(zip(
+              self.inputs, (a.laid_out_input, b.laid_out_input))))
+        # Sums that finish alike (deferred casts of a gradient's parts,
+        # see mesh_tf.training.microbatch.defer_sums) finish once, summed.
         lowering.set_tensor_lowering(
-            self.outputs[0], LazyAllreduceSum(impl, partial, a.mesh_axes))
+            self.outputs[0], LazyAllreduceSum(impl, partial, a.mesh_axes,
+                                              then=a.then))
         return
     super().lower(lowering)
 

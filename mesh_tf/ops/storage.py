@@ -19,7 +19,7 @@ replicated there.  Two ops move values between the two:
   pending axis that the storage splits is **reduce-scattered** straight
   onto the shard, and only the other pending axes are all-reduced.  Without
   it (stage 1) the gradient is all-reduced whole and each device keeps its
-  shard (a free all-split); with ``defer_sum`` (set by a pipeline, which
+  shard (a free all-split); with ``defer_sum`` (set by a step that
   accumulates the microbatches' gradients itself) a pending sum stays
   pending, the split to run after its all-reduce, so the accumulated
   gradient is all-reduced once per step.
@@ -158,16 +158,21 @@ class StorageScatterOperation(Operation):
       lowering.set_tensor_lowering(out, _scatter(
           impl, value.laid_out_input, value.mesh_axes, g, out))
       return
+    first = getattr(value, "then", None)
     if (self.defer_sum and isinstance(value, LazyAllreduceSum)
-        and value.pending and value.then is None):
-      # Stage 1 in a pipeline: reduce-scattered onto the shard once, when
-      # the accumulated sum is forced (before the update of the shard).
+        and value.pending and (first is None or first.reduce is None)):
+      # Stage 1 in a step that accumulates its gradients: reduce-scattered
+      # onto the shard once, when the accumulated sum is forced (before
+      # the update of the shard); a pending cast (the parts of a weight
+      # read twice, widened) runs around the reduce-scatter.
+      key = ("scatter", g.shape, out.shape)
       lowering.set_tensor_lowering(out, LazyAllreduceSum(
           impl, value.laid_out_input, value.mesh_axes, value.source_op,
-          PendingFinish(("scatter", g.shape, out.shape),
-                        reduce=lambda laid: _scatter(
-                            impl, laid, value.mesh_axes, g, out,
-                            value.source_op),
+          PendingFinish(key if first is None else (first.key, key),
+                        None if first is None else first.before,
+                        None if first is None else first.after,
+                        reduce=lambda laid, source: _scatter(
+                            impl, laid, value.mesh_axes, g, out, source),
                         slice_shape=impl.slice_shape(out))))
       return
     laid = lowering.laid_out(g)

@@ -15,6 +15,7 @@ from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError, ShapeError
 from mesh_tf.graph import Operation, Tensor
 from mesh_tf.lowering.lazy_tf import tf
+from mesh_tf.lowering.laid_out import LazyAllreduceSum
 from mesh_tf.ops.initializers import (  # noqa: F401  (the public names live here too)
     Initializer,
     constant_initializer,
@@ -233,6 +234,11 @@ class AssignOperation(Operation):
     self.variables, self.mode = variables, mode
     # A custom per-slice fn(variable, slice_var, value) (Mesh TF's assign_fn).
     self.assign_fn = assign_fn
+    # Set on the accumulation of a microbatched step, which runs once per
+    # step on the microbatches' summed partial sums: a pending sum it
+    # forces is recorded as its own (once per step), not as the op that
+    # left it (once per microbatch).
+    self.reduces_sums = False
 
   no_gradient_reason = "a state update has no outputs"
 
@@ -248,12 +254,18 @@ class AssignOperation(Operation):
     self._inputs = list(values)  # pylint: disable=protected-access
 
   def cost_params(self):
-    return (self.mode, tuple((v.shape, v.dtype) for v in self.variables))
+    return (self.mode, tuple((v.shape, v.dtype) for v in self.variables),
+            self.reduces_sums)
 
   def lower(self, lowering):
     ops = []
     for v, x in zip(self.variables, self.inputs):
       laid_v = lowering.variables[v]
+      value = lowering.tensors.get(x)
+      if (self.reduces_sums and isinstance(value, LazyAllreduceSum)
+          and value.pending):
+        lowering.set_tensor_lowering(x, value.with_partial(
+            value.laid_out_input, self.name))
       x_laid = lowering.laid_out(x)
       if x.dtype != v.dtype:
         x_laid = lowering.mesh_impl(self).slicewise(

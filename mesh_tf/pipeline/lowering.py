@@ -45,6 +45,7 @@ from mesh_tf.lowering.trace import CollectiveRecord
 from mesh_tf.pipeline.schedule import (BACKWARD, FORWARD, Step,
                                        schedule_order)
 from mesh_tf.pipeline.spec import PipelineError
+from mesh_tf.training.microbatch import accumulate_sums
 
 __all__ = ["PipelineTrace", "Segment", "lower_pipeline", "stage_groups",
            "stage_impls"]
@@ -135,21 +136,6 @@ def _add(impl, a, b, name):
   with impl.recording(name):
     return impl.slicewise(lambda x, y: x + y, a, b, slice_shape=a.slice_shape,
                           dtype=a.dtype)
-
-
-def _accumulate(impl, total, value, name):
-  """``total + value`` of two gradients; pending all-reduces stay pending."""
-  if isinstance(value, LazyAllreduceSum) and not value.pending:
-    value = value.to_laid_out_tensor()
-  if total is None:
-    return value
-  if (isinstance(total, LazyAllreduceSum) and isinstance(
-      value, LazyAllreduceSum) and total.mesh_axes == value.mesh_axes
-      and total.then_key == value.then_key):
-    return total.with_partial(
-        _add(impl, total.laid_out_input, value.laid_out_input, name))
-  return _add(impl, total.to_laid_out_tensor(), value.to_laid_out_tensor(),
-              name)
 
 
 class _Marks:
@@ -259,7 +245,7 @@ class _Run:
       for v, g in zip(chunk.variables, chunk.grads):
         if g is None:
           continue
-        acc[v.name] = _accumulate(impl, acc.get(v.name), lw.tensors[g],
+        acc[v.name] = accumulate_sums(impl, acc.get(v.name), lw.tensors[g],
                                   f"pipeline/accumulate/{v.name}")
         made.append(getattr(acc[v.name], "laid_out_input", acc[v.name]))
       if chunk.dx is not None:

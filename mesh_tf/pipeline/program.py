@@ -31,10 +31,9 @@ from mesh_tf.graph import Graph, Mesh, Tensor
 from mesh_tf.models.repeated import as_parts
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import variables as variable_ops
-from mesh_tf.ops.elementwise import UnaryOperation
-from mesh_tf.ops.storage import StorageScatterOperation
 from mesh_tf.pipeline.spec import PipelineSplitError
 from mesh_tf.training import padding as padding_lib
+from mesh_tf.training.microbatch import defer_sums
 from mesh_tf.training.storage import shard_storage
 
 __all__ = ["ChunkProgram", "PipelineProgram", "UpdateProgram",
@@ -124,21 +123,6 @@ def _phases(graph, output, needed):
           tuple(op for op in ops if op in backward))
 
 
-def _defer_sums(grads):
-  """Lets each weight gradient's data-parallel sum stay pending through
-  its last ops -- the widening cast of a bfloat16 compute copy's gradient
-  to the float32 master, the ZeRO-1 move onto the storage shard -- so that
-  the lowering accumulates partial sums over the microbatches and
-  all-reduces once per step (see :mod:`mesh_tf.pipeline.lowering`)."""
-  for g in grads:
-    op = None if g is None else g.operation
-    if isinstance(op, UnaryOperation) and op.kind == "cast":
-      op.defer_sum = True
-      op = op.inputs[0].operation
-    if isinstance(op, StorageScatterOperation) and not op.reduce_scatter:
-      op.defer_sum = True
-
-
 def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name,
                  padding=None):
   stage, chunk = pipeline.location(j)
@@ -178,7 +162,7 @@ def _build_chunk(parts, pipeline, j, b, prev, storage, mesh_name,
   grads = gradients([output], xs, grad_ys=None if last else [dy])
   dx = grads[-1] if x_in is not None else None
   grads = tuple(grads[:len(variables)])
-  _defer_sums(grads)
+  defer_sums(grads)
   pre, forward, backward = _phases(graph, output, list(grads) + [dx])
   # The received tensors are set by the lowering, not imported.
   received = {t.operation for t in (x_in, dy) if t is not None}

@@ -10,7 +10,17 @@ accumulators, and their reset.  A step then runs in three phases:
 * **pre** (once): what does not depend on the data and is not gathered per
   use -- variables, their compute copies, ZeRO-1/2 gathers, masks;
 * **micro** (``k`` times, one microbatch each): forward, backward, ZeRO-3
-  gathers, the accumulation;
+  gathers (and ZeRO 2-3 reduce-scatters);
+* **accumulate** (once): each gradient's sum over the microbatches,
+  written to its accumulator.  A gradient whose data-parallel SUM is still
+  pending accumulates as per-device partial sums (also through the
+  widening cast of a bfloat16 gradient to its float32 master,
+  :func:`defer_sums`), so it is all-reduced once per step, not once per
+  microbatch, as a pipelined step does (see
+  :class:`~mesh_tf.lowering.laid_out.PendingFinish`).  ZeRO 1 still
+  all-reduces per microbatch (the layout search prices a deferred one as
+  an all-reduce, not a reduce-scatter), ZeRO 2 and 3 reduce-scatter per
+  microbatch by design;
 * **post** (once): the optimizer update and the reset.
 
 :class:`MicrobatchPlan` says which ops run once per step; the cost model
@@ -35,10 +45,14 @@ Example:
 from typing import FrozenSet, NamedTuple, Tuple
 
 from mesh_tf.core.errors import MtfError
+from mesh_tf.lowering.laid_out import LazyAllreduceSum
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.ops import variables as variable_ops
+from mesh_tf.ops.elementwise import BinaryOperation, UnaryOperation
+from mesh_tf.ops.storage import StorageScatterOperation
 
-__all__ = ["MicrobatchPlan", "MicrobatchedUpdate", "microbatched_update"]
+__all__ = ["MicrobatchPlan", "MicrobatchedUpdate", "accumulate_sums",
+           "defer_sums", "microbatched_update"]
 
 
 class MicrobatchPlan(NamedTuple):
@@ -60,9 +74,53 @@ class MicrobatchedUpdate(NamedTuple):
   grads: Tuple[object, ...]
   accumulate_ops: Tuple[object, ...]
   update_ops: Tuple[object, ...]
-  pre: Tuple[object, ...]     # ops, in graph order, of each phase
-  micro: Tuple[object, ...]
+  pre: Tuple[object, ...]     # ops, in graph order, of each phase (the
+  micro: Tuple[object, ...]   # accumulate ops run between micro and post)
   post: Tuple[object, ...]
+
+
+def defer_sums(grads, scatters=True):
+  """Lets each weight gradient's data-parallel sum stay pending through
+  its last ops -- the widening cast of a bfloat16 compute copy's gradient
+  to the float32 master (of each part of a weight read twice), and with
+  ``scatters`` the ZeRO-1 move onto the storage shard -- so that a step
+  that accumulates the microbatches' gradients itself sums their partial
+  sums and all-reduces once per step."""
+  for g in grads:
+    stack = [] if g is None else [g.operation]
+    while stack:
+      op = stack.pop()
+      if isinstance(op, BinaryOperation) and op.kind == "add" and len(
+          op.inputs) == 2:
+        # A weight read twice (a tied embedding): the sum of its parts.
+        stack.extend(t.operation for t in op.inputs)
+        continue
+      if (isinstance(op, UnaryOperation) and op.kind == "cast") or (
+          scatters and isinstance(op, StorageScatterOperation)
+          and not op.reduce_scatter):
+        op.defer_sum = True
+        stack.append(op.inputs[0].operation)
+
+
+def accumulate_sums(impl, total, value, name):
+  """``total + value`` of two lowered gradients (None: ``value``) on
+  backend ``impl``: pending all-reduces of the same axes and finish stay
+  pending (their partial sums added, recorded as ``name``)."""
+  if isinstance(value, LazyAllreduceSum) and not value.pending:
+    value = value.to_laid_out_tensor()
+  if total is None:
+    return value
+
+  def add(a, b):
+    with impl.recording(name):
+      return impl.slicewise(lambda x, y: x + y, a, b,
+                            slice_shape=a.slice_shape, dtype=a.dtype)
+  if (isinstance(total, LazyAllreduceSum) and isinstance(
+      value, LazyAllreduceSum) and total.mesh_axes == value.mesh_axes
+      and total.then_key == value.then_key):
+    return total.with_partial(add(total.laid_out_input,
+                                  value.laid_out_input))
+  return add(total.to_laid_out_tensor(), value.to_laid_out_tensor())
 
 
 def _per_use(op):
@@ -111,6 +169,10 @@ def microbatched_update(graph, loss, variables, optimizer, microbatches):
     pre, micro, post = _phases(graph, first)
     return MicrobatchedUpdate(MicrobatchPlan(1, frozenset()), tuple(grads),
                               (), tuple(updates), pre, micro, post)
+  # ZeRO 1 keeps its per-microbatch all-reduce here: the layout search
+  # prices a pending sum as an all-reduce, not as the reduce-scatter onto
+  # the shard that a deferred ZeRO-1 gradient would end in.
+  defer_sums(grads, scatters=False)
   accumulate, accs = [], []
   for v, g in zip(variables, grads):
     if g is None:
@@ -121,8 +183,9 @@ def microbatched_update(graph, loss, variables, optimizer, microbatches):
         variable_ops.zeros_initializer(), trainable=False,
         memory_category="gradients")
     accs.append(acc)
-    accumulate.append(variable_ops.assign_add(acc, g,
-                                              name=f"{v.name}/accumulate"))
+    op = variable_ops.assign_add(acc, g, name=f"{v.name}/accumulate")
+    op.reduces_sums = True
+    accumulate.append(op)
   first = len(graph.operations)
   scale = 1.0 / microbatches
   means = [None if a is None else a * scale for a in accs]
@@ -132,10 +195,12 @@ def microbatched_update(graph, loss, variables, optimizer, microbatches):
       updates.append(variable_ops.assign(
           a, creation_ops.zeros_like(a), name=f"{a.operation.name}/reset"))
   pre, micro, post = _phases(graph, first)
-  # The accumulators are variables (pre, where the microbatches' assign_add
-  # find them); post reads them again, after the last accumulation.
+  # The accumulation runs once per step, on the microbatches' sum.
+  micro = tuple(op for op in micro if op not in accumulate)
+  # The accumulators are variables (pre, where the assign_add finds
+  # them); post reads them again, after the accumulation.
   post = tuple(a.operation for a in accs if a is not None) + post
-  plan = MicrobatchPlan(microbatches,
-                        frozenset(op.name for op in pre + post))
+  plan = MicrobatchPlan(microbatches, frozenset(
+      op.name for op in pre + tuple(accumulate) + post))
   return MicrobatchedUpdate(plan, tuple(grads), tuple(accumulate),
                             tuple(updates), pre, micro, post)

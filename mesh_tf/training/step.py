@@ -29,6 +29,7 @@ from mesh_tf.lowering.placement import PlacementMeshImpl
 from mesh_tf.lowering.tf_private import CallOptions, flat_caller
 from mesh_tf.ops import creation as creation_ops
 from mesh_tf.training import padding as padding_lib
+from mesh_tf.training.microbatch import accumulate_sums
 
 __all__ = ["TrainStep", "make_train_step", "train_step_for_model"]
 
@@ -241,20 +242,36 @@ class TrainStep(LoweredStep):
     self.padding, self._pad_axes = padding, axes + [None]
 
   def _microbatched_step(self, *args):
-    """pre once, micro k times (one slice of each input), post once."""
+    """pre once, micro k times (one slice of each input), the gradients
+    summed over the microbatches (pending all-reduces as partial sums,
+    see :mod:`~mesh_tf.training.microbatch`), accumulated once, post
+    once."""
     k, ph = self.microbatches, self._phases
     parts = [tf.split(a, k, axis=0) for a in args]
     lw = Lowering.empty(self.graph, {self.mesh: self.mesh_impl})
     lw.lower_operations(ph.pre)
     losses, deps = [], []
+    sums = [None] * len(self._accumulate_ops)
     for i in range(k):
       lw.feeds = {t: p[i] for t, p in zip(self.inputs, parts)}
       with tf.control_dependencies(deps):
         lw.lower_operations(ph.micro)
         losses.append(lw.export_to_tf_tensor(self.loss))
+        for j, op in enumerate(self._accumulate_ops):
+          sums[j] = accumulate_sums(self.mesh_impl, sums[j],
+                                    lw.tensors[op.inputs[0]],
+                                    f"{op.name}/partial")
       deps = [losses[-1]]
-      for op in self._accumulate_ops:
-        deps.extend(lw.lowered_operation(op) or [])
+      for total in sums:
+        laid = getattr(total, "laid_out_input", total)
+        deps.extend(laid.tensor_list or [])
+    for op, total in zip(self._accumulate_ops, sums):
+      lw.tensors[op.inputs[0]] = total
+    with tf.control_dependencies(deps):
+      lw.lower_operations(self._accumulate_ops)
+    deps = []
+    for op in self._accumulate_ops:
+      deps.extend(lw.lowered_operation(op) or [])
     with tf.control_dependencies(deps):
       lw.lower_operations(ph.post)
     self.lowering = lw

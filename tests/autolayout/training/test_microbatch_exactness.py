@@ -19,12 +19,17 @@ CONFIG = models.get_config("transformer_tiny", layers=1, batch=16)
 RULES = ["", "batch:x", "batch:x;d_ff:y", "heads:y;d_ff:y", "batch:y;heads:x"]
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+@pytest.fixture(scope="module", params=[("float32", 0), ("bfloat16", 0),
+                                        ("float32", 2)])
 def training(request):
-  # float32 parameters: the gradients come straight from the lazy sums, so
-  # they are gradient syncs that overlap; bfloat16: they are casts.
+  # ZeRO 0: the microbatches' summed gradients are reduced once per step,
+  # after the last microbatch, on the critical path (float32: straight
+  # from the lazy sums; bfloat16: through the deferred casts); ZeRO 2:
+  # each microbatch's gradients are reduce-scattered onto the shard, as
+  # gradient syncs that overlap.
+  dtype, zero = request.param
   return decisions.build_training(
-      CONFIG, decisions.TrainingDecisions(request.param, 0, 0, 2))
+      CONFIG, decisions.TrainingDecisions(dtype, zero, 0, 2))
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -45,8 +50,10 @@ def test_program_value_equals_evaluate_with_two_microbatches(training,
         rules, c, r.comm_time_s)
     assert r.comm_time_s > 0 or not rules
     hidden += r.overlap.hidden_comm_s
-  if overlap and training.decisions.param_dtype == "float32":
+  if overlap and training.decisions.zero_stage:
     assert hidden > 0  # the overlap terms are exercised, not only plain comm
+  if not training.decisions.zero_stage:
+    assert hidden == 0   # reduced once per step, after the microbatches
 
 
 def test_solve_validates_with_two_microbatches(training):

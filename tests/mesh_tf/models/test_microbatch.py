@@ -115,19 +115,35 @@ def test_the_layout_search_prices_microbatches_like_the_cost_model():
   assert tight.report.step_time_s >= free.report.step_time_s
 
 
-@pytest.mark.parametrize("stage", [0, 1])
-def test_bfloat16_microbatches_lower_the_priced_collectives(values, stage):
-  """The unpipelined microbatched step reduces each microbatch's
-  gradients as it accumulates them (into float32 accumulators), and the
-  cost model prices exactly that: its collectives are the lowering's
-  (a pipelined step instead reduces once per step, see
-  tests/mesh_tf/pipeline/test_gradient_sync.py)."""
-  _, step, r = _run(values, 2, stage, param_dtype="bfloat16")
-  ran = _counts(step.mesh_impl.trace.collectives, lambda c: 1)
-  priced = _counts(r.collectives, lambda c: c.repeats)
-  assert ran == priced
-  grads = len(step.variables)
-  sums = sum(n for (kind, axes, _), n in ran.items()
-             if kind == "allreduce" and "data" in axes)
-  # Each gradient all-reduced per microbatch (and the loss's sums).
-  assert sums % 2 == 0 and sums >= 2 * grads
+def _gradient_syncs(step):
+  """``{accumulate op: [(kind, mesh axes, bytes), ...]}``: the
+  collectives the step ran to reduce each gradient."""
+  out = {}
+  for c in step.mesh_impl.trace.collectives:
+    src = c.source_op or c.op_name
+    if src.endswith("/accumulate") and c.kind != "allsplit":
+      out.setdefault(src, []).append(
+          (c.kind, tuple(c.mesh_axes), c.bytes_per_device))
+  return out
+
+
+@pytest.mark.parametrize("param_dtype", [None, "bfloat16"])
+def test_gradients_are_reduced_once_per_step(values, param_dtype):
+  """The microbatched step sums each gradient's partial sums over its
+  microbatches (through the bfloat16 casts, of both uses of the tied
+  embedding too) and reduces it once per step, as a pipelined step does:
+  one all-reduce per gradient, the same for 2 and 4 microbatches, and the
+  cost model prices exactly the collectives the lowering ran."""
+  stage = 0
+  syncs = []
+  for k in (2, 4):
+    _, step, r = _run(values, k, stage, param_dtype=param_dtype)
+    ran = _counts(step.mesh_impl.trace.collectives, lambda c: 1)
+    priced = _counts(r.collectives, lambda c: c.repeats)
+    assert ran == priced
+    syncs.append(_gradient_syncs(step))
+  two, four = syncs
+  assert sorted(two) == sorted(f"{v.name}/accumulate" for v in step.variables)
+  assert two == four
+  for records in two.values():
+    assert [(k, a) for k, a, _ in records] == [("allreduce", ("data",))]
