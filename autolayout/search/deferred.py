@@ -9,15 +9,16 @@ tables (:mod:`autolayout.search.tables`) lower each op alone on stand-ins
 of its inputs' pending states ``(mesh axes, bytes per device)``;
 :func:`deferred_cast` gives such a stand-in the finish of a deferred cast,
 so that an op that adds two of them stays pending in the narrow dtype and
-an op that forces one runs its casts, as the whole lowering does.
+an op that forces one runs its casts, as the whole lowering does;
+:func:`pending_allreduce_record` is the record forcing a pending sum makes.
 """
 
 import math
 
 from mesh_tf.core import dtypes as dtypes_lib
-from mesh_tf.lowering.laid_out import PendingFinish
+from mesh_tf.lowering.laid_out import LaidOutTensor, PendingFinish
 
-__all__ = ["deferred_cast"]
+__all__ = ["deferred_cast", "pending_allreduce_record"]
 
 
 def deferred_cast(impl, t, state):
@@ -37,3 +38,14 @@ def deferred_cast(impl, t, state):
         lambda x: x, laid, slice_shape=laid.slice_shape, dtype=dtype)
   return PendingFinish(("cast", str(narrow), str(wide)), to(narrow),
                        to(wide))
+
+
+def pending_allreduce_record(mesh_impl, state):
+  """The CollectiveRecord that forcing a pending sum in ``state`` makes
+  (None if its axes all have size 1), as ``mesh_impl`` (a
+  :class:`~mesh_tf.ShapeMeshImpl` of the mesh) records it: a stand-in of
+  the state's bytes per device, all-reduced over its axes."""
+  trace = mesh_impl.trace.collectives
+  before = len(trace)
+  mesh_impl.allreduce(LaidOutTensor((state[1],), "int8"), state[0], "SUM")
+  return trace.pop() if len(trace) > before else None

@@ -44,7 +44,8 @@ from mesh_tf.lowering.lowering import lower_operation
 from mesh_tf.lowering.shape_impl import ShapeMeshImpl
 from mesh_tf.ops.storage import StorageGatherOperation, StorageScatterOperation
 from autolayout.search import assignments
-from autolayout.search.deferred import deferred_cast
+from autolayout.search.deferred import (deferred_cast,
+                                         pending_allreduce_record)
 from autolayout.errors import TimeLimitError
 from autolayout.search.view import op_signature
 
@@ -132,17 +133,6 @@ def lower_op(op, mesh_shape, rules, input_states, pricer):
   return Outcome(True, compute, comm, tuple(outs), frozenset(forced),
                  comm_by_axis=tuple(sorted((by_axis or {}).items())),
                  wait_by_axis=tuple(sorted(waits.items())))
-
-
-def pending_allreduce_record(mesh_impl, state):
-  """The CollectiveRecord that forcing a pending sum in ``state`` makes
-  (None if its axes all have size 1), as ``mesh_impl`` (a
-  :class:`~mesh_tf.ShapeMeshImpl` of the mesh) records it: a stand-in of
-  the state's bytes per device, all-reduced over its axes."""
-  trace = mesh_impl.trace.collectives
-  before = len(trace)
-  mesh_impl.allreduce(LaidOutTensor((state[1],), "int8"), state[0], "SUM")
-  return trace.pop() if len(trace) > before else None
 
 
 def _maximal(scopes):
