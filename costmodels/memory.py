@@ -60,6 +60,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from costmodels import kernel_copies
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import convert_to_layout_rules
@@ -446,7 +447,9 @@ class Liveness:
 def liveness(graph, outputs=None, schedule_ops=None, check=None):
   """The :class:`Liveness` of ``graph``: ``schedule_ops`` (default
   :func:`schedule`) and :func:`live_intervals` under it, with ``outputs``
-  (default: unread tensors) kept live to the end.  ``check``: as
+  (default: unread tensors) kept live to the end, and the buffers each
+  op's kernel makes while it runs (:mod:`costmodels.kernel_copies`), live
+  at its step.  ``check``: as
   :func:`schedule`, also called before the intervals."""
   check = check or _no_check
   if schedule_ops is None:
@@ -455,6 +458,7 @@ def liveness(graph, outputs=None, schedule_ops=None, check=None):
   else:
     check()
     step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
+  intervals = {**intervals, **kernel_copies.copy_intervals(step_ops)}
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),
                   len(graph.operations), tuple(step_ops))
