@@ -17,14 +17,15 @@ Measured against the BFC allocator's events in
 import dataclasses
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class KernelCopy:
   """A buffer ``operation``'s kernel makes while it runs (the ``index``-th
-  it declares), of ``shape`` and ``dtype``: priced as an activation."""
+  it declares), of ``shape`` and ``dtype``: priced as an activation.  Equal
+  to another of the same op and index (each liveness makes its own)."""
   operation: object
-  shape: object
-  dtype: object
-  index: int
+  shape: object = dataclasses.field(compare=False)
+  dtype: object = dataclasses.field(compare=False)
+  index: int = 0
 
   #: Not a gradient of any variable (what the memory categories read).
   gradient_of = None

@@ -366,14 +366,15 @@ def _step_intervals(graph, schedule_ops, outputs):
 
 
 def live_sets(graph, schedule_ops, outputs=None):
-  """For each step, the list of tensors live then (graph order within a step).
+  """For each step, the list of tensors live then (graph order within a step),
+  and the buffers the step's kernel makes (:mod:`costmodels.kernel_copies`).
 
   ``O(steps x live tensors)``; :func:`peak_memory` uses
   :func:`live_intervals` and a sweep instead.
   """
-  step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
-  sets = [[] for _ in step_ops]
-  for t, (a, b) in intervals.items():
+  live = liveness(graph, outputs, schedule_ops)
+  sets = [[] for _ in live.step_ops]
+  for t, a, b in live.intervals:
     for i in range(a, b + 1):
       sets[i].append(t)
   return sets
