@@ -22,7 +22,10 @@ each allocation of a steady step to the device of the op that made it
 and follows each device's bytes through the step.  A device's peak is the
 variables it holds plus the most its step added at once; the largest over
 the devices is compared with ``CostReport.peak_memory_bytes`` ("peak",
-the headline).
+the headline).  The allocator hands out a free chunk whole unless it is
+twice the request, so a buffer can weigh up to 2x its tensor: "tensors"
+is the same device peak with each buffer weighed by its tensor's own
+bytes (``requested_bytes``), what the memory model counts.
 
 Per layout (each built alone, the others freed): the variables are the
 bytes of the slices the runtime holds on each device after the first call

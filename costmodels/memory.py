@@ -27,6 +27,9 @@ The model, which the layout optimizer reproduces exactly:
   terms) until the iteration ends; at the accumulate step the new sums
   (:attr:`~mesh_tf.ops.while_loop.WhileLoopOperation.accumulator_sums`)
   are live too.
+* **Kernel copies.** The buffers an op's kernel makes besides its output
+  (an einsum's transposed operands and product, a convolution's padded
+  input: :mod:`costmodels.kernel_copies`) are live at its step alone.
 * **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
   slice under the layout rules (the size of the slice the lowering creates).
 * **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
