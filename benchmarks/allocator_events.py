@@ -74,14 +74,10 @@ def op_devices(graph):
   return out
 
 
-def step_peaks(tf, call, graph):
-  """``(peaks, unattributed)``: per device index, the most bytes the
-  second of two ``call()``s held at once beyond what the device held when
-  that call began; and the largest bytes held by allocations no device
-  could be found for (see the module docstring).  ``graph``: the step's
-  traced graph, for :func:`op_devices`."""
+def profile_step(tf, call):
+  """The allocator events of the second of two ``call()``s and the one
+  before it (see :func:`_events`): ``(events, (start, end))``."""
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=import-outside-toplevel
-  devices = op_devices(graph)
   with tempfile.TemporaryDirectory() as logdir:
     tf.profiler.experimental.start(logdir)
     try:
@@ -99,23 +95,59 @@ def step_peaks(tf, call, graph):
     raise RuntimeError(
         "the profile holds no marked step or no allocator events: is TF's "
         "BFC host allocator on (import mesh_tf before TensorFlow starts)?")
+  return events, mark
+
+
+#: What a buffer weighs: ``allocation_bytes``, the chunk the BFC allocator
+#: handed out (it does not split a free chunk under twice the request, so a
+#: buffer can hold up to 2x its tensor); ``requested_bytes``, the tensor's
+#: own bytes.
+WEIGHTS = ("allocation_bytes", "requested_bytes")
+
+
+def device_peaks(events, mark, devices, weight="allocation_bytes",
+                 buffers=False):
+  """``(peaks, unattributed)`` of a profiled step (:func:`profile_step`)
+  with each buffer weighed by ``weight`` (one of :data:`WEIGHTS`); with
+  ``buffers``, also ``{device: [(tf_op, bytes, made in the marked call),
+  ...]}``, the buffers the device held at its peak."""
   start, end = mark
   owner, held = {}, collections.Counter()
-  base, peak = None, collections.Counter()
+  base, peak, live, at_peak = None, collections.Counter(), {}, {}
   for t, alloc, st in events:
     if base is None and t >= start:
       base = dict(held)
     if t > end:
       break
-    addr, nbytes = st["addr"], st["allocation_bytes"]
+    addr = st["addr"]
     if alloc:
+      nbytes = st.get(weight) or st["allocation_bytes"]
       op = st.get("tf_op") or ""
       d = devices.get(op.split("/")[0], devices.get(op))
-      owner[addr] = d
+      owner[addr] = (d, nbytes)
       held[d] += nbytes
-      if base is not None:
-        peak[d] = max(peak[d], held[d] - base.get(d, 0))
+      if buffers:
+        live[addr] = (d, op, nbytes, base is not None)
+      if base is not None and held[d] - base.get(d, 0) > peak[d]:
+        peak[d] = held[d] - base.get(d, 0)
+        if buffers:
+          at_peak[d] = [(o, n, new) for dd, o, n, new in live.values()
+                        if dd == d]
     elif addr in owner:
-      held[owner.pop(addr)] -= nbytes
+      d, nbytes = owner.pop(addr)
+      held[d] -= nbytes
+      live.pop(addr, None)
   unattributed = peak.pop(None, 0)
+  if buffers:
+    return dict(peak), unattributed, at_peak
   return dict(peak), unattributed
+
+
+def step_peaks(tf, call, graph, weight="allocation_bytes"):
+  """``(peaks, unattributed)``: per device index, the most bytes the
+  second of two ``call()``s held at once beyond what the device held when
+  that call began; and the largest bytes held by allocations no device
+  could be found for (see the module docstring).  ``graph``: the step's
+  traced graph, for :func:`op_devices`; ``weight``: see :data:`WEIGHTS`."""
+  events, mark = profile_step(tf, call)
+  return device_peaks(events, mark, op_devices(graph), weight)

@@ -22,7 +22,10 @@ each allocation of a steady step to the device of the op that made it
 and follows each device's bytes through the step.  A device's peak is the
 variables it holds plus the most its step added at once; the largest over
 the devices is compared with ``CostReport.peak_memory_bytes`` ("peak",
-the headline).
+the headline).  The allocator hands out a free chunk whole unless it is
+twice the request, so a buffer can weigh up to 2x its tensor: "tensors"
+is the same device peak with each buffer weighed by its tensor's own
+bytes (``requested_bytes``), what the memory model counts.
 
 Per layout (each built alone, the others freed): the variables are the
 bytes of the slices the runtime holds on each device after the first call
@@ -91,14 +94,16 @@ def variable_bytes(step):
 
 
 def measure_layout(tf, build, mesh, rules, devices):
-  """``(variables, held, peak, device_peak, unattributed)``: bytes per
+  """``(variables, held, peak, device_peak, unattributed, tensor_peak)``: bytes per
   device of the variable slices the runtime holds, and of what the
   allocator holds after the first call (variables and the step's
   constants) and its peak over a steady step (its totals over the devices,
   see the module docstring); the largest over the devices of the
   variables a device holds plus the most its steady step added at once
-  (:func:`benchmarks.allocator_events.step_peaks`), and the bytes of
-  allocations no device was found for."""
+  (:func:`benchmarks.allocator_events.device_peaks`), the bytes of
+  allocations no device was found for, and the device peak again with
+  each buffer weighed by its tensor's bytes (``requested_bytes``) rather
+  than the allocator's chunk."""
   from benchmarks import allocator_events
   from mesh_tf import training
   from mesh_tf.training import optimize
@@ -117,14 +122,20 @@ def measure_layout(tf, build, mesh, rules, devices):
   variables = variable_bytes(step)
   by_device = {int(re.search(r"CPU:(\d+)$", k).group(1)): b
                for k, b in variable_bytes_by_device(step).items()}
-  peaks, unattributed = allocator_events.step_peaks(
-      tf, lambda: step(**feeds).numpy(), step.concrete_function().graph)
-  device_peak = max(by_device.get(d, 0) + b
-                    for d, b in peaks.items())
+  events, mark = allocator_events.profile_step(
+      tf, lambda: step(**feeds).numpy())
+  owners = allocator_events.op_devices(step.concrete_function().graph)
+  device_peak = {}
+  for weight in allocator_events.WEIGHTS:
+    peaks, unattributed = allocator_events.device_peaks(events, mark, owners,
+                                                        weight)
+    device_peak[weight] = max(by_device.get(d, 0) + b
+                              for d, b in peaks.items())
   step = model = feeds = None   # the call above holds them: free them now
   gc.collect()
-  return (variables, held / len(devices), peak / len(devices), device_peak,
-          unattributed)
+  return (variables, held / len(devices), peak / len(devices),
+          device_peak["allocation_bytes"], unattributed,
+          device_peak["requested_bytes"])
 
 
 def predict(build, mesh, rules, topology):
@@ -186,25 +197,30 @@ def main(argv=None):
   mib = 2 ** 20
   for name in args.models:
     build, layouts = zoo[name]
-    var_err, sum_err, dev_err, old_sum, old_dev = [], [], [], [], []
+    var_err, sum_err, dev_err, old_sum, old_dev, req_err = ([], [], [], [],
+                                                            [], [])
     for label, mesh, rules in layouts:
       pv, pp, po = predict(build, mesh, rules, topology)
-      mv, mh, ms, md, lost = measure_layout(tf, build, mesh, rules, devices)
+      mv, mh, ms, md, lost, mr = measure_layout(tf, build, mesh, rules,
+                                                devices)
       var_err.append(_err(pv, mv))
       sum_err.append(_err(pp, ms))
       dev_err.append(_err(pp, md))
       old_sum.append(_err(po, ms))
       old_dev.append(_err(po, md))
+      req_err.append(_err(pp, mr))
       print(f"{name:16s} {label:14s} variables {pv / mib:7.3f} MiB "
             f"({var_err[-1]:+.1%}); peak predicted {pp / mib:7.3f}, "
             f"measured per device {md / mib:7.3f} ({dev_err[-1]:+.1%}), "
+            f"tensors {mr / mib:7.3f} ({req_err[-1]:+.1%}), "
             f"allocator/8 {ms / mib:7.3f} ({sum_err[-1]:+.1%}; holds "
             f"{mh / mib:.3f} between steps; unattributed "
             f"{lost / mib:.3f}); schedule alone {po / mib:7.3f} "
             f"({old_dev[-1]:+.1%} per device, {old_sum[-1]:+.1%} "
             "allocator/8)", flush=True)
     out[name] = {}
-    for key, errs in (("peak", dev_err), ("allocator_peak", sum_err),
+    for key, errs in (("peak", dev_err), ("tensor_peak", req_err),
+                      ("allocator_peak", sum_err),
                       ("schedule_peak", old_dev),
                       ("schedule_allocator_peak", old_sum),
                       ("variables", var_err)):

@@ -27,6 +27,9 @@ The model, which the layout optimizer reproduces exactly:
   terms) until the iteration ends; at the accumulate step the new sums
   (:attr:`~mesh_tf.ops.while_loop.WhileLoopOperation.accumulator_sums`)
   are live too.
+* **Kernel copies.** The buffers an op's kernel makes besides its output
+  (an einsum's transposed operands and product, a convolution's padded
+  input: :mod:`costmodels.kernel_copies`) are live at its step alone.
 * **Bytes.** A tensor takes ``tensor_bytes_per_device`` on every device: its
   slice under the layout rules (the size of the slice the lowering creates).
 * **Peak.** ``peak = max_i sum_{t live at i} bytes(t)``, each tensor counted
@@ -60,6 +63,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from costmodels import kernel_copies
 from mesh_tf.core import dtypes as dtypes_lib
 from mesh_tf.core.errors import MtfError
 from mesh_tf.core.layout import convert_to_layout_rules
@@ -371,14 +375,15 @@ def _step_intervals(graph, schedule_ops, outputs):
 
 
 def live_sets(graph, schedule_ops, outputs=None):
-  """For each step, the list of tensors live then (graph order within a step).
+  """For each step, the list of tensors live then (graph order within a step),
+  and the buffers the step's kernel makes (:mod:`costmodels.kernel_copies`).
 
   ``O(steps x live tensors)``; :func:`peak_memory` uses
   :func:`live_intervals` and a sweep instead.
   """
-  step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
-  sets = [[] for _ in step_ops]
-  for t, (a, b) in intervals.items():
+  live = liveness(graph, outputs, schedule_ops)
+  sets = [[] for _ in live.step_ops]
+  for t, a, b in live.intervals:
     for i in range(a, b + 1):
       sets[i].append(t)
   return sets
@@ -452,7 +457,9 @@ class Liveness:
 def liveness(graph, outputs=None, schedule_ops=None, check=None):
   """The :class:`Liveness` of ``graph``: ``schedule_ops`` (default
   :func:`schedule`) and :func:`live_intervals` under it, with ``outputs``
-  (default: unread tensors) kept live to the end.  ``check``: as
+  (default: unread tensors) kept live to the end, and the buffers each
+  op's kernel makes while it runs (:mod:`costmodels.kernel_copies`), live
+  at its step.  ``check``: as
   :func:`schedule`, also called before the intervals."""
   check = check or _no_check
   if schedule_ops is None:
@@ -461,6 +468,7 @@ def liveness(graph, outputs=None, schedule_ops=None, check=None):
   else:
     check()
     step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
+  intervals = {**intervals, **kernel_copies.copy_intervals(step_ops)}
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),
                   len(graph.operations), tuple(step_ops))

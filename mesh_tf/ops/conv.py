@@ -23,6 +23,7 @@ kernels on the halo-extended slices and sums over split batch and spatial
 dims lazily.
 """
 
+import itertools
 import math
 
 from mesh_tf.core import dims as dims_lib
@@ -108,6 +109,33 @@ class _ConvGeometry:
     names |= {d.name for i, d in enumerate(self.spatial)
               if not self.splittable(i)}
     return frozenset(names)
+
+  def extended_shapes(self, x_shape):
+    """The copy of an input slice that :meth:`extend` makes, as shapes
+    whose slice bytes add up to its bytes under every layout.
+
+    Along each spatial dim with padding ``b + a`` the copy holds ``n / k +
+    b + a`` rows, whether the dim is split over ``k`` devices (the halo
+    exchange's ``concat``) or not (``k = 1``, the ``Pad``): TF pads in a
+    kernel of its own, as grappler's light passes leave it, not inside
+    the convolution.  The product over the dims expands into one term per
+    subset of them: the subset's dims stay (split as the layout says) and
+    each other dim is replaced by its padding, folded into the size of the
+    term's first dim.
+    """
+    padded = [(d.name, b + a) for d, (b, a) in zip(self.spatial, self.pads)
+              if b + a]
+    if not padded:
+      return ()
+    out = []
+    for keep in itertools.product((True, False), repeat=len(padded)):
+      dropped = [(n, p) for (n, p), k in zip(padded, keep) if not k]
+      gone = {n for n, _ in dropped}
+      dims = [d for d in x_shape if d.name not in gone]
+      factor = math.prod(p for _, p in dropped)
+      dims[0] = dims_lib.Dimension(dims[0].name, dims[0].size * factor)
+      out.append(dims_lib.Shape(dims))
+    return tuple(out)
 
   def extend(self, impl, op, laid, x_shape):
     """Halo-exchanges split spatial dims and zero-pads the others.
@@ -202,6 +230,11 @@ class ConvOperation(Operation):
     """The filter's spatial dims: split spatial dims exchange halos."""
     return self.geometry.unsplittable()
 
+  def kernel_copy_shapes(self):
+    """The input's zero-padded, halo-extended copy, live while the kernel
+    runs (:meth:`_ConvGeometry.extended_shapes`)."""
+    return self.geometry.extended_shapes(self.inputs[0].shape)
+
   def cost_params(self):
     g = self.geometry
     return (tuple(self.spatial_names), tuple(self.filter_spatial_names),
@@ -295,6 +328,11 @@ class ConvFilterGradOperation(Operation):
   @property
   def unsplittable_dims(self):
     return self.conv_op.geometry.unsplittable()
+
+  def kernel_copy_shapes(self):
+    """The input's zero-padded, halo-extended copy, live while the kernel
+    runs (:meth:`_ConvGeometry.extended_shapes`)."""
+    return self.conv_op.geometry.extended_shapes(self.inputs[0].shape)
 
   def cost_params(self):
     return (self.conv_op.signature,)

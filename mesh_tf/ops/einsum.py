@@ -16,7 +16,7 @@ import math
 from mesh_tf.core import dims as dims_lib
 from mesh_tf.core.errors import ShapeError
 from mesh_tf.graph import Operation, Tensor
-from mesh_tf.lowering import einsum_kernels
+from mesh_tf.lowering import einsum_kernels, kernel_copies
 from mesh_tf.lowering.lazy_tf import tf
 from mesh_tf.lowering.mesh_impl import LazyAllreduceSum
 from mesh_tf.ops.base import align_slice, einsum_letters, is_float
@@ -65,6 +65,19 @@ class EinsumOperation(Operation):
             f"({[str(x.shape) for x in xs]})")
     dtype = xs[0].dtype
     self._outputs = [Tensor(self, output_shape, dtype)]
+
+  def kernel_copy_shapes(self):
+    """The shapes of the buffers this op's slice kernel makes besides its
+    output, live while it runs: operands it transposes or reorders and a
+    product it transposes into the output
+    (:func:`mesh_tf.lowering.kernel_copies.einsum_copies`)."""
+    if len(self.inputs) != 2:
+      return ()
+    out = self.outputs[0]
+    eq = einsum_letters([x.shape for x in self.inputs], out.shape)
+    shapes = {"a": self.inputs[0].shape, "b": self.inputs[1].shape,
+              "out": out.shape}
+    return tuple(shapes[r] for r in kernel_copies.einsum_copies(eq))
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)

@@ -23,6 +23,27 @@ def _chain():
   return g, [mtf.reduce_sum(y)]
 
 
+def _einsum_copies():
+  """A product whose kernel copies its second operand (costmodels.kernel_copies)."""
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  q = mtf.get_variable(mesh, "q", "b:4,l:8,k:4", trainable=False)
+  k = mtf.get_variable(mesh, "k", "m:8,b:4,k:4", trainable=False)
+  s = mtf.einsum([mtf.exp(q), mtf.exp(k)], output_shape="b:4,l:8,m:8")
+  return g, [mtf.reduce_sum(s)]
+
+
+def _conv_copies():
+  """A padded 2-D convolution: its kernel copies the padded,
+  halo-extended input (costmodels.kernel_copies)."""
+  g = mtf.Graph()
+  mesh = mtf.Mesh(g, "m")
+  x = mtf.get_variable(mesh, "x", "b:4,rows:8,cols:8,c:2", trainable=False)
+  w = mtf.get_variable(mesh, "w", "fr:3,fc:3,c:2,f:2", trainable=False)
+  y = mtf.conv2d(mtf.exp(x), w, padding="SAME")
+  return g, [mtf.reduce_sum(y)]
+
+
 def _peak_from_steps(ms, space, rules):
   """Peak bytes per device of ``rules`` over the kept steps."""
   coeffs = memory_steps.step_coefficients(ms, space)
@@ -44,7 +65,8 @@ def test_compress_merges_equal_steps_and_drops_dominated_ones():
         assert not (ms.bytes[i] <= ms.bytes[j]).all()
 
 
-@pytest.mark.parametrize("make", [_chain, graphs.mlp, graphs.merged_sums])
+@pytest.mark.parametrize("make", [_chain, graphs.mlp, graphs.merged_sums,
+                                  _einsum_copies, _conv_copies])
 @pytest.mark.parametrize("mesh", ["rows:2;cols:4", "x:2;y:2;z:2"])
 def test_kept_steps_give_the_cost_models_peak_under_every_layout(make, mesh):
   g, outs = make()
