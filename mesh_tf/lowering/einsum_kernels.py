@@ -18,14 +18,17 @@ An equation that is one matrix product once adjacent letters are merged
 (``abc,cd->abd``, ``abcd,abe->ecd``: no batch letter, each operand's free
 and contracted letters in two blocks, the output one operand's free block
 then the other's) runs as ``tf.matmul`` on reshaped slices, which needs no
-copy, when lowering into a ``tf.compat.v1`` graph (Session mode).  On the
-Session benchmark (benchmarks/mtf_port.py, 1 layer) that cut the step's CPU
-time by a quarter against ``tf.einsum``'s oneDNN kernel on the same slices.
+copy, when lowering into a graph: a ``tf.compat.v1`` graph (Session mode)
+or a ``tf.function`` (``TrainStep``, ``DecodeStep``).  On the Session
+benchmark (benchmarks/mtf_port.py, 1 layer) that cut the step's CPU time by
+a quarter against ``tf.einsum``'s oneDNN kernel on the same slices, and
+``TrainStep``'s steady step by 9% (1 and 8 layers).
 Any other product of two operands (batch letters, or operands whose letters
 need reordering, as attention's ``abcd,aecd->abce``) runs there as explicit
 transposes around one batched ``tf.matmul`` (:func:`batched_plan`): 3% less
 CPU per Session step of that benchmark at 1 and 8 layers, both lowerings
-stepped in turn in one process.
+stepped in turn in one process.  Eager lowering keeps ``tf.einsum`` (one
+op per slice instead of two to four, each with eager's dispatch cost).
 """
 
 import math
@@ -95,8 +98,7 @@ def swaps_operands(eq):
 
 def product_matrix(eq, shapes):
   """``(batch, rows, cols)`` of the matrix product :func:`einsum_kernel`
-  runs for the two-operand ``eq`` on slices of ``shapes`` outside a
-  Session graph: the size of its batch letters (in both operands and the
+  runs for the two-operand ``eq`` on slices of ``shapes``: the size of its batch letters (in both operands and the
   output), and those of the free letters (in the output, not in the other
   operand) of its first operand and of its second, in the order it runs
   them (see :func:`swaps_operands`); ``()`` for a broadcast product or any
@@ -366,20 +368,18 @@ def _batched_kernel(eq, plan):
   return kernel
 
 
-def _in_session_graph():
-  """Whether ops are being built into a plain ``tf.compat.v1`` graph (the
-  Session mode), not eagerly nor into a ``tf.function``.
+def _in_graph():
+  """Whether ops are being built into a graph -- a plain ``tf.compat.v1``
+  graph (the Session mode) or a ``tf.function`` (``TrainStep``,
+  ``DecodeStep``) -- not run eagerly.
 
-  Only there do matrix products run as ``tf.matmul``: it is where the
-  einsum kernel's overhead was measured, and eager and ``tf.function``
-  steps (``TrainStep``, ``DecodeStep``) keep ``tf.einsum``'s exact
-  rounding, which their tests compare across runs at 1e-6.
+  Only there do products run as (batched) ``tf.matmul`` and sums as
+  ``tf.reduce_sum``: a graph's reshapes and transposes cost little per
+  step, while each eager op costs a dispatch.
   """
   if "tensorflow" not in sys.modules:
     return False  # shape-only lowering (the cost model) never loads TF
-  if tf.executing_eagerly():
-    return False
-  return not tf.compat.v1.get_default_graph().building_function
+  return not tf.executing_eagerly()
 
 
 def einsum_kernel(eq, slice_shapes=None):
@@ -387,21 +387,29 @@ def einsum_kernel(eq, slice_shapes=None):
 
   Args:
     eq: the slice-level equation.
-    slice_shapes: the inputs' static slice shapes; with them, in a
-      ``tf.compat.v1`` graph, an equation that is one matrix product runs
-      as ``tf.matmul``, any other two-operand product as transposes around
-      a batched ``tf.matmul``.  There a one-operand sum runs as
-      ``tf.reduce_sum`` (shapes or not).  Elsewhere a product runs as
-      ``tf.einsum``, with its operands swapped where that makes it a plain
-      or batched product (:func:`swaps_operands`).
+    slice_shapes: the inputs' static slice shapes; with them, in a graph
+      (``tf.compat.v1`` or ``tf.function``), an equation that is one matrix
+      product runs as ``tf.matmul``, any other two-operand product as
+      transposes around a batched ``tf.matmul``.  There a one-operand sum
+      runs as ``tf.reduce_sum`` (shapes or not).  Eagerly a product runs as
+      ``tf.einsum``.  Either way its operands are swapped where that makes
+      it a plain or batched product (:func:`swaps_operands`), so that
+      :func:`einsum_pattern` and :func:`product_matrix` name what runs.
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
   """
-  if _in_session_graph():
+  if _in_graph():
     plan = matmul_plan(eq) if slice_shapes is not None else None
     if plan is not None:
       return _matmul_kernel(eq, plan, slice_shapes)
+    if slice_shapes is not None and swaps_operands(eq):
+      # As tf.einsum below: the other order writes the output as it is
+      # (no transpose of the product), the pattern einsum_pattern names.
+      plan = batched_plan(swapped(eq), list(slice_shapes)[::-1])
+      if plan is not None:
+        kernel = _batched_kernel(swapped(eq), plan)
+        return lambda a, b: kernel(b, a)
     plan = batched_plan(eq, slice_shapes) if slice_shapes is not None else None
     if plan is not None:
       return _batched_kernel(eq, plan)

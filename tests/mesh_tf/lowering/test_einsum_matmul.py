@@ -82,6 +82,25 @@ def test_operands_reading_one_tensor_share_its_transpose():
   assert logits[3] == grad_q[3] == [0, 2, 1, 3]
 
 
+@pytest.mark.parametrize("eq", ["abc,abd->adc", "abcd,abce->aed"])
+def test_batched_products_with_the_other_operand_first_swap_operands(eq):
+  # The output lists the second operand's free letters first: run as the
+  # swapped product, it needs no transpose, the pattern einsum_pattern
+  # names and the matrix product_matrix gives.
+  assert einsum_kernels.swaps_operands(eq)
+  assert einsum_kernels.einsum_pattern(eq) == "batched"
+  ins = eq.split("->")[0].split(",")
+  rng = np.random.default_rng(9)
+  ts = [tf.constant(_value(w, rng)) for w in ins]
+  kernel = _session_kernel(eq, [t.shape.as_list() for t in ts])
+  graph = tf.function(kernel).get_concrete_function(*ts).graph
+  types_ = [op.type for op in graph.get_operations()]
+  assert "Transpose" not in types_ and types_.count("BatchMatMulV2") == 1
+  np.testing.assert_allclose(kernel(*ts), np.einsum(eq, *[t.numpy()
+                                                        for t in ts]),
+                             rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("eq", ["abc,abc->abc", "ab,cd->abcd", "aab,bc->ac",
                                 "abc,bd->ad", "abc->c"])
 def test_equations_that_are_not_two_operand_products_have_no_batched_plan(
@@ -125,18 +144,22 @@ def test_integer_slices_keep_tf_einsum():
                                 np.einsum("ab,bc->ac", a, b))
 
 
-def test_eager_and_tf_function_steps_keep_tf_einsum():
+def test_eager_keeps_tf_einsum_and_tf_function_steps_run_matmul():
   rng = np.random.default_rng(4)
   a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
   eager = einsum_kernels.einsum_kernel("abc,cd->abd", [a.shape, b.shape])
 
   @tf.function(autograph=False)
   def traced(x, y):
+    # As TrainStep lowers: the kernel is made while tracing.
     return einsum_kernels.einsum_kernel("abc,cd->abd", [x.shape, y.shape])(
         x, y)
   graph = traced.get_concrete_function(a, b).graph
-  assert "Einsum" in {op.type for op in graph.get_operations()}
+  types_ = {op.type for op in graph.get_operations()}
+  assert "MatMul" in types_ and "Einsum" not in types_
   np.testing.assert_array_equal(eager(a, b), tf.einsum("abc,cd->abd", a, b))
+  np.testing.assert_allclose(traced(a, b), np.einsum("abc,cd->abd", a, b),
+                             rtol=1e-5, atol=1e-5)
 
 
 SUMS = ["abc->c", "abc->ac", "abc->", "abc->ca", "abc->cba", "ab->ab",
