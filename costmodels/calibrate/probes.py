@@ -335,18 +335,26 @@ KERNEL_SIZES = ((1, 8, 8), (1, 16, 8), (1, 32, 8), (1, 64, 8), (1, 8, 32),
 def kernel_probes(impl, dtype, itemsize, sync, sizes=KERNEL_SIZES,
                   max_reps=0):
   """Probes ``kernel``: chains of ``[batch, rows, 8] x [batch, 8, cols]``
-  products on every device of ``impl`` at once, one per ``sizes`` entry
+  products (``[rows, 8] x [8, cols]`` for a batch of one) on every device
+  of ``impl`` at once, through the kernels a step runs for them, one per ``sizes`` entry
   (default :data:`KERNEL_SIZES`), of 6 reps or at most ``max_reps`` (0: no
   cap).  Their FLOPs are negligible: what they time is whether the kernel
   hands its work to a thread pool, and what each matrix of a batch costs
   (see :func:`costmodels.calibrate.threaded_kernel.fit_threaded_kernel`)."""
-  return [_einsum_probe(
-      impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
-      Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="batched",
-             matrix=(batch, rows, cols)),
-      "abc,acd->abd", (batch, rows, 8), (batch, 8, cols), itemsize, sync,
-      reps=6, max_reps=max_reps)
-          for batch, rows, cols in sizes]
+  out = []
+  for batch, rows, cols in sizes:
+    # A batch of one as a step runs it: a plain product (MatMul), not a
+    # batched one (BatchMatMulV2, whose kernel hands work to the thread
+    # pool at other sizes).
+    eq, xs, ws = (("ac,cd->ad", (rows, 8), (8, cols)) if batch == 1 else
+                  ("abc,acd->abd", (batch, rows, 8), (batch, 8, cols)))
+    out.append(_einsum_probe(
+        impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
+        Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype,
+               pattern=einsum_kernels.einsum_pattern(eq),
+               matrix=(batch, rows, cols)),
+        eq, xs, ws, itemsize, sync, reps=6, max_reps=max_reps))
+  return out
 
 
 def einsum_flops(eq, xs, ws):

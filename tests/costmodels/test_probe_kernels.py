@@ -68,3 +68,16 @@ def test_einsum_probes_time_the_kernel_a_step_runs(pattern, eq, xs, ws):
     assert types_.count(op) == products * step.count(op), (op, types_, step)
   probe.warm()
   assert probe.once() > 0
+
+
+def test_tiny_product_probes_run_a_batch_of_one_as_a_plain_product():
+  # As a step runs a product with no batch letter: MatMul, not BatchMatMul.
+  devices = mtf.logical_cpu_devices(2)
+  impl = PlacementMeshImpl("x:2", "", devices)
+  one, four = probes.kernel_probes(impl, "float32", 4, lambda _: None,
+                                   sizes=((1, 8, 16), (4, 8, 16)))
+  assert one.sample.matrix == (1, 8, 16) and four.sample.matrix == (4, 8, 16)
+  types_ = _op_types(one._fns[0])  # pylint: disable=protected-access
+  assert "MatMul" in types_ and "BatchMatMulV2" not in types_
+  types_ = _op_types(four._fns[0])  # pylint: disable=protected-access
+  assert "BatchMatMulV2" in types_ and "MatMul" not in types_
