@@ -4,13 +4,9 @@ lowering.
 Every probe runs the code a lowered step runs: the collectives of
 :class:`mesh_tf.PlacementMeshImpl` (``allreduce``, ``allconcat``,
 ``allsplit``, ``alltoall``, ``shift_by_n_processors``) and its slicewise
-kernels, fused as in a step, inside one ``tf.function``, called as
-``TrainStep`` calls its step: with grappler reduced to the same few passes
-(:data:`mesh_tf.lowering.tf_private.LIGHT_PASSES`; TF's full grappler
-would fold a transpose into the matrix product after it, which the step's
-passes do not).  An einsum runs the kernel the lowering makes for its
-slice shapes in a ``tf.function`` (:func:`einsum_kernel_for`: a
-``tf.matmul``, or transposes around a batched one).  A probe chains
+kernels, fused as in a step, inside one ``tf.function``.  An einsum runs
+the kernel the lowering makes for its slice shapes inside a
+``tf.function`` (:func:`einsum_kernel_for`).  A probe chains
 ``reps`` repetitions of one *rep* and is timed against an empty call that
 only reads its inputs; :meth:`Probe.once` returns one paired difference per
 rep.  Probes are prepared once and can be timed in any order and as often
@@ -44,7 +40,6 @@ import time
 
 from costmodels.calibrate.timings import CalibrationError, Sample
 from mesh_tf.lowering import einsum_kernels
-from mesh_tf.lowering.tf_private import CallOptions
 
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "permute", "allsplit")
 
@@ -65,14 +60,11 @@ class Probe:
   def __init__(self, label, sample, fns, reps, sync):
     self.label, self.sample = label, sample
     self._fns, self._reps, self._sync = fns, reps, sync
-    self._options = CallOptions()
 
   def _call(self, fn):
-    # The step's grappler passes (a training step probe sets them itself).
-    with self._options.scope(optimize="light"):
-      t0 = time.perf_counter()
-      self._sync(fn())
-      return time.perf_counter() - t0
+    t0 = time.perf_counter()
+    self._sync(fn())
+    return time.perf_counter() - t0
 
   def warm(self):
     """Traces, optimises and runs each function once."""
@@ -335,26 +327,18 @@ KERNEL_SIZES = ((1, 8, 8), (1, 16, 8), (1, 32, 8), (1, 64, 8), (1, 8, 32),
 def kernel_probes(impl, dtype, itemsize, sync, sizes=KERNEL_SIZES,
                   max_reps=0):
   """Probes ``kernel``: chains of ``[batch, rows, 8] x [batch, 8, cols]``
-  products (``[rows, 8] x [8, cols]`` for a batch of one) on every device
-  of ``impl`` at once, through the kernels a step runs for them, one per ``sizes`` entry
+  products on every device of ``impl`` at once, one per ``sizes`` entry
   (default :data:`KERNEL_SIZES`), of 6 reps or at most ``max_reps`` (0: no
   cap).  Their FLOPs are negligible: what they time is whether the kernel
   hands its work to a thread pool, and what each matrix of a batch costs
   (see :func:`costmodels.calibrate.threaded_kernel.fit_threaded_kernel`)."""
-  out = []
-  for batch, rows, cols in sizes:
-    # A batch of one as a step runs it: a plain product (MatMul), not a
-    # batched one (BatchMatMulV2, whose kernel hands work to the thread
-    # pool at other sizes).
-    eq, xs, ws = (("ac,cd->ad", (rows, 8), (8, cols)) if batch == 1 else
-                  ("abc,acd->abd", (batch, rows, 8), (batch, 8, cols)))
-    out.append(_einsum_probe(
-        impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
-        Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype,
-               pattern=einsum_kernels.einsum_pattern(eq),
-               matrix=(batch, rows, cols)),
-        eq, xs, ws, itemsize, sync, reps=6, max_reps=max_reps))
-  return out
+  return [_einsum_probe(
+      impl, f"matrix product {batch}x{rows}x{cols}, {impl.size} device(s)",
+      Sample("kernel", "", impl.size, 0, 0.0, 0.0, dtype, pattern="batched",
+             matrix=(batch, rows, cols)),
+      "abc,acd->abd", (batch, rows, 8), (batch, 8, cols), itemsize, sync,
+      reps=6, max_reps=max_reps)
+          for batch, rows, cols in sizes]
 
 
 def einsum_flops(eq, xs, ws):

@@ -18,17 +18,15 @@ An equation that is one matrix product once adjacent letters are merged
 (``abc,cd->abd``, ``abcd,abe->ecd``: no batch letter, each operand's free
 and contracted letters in two blocks, the output one operand's free block
 then the other's) runs as ``tf.matmul`` on reshaped slices, which needs no
-copy, when lowering into a graph: a ``tf.compat.v1`` graph (Session mode)
-or a ``tf.function`` (``TrainStep``, ``DecodeStep``).  On the Session
-benchmark (benchmarks/mtf_port.py, 1 layer) that cut the step's CPU time by
-a quarter against ``tf.einsum``'s oneDNN kernel on the same slices, and
-``TrainStep``'s steady step by 9% (1 and 8 layers).
+copy, when lowering into a ``tf.compat.v1`` graph (Session mode).  On the
+Session benchmark (benchmarks/mtf_port.py, 1 layer) that cut the step's CPU
+time by a quarter against ``tf.einsum``'s oneDNN kernel on the same slices.
+``tf.function`` steps keep ``tf.einsum`` (see :func:`_in_session_graph`).
 Any other product of two operands (batch letters, or operands whose letters
 need reordering, as attention's ``abcd,aecd->abce``) runs there as explicit
 transposes around one batched ``tf.matmul`` (:func:`batched_plan`): 3% less
 CPU per Session step of that benchmark at 1 and 8 layers, both lowerings
-stepped in turn in one process.  Eager lowering keeps ``tf.einsum`` (one
-op per slice instead of two to four, each with eager's dispatch cost).
+stepped in turn in one process.
 """
 
 import math
@@ -368,18 +366,22 @@ def _batched_kernel(eq, plan):
   return kernel
 
 
-def _in_graph():
-  """Whether ops are being built into a graph -- a plain ``tf.compat.v1``
-  graph (the Session mode) or a ``tf.function`` (``TrainStep``,
-  ``DecodeStep``) -- not run eagerly.
+def _in_session_graph():
+  """Whether ops are being built into a plain ``tf.compat.v1`` graph (the
+  Session mode), not eagerly nor into a ``tf.function``.
 
   Only there do products run as (batched) ``tf.matmul`` and sums as
-  ``tf.reduce_sum``: a graph's reshapes and transposes cost little per
-  step, while each eager op costs a dispatch.
+  ``tf.reduce_sum``.  ``tf.function`` steps (``TrainStep``, ``DecodeStep``)
+  keep ``tf.einsum``: with the matmul kernels there too, TrainStep's steady
+  step matched the Session's at 1, 8 and 32 layers, but quick calibration
+  files ranked the truth benchmark's layouts worse on average, their probes
+  running the same kernels (docs/porting.md, issue 43 item 7).
   """
   if "tensorflow" not in sys.modules:
     return False  # shape-only lowering (the cost model) never loads TF
-  return not tf.executing_eagerly()
+  if tf.executing_eagerly():
+    return False
+  return not tf.compat.v1.get_default_graph().building_function
 
 
 def einsum_kernel(eq, slice_shapes=None):
@@ -387,19 +389,19 @@ def einsum_kernel(eq, slice_shapes=None):
 
   Args:
     eq: the slice-level equation.
-    slice_shapes: the inputs' static slice shapes; with them, in a graph
-      (``tf.compat.v1`` or ``tf.function``), an equation that is one matrix
-      product runs as ``tf.matmul``, any other two-operand product as
-      transposes around a batched ``tf.matmul``.  There a one-operand sum
-      runs as ``tf.reduce_sum`` (shapes or not).  Eagerly a product runs as
-      ``tf.einsum``.  Either way its operands are swapped where that makes
+    slice_shapes: the inputs' static slice shapes; with them, in a
+      ``tf.compat.v1`` graph, an equation that is one matrix product runs
+      as ``tf.matmul``, any other two-operand product as transposes around
+      a batched ``tf.matmul``.  There a one-operand sum runs as
+      ``tf.reduce_sum`` (shapes or not).  Elsewhere (eagerly, or in a
+      ``tf.function``) a product runs as ``tf.einsum``.  Either way its operands are swapped where that makes
       it a plain or batched product (:func:`swaps_operands`), so that
       :func:`einsum_pattern` and :func:`product_matrix` name what runs.
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
   """
-  if _in_graph():
+  if _in_session_graph():
     plan = matmul_plan(eq) if slice_shapes is not None else None
     if plan is not None:
       return _matmul_kernel(eq, plan, slice_shapes)
