@@ -71,11 +71,7 @@ def fit_threaded_kernel(samples, num_devices):
       return ThreadedKernel(0.0, (), 0.0, len(times), matrix_s)
     mid = (lo + hi) / 2
     inline = {m: t < mid for m, t in times.items()}
-    # Fewer than two threaded batches give no slope: keep the one over
-    # every batch (a kernel that runs every product inline but the
-    # largest batch, slow by its matrices alone, hands nothing off).
-    matrix_s = _batch_slope(raw, {m for m in raw if not inline[m]},
-                            matrix_s)
+    matrix_s = _batch_slope(raw, {m for m in raw if not inline[m]})
   times = {m: max(t - matrix_s * (m[0] - 1), 1e-9) for m, t in raw.items()}
   fewest = min(times)
 
@@ -100,17 +96,17 @@ def fit_threaded_kernel(samples, num_devices):
                         len(times), matrix_s)
 
 
-def _batch_slope(times, among, fewer=0.0):
+def _batch_slope(times, among):
   """Seconds per matrix of a batch: the least-squares slope of the timings
   of ``times`` (``{(batch, rows, cols): seconds}``) of products in
   ``among`` whose rows and columns are the smallest and whose batch is two
-  or more, over their batch; ``fewer`` with fewer than two such batches,
-  0 for a slope that is not positive."""
+  or more, over their batch; 0 with fewer than two such batches, or a
+  slope that is not positive."""
   fewest = min(times)
   sweep = sorted((m[0], t) for m, t in times.items()
                  if m in among and m[0] >= 2 and m[1:] == fewest[1:])
   if len({b for b, _ in sweep}) < 2:
-    return fewer
+    return 0.0
   slope = float(np.polyfit([b for b, _ in sweep], [t for _, t in sweep],
                            1)[0])
   return max(slope, 0.0)

@@ -57,20 +57,6 @@ def test_the_batch_term_needs_two_batches():
   assert threaded_kernel.fit_threaded_kernel(few, 8).matrix_s == 0.0
 
 
-def test_a_large_batch_slow_by_its_matrices_alone_is_no_threaded_step():
-  # Every product inline (as MatMul / BatchMatMulV2 run the quick sweep's
-  # sizes), the largest batch slow by its matrices alone, one small
-  # product slow by noise: the batch term stays the slope over every
-  # batch, and no threaded cost of the largest batch's size comes out.
-  matrix_s, sizes = 2e-6, probes.KERNEL_SIZES[::2]
-  samples = [Sample("kernel", "", 8, 0, 0.0, INLINE_S * (
-      1.6 if m == (1, 32, 8) else 1.0) + matrix_s * (m[0] - 1),
-                    pattern="batched", matrix=m) for m in sizes]
-  got = threaded_kernel.fit_threaded_kernel(samples, 8)
-  assert got.matrix_s == pytest.approx(matrix_s, rel=0.01)
-  assert got.seconds < 2 * INLINE_S
-
-
 def test_a_sweep_without_a_step_costs_nothing():
   flat = [s._replace(seconds=INLINE_S) for s in _kernel_samples()]
   assert threaded_kernel.fit_threaded_kernel(flat, 8) == (0.0, (), 0.0, len(flat),
