@@ -97,10 +97,11 @@ def swaps_operands(eq):
 def product_matrix(eq, shapes):
   """``(batch, rows, cols)`` of the matrix product :func:`einsum_kernel`
   runs for the two-operand ``eq`` on slices of ``shapes``: the size of its
-  batch letters (in both operands and the output), and those of the free letters (in the output, not in the other
-  operand) of its first operand and of its second, in the order it runs
-  them (see :func:`swaps_operands`); ``()`` for a broadcast product or any
-  other number of operands.
+  batch letters (in both operands and the output), and those of the free
+  letters (in the output, not in the other operand) of its first operand
+  and of its second, in the order it runs them (see
+  :func:`swaps_operands`); ``()`` for a broadcast product or any other
+  number of operands.
 
   Example:
     >>> product_matrix("abc,cd->abd", [(2, 3, 4), (4, 5)])
