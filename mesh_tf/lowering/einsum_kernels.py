@@ -395,9 +395,10 @@ def einsum_kernel(eq, slice_shapes=None):
       as ``tf.matmul``, any other two-operand product as transposes around
       a batched ``tf.matmul``.  There a one-operand sum runs as
       ``tf.reduce_sum`` (shapes or not).  Elsewhere (eagerly, or in a
-      ``tf.function``) a product runs as ``tf.einsum``.  Either way its operands are swapped where that makes
-      it a plain or batched product (:func:`swaps_operands`), so that
-      :func:`einsum_pattern` and :func:`product_matrix` name what runs.
+      ``tf.function``) a product runs as ``tf.einsum``.  Either way its
+      operands are swapped where that makes it a plain or batched product
+      (:func:`swaps_operands`), so that :func:`einsum_pattern` and
+      :func:`product_matrix` name what runs.
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
