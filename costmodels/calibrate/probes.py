@@ -4,7 +4,9 @@ lowering.
 Every probe runs the code a lowered step runs: the collectives of
 :class:`mesh_tf.PlacementMeshImpl` (``allreduce``, ``allconcat``,
 ``allsplit``, ``alltoall``, ``shift_by_n_processors``) and its slicewise
-kernels, fused as in a step, inside one ``tf.function``.  A probe chains
+kernels, fused as in a step, inside one ``tf.function``.  An einsum runs
+the kernel the lowering makes for its slice shapes inside a
+``tf.function`` (:func:`einsum_kernel_for`).  A probe chains
 ``reps`` repetitions of one *rep* and is timed against an empty call that
 only reads its inputs; :meth:`Probe.once` returns one paired difference per
 rep.  Probes are prepared once and can be timed in any order and as often
@@ -37,6 +39,7 @@ import statistics
 import time
 
 from costmodels.calibrate.timings import CalibrationError, Sample
+from mesh_tf.lowering import einsum_kernels
 
 COLLECTIVES = ("allreduce", "allgather", "alltoall", "permute", "allsplit")
 
@@ -170,12 +173,15 @@ def _chain(impl, rep, x, reps):
 def _contraction_chain(impl, kernel, a, b, out_shape, reps, flops):
   """``reps`` contractions ``kernel(a, b)`` on every device, each after
   the previous one (a control dependency, so that they neither overlap
-  nor fold, whatever their output shape)."""
+  nor fold, whatever their output shape).  Each reads both operands
+  afresh, as a step's products read tensors of their own: a kernel that
+  transposes an operand then transposes it every rep (not once, shared
+  by every rep through common subgraph elimination)."""
   tf = _tf()
 
   def after(u, v, prev):
     with tf.control_dependencies([prev]):
-      return kernel(tf.identity(u), v)
+      return kernel(tf.identity(u), tf.identity(v))
 
   def chain():
     y = impl.slicewise(kernel, a, b, slice_shape=out_shape, flops=flops,
@@ -187,10 +193,18 @@ def _contraction_chain(impl, kernel, a, b, out_shape, reps, flops):
   return chain
 
 
-def _einsum_kernel(eq):
-  """The kernel the lowering runs for ``eq`` in a ``tf.function`` step."""
-  from mesh_tf.lowering import einsum_kernels  # pylint: disable=import-outside-toplevel
-  return einsum_kernels.einsum_kernel(eq)
+def einsum_kernel_for(eq, xs, ws):
+  """The kernel the lowering runs for ``eq`` on ``[xs] x [ws]`` slices in
+  a ``tf.function`` step: :func:`mesh_tf.lowering.einsum_kernels.
+  einsum_kernel` with those slice shapes (without them it would be
+  ``tf.einsum``, which a step does not run), made when it runs, so that
+  it is made inside the probe's traced function as the lowering makes it
+  inside the step's (eagerly it would be ``tf.einsum`` again)."""
+  shapes = (tuple(xs), tuple(ws))
+
+  def kernel(a, b):
+    return einsum_kernels.einsum_kernel(eq, shapes)(a, b)
+  return kernel
 
 
 def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None,
@@ -200,7 +214,6 @@ def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None,
   ``matrix`` (the ``(batch, rows, cols)`` the kernel runs) filled in;
   ``reps`` by default 6, or 3 above 2e7 FLOPs, at most ``max_reps`` (0: no
   cap)."""
-  from mesh_tf.lowering import einsum_kernels  # pylint: disable=import-outside-toplevel
   dtype = sample.dtype
   a, b = _variables(impl, xs, dtype), _variables(impl, ws, dtype)
   flops = einsum_flops(eq, xs, ws)
@@ -210,8 +223,8 @@ def _einsum_probe(impl, label, sample, eq, xs, ws, itemsize, sync, reps=None,
   matrix = einsum_kernels.product_matrix(eq, (xs, ws))
   return _probe(label, sample._replace(nbytes=nbytes, flops=float(flops),
                                        matrix=matrix),
-                _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape,
-                                   reps, flops), a, reps, sync)
+                _contraction_chain(impl, einsum_kernel_for(eq, xs, ws), a, b,
+                                   oshape, reps, flops), a, reps, sync)
 
 
 def _einsum_out_shape(eq, xs, ws):
@@ -347,8 +360,8 @@ def dtype_probe(impl, plan, dtype, sync):
   return _probe(f"einsum {eq} {dtype}, 1 device",
                 Sample("matmul", "", 1, 0, float(flops), 0.0, dtype,
                        pattern=pattern),
-                _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape, 2,
-                                   flops), a, 2, sync)
+                _contraction_chain(impl, einsum_kernel_for(eq, xs, ws), a, b,
+                                   oshape, 2, flops), a, 2, sync)
 
 
 def _collective_rep(impl, kind, axis, m, w):
@@ -429,8 +442,8 @@ def overlap_probes(impl, axis, link, plan, dtype, itemsize, sync):
     x = _variables(impl, (m, w), dtype)
     empty = empty_call(x)
     for reps in plan.overlap_compute_reps:
-      comp = _contraction_chain(impl, _einsum_kernel(eq), a, b, oshape,
-                                reps, flops)
+      comp = _contraction_chain(impl, einsum_kernel_for(eq, xs, ws), a, b,
+                                oshape, reps, flops)
 
       def comm(x=x):
         return list(impl.allreduce(x, [axis.name]).tensor_list)

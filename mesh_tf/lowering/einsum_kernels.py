@@ -21,6 +21,7 @@ then the other's) runs as ``tf.matmul`` on reshaped slices, which needs no
 copy, when lowering into a ``tf.compat.v1`` graph (Session mode).  On the
 Session benchmark (benchmarks/mtf_port.py, 1 layer) that cut the step's CPU
 time by a quarter against ``tf.einsum``'s oneDNN kernel on the same slices.
+``tf.function`` steps keep ``tf.einsum`` (see :func:`_in_session_graph`).
 Any other product of two operands (batch letters, or operands whose letters
 need reordering, as attention's ``abcd,aecd->abce``) runs there as explicit
 transposes around one batched ``tf.matmul`` (:func:`batched_plan`): 3% less
@@ -95,12 +96,12 @@ def swaps_operands(eq):
 
 def product_matrix(eq, shapes):
   """``(batch, rows, cols)`` of the matrix product :func:`einsum_kernel`
-  runs for the two-operand ``eq`` on slices of ``shapes`` outside a
-  Session graph: the size of its batch letters (in both operands and the
-  output), and those of the free letters (in the output, not in the other
-  operand) of its first operand and of its second, in the order it runs
-  them (see :func:`swaps_operands`); ``()`` for a broadcast product or any
-  other number of operands.
+  runs for the two-operand ``eq`` on slices of ``shapes``: the size of its
+  batch letters (in both operands and the output), and those of the free
+  letters (in the output, not in the other operand) of its first operand
+  and of its second, in the order it runs them (see
+  :func:`swaps_operands`); ``()`` for a broadcast product or any other
+  number of operands.
 
   Example:
     >>> product_matrix("abc,cd->abd", [(2, 3, 4), (4, 5)])
@@ -370,10 +371,12 @@ def _in_session_graph():
   """Whether ops are being built into a plain ``tf.compat.v1`` graph (the
   Session mode), not eagerly nor into a ``tf.function``.
 
-  Only there do matrix products run as ``tf.matmul``: it is where the
-  einsum kernel's overhead was measured, and eager and ``tf.function``
-  steps (``TrainStep``, ``DecodeStep``) keep ``tf.einsum``'s exact
-  rounding, which their tests compare across runs at 1e-6.
+  Only there do products run as (batched) ``tf.matmul`` and sums as
+  ``tf.reduce_sum``.  ``tf.function`` steps (``TrainStep``, ``DecodeStep``)
+  keep ``tf.einsum``: with the matmul kernels there too, TrainStep's steady
+  step matched the Session's at 1, 8 and 32 layers, but quick calibration
+  files ranked the truth benchmark's layouts worse on average, their probes
+  running the same kernels (docs/porting.md, issue 43 item 7).
   """
   if "tensorflow" not in sys.modules:
     return False  # shape-only lowering (the cost model) never loads TF
@@ -391,9 +394,11 @@ def einsum_kernel(eq, slice_shapes=None):
       ``tf.compat.v1`` graph, an equation that is one matrix product runs
       as ``tf.matmul``, any other two-operand product as transposes around
       a batched ``tf.matmul``.  There a one-operand sum runs as
-      ``tf.reduce_sum`` (shapes or not).  Elsewhere a product runs as
-      ``tf.einsum``, with its operands swapped where that makes it a plain
-      or batched product (:func:`swaps_operands`).
+      ``tf.reduce_sum`` (shapes or not).  Elsewhere (eagerly, or in a
+      ``tf.function``) a product runs as ``tf.einsum``.  Either way its
+      operands are swapped where that makes it a plain or batched product
+      (:func:`swaps_operands`), so that :func:`einsum_pattern` and
+      :func:`product_matrix` name what runs.
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
@@ -402,6 +407,13 @@ def einsum_kernel(eq, slice_shapes=None):
     plan = matmul_plan(eq) if slice_shapes is not None else None
     if plan is not None:
       return _matmul_kernel(eq, plan, slice_shapes)
+    if slice_shapes is not None and swaps_operands(eq):
+      # As tf.einsum below: the other order writes the output as it is
+      # (no transpose of the product), the pattern einsum_pattern names.
+      plan = batched_plan(swapped(eq), list(slice_shapes)[::-1])
+      if plan is not None:
+        kernel = _batched_kernel(swapped(eq), plan)
+        return lambda a, b: kernel(b, a)
     plan = batched_plan(eq, slice_shapes) if slice_shapes is not None else None
     if plan is not None:
       return _batched_kernel(eq, plan)

@@ -82,6 +82,25 @@ def test_operands_reading_one_tensor_share_its_transpose():
   assert logits[3] == grad_q[3] == [0, 2, 1, 3]
 
 
+@pytest.mark.parametrize("eq", ["abc,abd->adc", "abcd,abce->aed"])
+def test_batched_products_with_the_other_operand_first_swap_operands(eq):
+  # The output lists the second operand's free letters first: run as the
+  # swapped product, it needs no transpose, the pattern einsum_pattern
+  # names and the matrix product_matrix gives.
+  assert einsum_kernels.swaps_operands(eq)
+  assert einsum_kernels.einsum_pattern(eq) == "batched"
+  ins = eq.split("->")[0].split(",")
+  rng = np.random.default_rng(9)
+  ts = [tf.constant(_value(w, rng)) for w in ins]
+  kernel = _session_kernel(eq, [t.shape.as_list() for t in ts])
+  graph = tf.function(kernel).get_concrete_function(*ts).graph
+  types_ = [op.type for op in graph.get_operations()]
+  assert "Transpose" not in types_ and types_.count("BatchMatMulV2") == 1
+  np.testing.assert_allclose(kernel(*ts), np.einsum(eq, *[t.numpy()
+                                                        for t in ts]),
+                             rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("eq", ["abc,abc->abc", "ab,cd->abcd", "aab,bc->ac",
                                 "abc,bd->ad", "abc->c"])
 def test_equations_that_are_not_two_operand_products_have_no_batched_plan(
@@ -132,6 +151,7 @@ def test_eager_and_tf_function_steps_keep_tf_einsum():
 
   @tf.function(autograph=False)
   def traced(x, y):
+    # As TrainStep lowers: the kernel is made while tracing.
     return einsum_kernels.einsum_kernel("abc,cd->abd", [x.shape, y.shape])(
         x, y)
   graph = traced.get_concrete_function(a, b).graph
