@@ -38,21 +38,25 @@ class KernelCopy:
     return f"KernelCopy({self.name}, {self.shape!r})"
 
 
-def copies_of(op):
+def copies_of(op, known=None):
   """The :class:`KernelCopy` values of ``op`` (none for an op that declares
-  no ``kernel_copy_shapes``)."""
+  no ``kernel_copy_shapes``); ``known``: a dict the caller owns, shared by
+  the ops of graphs that repeat each other's equations (see
+  :meth:`mesh_tf.ops.einsum.EinsumOperation.kernel_copy_shapes`)."""
   shapes = getattr(op, "kernel_copy_shapes", None)
   if shapes is None or not op.outputs:
     return ()
   dtype = op.outputs[0].dtype
-  return tuple(KernelCopy(op, s, dtype, i) for i, s in enumerate(shapes()))
+  return tuple(KernelCopy(op, s, dtype, i)
+               for i, s in enumerate(shapes(known)))
 
 
-def copy_intervals(step_ops):
-  """``{KernelCopy: (step, step)}`` for every op run at a memory step."""
+def copy_intervals(step_ops, known=None):
+  """``{KernelCopy: (step, step)}`` for every op run at a memory step
+  (``known``: as :func:`copies_of`)."""
   out = {}
   for i, op in enumerate(step_ops):
-    for c in copies_of(op):
+    for c in copies_of(op, known):
       out[c] = (i, i)
   return out
 

@@ -454,13 +454,16 @@ class Liveness:
           "costmodels.memory.liveness(graph) after adding operations")
 
 
-def liveness(graph, outputs=None, schedule_ops=None, check=None):
+def liveness(graph, outputs=None, schedule_ops=None, check=None,
+             known_copies=None):
   """The :class:`Liveness` of ``graph``: ``schedule_ops`` (default
   :func:`schedule`) and :func:`live_intervals` under it, with ``outputs``
   (default: unread tensors) kept live to the end, and the buffers each
   op's kernel makes while it runs (:mod:`costmodels.kernel_copies`), live
   at its step.  ``check``: as
-  :func:`schedule`, also called before the intervals."""
+  :func:`schedule`, also called before the intervals.  ``known_copies``:
+  a dict the caller owns, shared by graphs that repeat each other's
+  products (:func:`costmodels.kernel_copies.copies_of`)."""
   check = check or _no_check
   if schedule_ops is None:
     schedule_ops, (step_ops, intervals) = _scheduled(graph, outputs, check)
@@ -468,7 +471,8 @@ def liveness(graph, outputs=None, schedule_ops=None, check=None):
   else:
     check()
     step_ops, intervals = _step_intervals(graph, schedule_ops, outputs)
-  intervals = {**intervals, **kernel_copies.copy_intervals(step_ops)}
+  intervals = {**intervals, **kernel_copies.copy_intervals(step_ops,
+                                                          known_copies)}
   return Liveness(tuple(schedule_ops),
                   tuple((t, a, b) for t, (a, b) in intervals.items()),
                   len(graph.operations), tuple(step_ops))

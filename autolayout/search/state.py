@@ -88,6 +88,9 @@ class LayoutSearch:
     narrow: see :class:`tables.GraphTables`; None: unless ``outcomes`` is
       shared (the training candidates' joint program picks among equal
       decisions by search order, which the tables' shape changes).
+    known_copies: a dict the caller owns, of the kernel copies each
+      product equation makes, shared like ``outcomes``
+      (:func:`costmodels.kernel_copies.copies_of`); None: worked out anew.
 
   Example:
     >>> search = LayoutSearch(graph, [loss])             # doctest: +SKIP
@@ -99,7 +102,7 @@ class LayoutSearch:
 
   def __init__(self, graph, outputs=None, microbatches=None,
                memory_reserve_fraction=None, max_axes_per_dim=1,
-               outcomes=None, narrow=None):
+               outcomes=None, narrow=None, known_copies=None):
     self.graph = cm_args.check_graph(graph)
     self.max_axes_per_dim = arguments.check_count(
         max_axes_per_dim, "max_axes_per_dim", 1, 8, 1)
@@ -115,6 +118,9 @@ class LayoutSearch:
     self._outcomes = outcomes
     self._narrow = outcomes is None if narrow is None else bool(narrow)
     self._signatures = {}   # op -> its signature, for the tables of every mesh
+    # The caller's {equation: kernel copies} shared with other graphs'
+    # searches (costmodels.kernel_copies.copies_of), or None.
+    self._known_copies = known_copies
 
   def _part(self, what, mesh_shape, topo, make):
     if len(self.graph.operations) != self._num_ops:
@@ -135,7 +141,8 @@ class LayoutSearch:
     schedule of a large graph stops when it passes)."""
     return self._part("liveness", None, None, lambda: cm_memory.liveness(
         self.graph, list(self.outputs), check=lambda: arguments.deadline_left(
-            deadline, "the memory schedule")))
+            deadline, "the memory schedule"),
+        known_copies=self._known_copies))
 
   def problem(self, mesh_shape, topology, memory_budget=None,
               need_peak=False, overlap=True, deadline=None):

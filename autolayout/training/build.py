@@ -63,6 +63,9 @@ class Candidates:
     # Op outcomes per (mesh, topology), shared by every candidate's tables:
     # the candidates repeat most of each other's ops.
     self._outcomes = {}
+    # Each product equation's kernel copies, shared by the liveness of
+    # every candidate graph.
+    self._known_copies = {}
 
   def get(self, decisions):
     """``(TrainingGraph, LayoutSearch)`` of ``decisions``."""
@@ -73,7 +76,7 @@ class Candidates:
       hit = self._built[decisions] = (training, LayoutSearch(
           training.graph, microbatches=training.plan,
           memory_reserve_fraction=self.memory_reserve_fraction,
-          outcomes=self._outcomes))
+          outcomes=self._outcomes, known_copies=self._known_copies))
     return hit
 
   def trim(self, keep_microbatches, most=24):

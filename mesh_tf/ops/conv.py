@@ -230,9 +230,9 @@ class ConvOperation(Operation):
     """The filter's spatial dims: split spatial dims exchange halos."""
     return self.geometry.unsplittable()
 
-  def kernel_copy_shapes(self):
+  def kernel_copy_shapes(self, known=None):  # pylint: disable=unused-argument
     """The input's zero-padded, halo-extended copy, live while the kernel
-    runs (:meth:`_ConvGeometry.extended_shapes`)."""
+    runs (:meth:`_ConvGeometry.extended_shapes`); ``known``: as an einsum's."""
     return self.geometry.extended_shapes(self.inputs[0].shape)
 
   def cost_params(self):
@@ -329,9 +329,9 @@ class ConvFilterGradOperation(Operation):
   def unsplittable_dims(self):
     return self.conv_op.geometry.unsplittable()
 
-  def kernel_copy_shapes(self):
+  def kernel_copy_shapes(self, known=None):  # pylint: disable=unused-argument
     """The input's zero-padded, halo-extended copy, live while the kernel
-    runs (:meth:`_ConvGeometry.extended_shapes`)."""
+    runs (:meth:`_ConvGeometry.extended_shapes`); ``known``: as an einsum's."""
     return self.conv_op.geometry.extended_shapes(self.inputs[0].shape)
 
   def cost_params(self):

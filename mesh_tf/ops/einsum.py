@@ -66,18 +66,24 @@ class EinsumOperation(Operation):
     dtype = xs[0].dtype
     self._outputs = [Tensor(self, output_shape, dtype)]
 
-  def kernel_copy_shapes(self):
+  def kernel_copy_shapes(self, known=None):
     """The shapes of the buffers this op's slice kernel makes besides its
     output, live while it runs: operands it transposes or reorders and a
     product it transposes into the output
-    (:func:`mesh_tf.lowering.kernel_copies.einsum_copies`)."""
+    (:func:`mesh_tf.lowering.kernel_copies.einsum_copies`; ``known``: a
+    dict the caller owns, of the equations' copies worked out already)."""
     if len(self.inputs) != 2:
       return ()
     out = self.outputs[0]
     eq = einsum_letters([x.shape for x in self.inputs], out.shape)
+    roles = None if known is None else known.get(eq)
+    if roles is None:
+      roles = kernel_copies.einsum_copies(eq)
+      if known is not None:
+        known[eq] = roles
     shapes = {"a": self.inputs[0].shape, "b": self.inputs[1].shape,
               "out": out.shape}
-    return tuple(shapes[r] for r in kernel_copies.einsum_copies(eq))
+    return tuple(shapes[r] for r in roles)
 
   def lower(self, lowering):
     impl = lowering.mesh_impl(self)
