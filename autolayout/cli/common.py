@@ -27,10 +27,12 @@ class Setup:
   once per mesh.
   """
 
-  def __init__(self, args):
+  def __init__(self, args, layout=None):
     # A layout read from a plan file (-l @plan.json) asks the plan's own
     # question: its model, training or forward pass, and topology.
-    layout = getattr(args, "layout", None)
+    # ``layout``: the plan argument to ask it of, when ``args.layout`` is
+    # not one (compare's several layouts).
+    layout = layout or getattr(args, "layout", None)
     self.plan = None
     if isinstance(layout, str) and plans.is_ref(layout):
       self.plan = plans.read(plans.ref_path(layout))

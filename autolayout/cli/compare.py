@@ -42,16 +42,11 @@ def _setup(args, piped):
   pipelined plans (without ``--model``, the first unpipelined plan's
   question); None when every layout is a pipelined plan and no
   ``--model`` is given."""
-  specs = list(args.layout)
-  rest = [s for s in specs if s not in piped]
+  rest = [s for s in args.layout if s not in piped]
   refs = [plans.layout_ref(s) for s in rest]
   first = next((r for r in refs if r is not None), None)
   if not args.model and first is not None:
-    args.layout = "@" + first[1]  # Setup asks that plan's question
-    try:
-      return common.Setup(args)
-    finally:
-      args.layout = specs
+    return common.Setup(args, layout="@" + first[1])
   if not args.model and not rest:
     return None
   if not args.model:
@@ -60,16 +55,6 @@ def _setup(args, piped):
         "beside a pipelined plan", hint="add -m (and --set) of the plan's "
         "model, e.g. -m transformer_tiny --set layers=4")
   return common.Setup(args)
-
-
-def _piped_costs(args, plan, path):
-  """A pipelined plan's costs priced again, held against ``--model``."""
-  specs = args.layout
-  args.layout = "@" + path
-  try:
-    return pipelined_plan.config_for(plan, path, args)
-  finally:
-    args.layout = specs
 
 
 def _run(args, ctx):
@@ -93,7 +78,7 @@ def _run(args, ctx):
                           hint="name them: --layout dp=@plan.json")
     if spec in piped:
       plan = piped[spec]
-      config, costs = _piped_costs(args, plan, ref[1])
+      config, costs = pipelined_plan.config_for(plan, ref[1], args)
       if model is None and model_record is None:
         model_record = pipelined_plan.model_json(plan, config)
       reports[name] = None  # priced by the pipelined cost model
