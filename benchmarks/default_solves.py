@@ -31,13 +31,6 @@ def _overrides(cfg_overrides):
   return ",".join(f"{k}={v}" for k, v in cfg_overrides.items())
 
 
-def _row_overrides(row):
-  _, layers, hidden, heads, _, _, _, batch, _ = row
-  return dict(layers=layers, d_model=hidden, heads=heads,
-              d_kv=hidden // heads, d_ff=4 * hidden, vocab=pr.VOCAB,
-              length=pr.SEQ, batch=batch)
-
-
 def solve(model, overrides, topology):
   """``(wall s, JSON answer)`` of the default ``solve --train``."""
   argv = ["solve", "-m", model, "-t", topology, "--train", "-f", "json"]
@@ -78,7 +71,7 @@ def main():
       r for r in pr.MEGATRON_TABLE_1
       if not args.rows or r[0] in args.rows.split(",")]
   for r in rows:
-    wall, ans = solve("gpt3_175b", _row_overrides(r), pr.topology_of(r))
+    wall, ans = solve("gpt3_175b", pr.row_overrides(r), pr.topology_of(r))
     walls.append(wall)
     ta = pr.tflops(r, pr.predict_a(r).step_time_s)
     if ans is None:

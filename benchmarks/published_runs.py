@@ -211,12 +211,16 @@ def other_runs(rows, time_limit, only_a=False):
       print(f"{'':>23}(c) {why_faster(a, b.best)}")
 
 
-def config_of(row):
+def row_overrides(row):
+  """The ``gpt3_175b`` overrides of a Table 1 row: its dims and batch."""
   _, layers, hidden, heads, _, _, _, batch, _ = row
-  return models.get_config(
-      "gpt3_175b", layers=layers, d_model=hidden, heads=heads,
-      d_kv=hidden // heads, d_ff=4 * hidden, vocab=VOCAB, length=SEQ,
-      batch=batch)
+  return dict(layers=layers, d_model=hidden, heads=heads,
+              d_kv=hidden // heads, d_ff=4 * hidden, vocab=VOCAB, length=SEQ,
+              batch=batch)
+
+
+def config_of(row):
+  return models.get_config("gpt3_175b", **row_overrides(row))
 
 
 def chunks_of(layers, stages):
