@@ -278,7 +278,8 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0, step_s=0.0,
   rc = record_costs.fit_record_costs(
       samples, chip.compute_fit,
       threaded=lambda matrix: compute_lib.handoff_time(matrix, chip),
-      step_s=step_s, collective_volume=collective_volume)
+      step_s=step_s, collective_volume=collective_volume,
+      waits=chip.devices_in_lockstep)
   if rc is None:
     return chip, [], None
   # A record of a step costs at least what one kernel alone does: a few

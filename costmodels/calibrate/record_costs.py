@@ -55,6 +55,19 @@ told apart only by steps whose waited collectives per message differ
 (data parallel on ``x:n``, none, beside a mixed layout on
 ``a:2;b:n/2``): else only ``F_msg`` is fitted.
 
+``F_coll`` is fitted only for devices that each have their own engine
+(GPUs, TPUs: ``waits``).  Logical CPU devices share the host's cores, and a
+member that waits at a collective leaves its core to the members still
+computing: the machine's work is the same, so the wait costs step time only
+where every core would idle, which the per-message cost and the shared
+compute factor already price.  Fitted there anyway, ``F_coll`` was
+decided by the one or two steps that wait (the quick plan's mixed and
+split Transformer steps) and took their noise: six quick calibration
+files on 8 logical CPU devices of a 2-core machine put it at 0-716 us, and
+the files with it above 150 us ranked the truth benchmark's MLP and MoE
+layouts at Spearman 0.42-0.66, against 0.81-0.97 refitted from the same
+timings without it (``docs/calibration_terms.md``).
+
 with ``F_c >= 0`` the fixed seconds of one record of class ``c``: non-
 negative least squares on relative residuals, with a weak ridge that pulls
 each ``F_c`` towards the common ``F = sum(T - work) / sum(n)``, so that a
@@ -152,7 +165,7 @@ def _nnls(a, y):
 
 
 def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None,
-                     step_s=0.0, collective_volume=None):
+                     step_s=0.0, collective_volume=None, waits=True):
   """Fits the fixed cost of one record of each class (module docstring).
 
   Args:
@@ -173,6 +186,11 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None,
       seconds are taken off each step's time as known work and, where the
       steps' volumes vary apart from their messages, ``gamma`` is fitted
       on the volumes (default none: no such term).
+    waits: whether a waited collective can cost the step time of its own
+      (``F_coll``): True for devices that each have their own engine; False
+      for devices that share the host's cores (logical CPU devices), where
+      a member that waits leaves its core to the others (module docstring),
+      and ``F_coll`` is 0.
 
   Returns:
     A :class:`RecordCosts`, or None without ``model_step`` timings.
@@ -218,7 +236,7 @@ def fit_record_costs(samples, class_fit, ridge=RIDGE, threaded=None,
   # apart from the messages (else it is the cost per message again under
   # another name).
   colls = [float(_waited(s)) for s in steps]
-  with_colls = with_msgs and _varies_apart(colls, msgs)
+  with_colls = waits and with_msgs and _varies_apart(colls, msgs)
   if with_colls:
     xs = [x + [k] for x, k in zip(xs, colls)]
   # The byte term only where the steps' bytes vary apart from their

@@ -168,12 +168,12 @@ def _work(chip, record):
              if math.isfinite(fit.bandwidth_bytes_per_s) else 0.0))
 
 
-def _fit_steps(steps, extra_s):
+def _fit_steps(steps, extra_s, device_type="CPU"):
   """(base, topology, rows): the probes fitted alone, then with ``steps``
   timed at the true record costs, the probes' own fits' work, and
-  ``extra_s(step)`` more."""
-  info = {"devices": [f"/device:CPU:{i}" for i in range(8)],
-          "device_types": ["CPU"]}
+  ``extra_s(step)`` more, on 8 devices of ``device_type``."""
+  info = {"devices": [f"/device:{device_type}:{i}" for i in range(8)],
+          "device_types": [device_type]}
   base, _ = calibration.fit_topology(_measured_like(), info, "base")
   steps = [s._replace(seconds=sum(r[1] * TRUTH[r[0]] + _work(base.chip, r)
                                   for r in s.records) + extra_s(s))
@@ -276,6 +276,31 @@ def _fitted(data, mixed, extra_s):
   return steps, fit_record_costs(steps, FITS.get, ridge=0.0)
 
 
+def test_devices_sharing_cores_fit_no_wait_per_collective():
+  # Logical CPU devices share the host's cores: a member that waits leaves
+  # its core to the others, so the same steps fit no cost per collective,
+  # and the messages take what the steps cost beyond the records.
+  per_msg, per_coll = 2e-5, 1.5e-4
+  data = _laid_out("batch:x", [dict(messages=7 * k, collectives=k)
+                               for k in (10, 25, 7, 43)])
+  mixed = _laid_out("batch:b;d_ff:a", [
+      dict(messages=m, collectives=k)
+      for m, k in ((30, 18), (61, 40), (20, 15), (90, 52))])
+  def extra(s):
+    return s.messages * per_msg + s.collectives * per_coll
+  samples = _samples() + [s._replace(seconds=s.seconds + extra(s))
+                          for s in data + mixed]
+  waited = fit_record_costs(samples, FITS.get, ridge=0.0)
+  shared = fit_record_costs(samples, FITS.get, ridge=0.0, waits=False)
+  assert waited.collective_s == pytest.approx(per_coll, rel=1e-6)
+  assert shared.collective_s == 0.0
+  assert shared.message_s > per_msg   # the waits' seconds, per message
+  _, cpu, rows = _fit_steps(data + mixed, extra, "CPU")
+  _, gpu, _ = _fit_steps(data + mixed, extra, "GPU")
+  assert cpu.chip.link.barrier_s == 0.0 < gpu.chip.link.barrier_s
+  assert "collective in a step" not in {r[0] for r in rows}
+
+
 def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
   # Data-parallel steps on x:8 (7 messages a collective) beside mixed
   # steps (1-7): a cost per message and one per collective, both known,
@@ -299,7 +324,9 @@ def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
   old = _samples() + [s._replace(seconds=s.seconds + extra(s),
                                  collectives=0) for s in data]
   assert fit_record_costs(old, FITS.get, ridge=0.0).collective_s == 0.0
-  base, topo, rows = _fit_steps(data + mixed, extra)
+  # Devices with their own engines (GPUs) wait idle at a collective: the
+  # device link pays the cost per collective.
+  base, topo, rows = _fit_steps(data + mixed, extra, "GPU")
   assert base.chip.link.barrier_s == 0.0
   assert topo.chip.link.barrier_s == pytest.approx(per_coll, rel=0.35)
   assert topo.dims[-1].link == topo.chip.link
@@ -370,5 +397,5 @@ def test_the_cost_per_collective_counts_the_collectives_a_step_waits_for():
   # Steps that wait for none of their collectives tell no barrier.
   assert fit_record_costs(_samples() + _slower(data, extra), FITS.get,
                           ridge=0.0).collective_s == 0.0
-  _, topo, _ = _fit_steps(data + mixed, extra)
+  _, topo, _ = _fit_steps(data + mixed, extra, "GPU")
   assert topo.chip.link.barrier_s == pytest.approx(per_coll, rel=0.35)
