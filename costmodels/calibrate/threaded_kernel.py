@@ -1,6 +1,7 @@
 """The fixed cost of a matrix product whose kernel hands its work to a
 thread pool, and of each matrix of a batch (:func:`fit_threaded_kernel`)."""
 
+import itertools
 from typing import NamedTuple
 
 import numpy as np
@@ -35,14 +36,17 @@ def fit_threaded_kernel(samples, num_devices):
   rows and columns with the other two at their smallest; FLOPs
   negligible), or None without such timings.
 
-  First the batch term: each matrix of a batch costs ``matrix_s``, the
-  least-squares slope of the batch sweep's timings over the batch (its
-  products of two or more, all threaded), and that is taken off every
-  timing.  Then a timing above the midpoint of the fastest and the slowest
-  is threaded, the others inline; the cost is the median threaded timing
-  less the median inline one, and ``inline_max`` the largest batch (rows,
-  columns) up to which every product of its sweep ran inline.  A sweep
-  whose slowest timing is under 1.5x its fastest shows no step: cost 0.
+  The law: a product of ``(batch, rows, cols)`` takes ``base + matrix_s *
+  (batch - 1)``, and ``seconds`` more if it is larger than ``inline_max``
+  in any of the three (its kernel hands the work to a thread pool).  Every
+  ``inline_max`` whose entries are sizes of the sweeps is tried, each with
+  ``base``, ``seconds`` and ``matrix_s >= 0`` fitted by SciPy's robust
+  least squares on relative residuals (``soft_l1``: one timing that a busy
+  machine stretched 10x moves the fit as little as a timing 20% off, where
+  the midpoint rule that came before took it for the threaded level); the
+  one of least robust cost is kept.  ``matrix_s`` is fitted only where
+  the batch sweep has two batches of two or more.  A step under half the
+  inline level (``seconds < base / 2``) is no step: cost 0.
 
   Example:
     >>> ts = {(1, 8, 8): 5e-5, (1, 16, 8): 5e-5, (1, 32, 8): 1.7e-4,
@@ -59,54 +63,56 @@ def fit_threaded_kernel(samples, num_devices):
            and len(s.matrix) == 3 and s.seconds > 0}
   if len(times) < 3:
     return None
-  raw = times
-  # The slope over every batch of two or more, then again over those of
-  # them that the first pass found threaded (one that ran inline is a step
-  # below the line, not on it).
-  matrix_s = _batch_slope(raw, set(raw))
-  for _ in range(2):
-    times = {m: max(t - matrix_s * (m[0] - 1), 1e-9) for m, t in raw.items()}
-    lo, hi = min(times.values()), max(times.values())
-    if hi < 1.5 * lo:
-      return ThreadedKernel(0.0, (), 0.0, len(times), matrix_s)
-    mid = (lo + hi) / 2
-    inline = {m: t < mid for m, t in times.items()}
-    matrix_s = _batch_slope(raw, {m for m in raw if not inline[m]})
-  times = {m: max(t - matrix_s * (m[0] - 1), 1e-9) for m, t in raw.items()}
   fewest = min(times)
-
-  def reach(axis):
-    # Walk one sweep from its smallest product up, while products run inline.
-    sweep = sorted(m for m in times if all(
-        m[k] == fewest[k] for k in range(3) if k != axis))
-    best = 0
-    for m in sweep:
-      if not inline[m]:
-        break
-      best = m[axis]
-    return best
-  limit = tuple(reach(k) for k in range(3))
-  fast = [t for m, t in times.items() if inline[m]]
-  slow = [t for m, t in times.items() if not inline[m]]
-  lo_t, hi_t = float(np.median(fast)), float(np.median(slow))
-  pred = [lo_t if inline[m] else hi_t for m in times]
+  sweeps = [sorted({m[k] for m in times if all(
+      m[j] == fewest[j] for j in range(3) if j != k)}) for k in range(3)]
+  batches = {m[0] for m in times if m[0] >= 2 and m[1:] == fewest[1:]}
+  with_batch = len(batches) >= 2
+  best = None
+  for limit in itertools.product(*sweeps):
+    threaded = {m: not all(n <= k for n, k in zip(m, limit)) for m in times}
+    if not any(threaded.values()):
+      continue
+    fit = _fit_law(times, threaded, with_batch)
+    if best is None or fit[0] < best[0]:
+      best = fit + (limit,)
+  if best is None:   # a single product per sweep: no step to see
+    return ThreadedKernel(0.0, (), 0.0, len(times), 0.0)
+  _, base, seconds, matrix_s, threaded, limit = best
+  if seconds < 0.5 * base:
+    seconds, limit = 0.0, ()
+    _, base, _, matrix_s, threaded = _fit_law(
+        times, {m: False for m in times}, with_batch)
+  pred = [base + matrix_s * (m[0] - 1) + (seconds if threaded[m] else 0.0)
+          for m in times]
   res = float(np.sqrt(np.mean(np.square(rel_errors(pred,
                                                    list(times.values()))))))
-  return ThreadedKernel(hi_t - lo_t, limit if all(limit) else (), res,
-                        len(times), matrix_s)
+  return ThreadedKernel(seconds, limit, res, len(times), matrix_s)
 
 
-def _batch_slope(times, among):
-  """Seconds per matrix of a batch: the least-squares slope of the timings
-  of ``times`` (``{(batch, rows, cols): seconds}``) of products in
-  ``among`` whose rows and columns are the smallest and whose batch is two
-  or more, over their batch; 0 with fewer than two such batches, or a
-  slope that is not positive."""
-  fewest = min(times)
-  sweep = sorted((m[0], t) for m, t in times.items()
-                 if m in among and m[0] >= 2 and m[1:] == fewest[1:])
-  if len({b for b, _ in sweep}) < 2:
-    return 0.0
-  slope = float(np.polyfit([b for b, _ in sweep], [t for _, t in sweep],
-                           1)[0])
-  return max(slope, 0.0)
+def _fit_law(times, threaded, with_batch):
+  """``(robust cost, base, seconds, matrix_s, threaded)`` of the law of
+  :func:`fit_threaded_kernel` fitted to ``times`` with the products that
+  ``threaded`` marks handed to a pool (``seconds`` 0 if none is)."""
+  from scipy import optimize  # pylint: disable=import-outside-toplevel
+  ms = list(times)
+  t = np.array([times[m] for m in ms])
+  cols = [np.ones(len(ms))]
+  if any(threaded.values()):
+    cols.append(np.array([1.0 if threaded[m] else 0.0 for m in ms]))
+  if with_batch:
+    cols.append(np.array([m[0] - 1.0 for m in ms]))
+  a = np.stack(cols, axis=1)
+  # Each coefficient in units of the median timing over its column's
+  # largest entry, so that the solver's variables are of order one.
+  scale = float(np.median(t)) / np.maximum(np.abs(a).max(axis=0), 1e-30)
+  x0 = np.full(a.shape[1], 0.0)
+  x0[0] = float(np.min(t)) / scale[0]
+  got = optimize.least_squares(lambda x: (a @ (x * scale)) / t - 1.0, x0,
+                               bounds=(0.0, np.inf), loss="soft_l1",
+                               f_scale=0.1, xtol=1e-12, ftol=1e-12,
+                               gtol=1e-12)
+  coef = got.x * scale
+  seconds = float(coef[1]) if any(threaded.values()) else 0.0
+  matrix_s = float(coef[-1]) if with_batch else 0.0
+  return float(got.cost), float(coef[0]), seconds, matrix_s, threaded
