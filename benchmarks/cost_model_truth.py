@@ -49,6 +49,9 @@ Reproduce:
   python benchmarks/cost_model_truth.py --cluster       # and 2 processes:
                                                         # 19-21 min here
   python benchmarks/cost_model_truth.py --quick         # the routine run
+  # the spread of quick files, scored on one run's measured steps:
+  python benchmarks/cost_model_truth.py --quick --save-steps steps.json
+  python benchmarks/quick_file_spread.py --steps steps.json --calibrate 6
   # a quick file beside a full one, scored on the same steps:
   mtf-layout calibrate --cpu-devices 8 -o full.json
   python benchmarks/cost_model_truth.py --quick --also-topology full.json
@@ -317,6 +320,9 @@ def main(argv=None):
                  "run_model)")
   p.add_argument("--cluster", action="store_true",
                  help="also run the MLP on a 2-process hosts:2;local:4 mesh")
+  p.add_argument("--save-steps", help="write each layout's measured step "
+                 "(JSON: model -> [{label, mesh, rules, measured_s, "
+                 "fastest_s}]) for benchmarks/quick_file_spread.py")
   args = p.parse_args(argv)
   if args.rounds is None:
     args.rounds = QUICK_ROUNDS if args.quick else 11
@@ -373,6 +379,12 @@ def main(argv=None):
     s = truth_stats.summarize(name, rows)
     summaries.append(s)
     truth_stats.table(out, name, rows, s)
+  if args.save_steps:
+    with open(args.save_steps, "w") as f:
+      json.dump({name: [dict(label=r.label, mesh=r.mesh, rules=r.rules,
+                             measured_s=r.measured_s, fastest_s=r.fastest_s)
+                        for r in rows] for name, rows in results.items()},
+                f, indent=1)
   truth_stats.plot(args.plot, results)
   out.print(f"scatter plot: {args.plot}")
   sys.stdout.flush()
