@@ -27,6 +27,7 @@ chunk count, microbatch count and schedule.
 """
 
 import math
+import re
 
 from costmodels import compute as compute_lib
 from costmodels import memory as memory_lib
@@ -39,6 +40,7 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.training.storage import StoragePlan
 
 _SYNC_KINDS = ("allreduce", "reduce_scatter")
+_GRADIENT = re.compile(r"_grad\d*(_|/|$)")
 
 
 def sync_exposure(mapping, axes):
@@ -113,9 +115,12 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
 def _forward_ops(trace):
   """Names of the compute records of the forward pass: those before the
   first record whose name says it is a gradient (the trace is in the
-  graph's order; a recomputation runs with the backward)."""
+  graph's order; a recomputation runs with the backward): the gradient
+  ops' names end in ``_grad``, ``_grad0``, ... or go on after ``_grad_``
+  (``stop_gradient`` is the forward pass's)."""
   names = [r.op_name for r in trace.compute]
-  end = next((i for i, n in enumerate(names) if "_grad" in n), len(names))
+  end = next((i for i, n in enumerate(names) if _GRADIENT.search(n)),
+             len(names))
   return frozenset(names[:end])
 
 
