@@ -367,7 +367,11 @@ class PipelineCost(NamedTuple):
   the step gains because stages that wait leave the cores to the stages
   that compute (:mod:`costmodels.shared_cores`): ``step_time_s`` is
   ``steady_s + bubble_s + step_work_s - core_sharing_s``; 0 where each
-  device has its own compute (every preset)."""
+  device has its own compute (every preset).  It is the formula's terms
+  less the schedule's own time, so it also holds what the formula's
+  ideal bubble leaves out (an interleaved schedule whose first and last
+  chunks carry the model's ends waits a few percent more), and can be
+  slightly negative where the factor is barely above 1."""
   pipeline: object
   microbatches: int
   layers_per_group: Tuple[int, ...]
