@@ -203,6 +203,11 @@ class StageWork(NamedTuple):
       the last stage, its ZeRO-3 gathers per microbatch there) with
       ``where`` one of ``"first"``, ``"last"``, ``"both"`` (a tied
       embedding): the stage that holds it.
+    layer_step_fixed_s, base_step_fixed_s: of :attr:`layer_step_s` and
+      :attr:`base_step_s`, the records' fixed costs (a calibrated launch
+      and thread-pool hand-off, whatever a record's size; 0 on every
+      preset), which a ZeRO shard's update pays whole
+      (:func:`costmodels.stage_work.price_sync`).
     layer_forward_s, first_forward_s, last_forward_s: of
       :attr:`layer_s`, :attr:`first_s` and :attr:`last_s`, the seconds of
       the forward pass (the records of the traced step before its first
@@ -247,6 +252,8 @@ class StageWork(NamedTuple):
   first_copy_bytes: int = 0
   last_copy_bytes: int = 0
   base_copy_bytes: int = 0
+  layer_step_fixed_s: float = 0.0
+  base_step_fixed_s: float = 0.0
   layer_forward_s: float = None
   first_forward_s: float = None
   last_forward_s: float = None

@@ -65,6 +65,7 @@ class _Priced:
     self.sync_bytes = 0
     self.flops = 0.0
     self.fwd = 0.0   # of mb, the forward pass's
+    self.step_fixed = 0.0   # of step, its records' fixed costs
 
 
 def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
@@ -86,6 +87,7 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
         acc.fwd += t if r.op_name in forward else 0.0
       else:
         acc.step += t
+        acc.step_fixed += _fixed_time(r, chip)
   for r in trace.collectives:
     src = r.source_op or r.op_name
     axes = tuple(r.mesh_axes)
@@ -110,6 +112,15 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
       else:
         acc.step += t
   return total, first
+
+
+def _fixed_time(record, chip):
+  """The seconds ``record`` costs whatever its size (its launch and hand-
+  off, a fit's latency): its price with no FLOPs and no bytes; 0 on every
+  preset."""
+  return compute_lib.compute_time(record._replace(
+      flops_per_device=0, output_bytes_per_device=0,
+      input_bytes_per_device=0), chip)
 
 
 def _forward_ops(trace):
@@ -224,9 +235,11 @@ def price_sync(work, mapping, data_axes, zero=0):
 
   def update(seconds, base=False):
     # The update of the shards (1/D of the sharded variables) and of the
-    # whole variables.
+    # whole variables; a shard runs as many records as the whole variable,
+    # so their fixed costs (launch, hand-off) stay whole.
     f = work.sharded_fraction(group, base)
-    return seconds * (1.0 - f + f / group)
+    fixed = work.base_step_fixed_s if base else work.layer_step_fixed_s
+    return fixed + (seconds - fixed) * (1.0 - f + f / group)
 
   def end(held):
     # The first / last stage's part of the ends' state, scaled alike.
@@ -465,7 +478,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   two, _ = _price_trace(tr2, plan2, mapping, data_axes,
                         accumulations=_accumulations(g2))
   layer = _Priced()
-  for f in ("mb", "step", "sync", "sync_bytes", "flops", "fwd"):
+  for f in ("mb", "step", "sync", "sync_bytes", "flops", "fwd",
+            "step_fixed"):
     setattr(layer, f, getattr(two, f) - getattr(one, f))
   base_mb = one.mb - layer.mb
   exposed = sync_exposure(mapping, data_axes) if data_axes else 0.0
@@ -528,6 +542,9 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       flops=layer.flops, layer_storage=layer_storage,
       base_storage=base_storage, layer_copies=layer_copies,
       end_copies=end_copies,
+      layer_step_fixed_s=min(max(0.0, layer.step_fixed), layer.step),
+      base_step_fixed_s=min(max(0.0, one.step_fixed - layer.step_fixed),
+                            max(0.0, one.step - layer.step)),
       layer_forward_s=min(max(0.0, layer.fwd), layer.mb),
       first_forward_s=min(first.fwd, first.mb, base_mb),
       last_forward_s=min(max(0.0, one.fwd - layer.fwd - first.fwd),

@@ -1,6 +1,8 @@
 """The pipelined step on devices that share a host's cores: a stage that
 waits leaves its cores to the stages that compute (costmodels.shared_cores),
-hand-computed schedules, the bounds, and presets priced as before."""
+hand-computed schedules, the bounds, and presets priced as before; the
+measured parts of the stage work it needs (the forward pass), and a ZeRO
+shard's update that keeps its records' fixed costs."""
 
 import pytest
 
@@ -8,8 +10,9 @@ from autolayout.training import decisions as dec
 from autolayout.training.pipeline_price import PipelineLayout, price_layout
 from costmodels import pipeline as pipe
 from costmodels import shared_cores as sc
-from costmodels.stage_work import stage_work
-from costmodels.topology import get_topology
+from costmodels.evaluate import trace_graph
+from costmodels.stage_work import price_sync, stage_work
+from costmodels.topology import get_topology, map_mesh
 from mesh_tf import models
 from mesh_tf.core.errors import MtfError
 from mesh_tf.pipeline import Pipeline
@@ -184,3 +187,31 @@ def test_presets_price_as_before_and_shared_cores_price_less():
   total = sum(m * t for t in shared.stage_times_s) / 4
   assert shared.step_time_s >= total * (1 - 1e-9)
 
+
+
+def test_a_zero_shards_update_pays_its_records_fixed_costs_whole():
+  """ZeRO 1 over 4 replicas updates a quarter of each variable, in as many
+  records as the whole one: the launch cost of each (calibrated; 0 on a
+  preset) stays whole, the rest is divided."""
+  topo = get_topology("dgx-a100")
+  topo = topo._replace(dims=(topo.dims[0]._replace(size=1),
+                             topo.dims[1]._replace(size=4)))
+  launch = 1e-5
+  cal = topo._replace(chip=topo.chip._replace(launch_overhead_s=launch))
+  work = stage_work(_build(False), "data:2", "batch:data", cal,
+                    data_axes=("data",), price_mesh="data:4")
+  graphs = [_build(False)(n) for n in (1, 2)]
+  steps = [sum(1 for r in trace_graph(g, "data:2", "batch:data").compute
+               if plan.repeats(r.op_name) == 1) for g, plan in graphs]
+  assert work.layer_step_fixed_s == pytest.approx(
+      (steps[1] - steps[0]) * launch)
+  assert stage_work(_build(False), "data:2", "batch:data", topo,
+                    data_axes=("data",),
+                    price_mesh="data:4").layer_step_fixed_s == 0.0
+  mapping = map_mesh(cal, "data:4")
+  zero1 = price_sync(work, mapping, ("data",), zero=1)
+  part = work.sharded_fraction(4)
+  rest = work.layer_step_s - work.layer_step_fixed_s
+  assert zero1.layer_step_s == pytest.approx(
+      work.layer_step_fixed_s + rest * (1 - part + part / 4))
+  assert zero1.layer_step_s > work.layer_step_s / 4
