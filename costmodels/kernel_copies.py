@@ -2,8 +2,8 @@
 
 An op's output lives from its step to its last reader's (see
 :mod:`costmodels.memory`); its kernel also makes buffers that live only
-while it runs: an einsum's transposed operands and product, and the
-operand oneDNN reorders before a matrix product (each op declares them
+while it runs: an einsum's transposed operands and product, and a
+convolution's padded input (each op declares them
 with ``kernel_copy_shapes()``, next to its lowering, from
 :mod:`mesh_tf.lowering.kernel_copies`).  Each is a :class:`KernelCopy`: a tensor-like value
 with a named shape, live at its op's memory step alone, so that under any

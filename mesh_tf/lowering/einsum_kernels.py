@@ -18,15 +18,19 @@ An equation that is one matrix product once adjacent letters are merged
 (``abc,cd->abd``, ``abcd,abe->ecd``: no batch letter, each operand's free
 and contracted letters in two blocks, the output one operand's free block
 then the other's) runs as ``tf.matmul`` on reshaped slices, which needs no
-copy, when lowering into a ``tf.compat.v1`` graph (Session mode).  On the
-Session benchmark (benchmarks/mtf_port.py, 1 layer) that cut the step's CPU
-time by a quarter against ``tf.einsum``'s oneDNN kernel on the same slices.
-``tf.function`` steps keep ``tf.einsum`` (see :func:`_in_session_graph`).
+copy, and a one-operand sum as ``tf.reduce_sum``, whenever ops are built
+into a graph (a ``tf.compat.v1`` Session graph or a ``tf.function``).  On
+the Session benchmark (benchmarks/mtf_port.py, 1 layer) the matmuls cut
+the step's CPU time by a quarter against ``tf.einsum``'s oneDNN kernel on
+the same slices; in ``TrainStep`` the matmuls and sums together made the
+steady step 1.23x (1 layer) and 1.27x (8 layers) faster than with
+``tf.einsum``, all variants stepped in turn in one process.
 Any other product of two operands (batch letters, or operands whose letters
-need reordering, as attention's ``abcd,aecd->abce``) runs there as explicit
-transposes around one batched ``tf.matmul`` (:func:`batched_plan`): 3% less
-CPU per Session step of that benchmark at 1 and 8 layers, both lowerings
-stepped in turn in one process.
+need reordering, as attention's ``abcd,aecd->abce``) runs in a Session graph
+as explicit transposes around one batched ``tf.matmul``
+(:func:`batched_plan`): 3% less CPU per Session step of that benchmark at 1
+and 8 layers, both lowerings stepped in turn in one process.  In a
+``tf.function`` such a product stays ``tf.einsum`` (see :func:`_graph_kind`).
 """
 
 import math
@@ -367,22 +371,41 @@ def _batched_kernel(eq, plan):
   return kernel
 
 
-def _in_session_graph():
-  """Whether ops are being built into a plain ``tf.compat.v1`` graph (the
-  Session mode), not eagerly nor into a ``tf.function``.
+def _graph_kind():
+  """Where ops are being built: ``"session"`` (a plain ``tf.compat.v1``
+  graph), ``"function"`` (a ``tf.function``), or None (eagerly, or the
+  shape-only lowering of the cost model, which never loads TF).
 
-  Only there do products run as (batched) ``tf.matmul`` and sums as
-  ``tf.reduce_sum``.  ``tf.function`` steps (``TrainStep``, ``DecodeStep``)
-  keep ``tf.einsum``: with the matmul kernels there too, TrainStep's steady
-  step matched the Session's at 1, 8 and 32 layers, but quick calibration
-  files ranked the truth benchmark's layouts worse on average, their probes
-  running the same kernels (docs/porting.md, issue 43 item 7).
+  In both graphs a plain matrix product runs as ``tf.matmul`` and a sum as
+  ``tf.reduce_sum``.  Only a Session graph runs batched products as
+  transposes around a batched ``tf.matmul``: in ``TrainStep`` those made
+  the step slower than ``tf.einsum`` (1.05x at 8 layers of
+  benchmarks/mtf_port.py, stepped in turn in one process), and with them
+  quick calibration files ranked the truth benchmark's layouts worse, their
+  probes running the same kernels (docs/porting.md, issue 43 item 7).
   """
   if "tensorflow" not in sys.modules:
-    return False  # shape-only lowering (the cost model) never loads TF
+    return None  # shape-only lowering (the cost model) never loads TF
   if tf.executing_eagerly():
-    return False
-  return not tf.compat.v1.get_default_graph().building_function
+    return None
+  if tf.compat.v1.get_default_graph().building_function:
+    return "function"
+  return "session"
+
+
+def _session_batched_kernel(eq, shapes):
+  """The Session graph's kernel of a two-operand product that is not a
+  plain matrix product: transposes around one batched ``tf.matmul``, or
+  None."""
+  if swaps_operands(eq):
+    # As tf.einsum: the other order writes the output as it is (no
+    # transpose of the product), the pattern einsum_pattern names.
+    plan = batched_plan(swapped(eq), list(shapes)[::-1])
+    if plan is not None:
+      kernel = _batched_kernel(swapped(eq), plan)
+      return lambda a, b: kernel(b, a)
+  plan = batched_plan(eq, shapes)
+  return None if plan is None else _batched_kernel(eq, plan)
 
 
 def einsum_kernel(eq, slice_shapes=None):
@@ -390,33 +413,29 @@ def einsum_kernel(eq, slice_shapes=None):
 
   Args:
     eq: the slice-level equation.
-    slice_shapes: the inputs' static slice shapes; with them, in a
-      ``tf.compat.v1`` graph, an equation that is one matrix product runs
-      as ``tf.matmul``, any other two-operand product as transposes around
-      a batched ``tf.matmul``.  There a one-operand sum runs as
-      ``tf.reduce_sum`` (shapes or not).  Elsewhere (eagerly, or in a
-      ``tf.function``) a product runs as ``tf.einsum``.  Either way its
-      operands are swapped where that makes it a plain or batched product
+    slice_shapes: the inputs' static slice shapes; with them, in a graph
+      (``tf.compat.v1`` or ``tf.function``), an equation that is one matrix
+      product runs as ``tf.matmul``, and in a ``tf.compat.v1`` graph any
+      other two-operand product as transposes around a batched
+      ``tf.matmul``.  In a graph a one-operand sum runs as
+      ``tf.reduce_sum`` (shapes or not).  Any other product (eagerly,
+      always) runs as ``tf.einsum``.  Either way its operands are swapped
+      where that makes it a plain or batched product
       (:func:`swaps_operands`), so that :func:`einsum_pattern` and
       :func:`product_matrix` name what runs.
 
   Example:
     >>> f = einsum_kernel("ab,b->ab")   # a broadcast multiply  # doctest: +SKIP
   """
-  if _in_session_graph():
+  kind = _graph_kind()
+  if kind is not None:
     plan = matmul_plan(eq) if slice_shapes is not None else None
     if plan is not None:
       return _matmul_kernel(eq, plan, slice_shapes)
-    if slice_shapes is not None and swaps_operands(eq):
-      # As tf.einsum below: the other order writes the output as it is
-      # (no transpose of the product), the pattern einsum_pattern names.
-      plan = batched_plan(swapped(eq), list(slice_shapes)[::-1])
-      if plan is not None:
-        kernel = _batched_kernel(swapped(eq), plan)
-        return lambda a, b: kernel(b, a)
-    plan = batched_plan(eq, slice_shapes) if slice_shapes is not None else None
-    if plan is not None:
-      return _batched_kernel(eq, plan)
+    if kind == "session" and slice_shapes is not None:
+      kernel = _session_batched_kernel(eq, slice_shapes)
+      if kernel is not None:
+        return kernel
     plan = reduction_plan(eq)
     if plan is not None:
       return _reduction_kernel(plan)

@@ -16,10 +16,11 @@ runs.  Measured with the BFC allocator's events on CPU (TF 2.21, oneDNN on;
   each allocated by the Einsum op).  The plan is the kernel's own
   (:func:`mesh_tf.lowering.einsum_kernels.batched_plan`), so it follows the
   kernel that runs.
-* **A matrix product whose left operand is contracted first** (``ab,ac->bc``,
-  a weight gradient ``x^T dy``): oneDNN's matmul reorders that operand into
-  row-major order before it multiplies, a copy of its bytes
-  (``[512, 64] x [512, 32]``: 131 kB for the 131 kB operand).
+* **A plain matrix product** (:func:`mesh_tf.lowering.einsum_kernels.matmul_plan`)
+  runs as ``tf.matmul`` on reshaped slices, its transposes as the
+  kernel's flags: no copy (a weight gradient ``x^T dy``, ``[512, 64] x
+  [512, 32]``, allocates its output alone; under ``tf.einsum`` oneDNN
+  reordered the transposed left operand, a copy of its bytes).
 * **A broadcast product** (:func:`einsum_kernels.einsum_kernel`) transposes
   each input whose letters are out of the output's order.
 
@@ -42,10 +43,8 @@ def einsum_copies(eq):
   Example:
     >>> einsum_copies("abc,cd->abd")
     ()
-    >>> einsum_copies("ab,ac->bc")    # oneDNN reorders a transposed lhs
-    ('a',)
-    >>> einsum_copies("ac,ab->bc")    # run as ab,ac->bc: the lhs is b
-    ('b',)
+    >>> einsum_copies("ab,ac->bc")    # tf.matmul(transpose_a=True)
+    ()
     >>> einsum_copies("abcd,aecd->abce")
     ('a', 'b', 'out')
   """
@@ -66,12 +65,8 @@ def einsum_copies(eq):
 
 def _run_copies(run):
   """:func:`einsum_copies` of the operand order the kernel runs."""
-  plan = ek.matmul_plan(run)
-  if plan is not None:
-    swap, a_first, b_first, _, _ = plan
-    if swap:   # (free_b, contracted) @ (contracted, free_a)
-      return ("b",) if b_first else ()
-    return ("a",) if a_first else ()
+  if ek.matmul_plan(run) is not None:
+    return ()   # tf.matmul, transposes as its flags
   x, y = run.split("->")[0].split(",")
   plan = ek.batched_plan(run, [_ones(x), _ones(y)])
   if plan is None:

@@ -144,18 +144,35 @@ def test_integer_slices_keep_tf_einsum():
                                 np.einsum("ab,bc->ac", a, b))
 
 
-def test_eager_and_tf_function_steps_keep_tf_einsum():
-  rng = np.random.default_rng(4)
-  a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
-  eager = einsum_kernels.einsum_kernel("abc,cd->abd", [a.shape, b.shape])
-
+def _traced_ops(eq, a, b):
   @tf.function(autograph=False)
   def traced(x, y):
     # As TrainStep lowers: the kernel is made while tracing.
-    return einsum_kernels.einsum_kernel("abc,cd->abd", [x.shape, y.shape])(
-        x, y)
+    return einsum_kernels.einsum_kernel(eq, [x.shape, y.shape])(x, y)
   graph = traced.get_concrete_function(a, b).graph
-  assert "Einsum" in {op.type for op in graph.get_operations()}
+  return {op.type for op in graph.get_operations()}, traced(a, b)
+
+
+def test_tf_function_runs_plain_products_as_matmul_and_batched_as_einsum():
+  rng = np.random.default_rng(4)
+  a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
+  ops, value = _traced_ops("abc,cd->abd", a, b)
+  assert "MatMul" in ops and "Einsum" not in ops
+  np.testing.assert_allclose(value, np.einsum("abc,cd->abd", a, b),
+                             rtol=1e-5, atol=1e-5)
+  # A batched product keeps tf.einsum in a tf.function (TrainStep): the
+  # transposes around a batched tf.matmul were slower there.
+  a, b = tf.constant(_value("abcd", rng)), tf.constant(_value("aecd", rng))
+  ops, value = _traced_ops("abcd,aecd->abce", a, b)
+  assert "Einsum" in ops and "BatchMatMulV2" not in ops
+  np.testing.assert_allclose(value, np.einsum("abcd,aecd->abce", a, b),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_eager_products_keep_tf_einsum():
+  rng = np.random.default_rng(4)
+  a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
+  eager = einsum_kernels.einsum_kernel("abc,cd->abd", [a.shape, b.shape])
   np.testing.assert_array_equal(eager(a, b), tf.einsum("abc,cd->abd", a, b))
 
 
