@@ -113,6 +113,12 @@ def test_price_pipeline_on_shared_cores_is_the_schedule_time():
   # (output layer and loss), each stage's update 0.2 after its last B.
   want = sc.schedule_time(pl, (1.3, 1.5), (2.3, 3.0), (0.2, 0.2), 4.0)
   assert shared.step_time_s == pytest.approx(want)
+  # By hand (2x alone, 1x together): s0 F0 0.65; s0 F1 + s1 F0 to 1.95;
+  # s1 F0's last 0.2 alone to 2.05; s1 B0 alone to 3.55; s0 B0 + s1 F1
+  # to 5.05; s0 B0's last 0.8 + s1 B1 to 5.85; s1 B1's last 2.2 alone to
+  # 6.95; s0 B1 + s1's update to 7.15; s0 B1's last 2.1 alone to 8.2; its
+  # update to 8.3.
+  assert want == pytest.approx(8.3)
   assert shared.steady_s == same.steady_s
   assert shared.bubble_s == same.bubble_s
   assert shared.core_sharing_s == pytest.approx(
