@@ -22,7 +22,11 @@ On 8 TF logical CPU devices it
    median and worst absolute error (SciPy, ``benchmarks/truth_stats.py``),
    beside the simplest predictor on the same data: one constant (the
    measured median; FLOPs alone is the same constant here but for
-   recompute's extra forward pass, so both are shown);
+   recompute's extra forward pass, so both are shown), and beside the
+   price without the cores that waiting stages leave to the others (the
+   bubble formula at the all-devices speed, ``step_time_s +
+   core_sharing_s``: what the model priced before
+   :mod:`costmodels.shared_cores`), ``formula_*`` in the JSON;
 5. ends with one JSON line of those figures.
 
 Reproduce (about 3-4 min here):
@@ -136,6 +140,8 @@ def main():
     flops = pp.hardware_flops(config, lay.recompute == "full")
     rows.append({"label": label, "layout": lay.describe(), "step": step,
                  "batch": batch, "predicted_s": priced.step_time_s,
+                 "formula_s": (priced.step_time_s
+                               + priced.cost.core_sharing_s),
                  "flops": flops, "times": []})
   rng = random.Random(0)
   for r in range(args.rounds):
@@ -152,11 +158,14 @@ def main():
   pred = [row["predicted_s"] for row in rows]
   meas = [statistics.median(row["times"]) for row in rows]
   errs = [abs(p - m) / m for p, m in zip(pred, meas)]
+  formula = [row["formula_s"] for row in rows]
+  f_errs = [abs(p - m) / m for p, m in zip(formula, meas)]
   out.print(f"{'layout':<22} {'pipelined layout':<62} {'pred ms':>8} "
-            f"{'meas ms':>8} {'err':>7}")
-  for row, p, m in zip(rows, pred, meas):
+            f"{'meas ms':>8} {'err':>7} {'formula':>8} {'err':>7}")
+  for row, p, m, f in zip(rows, pred, meas, formula):
     out.print(f"{row['label']:<22} {row['layout']:<62} {p * 1e3:8.1f} "
-              f"{m * 1e3:8.1f} {(p - m) / m:+7.1%}")
+              f"{m * 1e3:8.1f} {(p - m) / m:+7.1%} {f * 1e3:8.1f} "
+              f"{(f - m) / m:+7.1%}")
   (c_med, c_worst), (f_med, f_worst) = _constant_errors(
       meas, [row["flops"] for row in rows])
   summary = {
@@ -166,6 +175,10 @@ def main():
       "median_abs_err": statistics.median(errs), "worst_abs_err": max(errs),
       "constant_median_abs_err": c_med, "constant_worst_abs_err": c_worst,
       "flops_median_abs_err": f_med, "flops_worst_abs_err": f_worst,
+      "formula_spearman": truth_stats.spearman(formula, meas),
+      "formula_kendall": truth_stats.kendall(formula, meas),
+      "formula_median_abs_err": statistics.median(f_errs),
+      "formula_worst_abs_err": max(f_errs),
       "best_measured": rows[meas.index(min(meas))]["label"],
       "best_predicted": rows[pred.index(min(pred))]["label"],
       "predicted_best_vs_best": meas[pred.index(min(pred))] / min(meas),
@@ -177,6 +190,11 @@ def main():
             f"{c_med:.1%}, worst {c_worst:.1%}; FLOPs alone: median "
             f"{f_med:.1%}, worst {f_worst:.1%}; predicted best runs "
             f"{summary['predicted_best_vs_best']:.3f}x the best measured")
+  out.print(f"without shared cores (the bubble formula): Spearman "
+            f"{summary['formula_spearman']:.3f}, Kendall "
+            f"{summary['formula_kendall']:.3f}, median error "
+            f"{summary['formula_median_abs_err']:.1%}, worst "
+            f"{summary['formula_worst_abs_err']:.1%}")
   sys.stdout.flush()
   print(json.dumps({k: round(v, 4) if isinstance(v, float) else v
                     for k, v in summary.items()}))

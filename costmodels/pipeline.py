@@ -58,6 +58,7 @@ Example:
 import math
 from typing import NamedTuple, Tuple
 
+from costmodels import shared_cores
 from mesh_tf.pipeline.costs import expected_boundary_bytes
 from mesh_tf.pipeline.spec import PipelineSplitError, Schedule
 
@@ -202,6 +203,16 @@ class StageWork(NamedTuple):
       the last stage, its ZeRO-3 gathers per microbatch there) with
       ``where`` one of ``"first"``, ``"last"``, ``"both"`` (a tied
       embedding): the stage that holds it.
+    layer_step_fixed_s, base_step_fixed_s: of :attr:`layer_step_s` and
+      :attr:`base_step_s`, the records' fixed costs (a calibrated launch
+      and thread-pool hand-off, whatever a record's size; 0 on every
+      preset), which a ZeRO shard's update pays whole
+      (:func:`costmodels.stage_work.price_sync`).
+    layer_forward_s, first_forward_s, last_forward_s: of
+      :attr:`layer_s`, :attr:`first_s` and :attr:`last_s`, the seconds of
+      the forward pass (the records of the traced step before its first
+      gradient; :meth:`forward_parts`), which the schedule runs apart from
+      the backward; None: not measured.
     layer_copy_bytes: the compute copies one layer holds all step per
       device (:func:`held_copy_bytes` of ``layer_copies`` at the priced
       ZeRO stage and data size).
@@ -241,6 +252,22 @@ class StageWork(NamedTuple):
   first_copy_bytes: int = 0
   last_copy_bytes: int = 0
   base_copy_bytes: int = 0
+  layer_step_fixed_s: float = 0.0
+  base_step_fixed_s: float = 0.0
+  layer_forward_s: float = None
+  first_forward_s: float = None
+  last_forward_s: float = None
+
+  def forward_parts(self):
+    """``(layer, first, last)``: the forward pass's part of
+    :attr:`layer_s`, :attr:`first_s` and :attr:`last_s` (the rest runs in
+    the backward step of the schedule, a recomputation included); a third
+    of each where not measured (a backward pass computes two products per
+    forward product)."""
+    return tuple(s / 3.0 if f is None else f for s, f in (
+        (self.layer_s, self.layer_forward_s),
+        (self.first_s, self.first_forward_s),
+        (self.last_s, self.last_forward_s)))
 
   def with_copies(self, zero=0, data=1):
     """This work with its held compute copies
@@ -342,7 +369,16 @@ class PipelineCost(NamedTuple):
   """The priced pipelined step (seconds, bytes per device).
   ``sent_bytes``: per stage, the bytes each device sends across stage
   boundaries per microbatch (:func:`mesh_tf.pipeline.
-  expected_boundary_bytes`; before a scatter/gather split)."""
+  expected_boundary_bytes`; before a scatter/gather split).
+  ``core_sharing_s``: on devices that share a host's cores, the seconds
+  the step gains because stages that wait leave the cores to the stages
+  that compute (:mod:`costmodels.shared_cores`): ``step_time_s`` is
+  ``steady_s + bubble_s + step_work_s - core_sharing_s``; 0 where each
+  device has its own compute (every preset).  It is the formula's terms
+  less the schedule's own time, so it also holds what the formula's
+  ideal bubble leaves out (an interleaved schedule whose first and last
+  chunks carry the model's ends waits a few percent more), and can be
+  slightly negative where the factor is barely above 1."""
   pipeline: object
   microbatches: int
   layers_per_group: Tuple[int, ...]
@@ -354,6 +390,7 @@ class PipelineCost(NamedTuple):
   step_time_s: float
   stage_memory_bytes: Tuple[int, ...]
   sent_bytes: Tuple[int, ...] = ()
+  core_sharing_s: float = 0.0
 
   @property
   def peak_memory_bytes(self):
@@ -376,7 +413,8 @@ def boundary_time(nbytes, link):
 
 def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
                    mesh_shape=None, layout_rules=None, scatter=1,
-                   *, gather_s=0.0, sent_memo=None):
+                   *, gather_s=0.0, sent_memo=None,
+                   shared_compute_factor=1.0):
   """The :class:`PipelineCost` of ``layers`` repeated layers of ``work``
   under ``pipeline`` (a :class:`mesh_tf.pipeline.Pipeline`; its split is
   the layers per virtual stage), or as one stage of ``microbatches``
@@ -392,6 +430,13 @@ def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
   optimization of an activation replicated over a tensor-parallel group
   of t).  ``sent_memo``: a dict the caller owns, to reuse the boundary
   bytes of one (pipeline, activation, mesh, rules) across calls.
+
+  ``shared_compute_factor``: the chip's (the stages' devices all of the
+  topology's, :attr:`costmodels.hardware.ChipSpec.shared_compute_factor`).
+  Above 1 the devices share a host's cores, and the step is the
+  schedule's time on them (:func:`costmodels.shared_cores.schedule_time`):
+  a stage that waits leaves its cores to the others.  At 1 (every preset)
+  the step is the bubble formula above.
 
   Example:
     >>> from mesh_tf.pipeline import Pipeline
@@ -441,10 +486,16 @@ def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
     times.append(t)
   steady = m * max(times)
   bubble = steady * bubble_fraction(pipeline)
-  step_work = max(
-      n * (work.layer_step_s + work.layer_sync_s)
-      + (work.base_step_s + work.base_sync_s) * work.end_share(i, p)
-      for i, n in enumerate(per_stage))
+  finish = [n * (work.layer_step_s + work.layer_sync_s)
+            + (work.base_step_s + work.base_sync_s) * work.end_share(i, p)
+            for i, n in enumerate(per_stage)]
+  step_work = max(finish)
+  sharing = 0.0
+  if pipeline is not None and shared_cores.shares_cores(
+      shared_compute_factor):
+    forward, backward = _pass_times(work, pipeline, hops)
+    sharing = steady + bubble + step_work - shared_cores.schedule_time(
+        pipeline, forward, backward, finish, shared_compute_factor)
   memory = []
   for i, n in enumerate(per_stage):
     base = int(work.base_state_bytes * work.end_share(i, p))
@@ -455,5 +506,32 @@ def price_pipeline(work, pipeline, layers, microbatches=None, link=None,
     memory.append(int(n * work.layer_state_bytes + base + stash
                       + work.working_bytes + copies))
   return PipelineCost(pipeline, m, split, tuple(times), max(hops), steady,
-                      bubble, step_work, steady + bubble + step_work,
-                      tuple(memory), tuple(sent))
+                      bubble, step_work,
+                      steady + bubble + step_work - sharing,
+                      tuple(memory), tuple(sent), sharing)
+
+
+def _pass_times(work, pipeline, hops):
+  """``(forward, backward)``: per virtual stage, the seconds of one
+  microbatch's forward (backward) pass through it: its layers' part
+  (:meth:`StageWork.forward_parts`), the first virtual stage's embedding,
+  the last's output layer and loss, and the stage's sends per microbatch
+  (``hops``) spread over the passes that send (a forward sends its
+  activation on, a backward its input's gradient back)."""
+  p, groups = pipeline.stages, pipeline.virtual_stages
+  layer_f, first_f, last_f = work.forward_parts()
+  sends = [0] * p
+  for j in range(groups):
+    sends[j % p] += (j < groups - 1) + (j > 0)
+  forward, backward = [], []
+  for j, n in enumerate(pipeline.split):
+    hop = hops[j % p] / sends[j % p] if sends[j % p] else 0.0
+    f = n * layer_f + (j < groups - 1) * hop
+    b = n * (work.layer_s - layer_f) + (j > 0) * hop
+    if j == 0:
+      f, b = f + first_f, b + work.first_s - first_f
+    if j == groups - 1:
+      f, b = f + last_f, b + work.last_s - last_f
+    forward.append(f)
+    backward.append(b)
+  return tuple(forward), tuple(backward)

@@ -27,6 +27,7 @@ chunk count, microbatch count and schedule.
 """
 
 import math
+import re
 
 from costmodels import compute as compute_lib
 from costmodels import memory as memory_lib
@@ -39,6 +40,7 @@ from mesh_tf.core.errors import MtfError
 from mesh_tf.training.storage import StoragePlan
 
 _SYNC_KINDS = ("allreduce", "reduce_scatter")
+_GRADIENT = re.compile(r"_grad\d*(_|/|$)")
 
 
 def sync_exposure(mapping, axes):
@@ -62,6 +64,8 @@ class _Priced:
     self.sync = 0.0
     self.sync_bytes = 0
     self.flops = 0.0
+    self.fwd = 0.0   # of mb, the forward pass's
+    self.step_fixed = 0.0   # of step, its records' fixed costs
 
 
 def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
@@ -71,6 +75,7 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
   summed gradients once per step, :mod:`mesh_tf.training.microbatch`)."""
   chip = mapping.topology.chip
   total, first = _Priced(), _Priced()
+  forward = _forward_ops(trace)
   for r in trace.compute:
     t = compute_lib.compute_time(r, chip)
     per_mb = plan.repeats(r.op_name) > 1
@@ -79,8 +84,10 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
       if per_mb:
         acc.mb += t
         acc.flops += r.flops_per_device
+        acc.fwd += t if r.op_name in forward else 0.0
       else:
         acc.step += t
+        acc.step_fixed += _fixed_time(r, chip)
   for r in trace.collectives:
     src = r.source_op or r.op_name
     axes = tuple(r.mesh_axes)
@@ -101,9 +108,31 @@ def _price_trace(trace, plan, mapping, data_axes, first_ops=None,
         acc.sync_bytes += r.bytes_per_device
       elif per_mb:
         acc.mb += t
+        acc.fwd += t if src in forward else 0.0
       else:
         acc.step += t
   return total, first
+
+
+def _fixed_time(record, chip):
+  """The seconds ``record`` costs whatever its size (its launch and hand-
+  off, a fit's latency): its price with no FLOPs and no bytes; 0 on every
+  preset."""
+  return compute_lib.compute_time(record._replace(
+      flops_per_device=0, output_bytes_per_device=0,
+      input_bytes_per_device=0), chip)
+
+
+def _forward_ops(trace):
+  """Names of the compute records of the forward pass: those before the
+  first record whose name says it is a gradient (the trace is in the
+  graph's order; a recomputation runs with the backward): the gradient
+  ops' names end in ``_grad``, ``_grad0``, ... or go on after ``_grad_``
+  (``stop_gradient`` is the forward pass's)."""
+  names = [r.op_name for r in trace.compute]
+  end = next((i for i, n in enumerate(names) if _GRADIENT.search(n)),
+             len(names))
+  return frozenset(names[:end])
 
 
 def _accumulations(graph):
@@ -206,9 +235,11 @@ def price_sync(work, mapping, data_axes, zero=0):
 
   def update(seconds, base=False):
     # The update of the shards (1/D of the sharded variables) and of the
-    # whole variables.
+    # whole variables; a shard runs as many records as the whole variable,
+    # so their fixed costs (launch, hand-off) stay whole.
     f = work.sharded_fraction(group, base)
-    return seconds * (1.0 - f + f / group)
+    fixed = work.base_step_fixed_s if base else work.layer_step_fixed_s
+    return fixed + (seconds - fixed) * (1.0 - f + f / group)
 
   def end(held):
     # The first / last stage's part of the ends' state, scaled alike.
@@ -248,8 +279,12 @@ def price_sync(work, mapping, data_axes, zero=0):
   first, last = end_gathers(work, group)
   if not work.end_copies:
     first = last = piece_base
+  # One of a layer's two gathers runs before its forward pass.
+  forward = (None if work.layer_forward_s is None
+             else work.layer_forward_s + t("allgather", piece))
   return out._replace(
       layer_s=out.layer_s + 2 * t("allgather", piece),
+      layer_forward_s=forward,
       first_s=out.first_s + t("allgather", first),
       last_s=out.last_s + t("allgather", last),
       layer_sync_s=0.0, base_sync_s=0.0,
@@ -443,7 +478,8 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
   two, _ = _price_trace(tr2, plan2, mapping, data_axes,
                         accumulations=_accumulations(g2))
   layer = _Priced()
-  for f in ("mb", "step", "sync", "sync_bytes", "flops"):
+  for f in ("mb", "step", "sync", "sync_bytes", "flops", "fwd",
+            "step_fixed"):
     setattr(layer, f, getattr(two, f) - getattr(one, f))
   base_mb = one.mb - layer.mb
   exposed = sync_exposure(mapping, data_axes) if data_axes else 0.0
@@ -505,7 +541,14 @@ def stage_work(build, mesh_shape, layout_rules, topology, data_axes=(),
       last_state_bytes=int(base_state * _held_fraction(end_copies, "last")),
       flops=layer.flops, layer_storage=layer_storage,
       base_storage=base_storage, layer_copies=layer_copies,
-      end_copies=end_copies).with_copies()
+      end_copies=end_copies,
+      layer_step_fixed_s=min(max(0.0, layer.step_fixed), layer.step),
+      base_step_fixed_s=min(max(0.0, one.step_fixed - layer.step_fixed),
+                            max(0.0, one.step - layer.step)),
+      layer_forward_s=min(max(0.0, layer.fwd), layer.mb),
+      first_forward_s=min(first.fwd, first.mb, base_mb),
+      last_forward_s=min(max(0.0, one.fwd - layer.fwd - first.fwd),
+                         max(0.0, base_mb - first.mb))).with_copies()
 
 
 def _stash(live, mesh_shape, rules):

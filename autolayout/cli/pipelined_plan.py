@@ -67,7 +67,9 @@ def config_for(plan, path, args=None):
 def record(plan, costs, label="plan"):
   """The JSON layout record (:func:`autolayout.cli.output.layout_record`'s
   keys) of a pipelined plan's ``costs``, with ``bubble_time_s`` (a term
-  of the step) and the ``pipeline`` terms."""
+  of the step), on devices that share a host's cores
+  ``core_sharing_time_s`` (subtracted from the step,
+  :mod:`costmodels.shared_cores`), and the ``pipeline`` terms."""
   terms = costs.pipeline_terms
   mem = dict(costs.memory_by_category)
   topo = pp.sub_topology(plan.topology, plan.mesh_shape.size)
@@ -87,6 +89,10 @@ def record(plan, costs, label="plan"):
       "comm_time_s": costs.comm_time_s,
       "comm_time_by_axis_s": comm,
       "bubble_time_s": terms["bubble_s"],
+      # Devices that share a host's cores: the step is compute + comm +
+      # bubble less what the waiting stages' cores gain the others.
+      **({"core_sharing_time_s": terms["core_sharing_s"]}
+         if "core_sharing_s" in terms else {}),
       "hidden_comm_time_s": 0.0, "hidden_comm_time_by_axis_s": {},
       "interference_time_s": 0.0, "overlap_by_axis_s": {},
       "overlap": False,
@@ -152,8 +158,11 @@ def report(args, ctx, plan):
         ("compute (steady work + once-per-step work)", costs.compute_time_s),
         ("boundary sends (stage axis)", costs.comm_time_s),
         (f"bubble ({t['bubble_fraction']:.1%} of the steady time)",
-         t["bubble_s"]),
-        ("step", costs.step_time_s)], columns=["term", "seconds"])
+         t["bubble_s"])]
+        + ([("cores that waiting stages leave to the others (shared "
+             "cores)", -t["core_sharing_s"])] if "core_sharing_s" in t
+           else [])
+        + [("step", costs.step_time_s)], columns=["term", "seconds"])
     out.render(ctx.console, rows, "Step time (pipelined cost model)",
                index=False, formats={"seconds": out.fmt_time})
     view = stages.rename(columns={

@@ -53,6 +53,7 @@ import time
 from typing import Any, NamedTuple, Tuple
 
 from costmodels import hardware
+from costmodels import shared_cores
 from costmodels.topology import get_topology
 from mesh_tf.core.errors import MtfError
 from autolayout.errors import InfeasibleLayoutError, TimeLimitError
@@ -188,11 +189,16 @@ def _data_sizes(config, topology, model, stages, microbatch, counts=None):
                       reverse=True))
 
 
-def _time_bound(work, layers, lay, batch):
+def _time_bound(work, layers, lay, batch, shared_compute_factor=1.0):
   """A lower bound on the step time of ``lay``: the slowest stage takes at
-  least the mean of the work, and the bubble adds its fraction."""
+  least the mean of the work, and the bubble adds its fraction; on
+  devices that share a host's cores (``shared_compute_factor`` above 1)
+  the bubble's cores go to the other stages, and the bound is the mean
+  work alone (the total over the cores, :mod:`costmodels.shared_cores`)."""
   m = lay.microbatches(batch)
   mean = (layers * work.layer_s + work.first_s + work.last_s) / lay.stages
+  if shared_cores.shares_cores(shared_compute_factor):
+    return m * mean
   return m * mean * (1 + (lay.stages - 1) / (lay.chunks * m))
 
 
@@ -306,7 +312,8 @@ def search_pipelines(config, topology, memory_budget=None, tensor=None,
     # The hint is priced whatever the bounds say (the answer shows it).
     if (hint is None or n_lay > 0) and (bound > memory_budget or (
         incumbent is not None
-        and _time_bound(work, config.layers, lay, config.batch)
+        and _time_bound(work, config.layers, lay, config.batch,
+                        topology.chip.shared_compute_factor)
         > incumbent * (1 + 1e-9))):
       skipped += 1
       continue

@@ -232,6 +232,10 @@ def costs_of(priced):
            ("sent_bytes", tuple(int(b) for b in cost.sent_bytes)),
            ("in_flight", tuple(in_flight)),
            ("stage_memory_bytes", tuple(cost.stage_memory_bytes)))
+  if cost.core_sharing_s:
+    # Devices that share a host's cores: what the step gains over the
+    # terms above (costmodels.shared_cores); absent where it is 0.
+    terms += (("core_sharing_s", float(cost.core_sharing_s)),)
   return PredictedCosts(
       float(cost.step_time_s), float(cost.steady_s - comm
                                      + cost.step_work_s),

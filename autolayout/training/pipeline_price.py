@@ -355,7 +355,9 @@ def price_layout(config, topology, layout, work=None, split=None,
   cost = pipe.price_pipeline(work, pipeline, config.layers, m, link, mesh,
                              rules, scatter, gather_s=gather,
                              sent_memo=None if memo is None else
-                             memo.setdefault("sent", {}))
+                             memo.setdefault("sent", {}),
+                             shared_compute_factor=(
+                                 topology.chip.shared_compute_factor))
   return PipelinedPrice(layout, rules, work, cost, m,
                         layout.padded_sequences(config.batch),
                         topology.num_chips - chips)

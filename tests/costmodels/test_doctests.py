@@ -15,7 +15,7 @@ MODULES = ["costmodels", "costmodels.hardware", "costmodels.topology",
            "costmodels.calibrate.step_costs",
            "costmodels.calibrate.compute_fit",
            "costmodels.calibrate.topology_file", "costmodels.overlap",
-           "costmodels.prefetch"]
+           "costmodels.prefetch", "costmodels.shared_cores"]
 
 
 @pytest.mark.parametrize("name", MODULES)
