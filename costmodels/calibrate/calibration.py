@@ -190,8 +190,11 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
   chained = chip
   local_fits, table = _link_fits(samples, "device", chained)
   step = step_costs.fit_step_overhead(samples)
+  # A record of a step runs while every device runs its own: it costs at
+  # least a kernel launched on all devices at once (the chained launches
+  # and the reference steps' slope, compute_fit), not one launched alone.
   chip, record_rows, rc = _with_record_costs(
-      samples, chip, len(procs) == 1, cf.launch_alone_s,
+      samples, chip, len(procs) == 1, cf.launch_overhead_s,
       step.seconds if step else 0.0,
       step_costs.collective_volumes(local_fits))
   res = dict(cf.residuals)
@@ -267,7 +270,7 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0, step_s=0.0,
   """``chip`` with the fixed cost per record fitted on the ``model_step``
   timings (:mod:`costmodels.calibrate.record_costs`), if any, as its
   ``launch_overhead_s`` (the elementwise record's, at least ``floor_s``:
-  what one kernel costs to launch alone) and its class fits'
+  what one kernel costs to launch on every device at once) and its class fits'
   ``latency_s`` (the excess of each class over it); on ``one_process``
   (the steps' messages all on the one ``device`` link), the
   cost of a message in a step, which each of the link's collective fits'
@@ -282,7 +285,7 @@ def _with_record_costs(samples, chip, one_process, floor_s=0.0, step_s=0.0,
       waits=chip.devices_in_lockstep)
   if rc is None:
     return chip, [], None
-  # A record of a step costs at least what one kernel alone does: a few
+  # A record of a step costs at least what one kernel on every device does:
   # noisy steps must not fit it to nothing.
   launch = max(rc.costs.get("elementwise", rc.common_s), floor_s)
 

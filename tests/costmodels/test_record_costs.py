@@ -399,3 +399,21 @@ def test_the_cost_per_collective_counts_the_collectives_a_step_waits_for():
                           ridge=0.0).collective_s == 0.0
   _, topo, _ = _fit_steps(data + mixed, extra, "GPU")
   assert topo.chip.link.barrier_s == pytest.approx(per_coll, rel=0.35)
+
+
+def test_a_record_in_a_step_costs_at_least_a_kernel_on_every_device():
+  # Steps whose elementwise records cost nothing beyond their work (noise
+  # can fit that): the chip's launch cost is floored at a kernel launched
+  # on every device at once (30 us here), not at one launched alone (10 us).
+  info = {"devices": [f"/device:CPU:{i}" for i in range(8)],
+          "device_types": ["CPU"]}
+  probes = [s._replace(seconds=3e-5) if s.what == "launch" and
+            s.group_size == 8 else s for s in _measured_like()]
+  base, _ = calibration.fit_topology(probes, info, "base")
+  assert base.chip.launch_overhead_s == pytest.approx(3e-5, rel=0.05)
+  free = dict(TRUTH, elementwise=0.0)
+  steps = [s._replace(seconds=sum(r[1] * free[r[0]] + _work(base.chip, r)
+                                  for r in s.records)) for s in _samples()]
+  topo, _ = calibration.fit_topology(probes + steps, info, "x")
+  assert topo.chip.launch_overhead_s == pytest.approx(
+      base.chip.launch_overhead_s, rel=1e-6)
