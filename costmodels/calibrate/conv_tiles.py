@@ -45,9 +45,10 @@ MARGIN = 0.2
 #: fit's four).
 MIN_SHAPES = 6
 
-#: Timings of distinct shapes a channels-only tile needs (the quick plan's
+#: Timings of distinct shapes a tile of few shapes needs (the quick plan's
 #: thin convolutions: one shape full, one with a single input channel, one
-#: with a single output channel; two unknowns beside the two of the fit).
+#: with a single output channel, and one two columns wide; a block per dim
+#: they vary apart, beside the two unknowns of the fit).
 THIN_SHAPES = 3
 
 #: Residuals this close (relative, or within 1e-6) count as equal; the
@@ -55,7 +56,7 @@ THIN_SHAPES = 3
 TIE = 0.01
 
 
-def best_tile(rows, xs, ys, solve, flops_col=1, channels_only=False):
+def best_tile(rows, xs, ys, solve, flops_col=1, few=False):
   """``(tile, xs)``: the tile that fits ``rows`` best, and ``xs`` with its
   FLOP column (``flops_col``) rounded up to it; ``((), xs)`` where no tile
   lowers the residual by :data:`MARGIN`, or the rows are too few or lack
@@ -67,12 +68,12 @@ def best_tile(rows, xs, ys, solve, flops_col=1, channels_only=False):
     ys: their timings.
     solve: ``solve(xs, ys) -> (coef, rel_rms)``
       (:func:`costmodels.calibrate.least_squares.nonneg_lstsq`).
-    channels_only: search blocks of input and output channels only (the
-      width block 1), from :data:`THIN_SHAPES` shapes or more: the thin-
-      convolution regime of the quick plan, whose few shapes vary the
-      channels alone.
+    few: the quick plan's thin convolutions, from :data:`THIN_SHAPES`
+      shapes or more: blocks of input and output channels, and of the
+      width only where the rows' output widths differ (else the width
+      block is 1).
   """
-  need = THIN_SHAPES if channels_only else MIN_SHAPES
+  need = THIN_SHAPES if few else MIN_SHAPES
   if len({(s.conv, s.flops) for s in rows}) < need or not all(
       len(s.conv) == 3 for s in rows):
     return (), xs
@@ -80,7 +81,7 @@ def best_tile(rows, xs, ys, solve, flops_col=1, channels_only=False):
   if floor < 1e-9:   # the FLOPs as they are explain every timing already
     return (), xs
   found = []
-  widths = (1,) if channels_only else BLOCKS
+  widths = (1,) if few and len({s.conv[0] for s in rows}) < 2 else BLOCKS
   for tile in itertools.product(widths, BLOCKS, BLOCKS):
     if tile == (1, 1, 1):
       continue

@@ -70,13 +70,15 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
     ys = [s.seconds for s in rows] if fixed else net
     # Convolutions timed at shapes that vary their channels apart from
     # their FLOPs also fit the bytes they read (ComputeClassFit).
+    shapes = len({(s.conv, s.flops) for s in rows})
     reads = pattern in CONV_PATTERNS and len(rows) >= 4 and len(
-        {s.input_bytes for s in rows}) > 1
-    # Convolutions timed at a few shapes that vary their channels alone
-    # (the quick plan's thin ones): a FLOP rate and the channel blocks of
-    # a tile, nothing else (conv_tiles.best_tile, channels_only).
-    thin = (pattern in CONV_PATTERNS and not reads and len(
-        {(s.conv, s.flops) for s in rows}) >= conv_tiles.THIN_SHAPES)
+        {s.input_bytes for s in rows}) > 1 and (
+            shapes >= conv_tiles.MIN_SHAPES or not all(s.conv for s in rows))
+    # Convolutions timed at a few shapes that vary their channels and width
+    # (the quick plan's thin ones): a FLOP rate and the blocks of a tile,
+    # nothing else (conv_tiles.best_tile, few).
+    thin = (pattern in CONV_PATTERNS and not reads
+            and shapes >= conv_tiles.THIN_SHAPES)
     if pattern == "elementwise":   # its FLOPs are its bytes: bytes only
       xs = [[fixed, 0.0, s.nbytes] for s in rows]
     elif thin:
@@ -90,7 +92,7 @@ def fit_patterns(samples, dtype, num_devices, launch_s, threaded_s=0.0,
     # ... and, at shapes that vary their width and channels, the tile
     # their kernel computes the output in (conv_tiles).
     tile, xs = (conv_tiles.best_tile(rows, xs, ys, nonneg_lstsq,
-                                     channels_only=thin)
+                                     few=thin)
                 if reads or thin else ((), xs))
     coef, res = nonneg_lstsq(xs, ys)
     lat, inv_peak, inv_bw = coef[:3]

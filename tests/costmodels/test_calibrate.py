@@ -308,10 +308,11 @@ def test_quick_calibration_end_to_end(tmp_path):
   # Each collective of a step, for its bytes in a step (step_costs).
   assert all(len(s["transfers"]) == s["collectives"] for s in steps)
   # The reference steps give the step's fixed cost, and the quick plan
-  # times a full and two thin convolutions a kernel.
+  # times a full and three thin convolutions a kernel.
   assert "step" in {r[0] for r in c.fits}
   assert {tuple(s["conv"]) for s in meta["samples"]
-          if s["pattern"] == "conv"} == {(14, 1, 8), (14, 8, 1), (14, 8, 8)}
+          if s["pattern"] == "conv"} == {(14, 1, 8), (14, 8, 1), (14, 8, 8),
+                                         (2, 8, 8)}
   # The mixed steps run collectives of 1 to 7 messages (over a, b and
   # both), data parallel's of 7 each: what tells a collective's cost in a
   # step from a message's.

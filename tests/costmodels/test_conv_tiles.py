@@ -134,7 +134,7 @@ def test_too_few_shapes_or_old_samples_fit_no_tile():
   old = [s._replace(conv=()) for s in rows]
   (got,) = pattern_fit.fit_patterns(old, "float32", 8, launch)
   assert got.tile == ()
-  # Fewer thin shapes than a channels-only tile needs: none either.
+  # Fewer thin shapes than a tile of few shapes needs: none either.
   thin = _quick_rows("conv", (1, 1, 4))[0][:conv_tiles.THIN_SHAPES - 1]
   (got,) = pattern_fit.fit_patterns(thin, "float32", 8, launch)
   assert got.tile == ()
@@ -142,7 +142,7 @@ def test_too_few_shapes_or_old_samples_fit_no_tile():
 
 def _quick_rows(kind, tile):
   """Synthetic timings of the quick plan's ``kind`` probes (a full shape
-  and the two thin ones), made from a FLOP rate and ``tile``."""
+  and the three thin ones), made from a FLOP rate and ``tile``."""
   truth = ComputeClassFit(kind, 2e-4, 2e10, tile=tile)
   launch = 3e-5
   rows = []
@@ -158,13 +158,14 @@ def _quick_rows(kind, tile):
 
 @pytest.mark.parametrize("kind", ["conv", "conv_filter"])
 @pytest.mark.parametrize("tile", [(1, 1, 4), (1, 1, 8), (1, 4, 1),
-                                  (1, 2, 8)])
-def test_the_quick_plans_thin_convolutions_recover_their_channel_blocks(
-    kind, tile):
+                                  (1, 2, 8), (4, 1, 1), (8, 1, 4),
+                                  (16, 2, 8)])
+def test_the_quick_plans_thin_convolutions_recover_their_blocks(kind, tile):
   # The thin-convolution regime: a single output (input) channel costs a
-  # whole block of them; the quick plan's three shapes a kind price it.
+  # whole block of them, an output two columns wide a whole block of
+  # columns; the quick plan's four shapes a kind price it.
   rows, launch = _quick_rows(kind, tile)
-  assert len(rows) == conv_tiles.THIN_SHAPES
+  assert len(rows) == conv_tiles.THIN_SHAPES + 1
   (got,) = pattern_fit.fit_patterns(rows, "float32", 8, launch)
   assert got.tile == tile
   assert got.flops_per_s == pytest.approx(2e10, rel=1e-6)
