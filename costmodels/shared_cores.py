@@ -47,7 +47,7 @@ where the bubble formula says 6:
 """
 
 from mesh_tf.core.errors import MtfError
-from mesh_tf.pipeline.schedule import BACKWARD, FORWARD, Step, stage_steps
+from mesh_tf.pipeline.schedule import FORWARD, inputs_of, stage_steps
 
 __all__ = ["effective_cores", "schedule_time", "shares_cores",
            "stage_speedup"]
@@ -88,22 +88,6 @@ def stage_speedup(active, stages, factor):
   return min(factor, stages / active)
 
 
-def _needs(pipeline, step):
-  """The steps whose results ``step`` needs (the lowering's sends)."""
-  j = pipeline.virtual_stage(step.stage, step.chunk)
-  last = pipeline.virtual_stages - 1
-  if step.phase == FORWARD:
-    if j == 0:
-      return ()
-    s, c = pipeline.location(j - 1)
-    return (Step(s, c, step.microbatch, FORWARD),)
-  own = Step(step.stage, step.chunk, step.microbatch, FORWARD)
-  if j == last:
-    return (own,)
-  s, c = pipeline.location(j + 1)
-  return (own, Step(s, c, step.microbatch, BACKWARD))
-
-
 def schedule_time(pipeline, forward_s, backward_s, finish_s, factor):
   """Seconds of ``pipeline``'s schedule on stages that share a host's
   cores (see the module docstring).
@@ -142,8 +126,8 @@ def schedule_time(pipeline, forward_s, backward_s, finish_s, factor):
   while any(h < len(q) for h, q in zip(heads, queues)):
     active = [s for s in range(p) if heads[s] < len(queues[s])
               and (queues[s][heads[s]] is None
-                   or all(d in done for d in _needs(pipeline,
-                                                    queues[s][heads[s]])))]
+                   or all(d in done for d in
+                          inputs_of(pipeline, queues[s][heads[s]])))]
     if not active:
       raise MtfError(f"schedule {pipeline.schedule.value} of {p} stages "
                      "deadlocks; use another schedule or microbatch count")

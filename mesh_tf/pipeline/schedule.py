@@ -22,7 +22,7 @@ from typing import NamedTuple, Tuple
 
 from mesh_tf.pipeline.spec import PipelineScheduleError, Schedule
 
-__all__ = ["Step", "max_in_flight", "schedule_order", "simulate",
+__all__ = ["Step", "inputs_of", "max_in_flight", "schedule_order", "simulate",
            "stage_steps"]
 
 FORWARD, BACKWARD = "F", "B"
@@ -94,7 +94,7 @@ def stage_steps(pipeline):
                for s in range(pipeline.stages))
 
 
-def _inputs_of(pipeline, step):
+def inputs_of(pipeline, step):
   """The steps whose results ``step`` needs (on any stage)."""
   j = pipeline.virtual_stage(step.stage, step.chunk)
   last = pipeline.virtual_stages - 1
@@ -130,7 +130,7 @@ def simulate(pipeline):
     ready = []
     for s, q in enumerate(queues):
       if heads[s] < len(q) and all(d in done
-                                   for d in _inputs_of(pipeline, q[heads[s]])):
+                                   for d in inputs_of(pipeline, q[heads[s]])):
         ready.append(q[heads[s]])
         heads[s] += 1
     if not ready:

@@ -276,18 +276,28 @@ def _fitted(data, mixed, extra_s):
   return steps, fit_record_costs(steps, FITS.get, ridge=0.0)
 
 
-def test_devices_sharing_cores_fit_no_wait_per_collective():
-  # Logical CPU devices share the host's cores: a member that waits leaves
-  # its core to the others, so the same steps fit no cost per collective,
-  # and the messages take what the steps cost beyond the records.
-  per_msg, per_coll = 2e-5, 1.5e-4
+#: The seconds a message and a collective add to a step in _mixed_steps.
+PER_MSG, PER_COLL = 2e-5, 1.5e-4
+
+
+def _mixed_steps():
+  """(data-parallel steps on x:8, 7 messages a collective; mixed steps,
+  1-7; the seconds a step's messages and collectives add)."""
   data = _laid_out("batch:x", [dict(messages=7 * k, collectives=k)
                                for k in (10, 25, 7, 43)])
   mixed = _laid_out("batch:b;d_ff:a", [
       dict(messages=m, collectives=k)
       for m, k in ((30, 18), (61, 40), (20, 15), (90, 52))])
   def extra(s):
-    return s.messages * per_msg + s.collectives * per_coll
+    return s.messages * PER_MSG + s.collectives * PER_COLL
+  return data, mixed, extra
+
+
+def test_devices_sharing_cores_fit_no_wait_per_collective():
+  # Logical CPU devices share the host's cores: a member that waits leaves
+  # its core to the others, so the same steps fit no cost per collective,
+  # and the messages take what the steps cost beyond the records.
+  per_msg, per_coll, (data, mixed, extra) = PER_MSG, PER_COLL, _mixed_steps()
   samples = _samples() + [s._replace(seconds=s.seconds + extra(s))
                           for s in data + mixed]
   waited = fit_record_costs(samples, FITS.get, ridge=0.0)
@@ -306,14 +316,7 @@ def test_collectives_of_mixed_steps_price_a_collective_in_a_step():
   # steps (1-7): a cost per message and one per collective, both known,
   # are both recovered, and the topology's device link pays the latter
   # once per collective.
-  per_msg, per_coll = 2e-5, 1.5e-4
-  data = _laid_out("batch:x", [dict(messages=7 * k, collectives=k)
-                               for k in (10, 25, 7, 43)])
-  mixed = _laid_out("batch:b;d_ff:a", [
-      dict(messages=m, collectives=k)
-      for m, k in ((30, 18), (61, 40), (20, 15), (90, 52))])
-  def extra(s):
-    return s.messages * per_msg + s.collectives * per_coll
+  per_msg, per_coll, (data, mixed, extra) = PER_MSG, PER_COLL, _mixed_steps()
   _, got = _fitted(data, mixed, extra)
   assert got.message_s == pytest.approx(per_msg, rel=1e-6)
   assert got.collective_s == pytest.approx(per_coll, rel=1e-6)
