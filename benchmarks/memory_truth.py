@@ -34,10 +34,9 @@ bytes of the slices the runtime holds on each device after the first call
 ``current`` after that call, less before the step was built, is shown
 beside them (the variables and the step's constants); the allocator's
 peak over a steady step, over the bytes held before the step was built,
-divided by the devices; then the per-device peak, the median over
-three profiled steps (``--steps``).  The prediction is on the topology
-of the devices at hand (``--topology``, default a quick calibration of
-them), whose devices do
+divided by the devices; then the per-device peak of two more steps,
+profiled.  The prediction is on the topology of the devices at hand
+(``--topology``, default a quick calibration of them), whose devices do
 not run in lockstep (:mod:`costmodels.sync_hold`); "schedule alone" is
 the prediction as if they did, the model before that term.  Ends with
 one JSON line: per model the median and worst absolute error of the
@@ -94,7 +93,7 @@ def variable_bytes(step):
   return max(by_device.values()) if by_device else 0
 
 
-def measure_layout(tf, build, mesh, rules, devices, profiled_steps=3):
+def measure_layout(tf, build, mesh, rules, devices):
   """``(variables, held, peak, device_peak, unattributed, tensor_peak)``: bytes per
   device of the variable slices the runtime holds, and of what the
   allocator holds after the first call (variables and the step's
@@ -104,12 +103,7 @@ def measure_layout(tf, build, mesh, rules, devices, profiled_steps=3):
   (:func:`benchmarks.allocator_events.device_peaks`), the bytes of
   allocations no device was found for, and the device peak again with
   each buffer weighed by its tensor's bytes (``requested_bytes``) rather
-  than the allocator's chunk.  The device peaks are the median over
-  ``profiled_steps`` steps, each profiled alone: how the executor
-  interleaves the devices, and so what a device holds at its peak,
-  changes from step to step (one layout's peak moved by up to 30%), and
-  the median of a few is the steady step's peak with less of that
-  noise."""
+  than the allocator's chunk."""
   from benchmarks import allocator_events
   from mesh_tf import training
   from mesh_tf.training import optimize
@@ -128,18 +122,15 @@ def measure_layout(tf, build, mesh, rules, devices, profiled_steps=3):
   variables = variable_bytes(step)
   by_device = {int(re.search(r"CPU:(\d+)$", k).group(1)): b
                for k, b in variable_bytes_by_device(step).items()}
+  events, mark = allocator_events.profile_step(
+      tf, lambda: step(**feeds).numpy())
   owners = allocator_events.op_devices(step.concrete_function().graph)
-  device_peak, unattributed = {}, 0
-  for _ in range(profiled_steps):
-    events, mark = allocator_events.profile_step(
-        tf, lambda: step(**feeds).numpy())
-    for weight in allocator_events.WEIGHTS:
-      peaks, lost = allocator_events.device_peaks(events, mark, owners,
-                                                  weight)
-      device_peak.setdefault(weight, []).append(max(
-          by_device.get(d, 0) + b for d, b in peaks.items()))
-      unattributed = max(unattributed, lost)
-  device_peak = {w: statistics.median(v) for w, v in device_peak.items()}
+  device_peak = {}
+  for weight in allocator_events.WEIGHTS:
+    peaks, unattributed = allocator_events.device_peaks(events, mark, owners,
+                                                        weight)
+    device_peak[weight] = max(by_device.get(d, 0) + b
+                              for d, b in peaks.items())
   step = model = feeds = None   # the call above holds them: free them now
   gc.collect()
   return (variables, held / len(devices), peak / len(devices),
@@ -188,9 +179,6 @@ def main(argv=None):
   p.add_argument("--topology", default=None,
                  help="topology file of these devices (default: a quick "
                       "calibration of them, kept in a temporary file)")
-  p.add_argument("--steps", type=int, default=3,
-                 help="steady steps profiled per layout; the device peaks "
-                      "are their median (default 3)")
   args = p.parse_args(argv)
   import tempfile
   with tempfile.TemporaryDirectory() as tmp:
@@ -214,7 +202,7 @@ def main(argv=None):
     for label, mesh, rules in layouts:
       pv, pp, po = predict(build, mesh, rules, topology)
       mv, mh, ms, md, lost, mr = measure_layout(tf, build, mesh, rules,
-                                                devices, args.steps)
+                                                devices)
       var_err.append(_err(pv, mv))
       sum_err.append(_err(pp, ms))
       dev_err.append(_err(pp, md))

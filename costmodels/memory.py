@@ -42,13 +42,9 @@ The model, which the layout optimizer reproduces exactly:
   caches are ``kv_cache``); every other tensor is ``activations``.
 * **Devices not in lockstep.** ``costmodels.evaluate`` prices this
   liveness as it is on a chip whose devices run in lockstep; on one whose
-  devices do not (logical CPU devices, :mod:`costmodels.sync_hold`), each
-  gradient that waits for a sync stays live until the backward pass ends,
-  each all-reduced sum until the next collective (the device that holds
-  it runs ahead of the peers that still read it), the copies that
-  kernels of their own make ahead of the ops that one tensor makes ready
-  overlap (a convolution's ``Pad``), and a convolution's halo rows wait
-  for the lagging neighbours; the layout search does not model these.
+  devices do not (logical CPU devices), each gradient that waits for a
+  sync stays live until the backward pass ends
+  (:mod:`costmodels.sync_hold`), which the layout search does not model.
 
 Example:
   >>> import mesh_tf as mtf

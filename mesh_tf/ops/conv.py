@@ -44,82 +44,38 @@ def same_padding(k):
   return ((k - 1) // 2, k - 1 - (k - 1) // 2)
 
 
-def _take(impl, laid, begin, size):
-  """Each processor's box ``[begin, begin + size)`` of its slice of
-  ``laid`` (a new buffer the size of the box)."""
-  def fn(t):
-    return tf.slice(t, begin, size)
-  return impl.slicewise(fn, laid, slice_shape=list(size), flops=0)
+def _halo(impl, laid, axis, mesh_axis, before, after):
+  """Extends each slice along tensor ``axis`` with its neighbours' edges.
 
-
-def _write_halos(impl, padded, received, own, boxes):
-  """``padded`` with each ``received`` box written at its place in
-  ``boxes`` (``(begin, end)``), in place: TF's ``TensorStridedSliceUpdate``
-  reuses its input's buffer when nothing else reads it, so the kernel
-  waits (a control dependency) for this processor's ``own`` boxes, the
-  reads of ``padded`` that its neighbours receive.  Without them it would
-  copy the padded slice whenever it ran first (never a wrong value)."""
-  n = len(received)
-  rank = len(padded.slice_shape)
-
-  def fn(p, *ts):
-    with tf.control_dependencies(list(ts[n:])):
-      for (begin, end), t in zip(boxes, ts[:n]):
-        p = tf.raw_ops.TensorStridedSliceUpdate(
-            input=p, begin=list(begin), end=list(end), strides=[1] * rank,
-            value=t)
-    return p
-  return impl.slicewise(fn, padded, *received, *own,
-                        slice_shape=list(padded.slice_shape), flops=0)
-
-
-def _exchange_halos(impl, padded, splits, pads):
-  """Halo exchange of the split spatial dims of ``padded`` (each slice
-  already zero-padded by ``pads``, one ``(before, after)`` per tensor
-  axis), one dim after the other (``splits``: ``(axis, mesh axes)``).
-
-  Processor ``c`` on a dim's mesh axis gets the last ``before`` rows of
-  ``c-1`` and the first ``after`` rows of ``c+1`` (zeros at the ends),
-  written into its padding rows.  A dim's rows span the padding of the
-  dims exchanged before it (which then holds the neighbours' values: the
-  corners) and only the interior of the others, so each message is the
-  size the same exchange by concatenation would send.  The padded slice
-  is the only buffer of its size: the rows are written in place
-  (:func:`_write_halos`).
+  Processor ``c`` on ``mesh_axis`` gets the last ``before`` rows of ``c-1``
+  and the first ``after`` rows of ``c+1`` (zeros at the ends).
   """
-  full = list(padded.slice_shape)
-  inner = [(b, n - b - a) for n, (b, a) in zip(full, pads)]
-  done = set()
-  for axis, mesh_axis in splits:
-    b, a = pads[axis]
-    n = inner[axis][1]
-    lo = [0 if t in done else inner[t][0] for t in range(len(full))]
-    size = [full[t] if t in done else inner[t][1] for t in range(len(full))]
-    received, own, boxes = [], [], []
-    for rows, src, dst, offset in ((b, n, 0, 1), (a, b, b + n, -1)):
-      if not rows:
-        continue
-      begin, box = list(lo), list(size)
-      begin[axis], box[axis] = src, rows
-      mine = _take(impl, padded, begin, box)
-      own.append(mine)
-      received.append(impl.shift_by_n_processors(mine, mesh_axis, offset,
-                                                  wrap=False))
-      at = list(lo)
-      at[axis] = dst
-      boxes.append((tuple(at), tuple(x + y for x, y in zip(at, box))))
-    padded = _write_halos(impl, padded, received, own, boxes)
-    done.add(axis)
-  return padded
+  shape = list(laid.slice_shape)
+  n = shape[axis]
+  parts = []
 
+  def take(begin, size):
+    sl = list(shape)
+    sl[axis] = size
 
-def _pad_after(pads):
-  """A kernel that zero-pads its first slice by ``pads`` once its second
-  exists (see :meth:`_ConvGeometry.extend`)."""
-  def fn(t, wait):
-    with tf.control_dependencies([wait]):
-      return tf.pad(t, pads)
-  return fn
+    def fn(t):
+      b = [0] * len(shape)
+      b[axis] = begin
+      return tf.slice(t, b, sl)
+    return impl.slicewise(fn, laid, slice_shape=sl, flops=0)
+  if before:
+    parts.append(impl.shift_by_n_processors(take(n - before, before),
+                                            mesh_axis, 1, wrap=False))
+  parts.append(laid)
+  if after:
+    parts.append(impl.shift_by_n_processors(take(0, after), mesh_axis, -1,
+                                            wrap=False))
+  if len(parts) == 1:
+    return laid
+  out = list(shape)
+  out[axis] = n + before + after
+  return impl.slicewise(lambda *ts: tf.concat(list(ts), axis), *parts,
+                        slice_shape=out, flops=0)
 
 
 class _ConvGeometry:
@@ -159,8 +115,8 @@ class _ConvGeometry:
     whose slice bytes add up to its bytes under every layout.
 
     Along each spatial dim with padding ``b + a`` the copy holds ``n / k +
-    b + a`` rows, whether the dim is split over ``k`` devices (its halo
-    rows then written in place) or not (``k = 1``): TF pads in a ``Pad``
+    b + a`` rows, whether the dim is split over ``k`` devices (the halo
+    exchange's ``concat``) or not (``k = 1``, the ``Pad``): TF pads in a
     kernel of its own, as grappler's light passes leave it, not inside
     the convolution.  The product over the dims expands into one term per
     subset of them: the subset's dims stay (split as the layout says) and
@@ -181,28 +137,15 @@ class _ConvGeometry:
       out.append(dims_lib.Shape(dims))
     return tuple(out)
 
-  def extend(self, impl, op, laid, x_shape, after=None):
-    """Zero-pads every padded spatial dim of each slice, then exchanges
-    the split ones' halos into the padding (:func:`_exchange_halos`).
-
-    ``after``: a LaidOutTensor that each processor's padding waits for
-    (a control dependency, its bytes not read).  A filter gradient pads
-    the convolution's input as its forward pass did; grappler's common
-    subgraph elimination would merge the two ``Pad`` kernels into one, and
-    TF's executor runs a kernel as soon as its inputs exist, so the padded
-    copy would live from the forward pass to the filter gradient (conv3d
-    ``depth:x``: its 324 kB from 18.7 ms to 37.5 ms of the step) and make
-    the forward's in-place halo write a copy.  Waiting for the output's
-    gradient keeps the two apart: the copy lives while the gradient runs.
+  def extend(self, impl, op, laid, x_shape):
+    """Halo-exchanges split spatial dims and zero-pads the others.
 
     Returns the extended LaidOutTensor (spatial dims in ``x_shape`` order).
     """
-    pads = [(0, 0)] * x_shape.ndims
-    splits = []
+    local_pads = [(0, 0)] * x_shape.ndims
     for i, d in enumerate(self.spatial):
       ax = x_shape.index(d.name)
       b, a = self.pads[i]
-      pads[ax] = (b, a)
       mesh_axis = impl.dim_axes(d)   # one axis or several, major first
       if mesh_axis is not None:
         block = laid.slice_shape[ax]
@@ -213,18 +156,14 @@ class _ConvGeometry:
               f"axis {where} gives blocks of {block}, "
               f"smaller than the halo {max(b, a)} of its window "
               f"{self.ksizes[i]}; split it over fewer processors")
-        if b or a:
-          splits.append((ax, mesh_axis))
-    if all(p == (0, 0) for p in pads):
-      return laid
-    shape = [s + b + a for s, (b, a) in zip(laid.slice_shape, pads)]
-    if after is None:
-      laid = impl.slicewise(lambda t: tf.pad(t, pads), laid,
+        laid = _halo(impl, laid, ax, mesh_axis, b, a)
+      else:
+        local_pads[ax] = (b, a)
+    if any(p != (0, 0) for p in local_pads):
+      shape = [s + b + a for s, (b, a) in zip(laid.slice_shape, local_pads)]
+      laid = impl.slicewise(lambda t: tf.pad(t, local_pads), laid,
                             slice_shape=shape, flops=0)
-    else:
-      laid = impl.slicewise(_pad_after(pads), laid, after, slice_shape=shape,
-                            flops=0, fused=((False, True), False))
-    return _exchange_halos(impl, laid, splits, pads)
+    return laid
 
 
 class ConvOperation(Operation):
@@ -290,11 +229,6 @@ class ConvOperation(Operation):
   def lowering_unsplittable_dims(self):
     """The filter's spatial dims: split spatial dims exchange halos."""
     return self.geometry.unsplittable()
-
-  #: Its copy is made by kernels of its own (``Pad``, the halo writes)
-  #: that run before the convolution, as soon as their inputs exist: it
-  #: waits there for the convolution (see costmodels.sync_hold).
-  copies_made_ahead = True
 
   def kernel_copy_shapes(self, known=None):  # pylint: disable=unused-argument
     """The input's zero-padded, halo-extended copy, live while the kernel
@@ -395,8 +329,6 @@ class ConvFilterGradOperation(Operation):
   def unsplittable_dims(self):
     return self.conv_op.geometry.unsplittable()
 
-  copies_made_ahead = True   # as ConvOperation's
-
   def kernel_copy_shapes(self, known=None):  # pylint: disable=unused-argument
     """The input's zero-padded, halo-extended copy, live while the kernel
     runs (:meth:`_ConvGeometry.extended_shapes`); ``known``: as an einsum's."""
@@ -411,9 +343,8 @@ class ConvFilterGradOperation(Operation):
     g = c.geometry
     x, dy = self.inputs
     out = self.outputs[0]
+    laid_x = g.extend(impl, self, lowering.laid_out(x), x.shape)
     laid_dy = lowering.laid_out(dy)
-    laid_x = g.extend(impl, self, lowering.laid_out(x), x.shape,
-                      after=laid_dy)
     batch = c._batch_names(x.shape)
     nsp = len(c.spatial_names)
     x_perm = _perm(x.shape.dimension_names,

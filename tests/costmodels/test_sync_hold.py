@@ -54,73 +54,8 @@ def test_unsynced_gradients_and_lockstep_chips_keep_the_schedule():
   for rules in ("", "d_ff:x"):   # no gradient waits for a sync
     r = costmodels.evaluate(g, "x:8", rules, _host(False))
     assert not sync_hold.synced_gradient_ops(g, r.trace)
-    # Only the forward's all-reduced sums (d_ff:x) are held for the peers.
-    live = sync_hold.hold_shared_sums(memory.liveness(g), r.trace)
     assert r.peak_memory_bytes == memory.memory_profile(
-        g, "x:8", rules, liveness_plan=live).peak_bytes
-    lockstep = costmodels.evaluate(g, "x:8", rules, _host(True))
-    assert lockstep.peak_memory_bytes == memory.memory_profile(
         g, "x:8", rules).peak_bytes
-
-
-def test_shared_sums_are_held_until_the_next_collective():
-  """Model parallel (d_ff:x): each all-reduced sum lives on until the
-  first step after it that issues a collective, at least."""
-  g = _graph()
-  r = costmodels.evaluate(g, "x:8", "d_ff:x", _host(False))
-  live = memory.liveness(g)
-  held = sync_hold.hold_shared_sums(live, r.trace)
-  names = [op.name for op in live.step_ops]
-  syncs = sorted({names.index(c.op_name) for c in r.trace.collectives})
-  summed = {c.source_op: names.index(c.op_name)
-            for c in r.trace.collectives if c.kind == "allreduce"}
-  before = {t: b for t, _, b in live.intervals}
-  checked = 0
-  for t, _, b in held.intervals:
-    at = summed.get(t.operation.name)
-    if at is None:
-      assert b == before[t]
-      continue
-    later = [s for s in syncs if s > at]
-    assert b == max(before[t], later[0] if later else len(names) - 1)
-    checked += b > before[t]
-  assert checked   # some sum outlives its last reader on this device
-
-
-def _conv_graph():
-  import mesh_tf as mtf
-  g = mtf.Graph()
-  mesh = mtf.Mesh(g, "m")
-  x = mtf.get_variable(mesh, "x", "b:2,d:16,c:2")
-  w = mtf.get_variable(mesh, "w", "fd:3,c:2,f:4")
-  y = mtf.conv1d(x, w)
-  dx, dw = mtf.gradients([mtf.reduce_sum(mtf.exp(y))], [x, w])
-  return g, dx, dw
-
-
-def test_copies_of_ops_one_tensor_makes_ready_overlap():
-  """A convolution's input and filter gradients both wait for the
-  output's gradient alone: each one's padded copy is live from the first
-  of them to the last; other copies keep their own step."""
-  g, dx, dw = _conv_graph()
-  live = memory.liveness(g)
-  wide = sync_hold.overlap_ready_copies(live)
-  steps = [list(live.step_ops).index(t.operation) for t in (dx, dw)]
-  span = (min(steps), max(steps))
-  assert span[0] < span[1]
-  for (t, a, b), (t2, a2, b2) in zip(live.intervals, wide.intervals):
-    assert t is t2
-    if t.operation in (dx.operation, dw.operation) and t not in (dx, dw):
-      assert (a, b) in ((s, s) for s in steps) and (a2, b2) == span
-    else:
-      assert (a2, b2) == (a, b)
-  forward = memory.memory_profile(g, "x:2", "b:x", liveness_plan=live)
-  both = memory.memory_profile(g, "x:2", "b:x", liveness_plan=wide)
-  first = [t for t, _, _ in live.intervals if t.operation is
-           live.step_ops[span[1]] and t not in (dx, dw)]
-  assert first
-  assert both.bytes_by_step[span[0]] == forward.bytes_by_step[span[0]] + sum(
-      forward.tensor_bytes[t] for t in first)
 
 
 def test_topology_files_keep_the_flag_and_read_old_ones_by_kind():
@@ -193,29 +128,3 @@ def test_the_layout_search_checks_its_own_peak_on_such_chips():
   assert r.rules.as_dict() == {"batch": "x"}
   assert r.report.peak_memory_bytes > memory.memory_profile(
       g, "x:8", r.rules).peak_bytes
-
-
-def test_halo_rows_are_held_with_the_padded_copy():
-  """A split spatial dim: each op with a padded copy holds the rows it
-  cuts out for its neighbours over its copy's steps, both directions on
-  an axis of 4 devices, one on an axis of 2; nothing unsplit."""
-  g, dx, dw = _conv_graph()
-  live = sync_hold.overlap_ready_copies(memory.liveness(g))
-  ops = (dx.operation, dw.operation)
-  for mesh, rows in (("a:2;x:4", 2), ("x:2;a:4", 1), ("a:2;x:4", 0)):
-    rules = "d:x" if rows else "b:a"
-    trace = costmodels.evaluate(g, mesh, rules, "dgx-h100").trace
-    held = sync_hold.hold_halo_rows(live, trace)
-    extra = held.intervals[len(live.intervals):]
-    assert held.intervals[:len(live.intervals)] == live.intervals
-    spans = {t.operation: (a, b) for t, a, b in live.intervals
-             if t.operation in ops and t not in (dx, dw)}
-    for op in ops:
-      mine = [(t, a, b) for t, a, b in extra if t.operation is op]
-      assert len(mine) == rows
-      # One row of d:16 of the padded input (the window is 3: one row
-      # before, one after; b and the channels unsplit).
-      row = memory.full_bytes(op.inputs[0]) // 16
-      assert [(t.shape.dimension_names, t.shape.size, (a, b))
-              for t, a, b in mine] == [([sync_hold.HALO_DIM], row,
-                                        spans[op])] * rows
