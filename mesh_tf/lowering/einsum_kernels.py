@@ -25,12 +25,14 @@ the step's CPU time by a quarter against ``tf.einsum``'s oneDNN kernel on
 the same slices; in ``TrainStep`` the matmuls and sums together made the
 steady step 1.23x (1 layer) and 1.27x (8 layers) faster than with
 ``tf.einsum``, all variants stepped in turn in one process.
-Any other product of two operands (batch letters, or operands whose letters
-need reordering, as attention's ``abcd,aecd->abce``) runs in a Session graph
-as explicit transposes around one batched ``tf.matmul``
-(:func:`batched_plan`): 3% less CPU per Session step of that benchmark at 1
-and 8 layers, both lowerings stepped in turn in one process.  In a
-``tf.function`` such a product stays ``tf.einsum`` (see :func:`_graph_kind`).
+A product with batch letters whose slices are one batched product as they
+lie (``abcd,abde->abce``) runs as one batched ``tf.matmul`` in either
+graph.  Any other product of two operands (operands whose letters need
+reordering, as attention's ``abcd,aecd->abce``) runs in a Session graph as
+explicit transposes around one batched ``tf.matmul`` (:func:`batched_plan`):
+3% less CPU per Session step of that benchmark at 1 and 8 layers, both
+lowerings stepped in turn in one process.  In a ``tf.function`` such a
+product stays ``tf.einsum`` (see :func:`_graph_kind`).
 """
 
 import math
@@ -376,10 +378,11 @@ def _graph_kind():
   graph), ``"function"`` (a ``tf.function``), or None (eagerly, or the
   shape-only lowering of the cost model, which never loads TF).
 
-  In both graphs a plain matrix product runs as ``tf.matmul`` and a sum as
-  ``tf.reduce_sum``.  Only a Session graph runs batched products as
-  transposes around a batched ``tf.matmul``: in ``TrainStep`` those made
-  the step slower than ``tf.einsum`` (1.05x at 8 layers of
+  In both graphs a plain matrix product runs as ``tf.matmul``, a batched
+  one whose slices need no transpose as a batched ``tf.matmul``, and a sum
+  as ``tf.reduce_sum``.  Only a Session graph runs the other batched
+  products as transposes around a batched ``tf.matmul``: in ``TrainStep``
+  those made the step slower than ``tf.einsum`` (1.05x at 8 layers of
   benchmarks/mtf_port.py, stepped in turn in one process), and with them
   quick calibration files ranked the truth benchmark's layouts worse, their
   probes running the same kernels (docs/porting.md, issue 43 item 7).
@@ -393,19 +396,26 @@ def _graph_kind():
   return "session"
 
 
-def _session_batched_kernel(eq, shapes):
-  """The Session graph's kernel of a two-operand product that is not a
-  plain matrix product: transposes around one batched ``tf.matmul``, or
-  None."""
+def _batched_kernel_for(eq, shapes, transposes):
+  """The kernel of a two-operand product that is not a plain matrix
+  product: one batched ``tf.matmul``, with transposes around it only if
+  ``transposes``; None if it needs transposes and may not have them, or
+  is no such product."""
+  def plain(plan):
+    return transposes or (plan[0] is None and plan[3] is None
+                          and plan[7] is None)
   if swaps_operands(eq):
     # As tf.einsum: the other order writes the output as it is (no
     # transpose of the product), the pattern einsum_pattern names.
     plan = batched_plan(swapped(eq), list(shapes)[::-1])
     if plan is not None:
+      if not plain(plan):
+        return None
       kernel = _batched_kernel(swapped(eq), plan)
       return lambda a, b: kernel(b, a)
   plan = batched_plan(eq, shapes)
-  return None if plan is None else _batched_kernel(eq, plan)
+  return None if plan is None or not plain(plan) else _batched_kernel(
+      eq, plan)
 
 
 def einsum_kernel(eq, slice_shapes=None):
@@ -414,10 +424,10 @@ def einsum_kernel(eq, slice_shapes=None):
   Args:
     eq: the slice-level equation.
     slice_shapes: the inputs' static slice shapes; with them, in a graph
-      (``tf.compat.v1`` or ``tf.function``), an equation that is one matrix
-      product runs as ``tf.matmul``, and in a ``tf.compat.v1`` graph any
-      other two-operand product as transposes around a batched
-      ``tf.matmul``.  In a graph a one-operand sum runs as
+      (``tf.compat.v1`` or ``tf.function``), an equation that is one
+      (batched) matrix product of the slices as they lie runs as
+      ``tf.matmul``, and in a ``tf.compat.v1`` graph any other two-operand
+      product as transposes around a batched ``tf.matmul``.  In a graph a one-operand sum runs as
       ``tf.reduce_sum`` (shapes or not).  Any other product (eagerly,
       always) runs as ``tf.einsum``.  Either way its operands are swapped
       where that makes it a plain or batched product
@@ -432,8 +442,9 @@ def einsum_kernel(eq, slice_shapes=None):
     plan = matmul_plan(eq) if slice_shapes is not None else None
     if plan is not None:
       return _matmul_kernel(eq, plan, slice_shapes)
-    if kind == "session" and slice_shapes is not None:
-      kernel = _session_batched_kernel(eq, slice_shapes)
+    if slice_shapes is not None:
+      kernel = _batched_kernel_for(eq, slice_shapes,
+                                   transposes=kind == "session")
       if kernel is not None:
         return kernel
     plan = reduction_plan(eq)

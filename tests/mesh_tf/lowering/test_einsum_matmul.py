@@ -153,15 +153,21 @@ def _traced_ops(eq, a, b):
   return {op.type for op in graph.get_operations()}, traced(a, b)
 
 
-def test_tf_function_runs_plain_products_as_matmul_and_batched_as_einsum():
+def test_tf_function_runs_products_as_matmul_unless_they_need_transposes():
   rng = np.random.default_rng(4)
   a, b = tf.constant(_value("abc", rng)), tf.constant(_value("cd", rng))
   ops, value = _traced_ops("abc,cd->abd", a, b)
   assert "MatMul" in ops and "Einsum" not in ops
   np.testing.assert_allclose(value, np.einsum("abc,cd->abd", a, b),
                              rtol=1e-5, atol=1e-5)
-  # A batched product keeps tf.einsum in a tf.function (TrainStep): the
-  # transposes around a batched tf.matmul were slower there.
+  # A batched product as laid out runs as one batched tf.matmul.
+  a, b = tf.constant(_value("abcd", rng)), tf.constant(_value("abde", rng))
+  ops, value = _traced_ops("abcd,abde->abce", a, b)
+  assert "BatchMatMulV2" in ops and not {"Einsum", "Transpose"} & ops
+  np.testing.assert_allclose(value, np.einsum("abcd,abde->abce", a, b),
+                             rtol=1e-5, atol=1e-5)
+  # One that needs transposes keeps tf.einsum in a tf.function
+  # (TrainStep): the transposes around a batched tf.matmul were slower.
   a, b = tf.constant(_value("abcd", rng)), tf.constant(_value("aecd", rng))
   ops, value = _traced_ops("abcd,aecd->abce", a, b)
   assert "Einsum" in ops and "BatchMatMulV2" not in ops
