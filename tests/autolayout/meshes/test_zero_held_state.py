@@ -24,6 +24,7 @@ from mesh_tf.ops.variables import Variable
 from mesh_tf.lowering.lowering import Lowering
 from mesh_tf.pipeline import PipelineTrainStep
 from mesh_tf.training import optimize
+from tests.autolayout.meshes.plan_traces import plan_collectives
 
 DATA = 2
 
@@ -103,24 +104,18 @@ def test_zero3_gathers_at_the_ends_are_the_lowerings():
   twice and bias once): the priced bytes per microbatch are the lowered
   trace's."""
   from costmodels.stage_work import end_gathers
-  from mesh_tf.pipeline import trace_pipeline
   from mesh_tf.pipeline.schedule import Step
   cfg = _config()
   topo = gpu_cluster("a100", nodes=2 * DATA, gpus_per_node=1)
   lay = PipelineLayout(1, 2, DATA, zero=3)
   price = price_layout(cfg, topo, lay)
   plan = pipelined.plan_of_price(price, cfg, topo, "tiny")
-  trace = trace_pipeline(pipelined.step_config(cfg, plan.training).parts(),
-                         price.cost.pipeline, plan.mesh_shape, plan.rules,
-                         optimize.SgdOptimizer(0.1), storage=3)
   got = {}
-  for seg in trace.segments:
-    for c in seg.collectives:
-      src = c.source_op or c.op_name
-      if (c.kind == "allconcat" and not src.startswith("layer_")
-          and isinstance(seg.step, Step)):
-        key = (seg.stage, seg.step.microbatch)
-        got[key] = got.get(key, 0) + c.bytes_per_device
+  for seg, c, src in plan_collectives(cfg, price, plan):
+    if (c.kind == "allconcat" and not src.startswith("layer_")
+        and isinstance(seg.step, Step)):
+      key = (seg.stage, seg.step.microbatch)
+      got[key] = got.get(key, 0) + c.bytes_per_device
   first, last = end_gathers(price.work, DATA)
   m = price.cost.pipeline.microbatches
   assert got == {**{(0, i): first for i in range(m)},

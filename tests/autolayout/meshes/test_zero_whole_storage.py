@@ -17,9 +17,10 @@ from autolayout.training.pipeline_price import (PipelineLayout,
 from costmodels.pipeline import StageWork
 from costmodels.topology import gpu_cluster
 from mesh_tf import models
-from mesh_tf.pipeline import PipelineTrainStep, trace_pipeline
+from mesh_tf.pipeline import PipelineTrainStep
 from mesh_tf.pipeline.schedule import Step
 from mesh_tf.training import optimize
+from tests.autolayout.meshes.plan_traces import plan_collectives
 
 
 def _config(d_model):
@@ -82,18 +83,13 @@ def test_zero3_collectives_are_the_lowerings(data):
   assert sync == (work.layer_sync_bytes if data == 3 else 0)
   assert price.work.layer_gather_bytes == 2 * (sync // data)
   assert price.work.working_bytes == work.working_bytes + sync
-  trace = trace_pipeline(pipelined.step_config(cfg, plan.training).parts(),
-                         price.cost.pipeline, plan.mesh_shape, plan.rules,
-                         optimize.SgdOptimizer(0.1), storage=3)
   got = {}
-  for seg in trace.segments:
-    for c in seg.collectives:
-      src = c.source_op or c.op_name
-      if c.kind in ("send", "recv") or not src.startswith("layer_"):
-        continue
-      assert isinstance(seg.step, Step) and c.mesh_axes == ("data",)
-      key = (c.kind, src.split("/")[0], seg.step.microbatch)
-      got[key] = got.get(key, 0) + c.bytes_per_device
+  for seg, c, src in plan_collectives(cfg, price, plan):
+    if c.kind in ("send", "recv") or not src.startswith("layer_"):
+      continue
+    assert isinstance(seg.step, Step) and c.mesh_axes == ("data",)
+    key = (c.kind, src.split("/")[0], seg.step.microbatch)
+    got[key] = got.get(key, 0) + c.bytes_per_device
   m = price.cost.pipeline.microbatches
   kinds = {k for k, _, _ in got}
   if data == 2:
