@@ -82,3 +82,18 @@ def test_run_refuses_a_forward_plan(tmp_path, capsys):
   code = main(["run", path])
   _, err = capsys.readouterr()
   assert_clean_error(err, code, 2, "forward pass", "training step")
+
+
+def test_gpus_are_refused_where_tensorflow_sees_none(big_plan, capsys):
+  # The --gpus path on a machine without GPUs (CI's tensorflow-cpu): a
+  # clean two-line error naming the option, and one for both options.
+  from mesh_tf.lowering.lazy_tf import load_tensorflow
+  if load_tensorflow().config.list_logical_devices("GPU"):
+    pytest.skip("a GPU is at hand: `mtf-layout run --gpus` runs there")
+  capsys.readouterr()
+  code = main(["run", big_plan, "--gpus", "--scale-down"])
+  _, err = capsys.readouterr()
+  assert_clean_error(err, code, 2, "--gpus", "no GPU", "drop --gpus")
+  code = main(["run", big_plan, "--gpus", "--cpu-devices", "8"])
+  _, err = capsys.readouterr()
+  assert_clean_error(err, code, 2, "not both", "--cpu-devices")
