@@ -110,8 +110,16 @@ def start_server(config):
   """
   set_fail_fast_default()
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  # Thread pools sized for cpu_devices logical devices on this host's
+  # cores, as set_logical_cpu_devices sizes them in one process.
+  from mesh_tf.lowering.placement import cpu_thread_pools, host_cores  # pylint: disable=import-outside-toplevel
+  inter, intra = cpu_thread_pools(config.cpu_devices, host_cores())
   session_config = tf.compat.v1.ConfigProto(
-      device_count={"CPU": config.cpu_devices})
+      device_count={"CPU": config.cpu_devices},
+      inter_op_parallelism_threads=inter,
+      intra_op_parallelism_threads=intra)
+  tf.config.threading.set_inter_op_parallelism_threads(inter)
+  tf.config.threading.set_intra_op_parallelism_threads(intra)
   return tf.distribute.Server(
       config.cluster.to_cluster_spec(), job_name=config.cluster.job,
       task_index=config.task, protocol="grpc", config=session_config,
