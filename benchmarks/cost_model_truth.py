@@ -6,7 +6,8 @@ On 8 TF logical CPU devices (meshes ``a:2;b:4`` and ``x:8``) it
 1. calibrates the devices (``costmodels.calibrate``, in a subprocess) and
    writes the topology file (or reads one given with ``--topology``); the
    solver's auto layout is chosen with it;
-2. for each zoo model (tiny Transformer, MLP, MoE, 3-D conv net, at sizes
+2. for each zoo model, in a process of its own as a user's training job
+   is (tiny Transformer, MLP, MoE, 3-D conv net, at sizes
    where a training step takes 10-500 ms here) builds at least 12 layouts:
    replicated, pure data parallel, pure model parallel, mixed, the solver's
    auto layout (solved with the calibrated topology) and a few deliberately
@@ -285,6 +286,60 @@ def run_model(name, build, layouts, topology, devices, rounds, console,
   return rows, load
 
 
+def _one_model(args, topo_path, meta, runoff_rounds, console):
+  """The ``--one-model`` child: one model's rows and load, as JSON in
+  ``--rows-out``."""
+  import costmodels
+  from costmodels.calibrate import measure
+  import mesh_tf as mtf
+  mtf.set_logical_cpu_devices(8)
+  devices = mtf.logical_cpu_devices(8)
+  build, layouts = zoo_layouts()[args.one_model]
+  rows, load = run_model(
+      args.one_model, build, layouts, costmodels.get_topology(topo_path),
+      devices, args.rounds, console, meta,
+      measure.make_plan(MESHES, args.quick),
+      topo_path[:-5] + f"-{args.one_model}.json", runoff_rounds,
+      args.probe_statistic, args.step_passes,
+      costmodels.get_topology(args.also_topology)
+      if args.also_topology else None)
+  with open(args.rows_out, "w") as f:
+    json.dump({"rows": [r._asdict() for r in rows], "load": load}, f)
+
+
+def _model_in_own_process(name, args, topo_path, runoff_rounds):
+  """``(rows, load)`` of model ``name``, measured in a process of its own.
+
+  A user's training job holds one model's step.  Measured one after
+  another in one process, each model's steps ran slower the later it came:
+  the 3-D conv net's replicated step took 40.4 ms measured first, 51.2 ms
+  after two other models and 60.4 ms after five (8 logical CPU devices of
+  a 2-core machine; its data-parallel step 7.0, 9.8 and 13.6 ms), and the
+  interleaved reference steps, the same program throughout, ran 0.8-2.3x
+  their calibration time over one run, growing with the models before.
+  So each model gets a fresh process, as the calibration does."""
+  import subprocess
+  fd, out = tempfile.mkstemp(suffix=".json")
+  os.close(fd)
+  cmd = [sys.executable, os.path.abspath(__file__), "--one-model", name,
+         "--topology", topo_path, "--rows-out", out,
+         "--rounds", str(args.rounds), "--step-passes",
+         str(args.step_passes), "--runoff-rounds", str(runoff_rounds),
+         "--probe-statistic", args.probe_statistic]
+  if args.quick:
+    cmd.append("--quick")
+  if args.also_topology:
+    cmd += ["--also-topology", os.path.abspath(args.also_topology)]
+  try:
+    subprocess.run(cmd, check=True)
+    with open(out) as f:
+      got = json.load(f)
+  finally:
+    os.unlink(out)
+  return [Row(**dict(r, times=tuple(r["times"]))) for r in got["rows"]], \
+      got["load"]
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   p.add_argument("--topology", help="a calibrated topology file to use "
@@ -323,7 +378,11 @@ def main(argv=None):
   p.add_argument("--save-steps", help="write each layout's measured step "
                  "(JSON: model -> [{label, mesh, rules, measured_s, "
                  "fastest_s}]) for benchmarks/quick_file_spread.py")
+  p.add_argument("--one-model", help=argparse.SUPPRESS)
+  p.add_argument("--rows-out", help=argparse.SUPPRESS)
   args = p.parse_args(argv)
+  if args.one_model and not args.topology:
+    raise SystemExit("--one-model needs --topology")
   if args.rounds is None:
     args.rounds = QUICK_ROUNDS if args.quick else 11
   if args.step_passes is None:
@@ -331,10 +390,9 @@ def main(argv=None):
   from rich.console import Console
   console = Console(stderr=True)
   out = Console(width=150)  # whole rules, also when piped to a file
-  import costmodels
   from costmodels import calibrate as cal_lib
   if args.topology:
-    topo_path = args.topology
+    topo_path = os.path.abspath(args.topology)
   else:
     topo_path = args.save_topology or os.path.join(
         tempfile.mkdtemp(), "cpu8.json")
@@ -343,28 +401,18 @@ def main(argv=None):
                       quick=args.quick, progress=console)
     out.print(f"calibrated 8 logical CPU devices in "
               f"{time.perf_counter() - t0:.1f} s -> {topo_path}")
-  topology = costmodels.get_topology(topo_path)
-  import mesh_tf as mtf
-  mtf.set_logical_cpu_devices(8)
-  devices = mtf.logical_cpu_devices(8)
-  results, summaries = {}, []
   meta = cal_lib.read_topology_file(topo_path)[1]
   if "devices" not in meta:
     raise SystemExit(f"{topo_path} has no calibration metadata; calibrate "
                      "with this benchmark or `mtf-layout calibrate`")
-  from costmodels.calibrate import measure
-  plan = measure.make_plan(MESHES, args.quick)
   runoff_rounds = (args.rounds * max(args.step_passes, 1)
                    if args.runoff_rounds is None else args.runoff_rounds)
-  zoo = zoo_layouts()
+  if args.one_model:
+    _one_model(args, topo_path, meta, runoff_rounds, console)
+    return
+  results, summaries = {}, []
   for name in args.models:
-    build, layouts = zoo[name]
-    rows, load = run_model(
-        name, build, layouts, topology, devices, args.rounds, console, meta,
-        plan, topo_path[:-5] + f"-{name}.json", runoff_rounds,
-        args.probe_statistic, args.step_passes,
-        costmodels.get_topology(args.also_topology)
-        if args.also_topology else None)
+    rows, load = _model_in_own_process(name, args, topo_path, runoff_rounds)
     results[name] = rows
     s = dict(truth_stats.summarize(name, rows, load),
              held_out=name in HELD_OUT)

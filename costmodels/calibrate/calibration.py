@@ -160,7 +160,10 @@ def fit_topology(samples, info, name="calibrated", dtype="float32"):
     if process_of(d) not in procs:
       procs.append(process_of(d))
   cf = compute_fit.fit_compute(samples, n, dtype)
-  threaded = threaded_kernel.fit_threaded_kernel(samples, n)
+  # Logical CPU devices whose process gave each kernel one thread hand
+  # nothing to a pool (mesh_tf.lowering.placement.cpu_thread_pools).
+  threaded = threaded_kernel.fit_threaded_kernel(
+      samples, n, handoff=info.get("intra_op_threads") != 1)
   threaded_s = threaded.seconds if threaded else 0.0
   matrix_s = threaded.matrix_s if threaded else 0.0
   is_gpu = "GPU" in info.get("device_types", ())

@@ -293,6 +293,11 @@ def _devices_info(devices):
   kinds = sorted({d.split("device:")[-1].split(":")[0] for d in devices})
   info = {"devices": list(devices), "device_types": kinds,
           "host_cores": os.cpu_count()}
+  if kinds == ["CPU"] and not any(
+      process_of(d) and "/job:localhost" not in str(d) for d in devices):
+    # Threads each kernel may use (0: TensorFlow's default, one a core).
+    info["intra_op_threads"] = (
+        tf.config.threading.get_intra_op_parallelism_threads())
   if "GPU" in kinds:
     try:
       details = tf.config.experimental.get_device_details(

@@ -29,7 +29,7 @@ class ThreadedKernel(NamedTuple):
   matrix_s: float = 0.0
 
 
-def fit_threaded_kernel(samples, num_devices):
+def fit_threaded_kernel(samples, num_devices, handoff=True):
   """The fixed cost of a matrix product whose kernel hands its work to a
   thread pool, from ``kernel`` timings of tiny products on all
   ``num_devices`` devices (from the smallest, one sweep over each of batch,
@@ -44,7 +44,15 @@ def fit_threaded_kernel(samples, num_devices):
   least squares on relative residuals (``soft_l1``: one timing that a busy
   machine stretched 10x moves the fit as little as a timing 20% off, where
   the midpoint rule that came before took it for the threaded level); the
-  one of least robust cost is kept.  ``matrix_s`` is fitted only where
+  one of least robust cost is kept.  ``handoff=False`` (kernels with no
+  thread pool to hand work to: one intra-op thread, as
+  :func:`mesh_tf.lowering.placement.cpu_thread_pools` gives logical CPU
+  devices that outnumber the cores) fits the law without the step: there
+  every product runs inline, and a step fitted to the sweeps' noise (on 8
+  logical devices of a 2-core machine the tiny products took 41-180 us in
+  no order of size) was taken for a hand-off, once of 617 us on the
+  batch of 1024 alone, which priced every batched product above 64
+  matrices 0.6 ms slow.  ``matrix_s`` is fitted only where
   the batch sweep has two batches of two or more.  A step under half the
   inline level (``seconds < base / 2``) is no step: cost 0.
 
@@ -69,15 +77,17 @@ def fit_threaded_kernel(samples, num_devices):
   batches = {m[0] for m in times if m[0] >= 2 and m[1:] == fewest[1:]}
   with_batch = len(batches) >= 2
   best = None
-  for limit in itertools.product(*sweeps):
+  for limit in itertools.product(*sweeps) if handoff else ():
     threaded = {m: not all(n <= k for n, k in zip(m, limit)) for m in times}
     if not any(threaded.values()):
       continue
     fit = _fit_law(times, threaded, with_batch)
     if best is None or fit[0] < best[0]:
       best = fit + (limit,)
-  if best is None:   # a single product per sweep: no step to see
+  if best is None and handoff:  # a single product per sweep: no step
     return ThreadedKernel(0.0, (), 0.0, len(times), 0.0)
+  if best is None:
+    best = _fit_law(times, {m: False for m in times}, with_batch) + ((),)
   _, base, seconds, matrix_s, threaded, limit = best
   if seconds < 0.5 * base:
     seconds, limit = 0.0, ()

@@ -85,6 +85,47 @@ def test_a_sweep_without_a_step_costs_nothing():
   assert threaded_kernel.fit_threaded_kernel(_kernel_samples(), 4) is None
 
 
+
+def test_kernels_without_a_pool_fit_no_handoff_only_the_batch():
+  # One intra-op thread (logical CPU devices that outnumber the cores):
+  # every product runs inline, and the quick sweep's noise alone once
+  # fitted a 617 us "hand-off" to the batch of 1024.  With handoff=False
+  # the law has no step; the batch term is still recovered.
+  quick = probes.KERNEL_SIZES[::2]
+  rng = random.Random(3)
+  samples = [s._replace(seconds=(INLINE_S + MATRIX_S * (s.matrix[0] - 1))
+                        * (1 + rng.uniform(-0.1, 0.1)))
+             for s in _kernel_samples() if s.matrix in quick]
+  got = threaded_kernel.fit_threaded_kernel(samples, 8, handoff=False)
+  assert (got.seconds, got.inline_max) == (0.0, ())
+  assert got.matrix_s == pytest.approx(MATRIX_S, rel=0.3)
+  assert got.samples == len(samples)
+  # Fed the same sweep, the fit with a hand-off finds a step in the noise.
+  stepped = [s._replace(seconds=s.seconds * (1.8 if s.matrix[1] == 32
+                                             else 1.0)) for s in samples]
+  assert threaded_kernel.fit_threaded_kernel(stepped, 8).seconds > 0
+  assert threaded_kernel.fit_threaded_kernel(
+      stepped, 8, handoff=False).seconds == 0.0
+
+
+def test_fit_topology_reads_the_pool_from_the_devices_info():
+  # The measuring process reports its intra-op threads; with one, the same
+  # timings that show a step (above) fit no hand-off.
+  info = {"devices": [f"/device:CPU:{d}" for d in range(8)],
+          "device_types": ["CPU"]}
+  samples = _compute_samples(THREADED_S) + _kernel_samples()
+  pooled, _ = calibration.fit_topology(samples, info, "k")
+  assert pooled.chip.threaded_kernel_s == pytest.approx(THREADED_S)
+  inline, _ = calibration.fit_topology(
+      samples, dict(info, intra_op_threads=1), "k")
+  assert (inline.chip.threaded_kernel_s, inline.chip.inline_kernel_max) == (
+      0.0, ())
+  # TensorFlow's default pools (0) and several threads keep the hand-off.
+  for threads in (0, 2):
+    got, _ = calibration.fit_topology(
+        samples, dict(info, intra_op_threads=threads), "k")
+    assert got.chip.threaded_kernel_s == pytest.approx(THREADED_S)
+
 # --- what a record carries and costs --------------------------------------------
 def _chip(threaded=THREADED_S, limit=LIMIT, matrix_s=0.0):
   fits = tuple(ComputeClassFit(p, 1e-5, 3e10, 4e9) for p in
