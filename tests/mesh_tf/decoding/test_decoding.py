@@ -223,11 +223,15 @@ def test_beam_search_same_on_8_devices_and_scores_match_full_model(
     ref = sum(logp[np.arange(2), t, tokens[:, beam, t + 1]]
               for t in range(1, 7))
     np.testing.assert_allclose(scores[:, beam], ref, rtol=0, atol=1e-4)
-  # The best beam is at least as likely as the greedy sequence.
+  # The best beam is at least as likely as the greedy sequence, to the
+  # tolerance the scores match the full model with (above): where the beam
+  # found the greedy sequence, the two float32 sums of its log-probabilities
+  # differed by 1.2e-6 on one machine (an AMD EPYC: oneDNN picks its
+  # kernels, and so the order of float32 sums, by the CPU).
   logp = _log_softmax(full_forward(greedy_runs[3]))
   greedy_score = sum(logp[np.arange(2), t, greedy_runs[3][:, t + 1]]
                      for t in range(1, 7))
-  assert np.all(scores[:, 0] >= greedy_score - 1e-6)
+  assert np.all(scores[:, 0] >= greedy_score - 1e-4)
 
 
 # --- the optimizer ----------------------------------------------------------
