@@ -25,7 +25,6 @@ import random
 import statistics
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -38,6 +37,7 @@ def child(models, blocks, calls, share):
   mtf.set_logical_cpu_devices(8, share_cores=share)
   devices = mtf.logical_cpu_devices(8)
   from benchmarks.cost_model_truth import _make_step, zoo_layouts
+  from benchmarks.truth_timing import steady_times
   zoo = zoo_layouts()
   steps = []
   for name in models:
@@ -52,13 +52,7 @@ def child(models, blocks, calls, share):
   for _ in range(blocks):
     rng.shuffle(steps)
     for key, call in steps:
-      call()
-      times = []
-      for _ in range(calls):
-        t0 = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - t0)
-      out[key].append(statistics.median(times))
+      out[key].append(statistics.median(steady_times(call, calls)))
   print(json.dumps(out))
 
 
