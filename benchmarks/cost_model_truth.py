@@ -336,8 +336,8 @@ def _model_in_own_process(name, args, topo_path, runoff_rounds):
       got = json.load(f)
   finally:
     os.unlink(out)
-  return [Row(**dict(r, times=tuple(r["times"]))) for r in got["rows"]], \
-      got["load"]
+  rows = [Row(**dict(r, times=tuple(r["times"]))) for r in got["rows"]]
+  return rows, got["load"]
 
 
 def main(argv=None):

@@ -179,6 +179,12 @@ def process_of(device):
   return prefix if "/task:" in prefix else ""
 
 
+def is_remote(device):
+  """Whether ``device`` lives in another process (an ``mtf-worker``
+  task), not this one's ``/job:localhost``."""
+  return bool(process_of(device)) and "/job:localhost" not in str(device)
+
+
 def axis_link_name(mesh_shape, axis, devices):
   """``"device"`` if every group of ``axis`` stays in one process,
   ``"process"`` if each member of a group is in another process, ``""``
@@ -293,8 +299,7 @@ def _devices_info(devices):
   kinds = sorted({d.split("device:")[-1].split(":")[0] for d in devices})
   info = {"devices": list(devices), "device_types": kinds,
           "host_cores": os.cpu_count()}
-  if kinds == ["CPU"] and not any(
-      process_of(d) and "/job:localhost" not in str(d) for d in devices):
+  if kinds == ["CPU"] and not any(is_remote(d) for d in devices):
     # Threads each kernel may use (0: TensorFlow's default, one a core).
     info["intra_op_threads"] = (
         tf.config.threading.get_intra_op_parallelism_threads())
@@ -343,7 +348,7 @@ def default_sync(devices):
   """What waits for a probe's call on ``devices``: a fetch where any is in
   another process (``mtf-worker`` tasks), else nothing (local calls return
   when done; GPUs get ``_gpu_sync`` from the caller)."""
-  if any(process_of(d) and "/job:localhost" not in str(d) for d in devices):
+  if any(is_remote(d) for d in devices):
     return _fetch_sync
   return lambda out: None
 

@@ -77,6 +77,8 @@ def fit_threaded_kernel(samples, num_devices, handoff=True):
   batches = {m[0] for m in times if m[0] >= 2 and m[1:] == fewest[1:]}
   with_batch = len(batches) >= 2
   best = None
+  if not handoff:
+    best = _fit_law(times, {m: False for m in times}, with_batch) + ((),)
   for limit in itertools.product(*sweeps) if handoff else ():
     threaded = {m: not all(n <= k for n, k in zip(m, limit)) for m in times}
     if not any(threaded.values()):
@@ -84,10 +86,8 @@ def fit_threaded_kernel(samples, num_devices, handoff=True):
     fit = _fit_law(times, threaded, with_batch)
     if best is None or fit[0] < best[0]:
       best = fit + (limit,)
-  if best is None and handoff:  # a single product per sweep: no step
+  if best is None:   # a single product per sweep: no step to see
     return ThreadedKernel(0.0, (), 0.0, len(times), 0.0)
-  if best is None:
-    best = _fit_law(times, {m: False for m in times}, with_batch) + ((),)
   _, base, seconds, matrix_s, threaded, limit = best
   if seconds < 0.5 * base:
     seconds, limit = 0.0, ()

@@ -299,14 +299,13 @@ def cpu_thread_pools(n, cores):
   intra-op pool; by default both pools have a thread per core, so on a
   machine with fewer cores than devices up to twice as many threads as
   cores compete, a kernel's helper threads wait behind other devices'
-  kernels, and the step's time depends on how the OS happens to schedule
-  them.  With one inter-op thread per core and each kernel on its own
+  kernels.  With one inter-op thread per core and each kernel on its own
   thread (devices supply the parallelism), the cores run one kernel
   each.  Measured on 8 logical devices of a 2-core machine, the truth
-  benchmark's Transformer step, data parallel, took 9-11 ms instead of
-  20-37 ms, and the medians of 15-step blocks varied by +-10% instead of
-  2x (``benchmarks/cpu_threads.py``).  With fewer devices than cores each
-  kernel keeps ``cores // n`` threads.
+  benchmark's Transformer and MLP steps ran 1.73x faster in the median
+  (0.97-2.37x over 24 layouts; ``benchmarks/cpu_threads.py``); how much a
+  step's time drifts from second to second did not change.  With fewer
+  devices than cores each kernel keeps ``cores // n`` threads.
 
   Example:
     >>> cpu_thread_pools(8, 2), cpu_thread_pools(1, 2), cpu_thread_pools(2, 8)
